@@ -1,0 +1,114 @@
+"""Result types of attribution: device (and host) time per source span, with the op evidence.
+
+Produced by ``mapping.attribute.attribute(profile, workspace)``; consumed by hints (anchoring,
+evidence), the server (lens, hover, inlay hints) and ``--check`` (hotspot table).
+All times are totals over the profiled steps in ns, plus per-step figures derived from the
+profile's step time; ``share`` = per-step time / step time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .frames import Frame
+from .spans import Confidence, Span
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A place in local source that profile time was tied to."""
+
+    span: Span  # the call expression (or the whole statement when no call matched)
+    confidence: Confidence
+    function: str  # qualified name of the enclosing function ("Net.forward", "<module>")
+    call_text: str  # source text of the call, used to re-anchor after edits (drift)
+    frame: Frame | None = None  # the profile frame it came from (None: module/inferred)
+    note: str = ""  # e.g. "re-anchored after edit", "backward of aten::relu"
+
+
+@dataclass(slots=True)
+class OpHeat:
+    """One device operator type behind a span (or a line/function)."""
+
+    name: str  # kernel name (first seen) or host op name when no kernels
+    type: str  # OpType (MatMulV2)
+    core: str  # AI_CORE, ...
+    count: int  # kernels over the capture
+    total_ns: int
+    shapes: tuple[str, ...] = ()  # distinct input shapes, most time first (at most 3)
+    backward: bool = False
+
+
+@dataclass(slots=True)
+class SpanHeat:
+    site: Site
+    device_ns: int  # total device time over the capture
+    fwd_ns: int
+    bwd_ns: int
+    host_ns: int  # host (framework) self time of the ops launched from here
+    calls: int  # host op calls launched from this span
+    per_step_ns: float
+    share: float  # per_step_ns / step time
+    ops: list[OpHeat] = field(default_factory=list)  # most time first
+
+
+@dataclass(slots=True)
+class LineHeat:
+    path: str
+    line: int
+    device_ns: int
+    per_step_ns: float
+    share: float
+    fwd_ns: int = 0
+    bwd_ns: int = 0
+    ops: list[OpHeat] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FunctionHeat:
+    path: str
+    function: str  # qualified name
+    span: Span  # the def (whole function)
+    device_ns: int
+    per_step_ns: float
+    share: float
+    fwd_ns: int = 0
+    bwd_ns: int = 0
+
+
+@dataclass(slots=True)
+class SourceHeat:
+    step_time_ns: float
+    num_steps: int
+    spans: list[SpanHeat]  # most time first
+    lines: list[LineHeat]
+    functions: list[FunctionHeat]
+    total_device_ns: int
+    attributed_ns: int  # device time that reached a local span
+    unattributed_ns: int  # no stack / no user frame / frame maps to no local file
+    unmapped_files: list[str] = field(default_factory=list)  # profile paths with no local match, reported once
+    notes: list[str] = field(default_factory=list)  # e.g. drift drops
+
+    @property
+    def mapped_share(self) -> float:
+        return self.attributed_ns / self.total_device_ns if self.total_device_ns else 0.0
+
+
+@dataclass(slots=True)
+class Attribution:
+    """Per-kernel and per-host-op sites plus the aggregated heat."""
+
+    sites: list[Site]
+    kernel_site: np.ndarray  # int64 per kernels row: index into sites, -1 none
+    op_site: np.ndarray  # int64 per host_ops row: index into sites, -1 none
+    heat: SourceHeat
+
+    def site_of_kernel(self, row: int) -> Site | None:
+        i = int(self.kernel_site[row])
+        return self.sites[i] if i >= 0 else None
+
+    def site_of_op(self, row: int) -> Site | None:
+        i = int(self.op_site[row])
+        return self.sites[i] if i >= 0 else None

@@ -1,0 +1,66 @@
+"""Exact time conversions.
+
+Profiler timestamps are epoch microseconds with up to three decimals ("1736413971558972.912");
+float64 cannot hold them exactly, so everything in the model is integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+NS_PER_US = 1000
+
+
+def us_text_to_ns(text: str) -> int:
+    """Convert a decimal microsecond string to integer nanoseconds, exactly.
+
+    Accepts the quirks of the producers: surrounding whitespace and trailing TABs, 0 to many
+    decimals (digits beyond the third are rounded half-up), a leading sign, and exponent forms
+    written by some JSON encoders (those go through float, which is exact enough for durations).
+    Raises ValueError for anything else (callers turn it into a file/line message).
+    """
+    s = text.strip()
+    if not s:
+        raise ValueError("empty time value")
+    neg = s[0] == "-"
+    if s[0] in "+-":
+        s = s[1:]
+    if "e" in s or "E" in s:
+        ns = round(float(s) * NS_PER_US)
+        return -ns if neg else ns
+    whole, dot, frac = s.partition(".")
+    if not whole:
+        whole = "0"
+    if not whole.isdigit() or (frac and not frac.isdigit()):
+        raise ValueError(f"not a number: {text!r}")
+    ns = int(whole) * NS_PER_US
+    if frac:
+        head = frac[:3].ljust(3, "0")
+        ns += int(head)
+        if len(frac) > 3 and frac[3] >= "5":
+            ns += 1
+    return -ns if neg else ns
+
+
+def us_to_ns(value: str | float | int) -> int:
+    """Convert a JSON time value (string or number, µs) to integer nanoseconds."""
+    if isinstance(value, str):
+        return us_text_to_ns(value)
+    if isinstance(value, int):
+        return value * NS_PER_US
+    return round(value * NS_PER_US)
+
+
+def ms_to_ns(value: float | int) -> int:
+    return round(value * 1_000_000)
+
+
+def ns_to_us(ns: int | float) -> float:
+    return ns / NS_PER_US
+
+
+def format_us(us: float) -> str:
+    """Human form used in messages: µs below 10 ms, else ms with one decimal (hint-rules §0.3)."""
+    if abs(us) < 10_000:
+        if abs(us) >= 100:
+            return f"{us:,.0f} µs"
+        return f"{us:.1f} µs"
+    return f"{us / 1000:,.1f} ms"
