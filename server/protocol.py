@@ -1,0 +1,35 @@
+"""Names the server and its clients share: commands and custom notifications.
+
+The VS Code extension's manifest must list every palette command below (a test compares them).
+"""
+
+from __future__ import annotations
+
+SERVER_NAME = "msprof-lsp"
+SETTINGS_SECTION = "msprof-lsp"
+DIAGNOSTIC_SOURCE = "msprof-lsp"
+FIX_ALL_KIND = "source.fixAll.msprof-lsp"
+
+# workspace/executeCommand commands the server implements.
+CMD_RELOAD = "msprof-lsp.reloadProfile"  # no arguments
+CMD_SELECT_PROFILE = "msprof-lsp.selectProfile"  # [path: str, rank?: int]
+CMD_SHOW_HOTSPOTS = "msprof-lsp.showHotspots"  # [] -> {"hotspots": [...]} (JSON output shape, absolute paths + uri)
+CMD_SET_BASELINE = "msprof-lsp.setBaseline"  # [path: str | null]
+CMD_LINE_HEAT = "msprof-lsp.lineHeat"  # [uri: str] -> [{"line": 0-based, "share", "perStepUs", "label"}]
+CMD_SHOW_OPERATORS = "msprof-lsp.showOperators"  # code lens target: [uri, line 0-based] -> {"ops": [...]}
+
+SERVER_COMMANDS = (
+    CMD_RELOAD,
+    CMD_SELECT_PROFILE,
+    CMD_SHOW_HOTSPOTS,
+    CMD_SET_BASELINE,
+    CMD_LINE_HEAT,
+    CMD_SHOW_OPERATORS,
+)
+PALETTE_COMMANDS = (CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE)
+"""Commands a user runs from the VS Code palette (the client adds restart/showLogs itself)."""
+
+# Server -> client notification with the profile state (feeds the VS Code status bar):
+# {"state": "loading"|"loaded"|"error"|"none", "kind", "path", "rank", "ranks": [...],
+#  "steps", "stepTimeUs", "mappedShare", "message"}
+NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus"
