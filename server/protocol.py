@@ -5,6 +5,8 @@ The VS Code extension's manifest must list every palette command below (a test c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 SERVER_NAME = "msprof-lsp"
 SETTINGS_SECTION = "msprof-lsp"
 DIAGNOSTIC_SOURCE = "msprof-lsp"
@@ -33,3 +35,18 @@ PALETTE_COMMANDS = (CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_B
 # {"state": "loading"|"loaded"|"error"|"none", "kind", "path", "rank", "ranks": [...],
 #  "steps", "stepTimeUs", "mappedShare", "message"}
 NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus"
+
+# Where rule pages live. Installed packages link to the project's published docs; a source
+# checkout (editable install) can link to the local Markdown file instead.
+PROJECT_URL = "https://github.com/msprof-lsp/msprof-lsp"
+_DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
+
+
+def rule_doc_url(code: str | None, *, prefer_local: bool = False) -> str:
+    """URL of a rule's page (``docs/rules/<CODE>.md``), or of the docs index for ``None``."""
+    rel = f"rules/{code}.md" if code else "README.md"
+    if prefer_local:
+        local = _DOCS_DIR / rel
+        if local.is_file():
+            return local.as_uri()
+    return f"{PROJECT_URL}/blob/main/docs/{rel}"

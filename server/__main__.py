@@ -1,0 +1,44 @@
+"""``msprof-lsp`` entry point: the language server on stdio, or ``--check`` headless."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .cli import UsageError, parse, version
+
+    try:
+        ns, args = parse(argv)
+    except UsageError as exc:
+        print(f"msprof-lsp: error: {exc} (see msprof-lsp --help)", file=sys.stderr)
+        return 2
+    if ns.version:
+        print(f"msprof-lsp {version()}")
+        return 0
+    if ns.check:
+        from .check import run_check
+
+        try:
+            return run_check(args)
+        except KeyboardInterrupt:
+            print("msprof-lsp: interrupted", file=sys.stderr)
+            return 2
+        except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
+            if os.environ.get("MSPROF_LSP_DEBUG"):
+                raise
+            print(
+                f"msprof-lsp: internal error: {type(exc).__name__}: {exc} "
+                "(set MSPROF_LSP_DEBUG=1 for a traceback, and please report it)",
+                file=sys.stderr,
+            )
+            return 2
+    from .lsp.app import serve
+
+    serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

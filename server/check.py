@@ -1,0 +1,147 @@
+"""``msprof-lsp --check``: analyse headless, render a report, return the exit status.
+
+Exit status: 0 nothing at or above --fail-on; 1 findings at or above it (or a step-time regression
+beyond --fail-on-regression); 2 the run itself failed — one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from msprof_lsp.hints.finding import Severity
+from msprof_lsp.mapping.attribute import attribute
+from msprof_lsp.mapping.compare import compare
+from msprof_lsp.mapping.errors import ProfileError
+
+from . import pipeline
+from .cli import CheckArgs, UsageError, version
+from .progress import ProgressLine
+from .report import github, sarif, text
+from .report.run import CheckRun, JobReport
+from .settings import Settings, apply, find_pyproject, from_pyproject
+
+
+class CheckFailed(Exception):
+    """The run cannot go on (exit 2); the message is the one line printed."""
+
+
+def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
+    """defaults -> nearest pyproject.toml [tool.msprof-lsp] -> command-line flags."""
+    settings = Settings(base_dir=str(Path.cwd()))
+    pyproject = find_pyproject(path.resolve())
+    warnings: list[str] = []
+    if pyproject is not None:
+        settings, warnings = from_pyproject(settings, pyproject)
+    flags: dict[str, object] = {}
+    if args.select is not None:
+        flags["select"] = args.select
+    if args.ignore is not None:
+        flags["ignore"] = args.ignore
+    if args.rank is not None:
+        flags["rank"] = args.rank
+    if args.path_map:
+        flags["pathMappings"] = [f"{r}={l}" for r, l in args.path_map]
+    settings, more = apply(settings, flags, "command line")
+    for w in warnings + more:
+        print(f"msprof-lsp: warning: {w}", file=warn)
+    return settings
+
+
+def _baseline_comparison(analysis: pipeline.Analysis, baseline: Path, settings: Settings, use_cache: bool):
+    loaded = pipeline.load([baseline], settings, use_cache=use_cache)
+    before_heat = attribute(loaded.profile, analysis.workspace).heat
+    return compare(str(baseline), loaded.profile, before_heat, analysis.profile, analysis.attribution.heat)
+
+
+def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
+    cwd = Path.cwd()
+    paths = [Path(p) for p in args.paths] or [cwd]
+    for p in paths:
+        if not p.exists():
+            raise CheckFailed(f"{p}: no such file or directory")
+    profile = Path(args.profile) if args.profile else None
+    if profile is not None and not profile.exists():
+        raise CheckFailed(f"{profile}: no such file or directory (--profile)")
+    use_cache = not args.no_cache
+    jobs: list[JobReport] = []
+    for path in paths:
+        settings = settings_for(path, args, warn)
+        chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
+        analyses = pipeline.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress)
+        baseline = args.baseline or settings.baseline
+        for a in analyses:
+            comparison = None
+            if baseline:
+                bpath = Path(baseline) if args.baseline else settings.resolve_path(baseline)
+                if not bpath.exists():
+                    raise CheckFailed(f"{bpath}: no such file or directory (--baseline)")
+                comparison = _baseline_comparison(a, bpath, settings, use_cache)
+            jobs.append(
+                JobReport(
+                    profile=a.profile,
+                    heat=a.attribution.heat,
+                    findings=a.findings,
+                    cluster=a.loaded.cluster,
+                    ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
+                    comparison=comparison,
+                )
+            )
+    return CheckRun(jobs=jobs, cwd=cwd, tool_version=version())
+
+
+def exit_status(run: CheckRun, args: CheckArgs) -> int:
+    if args.fail_on != "never":
+        floor = Severity(args.fail_on).rank
+        if any(f.severity.rank >= floor for f in run.findings):
+            return 1
+    if args.fail_on_regression is not None:
+        for job in run.jobs:
+            ratio = job.comparison.step_ratio if job.comparison else None
+            if ratio is not None and ratio * 100 > args.fail_on_regression:
+                return 1
+    return 0
+
+
+def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
+    if args.format == "json":
+        return json.dumps(run.to_document(), indent=2, ensure_ascii=False) + "\n"
+    if args.format == "sarif":
+        return json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False) + "\n"
+    if args.format == "github":
+        return github.render(run)
+    use_color = args.color == "always" or (
+        args.color == "auto" and args.output is None and out.isatty() and "NO_COLOR" not in os.environ
+    )
+    return text.render(run, color=use_color)
+
+
+def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    bar = ProgressLine(stderr) if (not args.quiet and stderr.isatty()) else None
+    progress = bar if bar is not None else (lambda message, fraction: None)
+    try:
+        run = collect(args, progress, stderr)
+        report = render(run, args, stdout)
+    except (ProfileError, CheckFailed, UsageError) as exc:
+        if bar:
+            bar.clear()
+        print(f"msprof-lsp: error: {exc}", file=stderr)
+        return 2
+    finally:
+        if bar:
+            bar.clear()
+    if args.output:
+        try:
+            Path(args.output).write_text(report, encoding="utf-8")
+        except OSError as exc:
+            print(f"msprof-lsp: error: {args.output}: cannot write: {exc.strerror}", file=stderr)
+            return 2
+    else:
+        stdout.write(report)
+        stdout.flush()
+    return exit_status(run, args)

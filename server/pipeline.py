@@ -1,0 +1,104 @@
+"""The whole analysis, shared by ``--check`` and the language server:
+profile on disk -> Profile -> Attribution (SourceHeat) -> findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.engine import run_rules
+from msprof_lsp.hints.finding import Finding
+from msprof_lsp.mapping.attribute import attribute
+from msprof_lsp.mapping.cluster import LoadResult, load_profile
+from msprof_lsp.mapping.discover import discover
+from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.heat import Attribution
+from msprof_lsp.mapping.jobs import Job, group_jobs, source_root_for
+from msprof_lsp.mapping.locations import Progress, no_progress
+from msprof_lsp.mapping.workspace import SourceWorkspace
+
+from .settings import Settings
+
+
+@dataclass(slots=True)
+class Analysis:
+    """One job's profile, analysed against its source."""
+
+    loaded: LoadResult
+    workspace: SourceWorkspace
+    attribution: Attribution
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def profile(self):  # noqa: ANN201 - Profile; kept short for callers
+        return self.loaded.profile
+
+
+def build_workspace(roots: Sequence[Path], settings: Settings) -> SourceWorkspace:
+    return SourceWorkspace(
+        [Path(r) for r in roots],
+        path_mappings=settings.path_mappings,
+        third_party_roots=settings.third_party_roots,
+    )
+
+
+def load(
+    profile_paths: Sequence[Path],
+    settings: Settings,
+    *,
+    use_cache: bool = True,
+    progress: Progress = no_progress,
+) -> LoadResult:
+    cache_dir = settings.resolve_path(settings.cache_dir) if settings.cache_dir else None
+    return load_profile(
+        list(profile_paths), rank=settings.rank, use_cache=use_cache, cache_dir=cache_dir, progress=progress
+    )
+
+
+def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Settings) -> Analysis:
+    attribution = attribute(loaded.profile, workspace)
+    ctx = RuleContext.create(loaded.profile, attribution, workspace, settings.rule_config())
+    findings = run_rules(ctx)
+    return Analysis(loaded, workspace, attribution, findings)
+
+
+def find_jobs(paths: Sequence[Path]) -> list[Job]:
+    locations = discover(list(paths))
+    if not locations:
+        looked = ", ".join(str(p) for p in paths)
+        raise NoProfileFound(
+            looked,
+            "no profile found (looked for *_ascend_pt, ASCEND_PROFILER_OUTPUT, PROF_*, "
+            "ascend_pytorch_profiler*.db and *.pt.trace.json[.gz])",
+        )
+    return group_jobs(locations)
+
+
+def analyse_paths(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    profile: Path | None = None,
+    use_cache: bool = True,
+    progress: Progress = no_progress,
+) -> list[Analysis]:
+    """``--check`` semantics: one analysis per job found under ``paths`` (or of ``profile``).
+
+    Each job is checked against the source folder nearest to it (so two samples' ``model.py``
+    stay apart); ``--profile`` checks that profile against all of ``paths``.
+    """
+    paths = [p.resolve() for p in paths]
+    if profile is not None:
+        loaded = load([profile], settings, use_cache=use_cache, progress=progress)
+        return [analyse_loaded(loaded, build_workspace(paths, settings), settings)]
+    analyses = []
+    for job in find_jobs(paths):
+        boundary = next((p for p in paths if p == job.folder or p in job.folder.parents), paths[0])
+        root = source_root_for(job.folder, boundary)
+        loaded = load([job.folder], settings, use_cache=use_cache, progress=progress)
+        analyses.append(analyse_loaded(loaded, build_workspace([root], settings), settings))
+    return analyses

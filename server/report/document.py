@@ -1,0 +1,170 @@
+"""The ``--format json`` document (schema version 1 of design.md) — the one structured view of a
+check run; the text, SARIF and GitHub renderers read the same pieces.
+
+Positions: lines 1-based, columns 1-based code points; paths relative to the cwd with "/".
+Times: µs per step unless a key says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from msprof_lsp.hints.finding import Finding, Fix
+from msprof_lsp.mapping.compare import Comparison
+from msprof_lsp.mapping.heat import SpanHeat
+from msprof_lsp.mapping.model import ClusterSummary, Profile
+
+SCHEMA_VERSION = 1
+MAX_HOTSPOTS = 20
+
+
+def rel_path(path: str | os.PathLike[str], cwd: Path) -> str:
+    """Path relative to ``cwd`` with "/" separators (absolute when on another drive)."""
+    try:
+        rel = os.path.relpath(os.fspath(path), cwd)
+    except ValueError:  # pragma: no cover - Windows, other drive
+        rel = os.fspath(path)
+    return rel.replace(os.sep, "/")
+
+
+def _us(ns: float) -> float:
+    return round(ns / 1000, 3)
+
+
+def fix_dict(fix: Fix, cwd: Path) -> dict[str, Any]:
+    return {
+        "title": fix.title,
+        "safe": fix.safe,
+        "edits": [
+            {
+                "path": rel_path(e.path, cwd),
+                "line": e.line,
+                "column": e.col + 1,
+                "end_line": e.end_line,
+                "end_column": e.end_col + 1,
+                "new_text": e.new_text,
+            }
+            for e in fix.edits
+        ],
+    }
+
+
+def finding_dict(f: Finding, cwd: Path, profile_path: str | None = None) -> dict[str, Any]:
+    s = f.span
+    d: dict[str, Any] = {
+        "code": f.code,
+        "name": f.name,
+        "severity": f.severity.value,
+        "path": rel_path(s.path, cwd) if s else None,
+        "line": s.line if s else None,
+        "column": s.col + 1 if s else None,
+        "end_line": s.end_line if s else None,
+        "end_column": s.end_col + 1 if s else None,
+        "message": f.message,
+        "share": round(f.share, 6),
+        "device_time_us": round(f.time_per_step_us, 3),
+        "confidence": f.confidence.value,
+        "evidence": f.evidence,
+        "fixes": [fix_dict(x, cwd) for x in f.fixes],
+        "related": [
+            {"path": rel_path(r.span.path, cwd), "line": r.span.line, "column": r.span.col + 1, "message": r.message}
+            for r in f.related
+        ],
+    }
+    if profile_path is not None:
+        d["profile_path"] = profile_path
+    return d
+
+
+def hotspot_dict(h: SpanHeat, cwd: Path, steps: int) -> dict[str, Any]:
+    span = h.site.span
+    per_step = max(steps, 1)
+    return {
+        "path": rel_path(span.path, cwd),
+        "line": span.line,
+        "end_line": span.end_line,
+        "column": span.col + 1,
+        "function": h.site.function,
+        "code": h.site.call_text,
+        "confidence": h.site.confidence.value,
+        "device_time_us": _us(h.per_step_ns),
+        "forward_us": _us(h.fwd_ns / per_step),
+        "backward_us": _us(h.bwd_ns / per_step),
+        "share": round(h.share, 6),
+        "calls": h.calls,
+        "ops": [
+            {
+                "name": o.name,
+                "type": o.type,
+                "core": o.core,
+                "time_us": _us(o.total_ns / per_step),
+                "count": o.count,
+                "shapes": list(o.shapes),
+                "backward": o.backward,
+            }
+            for o in h.ops
+        ],
+    }
+
+
+def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
+    if cluster is None:
+        return None
+    return {
+        "slowest_rank": cluster.slowest_rank,
+        "analysed_rank": cluster.analysed_rank,
+        "slowest_over_fastest": round(cluster.slowest_over_fastest, 6),
+        "ranks": [
+            {
+                "rank": r.rank,
+                "path": r.path,
+                "step_time_us": _us(r.step_time_ns),
+                "comm_not_overlapped_us": _us(r.comm_not_overlapped_ns),
+                "comm_share": round(r.comm_share, 6),
+            }
+            for r in cluster.ranks
+        ],
+    }
+
+
+def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, mapped_share: float) -> dict[str, Any]:
+    meta = profile.meta
+    steps = profile.num_steps
+    step_ns, step_source = profile.step_time()
+    return {
+        "path": rel_path(meta.path, cwd),
+        "kind": meta.kind.value,
+        "backend": meta.backend.value,
+        "rank": meta.rank,
+        "ranks": sorted(ranks),
+        "steps": steps,
+        "step_time_us": _us(step_ns),
+        "step_time_source": step_source,
+        "device_time_us": _us(profile.kernels_in_steps()["dur_ns"].sum() / max(steps, 1)),
+        "has_call_stacks": profile.has_call_stacks,
+        "mapped_share": round(mapped_share, 6),
+        "complete": meta.complete,
+        "issues": [str(i) for i in profile.issues],
+        "cluster": cluster_dict(cluster),
+    }
+
+
+def baseline_dict(cmp: Comparison | None, cwd: Path) -> dict[str, Any] | None:
+    if cmp is None:
+        return None
+    return {
+        "path": rel_path(cmp.baseline_path, cwd),
+        "step_time_us": round(cmp.before_step_us, 3),
+        "current_step_time_us": round(cmp.after_step_us, 3),
+        "step_change": None if cmp.step_ratio is None else round(cmp.step_ratio, 6),
+        "changes": [
+            {"path": rel_path(c.path, cwd), "line": c.line, "before_us": round(c.before_us, 3), "after_us": round(c.after_us, 3)}
+            for c in cmp.lines
+        ],
+        "operators": [
+            {"type": c.key, "before_us": round(c.before_us, 3), "after_us": round(c.after_us, 3)} for c in cmp.operators
+        ],
+    }

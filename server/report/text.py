@@ -1,0 +1,172 @@
+"""Human output of ``--check``: a header per profile, findings grouped by file like a compiler's,
+then the top hotspots and a summary line. Fits an 80-column terminal; colour only when asked.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable
+
+from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.mapping.units import format_us
+
+from . import document
+from .run import CheckRun, JobReport
+
+WIDTH = 80
+TOP_HOTSPOTS = 8
+
+_COLORS = {
+    Severity.ERROR: "\x1b[31;1m",
+    Severity.WARNING: "\x1b[33;1m",
+    Severity.INFO: "\x1b[36m",
+    Severity.HINT: "\x1b[2m",
+}
+_BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
+
+
+class _Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if self.color else text
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.1f}%"
+
+
+def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
+    pad = " " * indent
+    return textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False) or [pad]
+
+
+def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
+    p = job.profile
+    meta = p.meta
+    step_ns, source = p.step_time()
+    lines = [style(f"{meta.kind.value} profile {document.rel_path(meta.path, run.cwd)}", _BOLD)]
+    facts = []
+    if meta.rank is not None:
+        facts.append(f"rank {meta.rank}" + (f" of {len(job.ranks)}" if len(job.ranks) > 1 else ""))
+    facts.append(f"{p.num_steps} step{'s' if p.num_steps != 1 else ''}")
+    facts.append(f"step {format_us(step_ns / 1000)}")
+    facts.append(f"{_pct(job.heat.mapped_share)} of device time mapped to code")
+    lines += _wrap(" · ".join(facts), 2)
+    if job.cluster is not None and len(job.cluster.ranks) > 1:
+        c = job.cluster
+        slow = next((r for r in c.ranks if r.rank == c.slowest_rank), None)
+        if slow is not None:
+            fastest = min(r.step_time_ns for r in c.ranks if r.step_time_ns > 0)
+            extra = (slow.step_time_ns / fastest - 1) * 100 if fastest else 0.0
+            lines += _wrap(
+                f"cluster: {len(c.ranks)} ranks, slowest rank {c.slowest_rank} "
+                f"({format_us(slow.step_time_ns / 1000)}/step, +{extra:.1f}% vs fastest); "
+                f"analysing rank {c.analysed_rank}",
+                2,
+            )
+            for r in c.ranks:
+                lines.append(
+                    f"    rank {r.rank:>3}  step {format_us(r.step_time_ns / 1000):>10}  "
+                    f"comm not overlapped {_pct(r.comm_share):>6}"
+                )
+    if not p.has_call_stacks:
+        lines += _wrap("no Python call stacks in this profile: locations are approximate", 2)
+    for issue in p.issues[:5]:
+        lines += _wrap(f"note: {issue}", 2)
+    if len(p.issues) > 5:
+        lines.append(f"  note: … and {len(p.issues) - 5} more load notes")
+    if source == "capture length":
+        lines += _wrap("note: no step markers; step time = capture length / steps", 2)
+    return lines
+
+
+def _finding_lines(f: Finding, style: _Style) -> list[str]:
+    s = f.span
+    where = f"{s.line}:{s.col + 1}" if s else "-"
+    sev = style(f.severity.value, _COLORS[f.severity])
+    head = f"  {where:>7} {sev} {style(f.code, _BOLD)} "
+    visible = len(f"  {where:>7} {f.severity.value} {f.code} ")
+    body = textwrap.wrap(f.message, width=WIDTH - visible, break_on_hyphens=False) or [""]
+    lines = [head + body[0]] + [" " * visible + b for b in body[1:]]
+    for fix in f.fixes[:2]:
+        kind = "fix" if fix.safe else "fix (review)"
+        lines += [style(x, _DIM) for x in _wrap(f"{kind}: {fix.title}", visible)]
+    return lines
+
+
+def findings_by_file(findings: Iterable[Finding], run: CheckRun, style: _Style) -> list[str]:
+    out: list[str] = []
+    by_file: dict[str, list[Finding]] = {}
+    for f in sorted(findings, key=Finding.sort_key):
+        key = document.rel_path(f.span.path, run.cwd) if f.span else "(profile)"
+        by_file.setdefault(key, []).append(f)
+    for path, items in by_file.items():
+        out.append(style(path, _BOLD))
+        for f in items:
+            out += _finding_lines(f, style)
+        out.append("")
+    return out
+
+
+def hotspots(job: JobReport, run: CheckRun) -> list[str]:
+    spans = job.heat.spans[:TOP_HOTSPOTS]
+    if not spans:
+        return []
+    out = ["Hotspots (device time per step)", "   share    time/step  location / top operators"]
+    for h in spans:
+        span = h.site.span
+        loc = f"{document.rel_path(span.path, run.cwd)}:{span.line}"
+        out.append(f"  {_pct(h.share):>6} {format_us(h.per_step_ns / 1000):>12}  {loc}")
+        code = " ".join(h.site.call_text.split())
+        if code:
+            out.append(f"{'':23}{textwrap.shorten(code, WIDTH - 23, placeholder='…')}")
+        ops = ", ".join(f"{o.type or o.name} ×{o.count}" for o in h.ops[:3])
+        if ops:
+            out.append(f"{'':23}{textwrap.shorten(ops, WIDTH - 23, placeholder='…')}")
+    return out
+
+
+def baseline(job: JobReport, run: CheckRun) -> list[str]:
+    cmp = job.comparison
+    if cmp is None:
+        return []
+    ratio = cmp.step_ratio
+    change = f" ({ratio * 100:+.1f}%)" if ratio is not None else ""
+    out = [
+        f"Compared with {document.rel_path(cmp.baseline_path, run.cwd)}:",
+        f"  step time {format_us(cmp.before_step_us)} → {format_us(cmp.after_step_us)}{change}",
+    ]
+    for title, items in (("improved", cmp.improved()), ("regressed", cmp.regressed())):
+        for c in items[:5]:
+            r = f" ({c.ratio * 100:+.0f}%)" if c.ratio is not None else " (new)"
+            out.append(
+                f"  {title:9} {document.rel_path(c.path, run.cwd)}:{c.line}: "
+                f"{format_us(c.before_us)} → {format_us(c.after_us)}/step{r}"
+            )
+    return out
+
+
+def render(run: CheckRun, *, color: bool = False) -> str:
+    style = _Style(color)
+    out: list[str] = []
+    for job in run.jobs:
+        out += header(job, run, style)
+        out.append("")
+        out += findings_by_file(job.findings, run, style)
+        hs = hotspots(job, run)
+        if hs:
+            out += hs + [""]
+        bl = baseline(job, run)
+        if bl:
+            out += bl + [""]
+    counts = run.counts()
+    total = sum(counts.values())
+    if total:
+        parts = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
+        files = len({f.span.path for f in run.findings if f.span})
+        out.append(f"Found {total} finding{'s' if total != 1 else ''} ({parts}) in {files} file{'s' if files != 1 else ''}.")
+    else:
+        out.append("No findings.")
+    return "\n".join(out) + "\n"
