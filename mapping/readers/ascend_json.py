@@ -37,7 +37,7 @@ def load_json(path: Path, issues: list[Issue] | None = None, *, exact: bool = Fa
         raw = path.read_bytes()
     except OSError as exc:
         raise ProfileError(path, f"cannot read file: {exc.strerror or exc}") from None
-    if not raw.strip():
+    if not raw or raw.isspace():
         raise ProfileError(path, "empty file")
     if b"\x00" in raw:
         raise ProfileError(path, "binary content (NUL bytes): not a JSON text file")

@@ -6,8 +6,8 @@ docs/performance.md "CSV readers"):
 
 * text columns are read as ``category``: the C parser builds the categories itself, and the
   clean-ups (``N/A`` -> "", the triple quotes around shapes) then run once per distinct value;
-* PMU ratios and durations are parsed as float64 by the C parser (no Python object per cell).
-  A duration < 2**51 ns with at most three decimals is exact after ``rint(us * 1000)``;
+* PMU ratios and durations are parsed as float64 by the C parser (no Python object per cell);
+  :func:`scaled_half_up` turns µs into ns exactly for what the producers write;
 * epoch timestamps are too large for float64, so they stay strings and go through an exact
   integer split (:func:`us_cells_to_ns`);
 * integer ids go through categories too, so ``N/A`` and the 4294967295 / 18446744073709551615
@@ -47,10 +47,9 @@ _I64_BAD = _I64_MISSING + 1
 _I64_MAX = np.iinfo(np.int64).max
 _MAX_LINE_ISSUES = 5  # per column; the rest are summarised in one Issue
 
-# kinds: text (categorical, N/A -> ""), shape (text, outer quotes stripped), raw (str as is),
-# rawcat (categorical, as is),
-# time (exact µs string -> ns), dur (µs via float -> ns), int, float, bytes (size with a unit in
-# the header: (B)/(KB)/(MB)/(GB) -> bytes)
+# Col kinds: text (categorical, N/A -> ""), shape (text, outer quotes stripped), rawcat
+# (categorical, as written), raw (object str, as written), time (exact µs string -> ns), dur
+# (µs via float -> ns), int, float, bytes (size with its unit in the header: (B)/(KB)/(MB)/(GB)).
 _CAT_KINDS = frozenset({"text", "shape", "int", "rawcat"})
 _FLOAT_KINDS = frozenset({"dur", "float", "bytes"})
 _UNIT_RE = re.compile(r"\((B|KB|MB|GB)\)\s*$", re.IGNORECASE)
@@ -148,8 +147,11 @@ def read_columns(
     if frame is None:  # a float column holds text: parse those columns as strings instead
         frame, skipped = _parse(source, kinds, float_pos, as_float=False)
         assert frame is not None
-    for line, expected, saw in skipped:
+    for line, expected, saw in skipped[:_MAX_LINE_ISSUES]:
         issues.append(Issue(path, f"row has {saw} fields, header has {expected}; row skipped", line))
+    if len(skipped) > _MAX_LINE_ISSUES:
+        issues.append(Issue(path, f"{len(skipped) - _MAX_LINE_ISSUES} more rows with a wrong number of "
+                                  f"fields (last at line {skipped[-1][0]}); skipped"))
 
     n = len(frame)
     lines = _LazyLines(source, n, [s[0] for s in skipped])
@@ -214,7 +216,6 @@ def _numeric_extras(source: CsvSource, extra_pos: dict[int, str], issues: list[I
         else:
             keep[pos] = name
     return keep
-
 
 
 def _parse(

@@ -752,3 +752,15 @@ def test_cluster_rank_row_with_bad_index(tmp_path):
     assert [s.device for s in steps] == [0] and steps[0].computing_ns == 10000
     (issue,) = issues
     assert issue.line == 3 and "'x'" in issue.message
+
+
+def test_rows_with_extra_fields_are_summarised(tmp_path):
+    header = LEVEL0[2:9]
+    path = tmp_path / "k.csv"
+    rows = [f"k{i},Add,AI_CORE,{i}.5,1,0,1" + (",extra" if i else "") for i in range(12)]
+    path.write_text(",".join(header) + "\r\n" + "\r\n".join(rows) + "\r\n", newline="")
+    table = read_kernel_table(path)
+    assert table.to_frame()["name"].tolist() == ["k0"]
+    assert [i.line for i in table.issues[:5]] == [3, 4, 5, 6, 7]
+    assert "6 more rows" in table.issues[5].message and "line 13" in table.issues[5].message
+    assert len(table.issues) == 6
