@@ -764,3 +764,23 @@ def test_rows_with_extra_fields_are_summarised(tmp_path):
     assert [i.line for i in table.issues[:5]] == [3, 4, 5, 6, 7]
     assert "6 more rows" in table.issues[5].message and "line 13" in table.issues[5].message
     assert len(table.issues) == 6
+
+
+def test_header_only_without_final_newline(tmp_path):
+    path = write_csv(tmp_path / "k.csv", LEVEL0, [], final_eol=False)
+    table = read_kernel_table(path)
+    assert table.length == 0 and table.issues == []
+
+
+def test_operator_details_cut_inside_a_multiline_call_stack(tmp_path):
+    rows = operator_rows()
+    path = write_operator_details(tmp_path / "operator_details.csv", OPERATOR_HEADER, rows)
+    data = path.read_bytes()
+    third = data.index(b"aten::linear", data.index(b"aten::relu"))  # start of the 3rd record
+    cut = data.index(b";\r\n", data.index(b"model.py", third)) + 3  # just after a frame's line break
+    path.write_bytes(data[:cut])
+    frame, issues = read_operator_details(path, StackTable())
+    assert frame["name"].tolist() == ["aten::linear", "aten::relu"]
+    (issue,) = issues
+    line = data[:third].count(b"\n") + 1
+    assert issue.line == line and f"file ends mid-row at line {line}" in issue.message
