@@ -441,6 +441,7 @@ class _Decoder:
         self.lenient_chunks = 0
         self.replaced_utf8 = False
         self.truncated = False
+        self.last_end = 0  # file offset just after the last decoded event
 
     def count(self) -> int:
         return sum(len(c.ph) for c in self.chunks)
@@ -619,6 +620,7 @@ def _read(path: Path, args: Mapping[str, ArgKind], progress: Progress, chunk_byt
                     continue
                 _keep_prefix(dec, path, buf, base, end if pos is None else pos - 1, exc, eof_missing=False)
                 break
+            dec.last_end = base + end
             del buf[:nxt]
             base += nxt
             progress(label, min(base / size, 1.0) if size else None)
@@ -656,6 +658,7 @@ def _finish(dec: _Decoder, path: Path, buf: bytearray, base: int) -> None:
     if body:
         try:
             dec.decode(body)
+            dec.last_end = base + len(body)
         except msgspec.DecodeError as exc:
             pos = _error_pos(exc)
             limit = len(body) if pos is None or pos > len(body) else pos - 1
@@ -663,7 +666,7 @@ def _finish(dec: _Decoder, path: Path, buf: bytearray, base: int) -> None:
             return
     if not closed:
         dec.truncated = True
-        dec.issues.append(_truncated_issue(path, base + len(body), dec.count()))
+        dec.issues.append(_truncated_issue(path, dec.last_end, dec.count()))
 
 
 def _keep_prefix(
@@ -693,10 +696,11 @@ def _keep_prefix(
     kept_end = bounds[best] if best >= 0 else 0
     if kept_end:
         dec.decode(data[:kept_end])
+        dec.last_end = base + kept_end
     n = dec.count()
     if eof_missing:
         dec.truncated = True
-        dec.issues.append(_truncated_issue(path, base + kept_end, n))
+        dec.issues.append(_truncated_issue(path, dec.last_end, n))
         return
     offset = base + max(limit, 0)
     line = _line_of(path, offset)
@@ -726,9 +730,11 @@ def _reason(exc: object) -> str:
 
 
 def _truncated_issue(path: Path, stop: int, n: int) -> Issue:
+    head = "truncated: the event array has no closing ']' (still being written, or cut off); "
+    if n == 0:
+        return Issue(str(path), head + "not one complete event in it", line=1)
     return Issue(
         str(path),
-        "truncated: the event array has no closing ']' (still being written, or cut off); "
-        f"loaded {n} complete events, the data stops at byte {stop}",
+        head + f"loaded {n} complete events; the last one ends at byte {stop}",
         line=_line_of(path, stop),
     )
