@@ -180,29 +180,28 @@ class _NeedsExact(Exception):
 
 
 class _Pool:
-    """The shared string pool; chunks map their local uniques onto it."""
+    """The shared string pool. ``index`` maps None to NO_STR so absent values need no branch."""
 
     def __init__(self) -> None:
         self.strings: list[str] = []
-        self.index: dict[str, int] = {}
+        self.index: dict[Any, int] = {None: NO_STR}
 
     def codes(self, values: list[Any]) -> np.ndarray:
-        local, uniques = pd.factorize(np.asarray(values, dtype=object))
-        if not len(uniques):
-            return np.full(len(values), NO_STR, dtype=np.int32)
-        index, strings = self.index, self.strings
-        gids = np.empty(len(uniques), dtype=np.int32)
-        for i, u in enumerate(uniques):
-            if u.__class__ is not str:
-                u = str(u)
-            g = index.get(u)
-            if g is None:
-                g = index[u] = len(strings)
-                strings.append(u)
-            gids[i] = g
-        out = gids[np.where(local >= 0, local, 0)]
-        out[local < 0] = NO_STR
-        return out
+        # map(dict.get) runs in C; only a chunk that brings new strings takes the second pass.
+        index = self.index
+        codes = list(map(index.get, values))
+        if None in codes:
+            strings = self.strings
+            for v in set(values).difference(index):  # set algebra in C: only new values loop
+                text = v if v.__class__ is str else str(v)
+                code = index.get(text)
+                if code is None:
+                    code = len(strings)
+                    strings.append(text)
+                    index[text] = code
+                index[v] = code
+            codes = list(map(index.get, values))
+        return np.array(codes, dtype=np.int32)
 
 
 def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | None = None) -> np.ndarray:
@@ -218,9 +217,13 @@ def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | N
         nan = np.isnan(f)
         out = np.where(nan, 0, f).astype(np.int64)
         out[nan] = NO_INT
-        big = np.flatnonzero(~nan & (np.abs(f) >= 2**53))
-        for i in big.tolist():
-            out[i] = _one_int(values[i], pool, synthetic)
+        big = np.flatnonzero(~nan & (np.abs(f) >= 2**53)).tolist()
+        if big:
+            try:  # Python ints convert exactly
+                out[big] = np.array([values[i] for i in big], dtype=np.int64)
+            except (ValueError, TypeError, OverflowError):
+                for i in big:
+                    out[i] = _one_int(values[i], pool, synthetic)
         return out
     out = np.empty(n, dtype=np.int64)
     for i, v in enumerate(values):
@@ -315,6 +318,24 @@ class _Chunk:
     args: dict[str, np.ndarray]
 
 
+_EXTRACTORS: dict[int, Any] = {}
+
+
+def _extractor(n_fields: int) -> Any:
+    """``f(args) -> ([a.a0 for a in args], [a.a1 ...], ...)``: one list comprehension per field.
+
+    Generated once per field count: a comprehension with a literal attribute name is several times
+    faster than getattr/attrgetter or astuple+zip over tens of thousands of structs.
+    """
+    fn = _EXTRACTORS.get(n_fields)
+    if fn is None:
+        body = ", ".join(f"[a.a{i} for a in args]" for i in range(n_fields))
+        namespace: dict[str, Any] = {}
+        exec(f"def extract(args):\n    return ({body}{',' if n_fields == 1 else ''})\n", namespace)  # noqa: S102
+        fn = _EXTRACTORS[n_fields] = namespace["extract"]
+    return fn
+
+
 def _to_columns(
     events: list[Any], spec: Mapping[str, ArgKind], pool: _Pool, pid_names: dict[int, str]
 ) -> tuple[_Chunk, int]:
@@ -325,14 +346,10 @@ def _to_columns(
     args_all = [e.args for e in events]
     with_args = [i for i, a in enumerate(args_all) if a is not None]
     n = len(events)
-    columns = (
-        list(zip(*map(msgspec.structs.astuple, [args_all[i] for i in with_args])))
-        if with_args
-        else [() for _ in spec]
-    )
+    present = [args_all[i] for i in with_args] if len(with_args) < n else args_all
+    columns = _extractor(len(spec))(present) if with_args else [[] for _ in spec]
     args: dict[str, np.ndarray] = {}
     for (key, kind), values in zip(spec.items(), columns):
-        values = list(values)
         if kind == "int":
             col = np.full(n, NO_INT, dtype=np.int64)
             if values:
