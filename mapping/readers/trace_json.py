@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from ..errors import Issue, ProfileError
 from ..locations import Progress, no_progress
