@@ -208,7 +208,9 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     stream = np.where(stream == NO_INT, ev.args["Physic Stream Id"][k_rows], stream)
     stream = np.where(stream == NO_INT, ev.tid[k_rows], stream)
     task_type = _text(ev, ev.args["Task Type"][k_rows], lambda t: t if t in KNOWN_CORES else "")
-    devices = {int(p): procs.device(int(p)) for p in np.unique(k_pid).tolist()}
+    k_device = np.zeros(len(k_rows), dtype=np.int64)
+    for p in np.unique(k_pid).tolist():
+        k_device[k_pid == p] = procs.device(int(p))
     kernels = make_table(
         KERNEL_SCHEMA,
         {
@@ -216,7 +218,7 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
             "core": task_type,  # rule 11: only a real core name is kept; kernel_details overrides
             "start_ns": ev.ts_ns[k_rows],
             "dur_ns": np.maximum(ev.dur_ns[k_rows], 0),
-            "device": np.array([devices[int(p)] for p in k_pid.tolist()], dtype=np.int64),
+            "device": k_device,
             "stream": stream,
             "task_id": _ints(ev.args["Task Id"][k_rows]),
         },
@@ -291,17 +293,25 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     # -- Overlap Analysis ------------------------------------------------------------------------
     ov_pids = procs.pids(OVERLAP)
     ov_rows = np.flatnonzero(X & np.isin(ev.pid, ov_pids))
-    lanes = [
+    # lane = thread_name of (pid, tid), falling back to the slice name: one lookup per distinct triple
+    ov_keys = pd.DataFrame({"pid": ev.pid[ov_rows], "tid": ev.tid[ov_rows], "name": ev.name[ov_rows]})
+    uniq = ov_keys.drop_duplicates()
+    lane_of = [
         procs.threads.get((int(p), int(t)), "") or (ev.strings[n] if n >= 0 else "")
-        for p, t, n in zip(ev.pid[ov_rows].tolist(), ev.tid[ov_rows].tolist(), ev.name[ov_rows].tolist())
+        for p, t, n in zip(uniq["pid"].tolist(), uniq["tid"].tolist(), uniq["name"].tolist())
     ]
+    lanes = ov_keys.merge(uniq.assign(lane=lane_of), on=["pid", "tid", "name"], how="left")["lane"].to_numpy()
+    ov_pid = ev.pid[ov_rows]
+    ov_device = np.zeros(len(ov_rows), dtype=np.int64)
+    for p in np.unique(ov_pid).tolist():
+        ov_device[ov_pid == p] = procs.device(int(p))
     overlap = make_table(
         OVERLAP_SCHEMA,
         {
             "lane": lanes,
             "start_ns": ev.ts_ns[ov_rows],
             "dur_ns": np.maximum(ev.dur_ns[ov_rows], 0),
-            "device": np.array([procs.device(int(p)) for p in ev.pid[ov_rows].tolist()], dtype=np.int64),
+            "device": ov_device,
         },
         len(ov_rows),
     )
