@@ -404,15 +404,17 @@ def _forward_ops(
     fwd_op = [-1] * n
     fwdbwd = [f for f in flows if f.cat == "fwdbwd"]
     if fwdbwd:
+        f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
+        wanted = {(f.pid, f.tid, s) for f, s in zip(fwdbwd, f_start.tolist())}
         # Ops are in (start, longer first) order, so at a shared start the deeper op wins; an
         # op with a sequence number wins over one without (the flow sits on the autograd op).
         at: dict[tuple[int, int, int], int] = {}
-        for i, (p, t, s) in enumerate(zip(h_pid.tolist(), h_tid.tolist(), h_start.tolist())):
-            key = (p, t, s)
+        for i, key in enumerate(zip(h_pid.tolist(), h_tid.tolist(), h_start.tolist())):
+            if key not in wanted:
+                continue
             prev = at.get(key)
             if prev is None or seq[i] >= 0 or seq[prev] < 0:
                 at[key] = i
-        f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
         sources: dict[Any, int] = {}
         targets: list[tuple[Any, int]] = []
         unmatched = 0

@@ -13,6 +13,7 @@ skipped and counted as an Issue instead of failing the whole load.
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,16 +137,20 @@ def _decode_error(path: Path, data: bytes, exc: msgspec.DecodeError) -> ProfileE
     return ProfileError(path, f"not valid JSON: {what} (column {col})", line)
 
 
-def _top_level_kind(data: bytes) -> bytes:
-    stripped = data.lstrip(b" \t\r\n\xef\xbb\xbf")  # whitespace and a UTF-8 BOM
-    return stripped[:1]
+_LEADING = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*")  # a UTF-8 BOM, whitespace
+
+
+def _first_byte(data: bytes) -> bytes:
+    """The first significant byte (without copying a multi-GB buffer to strip it)."""
+    end = _LEADING.match(data).end()  # type: ignore[union-attr]
+    return data[end : end + 1]
 
 
 def decode(path: Path, data: bytes) -> KinetoFile:
     """Decode the JSON text of a Kineto trace; ProfileError for anything that is not one."""
-    if not data.strip():
+    first = _first_byte(data)
+    if not first:
         raise ProfileError(path, "the file is empty")
-    first = _top_level_kind(data)
     if first == b"[":
         raise ProfileError(
             path,
