@@ -377,3 +377,38 @@ def test_reader_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'the product must not import torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def def_line_of_function(source: Path, func: str) -> int:
+    tree = ast.parse(source.read_text())
+    found = [n.lineno for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func]
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.mark.torch
+def test_recorded_transformer_frames_point_at_the_sample_lines(recorded):
+    model_py = SAMPLES / "tiny_transformer" / "model.py"
+    profile = read_path(recorded["tiny_transformer"])
+    ops, mods = profile.host_ops, profile.modules
+
+    def user_frames(name: str) -> set[str]:
+        """The innermost model.py frame of every op called ``name``."""
+        out = set()
+        for sid in ops[ops["name"] == name]["stack"]:
+            user = [f for f in raw_frames(profile, sid) if f.startswith("model.py(")]
+            if user:
+                out.add(user[0])
+        return out
+
+    attention = f"model.py({def_line(model_py, 'Attention')}): forward"
+    assert user_frames("aten::softmax") == {attention}
+    assert user_frames("aten::rsqrt") == {f"model.py({def_line(model_py, 'RMSNorm')}): forward"}
+    assert user_frames("aten::silu") == {f"model.py({def_line(model_py, 'SwiGLU')}): forward"}
+    # rotate_half is a plain function: its cat/neg ops sit under its own def line
+    assert f"model.py({def_line_of_function(model_py, 'rotate_half')}): rotate_half" in user_frames("aten::neg")
+    # 2 layers x 2 RMSNorm + the final one, numbered in first-call order; each called once a step
+    norms = Counter(k for c, k in zip(mods["cls"], mods["k"]) if c == "RMSNorm")
+    assert norms == {0: 2, 1: 2, 2: 2, 3: 2, 4: 2}
+    source = model_py.read_text()
+    assert source.count("RMSNorm(cfg.dim, cfg.norm_eps)") == 3 and "n_layers: int = 2" in source
