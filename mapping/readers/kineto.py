@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import pandas as pd
 
 from ..errors import Issue
 from ..frames import StackTable
@@ -465,7 +466,7 @@ def _kernels(
     fwd_thread: list[int],
     steps: list[Step],
     h_start: np.ndarray,
-):
+) -> tuple[pd.DataFrame, int]:
     """GPU activity -> kernels table, each linked to its launching op and a stack."""
     ev = buckets.kernels
     k_start, k_dur, _ = _times(ev, base)
@@ -513,9 +514,9 @@ def _kernels(
         names.append(e.name)
         core = KERNEL_CORES[e.cat]
         kind = ""
-        if a is not None:
-            device[i] = a.device if a.device >= 0 else (e.pid if type(e.pid) is int else -1)
-            stream[i] = a.stream if a.stream >= 0 else (e.tid if type(e.tid) is int else -1)
+        # Kineto writes pid = device and tid = stream for GPU activity; the args say it again.
+        device[i] = a.device if a is not None and a.device >= 0 else e.pid  # type: ignore[assignment]
+        stream[i] = a.stream if a is not None and a.stream >= 0 else e.tid  # type: ignore[assignment]
         op = -1
         ext = a.external_id if a is not None else -1
         if ext > 0:
