@@ -37,15 +37,21 @@ from ..model import (
     HOST_OP_SCHEMA,
     KERNEL_SCHEMA,
     Backend,
-    LinkKind,
     Profile,
     ProfileKind,
     ProfileMeta,
     Step,
     make_table,
 )
+from ..linking import (
+    assign_modules,
+    assign_parents,
+    innermost_enclosing,
+    link_backward_by_sequence,
+    match_rows,
+    resolve_kernel_links,
+)
 from .kineto_json import Event, KinetoFile, decode, read_bytes
-from .kineto_nesting import deepest_enclosing, nest
 from .kineto_stacks import PythonCalls, PythonTree
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation"})
@@ -240,7 +246,6 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     h_start, h_dur = h_start[order], h_dur[order]
     h_pid, h_tid = _ints(host, "pid"), _ints(host, "tid")
     h_end = h_start + h_dur
-    parent, depth = nest(h_pid, h_tid, h_start, h_end)
 
     text = _ArgText()
     n_host = len(host)
@@ -269,21 +274,11 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             op_stack[i] = stacks.intern_text(a.call_stack)
             has_call_stack = True
 
-    # Python calls around each op: its stack (unless a Call stack was recorded) and its module.
+    # Ops without a recorded Call stack: the stack of the deepest Python call around them.
     enclosing = tree.enclosing_calls(h_pid, h_tid, h_start, h_end).tolist()
-    module = [-1] * n_host
     for i, call in enumerate(enclosing):
-        if call < 0:
-            continue
-        module[i] = tree.module_row(call)
-        if op_stack[i] < 0:
+        if call >= 0 and op_stack[i] < 0:
             op_stack[i] = tree.stack_id(call)
-
-    fwd_op, unmatched_flows = _forward_ops(buckets.flows, host, h_pid, h_tid, h_start, seq, fwd_thread, base)
-    if unmatched_flows:
-        issues.append(
-            Issue(str(path), f"{unmatched_flows} fwdbwd flow(s) point at no recorded op; those backward ops stay unlinked")
-        )
 
     names = [e.name for e in host]
     host_ops = make_table(
@@ -295,19 +290,26 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             "dur_ns": h_dur,
             "pid": h_pid,
             "tid": h_tid,
-            "parent": parent,
-            "depth": depth,
             "seq": seq,
             "fwd_thread": fwd_thread,
             "input_dims": dims,
             "input_types": types,
             "concrete_inputs": concrete,
             "stack": op_stack,
-            "module": module,
-            "fwd_op": fwd_op,
         },
         n_host,
     )
+    assign_parents(host_ops)
+    assign_modules(host_ops, tree.modules)
+    unmatched_flows = _link_backward(host_ops, buckets.flows, base, names)
+    if unmatched_flows:
+        issues.append(
+            Issue(
+                str(path),
+                f"{unmatched_flows} fwdbwd flow(s) point at no recorded op; "
+                "those backward ops stay unlinked",
+            )
+        )
 
     # -- steps ----------------------------------------------------------------------------------
     steps = []
@@ -337,25 +339,11 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
         },
         len(rt),
     )
+    # The op around each runtime call, for kernels whose launch carries no External id.
+    rt_op = innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_start + r_dur).tolist()
 
-    kernels, unlinked = _kernels(
-        buckets,
-        base,
-        host_names=names,
-        host_cat=[e.cat for e in host],
-        ext_id=ext_id,
-        h=(h_pid, h_tid, h_start, h_end),
-        rt=rt,
-        r=(r_pid, r_tid, r_start, r_start + r_dur),
-        parent=parent.tolist(),
-        op_stack=op_stack,
-        fwd_op=fwd_op,
-        fwd_thread=fwd_thread,
-        steps=steps,
-        h_start=h_start,
-    )
-    if len(kernels):
-        biggest_ts = max(biggest_ts, float(np.abs((kernels["start_ns"].to_numpy() - base) / 1000).max()))
+    kernels, unlinked, big = _kernels(buckets, base, host_ops, ext_id, rt, rt_op, steps)
+    biggest_ts = max(biggest_ts, big)
 
     if buckets.untimed:
         issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
@@ -390,130 +378,109 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     )
 
 
-def _forward_ops(
-    flows: list[Event],
-    host: list[Event],
-    h_pid: np.ndarray,
-    h_tid: np.ndarray,
-    h_start: np.ndarray,
-    seq: list[int],
-    fwd_thread: list[int],
-    base: int,
-) -> tuple[list[int], int]:
-    """Forward op of each backward autograd node: by ``fwdbwd`` flows, else by sequence number."""
-    n = len(host)
-    fwd_op = [-1] * n
-    fwdbwd = [f for f in flows if f.cat == "fwdbwd"]
-    if fwdbwd:
-        f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
-        wanted = {(f.pid, f.tid, s) for f, s in zip(fwdbwd, f_start.tolist())}
-        # Ops are in (start, longer first) order, so at a shared start the deeper op wins; an
-        # op with a sequence number wins over one without (the flow sits on the autograd op).
-        at: dict[tuple[int, int, int], int] = {}
-        for i, key in enumerate(zip(h_pid.tolist(), h_tid.tolist(), h_start.tolist())):
-            if key not in wanted:
-                continue
-            prev = at.get(key)
-            if prev is None or seq[i] >= 0 or seq[prev] < 0:
-                at[key] = i
-        sources: dict[Any, int] = {}
-        targets: list[tuple[Any, int]] = []
-        unmatched = 0
-        for f, s in zip(fwdbwd, f_start.tolist()):
-            op = at.get((f.pid, f.tid, s), -1) if type(f.pid) is int else -1
-            if op < 0:
-                unmatched += 1
-                continue
-            if f.ph == "s":
-                sources[f.id] = op
-            else:
-                targets.append((f.id, op))
-        for flow_id, op in targets:
-            src = sources.get(flow_id, -1)
-            if src >= 0:
-                fwd_op[op] = src
-            else:
-                unmatched += 1
-        return fwd_op, unmatched
-    # No flows (older traces): the latest forward op with the same sequence number before the
-    # backward node, on the same process (torch links exactly that one).
-    last_forward: dict[tuple[int, int], int] = {}
-    pids = h_pid.tolist()
-    for i, e in enumerate(host):
-        s = seq[i]
-        if s < 0:
-            continue
-        if fwd_thread[i] == 0:
-            last_forward[(pids[i], s)] = i
-        elif fwd_thread[i] > 0 and not e.name.startswith(_BACKWARD_NODE_PREFIX):
-            fwd_op[i] = last_forward.get((pids[i], s), -1)
-    return fwd_op, 0
+def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names: list[str]) -> int:
+    """Set ``host_ops.fwd_op`` of backward autograd nodes; returns the flows left unmatched.
+
+    ``fwdbwd`` flows name the pair directly: ``s`` at the forward op's (pid, tid, ts), ``f`` at
+    the backward node's. Traces without them fall back to equal sequence numbers (shared
+    linking), which pick the same forward op torch would.
+    """
+    fwdbwd = [f for f in flows if f.cat == "fwdbwd" and type(f.pid) is int and type(f.tid) is int]
+    seq = host_ops["seq"].to_numpy()
+    fwd_thread = host_ops["fwd_thread"].to_numpy()
+    if not fwdbwd:
+        node = np.fromiter(
+            (not n.startswith(_BACKWARD_NODE_PREFIX) for n in names), dtype=bool, count=len(names)
+        )
+        link_backward_by_sequence(host_ops, forward=fwd_thread == 0, backward=(fwd_thread > 0) & node)
+        return 0
+    f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
+    # At a shared (pid, tid, ts) the op carrying a sequence number wins (the flow sits on the
+    # autograd op), then the deeper one.
+    prefer = (seq >= 0).astype(np.int64) * (1 << 32) + host_ops["depth"].to_numpy()
+    op_at = match_rows(
+        [host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy()],
+        [
+            np.fromiter((f.pid for f in fwdbwd), np.int64, len(fwdbwd)),
+            np.fromiter((f.tid for f in fwdbwd), np.int64, len(fwdbwd)),
+            f_start,
+        ],
+        prefer=prefer,
+    ).tolist()
+    sources: dict[Any, int] = {}
+    targets: list[tuple[Any, int]] = []
+    unmatched = 0
+    for f, op in zip(fwdbwd, op_at):
+        if op < 0:
+            unmatched += 1
+        elif f.ph == "s":
+            sources[f.id] = op
+        else:
+            targets.append((f.id, op))
+    fwd_op = host_ops["fwd_op"].to_numpy().copy()
+    for flow_id, op in targets:
+        src = sources.get(flow_id, -1)
+        if src >= 0:
+            fwd_op[op] = src
+        else:
+            unmatched += 1
+    host_ops["fwd_op"] = fwd_op
+    return unmatched
 
 
 def _kernels(
     buckets: _Buckets,
     base: int,
-    *,
-    host_names: list[str],
-    host_cat: list[str],
+    host_ops: pd.DataFrame,
     ext_id: list[int],
-    h: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     rt: list[Event],
-    r: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    parent: list[int],
-    op_stack: list[int],
-    fwd_op: list[int],
-    fwd_thread: list[int],
+    rt_op: list[int],
     steps: list[Step],
-    h_start: np.ndarray,
-) -> tuple[pd.DataFrame, int]:
-    """GPU activity -> kernels table, each linked to its launching op and a stack."""
+) -> tuple[pd.DataFrame, int, float]:
+    """GPU activity -> kernels table linked to launching ops (and, via linking, to stacks).
+
+    Returns the table, the number of kernels with no launching op, and the largest |ts|.
+    """
     ev = buckets.kernels
-    k_start, k_dur, _ = _times(ev, base)
+    k_start, k_dur, biggest = _times(ev, base)
     order = np.argsort(k_start, kind="stable")
     ev = [ev[i] for i in order.tolist()]
     k_start, k_dur = k_start[order], k_dur[order]
     n = len(ev)
+    host_names = host_ops["name"].astype(str).tolist() if n else []
+    host_cat = host_ops["cat"].astype(str).tolist() if n else []
 
     # External id -> op (a cpu_op wins over an annotation carrying the same id).
     op_of_ext: dict[int, int] = {}
     for i, x in enumerate(ext_id):
         if x > 0 and (x not in op_of_ext or host_cat[op_of_ext[x]] != "cpu_op"):
             op_of_ext[x] = i
-
-    # Runtime calls: by correlation, and the op around each (when it has no External id).
+    # Runtime calls by correlation id.
     rt_of_corr: dict[int, int] = {}
     for j, e in enumerate(rt):
         c = e.args.correlation if e.args else -1
         if c >= 0:
             rt_of_corr.setdefault(c, j)
-    rt_enclosing = deepest_enclosing(*h, *r).tolist() if len(rt) else []
-
-    # ac2g flows: kernel (device pid, stream tid, ts) -> correlation, for kernels without one.
+    # ac2g flow ends: kernel (device pid, stream tid, ts) -> correlation, for kernels without one.
     corr_at: dict[tuple[int, int, int], int] = {}
-    ac2g = [f for f in buckets.flows if f.cat == "ac2g" and f.ph == "f" and type(f.id) is int]
+    ac2g = [
+        f for f in buckets.flows
+        if f.cat == "ac2g" and f.ph == "f" and type(f.id) is int
+        and type(f.pid) is int and type(f.tid) is int
+    ]
     if ac2g:
         f_start = _us_to_ns(np.fromiter((f.ts for f in ac2g), np.float64, len(ac2g))) + base
         for f, s in zip(ac2g, f_start.tolist()):
-            if type(f.pid) is int and type(f.tid) is int:
-                corr_at[(f.pid, f.tid, s)] = f.id  # type: ignore[assignment]
+            corr_at[(f.pid, f.tid, s)] = f.id  # type: ignore[assignment]
 
     names, types, cores = [], [], []
     device = [-1] * n
     stream = [-1] * n
     host_op = [-1] * n
-    stack = [-1] * n
-    k_fwd = [-1] * n
-    link = [LinkKind.NONE.value] * n
-    backward = [False] * n
-    resolved: dict[int, tuple[int, int, str, bool]] = {}
-    unlinked = 0
     starts = k_start.tolist()
     for i, e in enumerate(ev):
         a = e.args
         names.append(e.name)
-        core = KERNEL_CORES[e.cat]
-        kind = ""
         # Kineto writes pid = device and tid = stream for GPU activity; the args say it again.
         device[i] = a.device if a is not None and a.device >= 0 else e.pid  # type: ignore[assignment]
         stream[i] = a.stream if a is not None and a.stream >= 0 else e.tid  # type: ignore[assignment]
@@ -523,39 +490,30 @@ def _kernels(
             op = op_of_ext.get(ext, -1)
         if op < 0:
             corr = a.correlation if a is not None else -1
-            if corr < 0 and type(e.pid) is int and type(e.tid) is int:
-                corr = corr_at.get((e.pid, e.tid, starts[i]), -1)
+            if corr < 0:
+                corr = corr_at.get((e.pid, e.tid, starts[i]), -1)  # type: ignore[arg-type]
             j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
             if j >= 0:
                 rt_args = rt[j].args
                 rt_ext = rt_args.external_id if rt_args is not None else -1
                 op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
                 if op < 0:
-                    op = rt_enclosing[j]
+                    op = rt_op[j]
+        host_op[i] = op
+        core, kind = KERNEL_CORES[e.cat], ""
         if a is not None and a.collective:
             core, kind = "COMMUNICATION", a.collective
-        elif op >= 0 and host_names[op] == _COMM_OP:
-            core = "COMMUNICATION"
-        elif e.name.startswith(_NCCL_KERNEL_PREFIXES):
+        elif (op >= 0 and host_names[op] == _COMM_OP) or e.name.startswith(_NCCL_KERNEL_PREFIXES):
             core = "COMMUNICATION"
         cores.append(core)
         types.append(kind)
-        if op < 0:
-            unlinked += 1
-            continue
-        host_op[i] = op
-        r_ = resolved.get(op)
-        if r_ is None:
-            r_ = resolved[op] = _resolve(op, parent, op_stack, fwd_op, fwd_thread)
-        stack[i], k_fwd[i], link[i], backward[i] = r_
 
     # Step of each kernel: that of its launching op, else of its own start.
     host_arr = np.asarray(host_op, dtype=np.int64)
     when = k_start.copy()
     linked = host_arr >= 0
     if linked.any():
-        when[linked] = h_start[host_arr[linked]]
-    step = _step_of(when, steps)
+        when[linked] = host_ops["start_ns"].to_numpy()[host_arr[linked]]
 
     table = make_table(
         KERNEL_SCHEMA,
@@ -567,41 +525,13 @@ def _kernels(
             "dur_ns": k_dur,
             "device": device,
             "stream": stream,
-            "step": step,
+            "step": _step_of(when, steps),
             "host_op": host_op,
-            "stack": stack,
-            "fwd_op": k_fwd,
-            "link": link,
-            "backward": backward,
         },
         n,
     )
-    return table, unlinked
-
-
-def _resolve(
-    op: int, parent: list[int], op_stack: list[int], fwd_op: list[int], fwd_thread: list[int]
-) -> tuple[int, int, str, bool]:
-    """(stack, forward op, link kind, backward) for a kernel launched by ``op``."""
-    chain = []
-    j = op
-    while j >= 0:
-        chain.append(j)
-        j = parent[j]
-    is_backward = any(fwd_thread[c] > 0 for c in chain)
-    for c in chain:
-        f = fwd_op[c]
-        if f >= 0:
-            j = f
-            while j >= 0:
-                if op_stack[j] >= 0:
-                    return op_stack[j], f, LinkKind.BACKWARD.value, True
-                j = parent[j]
-            return -1, f, LinkKind.HOST.value, True
-    for c in chain:
-        if op_stack[c] >= 0:
-            return op_stack[c], -1, LinkKind.STACK.value, is_backward
-    return -1, -1, LinkKind.HOST.value, is_backward
+    resolve_kernel_links(table, host_ops)
+    return table, int((~linked).sum()), biggest
 
 
 def _step_of(when: np.ndarray, steps: list[Step]) -> np.ndarray:

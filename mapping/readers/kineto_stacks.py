@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..frames import Frame, Stack, StackTable, parse_frame
+from ..linking import assign_parents, innermost_enclosing
 from ..model import MODULE_SCHEMA, make_table
-from .kineto_nesting import deepest_enclosing, nest
 
 
 @dataclass(slots=True)
@@ -34,13 +34,40 @@ class PythonCalls:
     parent_id: list[int | None]
 
 
+def _sorted(calls: PythonCalls) -> PythonCalls:
+    order = np.lexsort((calls.start - calls.end, calls.start))
+    pick = order.tolist()
+    return PythonCalls(
+        names=[calls.names[i] for i in pick],
+        start=calls.start[order],
+        end=calls.end[order],
+        pid=calls.pid[order],
+        tid=calls.tid[order],
+        python_id=[calls.python_id[i] for i in pick],
+        parent_id=[calls.parent_id[i] for i in pick],
+    )
+
+
 class PythonTree:
     """Call tree of the python_function events; hands out interned stacks and module rows."""
 
     def __init__(self, calls: PythonCalls, stacks: StackTable) -> None:
+        calls = _sorted(calls)
         self.calls = calls
         self._stacks = stacks
         n = len(calls.names)
+        # Time nesting (what the enclosure search walks); rows in (start, longer first) order so
+        # that among calls starting together the deeper one is found.
+        self._intervals = pd.DataFrame(
+            {
+                "start_ns": calls.start,
+                "dur_ns": calls.end - calls.start,
+                "pid": calls.pid,
+                "tid": calls.tid,
+                "parent": np.full(n, -1, dtype=np.int64),
+            }
+        )
+        assign_parents(self._intervals)
         frame_of_name: dict[str, Frame] = {}
         self.frames: list[Frame] = []
         for name in calls.names:
@@ -67,10 +94,10 @@ class PythonTree:
                 continue
             parent[i] = index_of.get(pyid, -1)
         if missing:
-            nested, _ = nest(calls.pid, calls.tid, calls.start, calls.end)
+            nested = self._intervals["parent"].tolist()
             for i, pyid in enumerate(calls.python_id):
                 if pyid is None:
-                    parent[i] = int(nested[i])
+                    parent[i] = nested[i]
         return parent
 
     # -- stacks ---------------------------------------------------------------------------------
@@ -100,8 +127,7 @@ class PythonTree:
         self, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
     ) -> np.ndarray:
         """Deepest python_function enclosing each given interval (-1 if none)."""
-        c = self.calls
-        return deepest_enclosing(c.pid, c.tid, c.start, c.end, pid, tid, start, end)
+        return innermost_enclosing(self._intervals, pid, tid, start, end)
 
     # -- modules --------------------------------------------------------------------------------
 
@@ -109,7 +135,6 @@ class PythonTree:
         """One row per ``nn.Module: <Class>_<k>`` call, in start order."""
         calls = self.calls
         module_calls = [i for i, f in enumerate(self.frames) if f.module is not None]
-        module_calls.sort(key=lambda i: (int(calls.start[i]), -int(calls.end[i])))
         row_of_call = [-1] * len(self.frames)
         for row, i in enumerate(module_calls):
             row_of_call[i] = row
