@@ -412,3 +412,17 @@ def test_recorded_transformer_frames_point_at_the_sample_lines(recorded):
     assert norms == {0: 2, 1: 2, 2: 2, 3: 2, 4: 2}
     source = model_py.read_text()
     assert source.count("RMSNorm(cfg.dim, cfg.norm_eps)") == 3 and "n_layers: int = 2" in source
+
+
+def test_committed_trace_through_locate_and_the_cache(tmp_path):
+    from msprof_lsp.mapping.load import load_location, locate
+
+    path = committed()[0]
+    location = locate(path)
+    assert location.kind is ProfileKind.KINETO
+    fresh = load_location(location, cache_dir=tmp_path)
+    cached = load_location(location, cache_dir=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1
+    assert cached.host_ops.equals(fresh.host_ops) and cached.modules.equals(fresh.modules)
+    assert cached.stacks == fresh.stacks and cached.steps == fresh.steps
+    assert cached.meta.extra["frame_lines"] == "def"
