@@ -129,7 +129,7 @@ class _PyTracer:
         self.module_ids: dict[str, int] = {}
 
     def visit(self, stack: Stack, start: int, end: int) -> None:
-        outer = list(reversed(stack))
+        outer = [f for f in reversed(stack) if not _module_call_frame(f)]
         keys = [(i, self.w.frame_name(f)) for i, f in enumerate(outer)]
         common = 0
         while common < min(len(keys), len(self.open)) and self.open[common][0] == keys[common]:
@@ -201,7 +201,7 @@ class _KinetoWriter:
         return f"{path}({line}): {f.func}"
 
     def stack_text(self, stack: Stack) -> str:
-        return "".join(self.frame_name(f) + ";" for f in stack)
+        return "".join(self.frame_name(f) + ";" for f in stack if not _module_call_frame(f))
 
     def metadata(self) -> None:
         run = self.run
@@ -303,6 +303,12 @@ class _KinetoWriter:
                 self.emit({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": run.pid,
                            "tid": c.tid, "ts": self.rel(c.start_ns), "dur": c.dur_ns / 1000,
                            "args": {"cbid": 131, "correlation": self.corr}})
+
+
+def _module_call_frame(f: Frame | ModuleFrame) -> bool:
+    """``module.py(...): _call_impl`` frames: torch's tracer shows ``nn.Module: X_k`` instead."""
+    return (isinstance(f, Frame) and f.file.endswith("torch/nn/modules/module.py")
+            and f.func in ("_call_impl", "_wrapped_call_impl"))
 
 
 def _strides(dims: list[int]) -> list[int]:
