@@ -86,8 +86,8 @@ def exact_run(**kw):
     return replace(small_run(**kw), jitter_ns=0)
 
 
-def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path, newline="", encoding="utf-8") as f:
+def read_csv(path: Path, encoding: str = "utf-8") -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="", encoding=encoding) as f:
         rows = list(csv.reader(f))
     return rows[0], [dict(zip(rows[0], r)) for r in rows[1:]]
 
@@ -426,7 +426,7 @@ def test_operator_details_rows(text_export):
     header, rows = read_csv(root / OUT / "operator_details.csv")
     assert header == OPERATOR_DETAILS
     cpu_ops = [e for e in trace if e.get("cat") == "cpu_op" and not e["name"].startswith("ProfilerStep#")]
-    assert [r["Name"] for r in rows] == [e["name"] for e in sorted(cpu_ops, key=lambda e: 0)]
+    assert [r["Name"] for r in rows] == [e["name"] for e in cpu_ops]  # one row per op, in event order
     bwd_tids = {e["tid"] for e in cpu_ops if e["name"].startswith("autograd::")}
     for r, e in zip(rows, cpu_ops):
         assert r["Call Stack"] == e["args"].get("Call stack", "")
@@ -513,7 +513,8 @@ def test_statistics_files(text_export):
 def test_variants(tmp_path):
     run = small_run(steps=1)
     v = TextVariant(numeric_ts=True, overlap_tids="2026", enqueue_names="op", device_label="bare",
-                    task_type="other", info_file_rank=False, rank_id_string=True, frame_space=False, newline="\n")
+                    task_type="other", info_file_rank=False, rank_id_string=True, frame_space=False, newline="\n",
+                    csv_encoding="utf-8-sig")
     root = write_torch_npu_text(run, tmp_path, variant=v)
     trace = json.loads((root / OUT / "trace_view.json").read_text())
     assert all(isinstance(e["ts"], float) for e in trace if "ts" in e)
@@ -528,9 +529,25 @@ def test_variants(tmp_path):
     assert stacks and all("): " not in s for s in stacks)
     info = json.loads((root / "profiler_info.json").read_text())
     assert info["rank_id"] == "0"
-    _, rows = read_csv(root / OUT / "step_trace_time.csv")
+    _, rows = read_csv(root / OUT / "step_trace_time.csv", "utf-8-sig")
     assert rows[0]["Device_id"] == "-1"
-    assert b"\r\n" not in (root / OUT / "kernel_details.csv").read_bytes()
+    raw = (root / OUT / "kernel_details.csv").read_bytes()
+    assert b"\r\n" not in raw and raw.startswith(b"\xef\xbb\xbfStep Id,")
+
+
+def test_unusual_frames_are_written_verbatim(tmp_path):
+    from tests.synth import Frame, Launch, StepSpec
+    from tests.synth import library as L
+
+    site = (Frame("C:\\work\\训练\\model.py", 12, "forward"), Frame("C:\\work\\训练\\train.py", 3, "<module>"))
+    relu = L.relu((4, 4), dur_us=2.0)
+    run = replace(small_run(steps=1), steps=[StepSpec(1, (UserCall(site, (Launch(relu.op),)),))])
+    root = write_torch_npu_text(run, tmp_path)
+    raw = (root / OUT / "trace_view.json").read_text(encoding="utf-8")
+    assert "训练" in raw  # ensure_ascii=False
+    trace = json.loads(raw)
+    (op,) = [e for e in trace if e.get("name") == "aten::relu"]
+    assert op["args"]["Call stack"] == "C:\\work\\训练\\model.py(12): forward;\r\nC:\\work\\训练\\train.py(3): <module>"
 
 
 def test_damaged_outputs(tmp_path):
@@ -757,6 +774,7 @@ def test_kineto_cuda_trace(tmp_path):
     assert "torch/nn/modules/linear.py(124): forward" in names
     fb = [e for e in ev if e.get("cat") == "fwdbwd"]
     assert fb and len(fb) % 2 == 0
+    assert {e["pid"] for e in ev if isinstance(e.get("pid"), str)} == {"Spans", "Traces", ""}
 
 
 def test_kineto_cpu_trace_with_call_stacks(tmp_path):

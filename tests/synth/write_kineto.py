@@ -298,11 +298,13 @@ class _KinetoWriter:
             self.emit({"ph": "f", "id": self.corr, "pid": run.device, "tid": k.stream, "ts": self.rel(k.start_ns),
                        "cat": "ac2g", "name": "ac2g", "bp": "e"})
         for c in tl.cann:
-            if c.name == "AscendCL@aclrtSynchronizeStream":
+            if c.name.startswith("AscendCL@aclrtSynchronize"):
                 self.corr += 1
-                self.emit({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": run.pid,
+                name = "cudaDeviceSynchronize" if c.name.endswith("Device") else "cudaStreamSynchronize"
+                self.emit({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": run.pid,
                            "tid": c.tid, "ts": self.rel(c.start_ns), "dur": c.dur_ns / 1000,
-                           "args": {"cbid": 131, "correlation": self.corr}})
+                           "args": {"cbid": 165 if name == "cudaDeviceSynchronize" else 131,
+                                    "correlation": self.corr}})
 
 
 def _module_call_frame(f: Frame | ModuleFrame) -> bool:
@@ -365,6 +367,11 @@ def write_kineto(run: Run, path: str | os.PathLike[str], *, device: str = "cuda"
             end = max(end, tl.end_ns)
         for tracer in w.tracers.values():
             tracer.close(0)
+        # Kineto's own bookkeeping events, with string pids (formats §14.1)
+        w.emit({"ph": "X", "cat": "Trace", "ts": w.rel(krun.start_ns), "dur": (end - krun.start_ns) / 1000,
+                "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}})
+        w.emit({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
+                "tid": "Trace PyTorch Profiler", "ts": w.rel(krun.start_ns)})
         w.emit({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": w.rel(end + 1000)})
         f.write('\n],\n  "traceName": ' + json.dumps(str(path)) + "\n}\n")
     return path
