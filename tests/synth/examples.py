@@ -11,8 +11,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import library as L
-from .run import Frame, GcPause, Gap, ModuleFrame, ProfilerConfig, RepeatedSteps, Run, StepItem, UserCall, us
-from .run import CommLaunch
+from .run import (
+    CommLaunch,
+    Frame,
+    Gap,
+    GcPause,
+    ModuleFrame,
+    ProfilerConfig,
+    RepeatedSteps,
+    Run,
+    StepItem,
+    UserCall,
+    us,
+)
 
 ROOT = "/home/ma-user/work/demo"
 MODEL = f"{ROOT}/model.py"

@@ -133,6 +133,12 @@ class KernelSpec:
         return self.core in COMM_CORES
 
     @property
+    def linked(self) -> bool:
+        """Whether trace_view.json links the task to its launch: the 2024 sample has no
+        torch_to_npu or HostToDevice flow on MEMCPY_ASYNC tasks (formats §9.4)."""
+        return self.type != "MEMCPY_ASYNC"
+
+    @property
     def is_op(self) -> bool:
         """Listed in op_summary / kernel_details (runtime tasks are not)."""
         return self.type not in NON_OP_TASK_TYPES

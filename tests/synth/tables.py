@@ -247,8 +247,9 @@ def op_times(tl: StepTimeline, *, aicore_counts: bool) -> dict[int, OpTimes]:
     out: dict[int, OpTimes] = {}
     child_host: dict[int, int] = {}
     for op in tl.ops:
-        dev = sum(kernels[u].dur_ns for u in op.kernels)
-        aic = sum(kernels[u].dur_ns for u in op.kernels if kernels[u].spec.core == AI_CORE) if aicore_counts else 0
+        mine = [kernels[u] for u in op.kernels if kernels[u].spec.linked]  # linked by flows only
+        dev = sum(k.dur_ns for k in mine)
+        aic = sum(k.dur_ns for k in mine if k.spec.core == AI_CORE) if aicore_counts else 0
         out[op.uid] = OpTimes(op.dur_ns, op.dur_ns, dev, dev, aic, aic)
     for op in reversed(tl.ops):
         if op.parent >= 0 and op.parent in out:

@@ -46,6 +46,10 @@ def dims_text(value: str) -> str:
     return value.replace(";", ";\r\n")
 
 
+def linked(k: TKernel) -> bool:
+    return k.spec.linked
+
+
 def task_type_arg(k: TKernel, variant: TextVariant) -> str:
     if k.spec.type in ("MEMCPY_ASYNC", "EVENT_RECORD", "EVENT_WAIT"):
         return k.spec.type
@@ -147,7 +151,8 @@ class TraceWriter:
                 yield self._flow("f", "fwdbwd", "fwdbwd", bwd_f[op.uid], p.python, op.tid, op.start_ns)
             for kuid in op.kernels:
                 k = kernels[kuid]
-                yield self._flow("s", "torch_to_npu", "async_npu", k.start_ns, p.python, op.tid, op.start_ns)
+                if linked(k):
+                    yield self._flow("s", "torch_to_npu", "async_npu", k.start_ns, p.python, op.tid, op.start_ns)
         for q in tl.queue:
             name = "Enqueue" if self.v.enqueue_names == "plain" else f"Enqueue@{q.scope}"
             yield {"ph": "X", "name": name, "pid": p.python, "tid": q.enqueue_tid, "ts": self.ts(q.enqueue_ns),
@@ -183,7 +188,7 @@ class TraceWriter:
         kernels = {k.uid: k for k in tl.kernels}
         for c in tl.cann:
             yield self._cann_event(c)
-            if c.kernel_uid >= 0:
+            if c.kernel_uid >= 0 and linked(kernels[c.kernel_uid]):
                 k = kernels[c.kernel_uid]
                 fid = str((k.stream << 32) + c.connection_id)
                 yield {"name": f"HostToDevice{fid}", "ph": "s", "cat": "HostToDevice", "id": fid, "pid": p.cann,
@@ -211,6 +216,8 @@ class TraceWriter:
                 args["operation"] = "host to device"
             yield {"name": k.name, "pid": p.hardware, "tid": k.stream, "ts": self.ts(k.start_ns),
                    "dur": us_float(k.dur_ns), "args": args, "ph": "X"}
+            if not linked(k):
+                continue
             c = launches.get(k.uid)
             if c is not None and not self.level0:
                 fid = str((k.stream << 32) + c.connection_id)

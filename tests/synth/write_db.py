@@ -19,6 +19,7 @@ from .clock import Clock, StepTimeline, Threads
 from .overlap import step_overlap
 from .run import AI_CORE, AI_CPU, AI_VECTOR_CORE, COMMUNICATION, HCCL, MIX_AIC, MIX_AIV, Frame, Run
 from .tables import _pmu_defaults, pmu_columns
+from .trace_events import linked
 from .variant import KD_LEVEL1, TextVariant
 from .write_text import OUTPUT_DIR, root_name, write_root_files
 
@@ -132,7 +133,7 @@ class _DbWriter:
         bwd_seq = {n: seq for _, n, seq in tl.fwdbwd}
         api_rows, conn_rows = [], []
         for op in tl.ops:
-            links = [kernels[u].connection_id for u in op.kernels]
+            links = [kernels[u].connection_id for u in op.kernels if linked(kernels[u])]
             if op.uid in fwd_seq:
                 links.append(FWD_BWD_OFFSET + fwd_seq[op.uid])
             if op.uid in bwd_seq:
