@@ -92,11 +92,12 @@ SUMMARIES = {
     "cnn_classifier": """\
 * ReLU → Dropout three times (the `nn.Sequential` embed block, `self.drop(self.act(self.fc1(x)))`,
   `F.dropout(F.relu(self.fc2(x)), ...)`): Relu, mask generation (second stream) and DropOutDoMask
-  kernels, each well under 50 µs and waiting on the host to launch them (NPU101);
+  kernels, each well under 50 µs; after the short fc1/fc2 matmuls the device waits on their
+  launches (mean Wait Time over 5 µs: dispatch-bound) (NPU101);
 * one DDP bucket all-reduce (`hcom_allReduce_`) after the backward pass that nothing overlaps,
   about a fifth of the step (NPU102);
-* `trans_TransData_*` around every Conv2D and `aclnnAddmm_TransData_TransData` around the first
-  two Linear layers, over 5 % of the step (NPU103);
+* `trans_TransData_*` around every Conv2D and `aclnnAddmm_TransData_TransData` around the embed
+  block's Linear, over 5 % of the step (NPU103);
 * `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` over 10 ms per step, the slower on
   rank 1 (NPU104);
 * `torch.npu.synchronize()` (`AscendCL@aclrtSynchronizeDevice`) and `loss.item()`

@@ -198,3 +198,24 @@ def test_source_index_finds_unique_lines_only():
     with pytest.raises(LookupError):
         idx.line("no such call")
     assert idx.frame("self.drop(self.act(", "CNNClassifier.forward").def_line == idx.def_line("CNNClassifier.forward")
+
+
+def test_cnn_fc1_relu_dropout_is_dispatch_bound():
+    """hint-rules NPU101: the kernels of `self.drop(self.act(self.fc1(x)))` each < 50 µs, and the
+    device waits on their launches (mean Wait Time >= 5 µs)."""
+    root = roots("cnn_classifier")[0]
+    trace = load_trace(root)
+    ops = [e for e in trace if e.get("cat") == "cpu_op"]
+    anchors = [e for e in ops if e["name"] in ("aten::relu", "aten::dropout") and "Call stack" in e["args"]
+               and "self.drop(self.act(self.fc1(x)))" in _innermost_user_line(e)[1]]
+    assert len(anchors) == 4  # relu + dropout, two steps
+    spans = [(e["tid"], ns(e["ts"]), ns(e["ts"]) + round(e["dur"] * 1000)) for e in anchors]
+    starts = {(e["tid"], e["ts"]) for e in ops
+              if any(t == e["tid"] and a <= ns(e["ts"]) < b for t, a, b in spans)}
+    kernel_ts = {e["id"] for e in trace if e.get("name") == "torch_to_npu" and e["ph"] == "s"
+                 and (e["tid"], e["ts"]) in starts}
+    rows = [r for r in read_csv(root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+            if ns(r["Start Time(us)"]) in kernel_ts]
+    assert sorted({r["Type"] for r in rows}) == ["DropOutDoMask", "DropOutGenMaskV4", "Relu"] and len(rows) == 6
+    assert all(ns(r["Duration(us)"]) < 50_000 for r in rows)
+    assert sum(ns(r["Wait Time(us)"]) for r in rows) / len(rows) >= 5_000
