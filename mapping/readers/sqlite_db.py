@@ -1,0 +1,193 @@
+"""Read-only access to the profilers' SQLite exports (torch_npu DB export, msprof ``--type=db``).
+
+The file is opened through a ``mode=ro`` URI, so nothing is ever written next to it (no journal,
+no schema upgrade). Every sqlite failure becomes a ProfileError naming the file: not a database,
+truncated/corrupt, locked by the profiler that is still writing it. Tables and columns are looked
+up by name, so newer versions with extra tables or columns read the same, and a missing optional
+table reads as an empty frame.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ProfileError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+LOCK_TIMEOUT_S = 2.0
+"""How long to wait for a writer's lock before giving up with "still being written"."""
+
+
+class SqliteDb:
+    """One open, read-only SQLite file with its table/column catalogue."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        _check_header(path)
+        try:
+            self._con = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S
+            )
+        except sqlite3.Error as exc:
+            raise _error(path, exc) from None
+        self.tables: dict[str, list[str]] = {}
+        with self.guard():
+            names = [r[0] for r in self._con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for name in names:
+                cols = [r[1] for r in self._con.execute(f"PRAGMA table_info({_quote(name)})")]
+                self.tables[name] = cols
+        self._strings: pd.Series | None = None
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> SqliteDb:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn sqlite errors raised inside into a ProfileError naming this file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
+
+    # -- catalogue ----------------------------------------------------------------------------
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def column(self, table: str, *aliases: str) -> str | None:
+        """The first of ``aliases`` the table has (``blockNum`` / ``blockDim``), else None."""
+        cols = self.tables.get(table, ())
+        for alias in aliases:
+            if alias in cols:
+                return alias
+        return None
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        with self.guard():
+            return self._con.execute(sql, params).fetchall()
+
+    def frame(self, table: str, columns: dict[str, tuple[Sequence[str], str]]) -> pd.DataFrame:
+        """Select ``{out: ((aliases...), kind)}`` from ``table``; kind ``int`` / ``real`` / ``any``.
+
+        Integer columns come back as int64 with NULL → -1 (times stored as TEXT are cast in SQL,
+        exactly); ``real`` as float64 with NULL → NaN; ``any`` as stored (ids or text). Columns
+        the table lacks come back filled with -1 / NaN / None. A missing table gives an empty frame.
+        """
+        exprs: list[str] = []
+        present: list[str] = []
+        for out, (aliases, kind) in columns.items():
+            col = self.column(table, *aliases)
+            if col is None:
+                continue
+            q = _quote(col)
+            if kind == "int":
+                exprs.append(f"COALESCE(CAST({q} AS INTEGER), -1)")
+            elif kind == "real":
+                exprs.append(f"CAST({q} AS REAL)")
+            else:
+                exprs.append(q)
+            present.append(out)
+        rows: list[tuple] = []
+        if table in self.tables and exprs:
+            rows = self.query(f"SELECT {', '.join(exprs)} FROM {_quote(table)}")
+        n = len(rows)
+        data: dict[str, object] = {}
+        cols_iter = list(zip(*rows)) if rows else [()] * len(present)
+        by_name = dict(zip(present, cols_iter))
+        for out, (_, kind) in columns.items():
+            values = by_name.get(out)
+            if kind == "int":
+                data[out] = np.fromiter(values, dtype=np.int64, count=n) if values is not None else np.full(n, -1, np.int64)
+            elif kind == "real":
+                data[out] = (
+                    np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+                    if values is not None
+                    else np.full(n, np.nan)
+                )
+            else:
+                data[out] = np.array(values, dtype=object) if values is not None else np.full(n, None, dtype=object)
+        return pd.DataFrame(data)
+
+    # -- STRING_IDS -----------------------------------------------------------------------------
+
+    def strings(self) -> pd.Series:
+        """STRING_IDS as a Series id → value (empty when the table is missing)."""
+        if self._strings is None:
+            rows = self.query("SELECT id, value FROM STRING_IDS") if self.has("STRING_IDS") else []
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            values = np.array([r[1] if r[1] is not None else "" for r in rows], dtype=object)
+            s = pd.Series(values, index=ids)
+            self._strings = s[~s.index.duplicated(keep="first")]
+        return self._strings
+
+    def resolve(self, values: Sequence[object] | np.ndarray | pd.Series) -> np.ndarray:
+        """Map STRING_IDS ids to their text; text stored directly (older builds) is kept; NULL,
+        -1 and unknown ids give ""."""
+        arr = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
+        strings = self.strings()
+        if arr.dtype != object:
+            idx = strings.index.get_indexer(arr)
+            out = np.where(idx >= 0, strings.to_numpy()[np.maximum(idx, 0)] if len(strings) else "", "")
+            return out.astype(object)
+        lookup = strings.to_dict()
+        return np.array(
+            [
+                v if isinstance(v, str) and not _is_int_text(v) else lookup.get(_as_int(v), "")
+                for v in arr
+            ],
+            dtype=object,
+        )
+
+
+def _is_int_text(v: str) -> bool:
+    return v.isdigit()
+
+
+def _as_int(v: object) -> int:
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return -1
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        raise ProfileError(path, "file not found") from None
+    except OSError as exc:
+        raise ProfileError(path, f"cannot open: {exc.strerror or exc}") from None
+    if not head:
+        raise ProfileError(path, "empty file (the profiler may still be writing it)")
+    if head != SQLITE_MAGIC:
+        raise ProfileError(path, "not a SQLite database (expected a torch_npu/msprof DB export)")
+
+
+def _error(path: Path, exc: sqlite3.Error) -> ProfileError:
+    text = str(exc)
+    low = text.lower()
+    if "locked" in low or "busy" in low:
+        return ProfileError(path, f"database is locked ({text}): the profiler may still be writing it; retry when it has finished")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return ProfileError(path, f"corrupt or truncated SQLite database ({text})")
+    return ProfileError(path, f"cannot read SQLite database: {text}")
