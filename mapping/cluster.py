@@ -102,8 +102,12 @@ def _load_one(
 def _pool_context() -> multiprocessing.context.BaseContext:
     # The language server runs threads; fork()ing a threaded process can deadlock a child, so
     # use forkserver where the platform has it (a clean server process forks the workers).
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    # The server imports the readers once, so each worker starts with pandas/numpy loaded.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["msprof_lsp.mapping.load", "msprof_lsp.mapping.readers.torch_npu_db"])
+        return ctx
+    return multiprocessing.get_context("spawn")
 
 
 def _load_ranks(
