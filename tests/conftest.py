@@ -6,6 +6,7 @@ tests that need them skip with a clear reason on a fresh clone without it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FIXTURES = SHARED / "fixtures"
+
+# The test-support package tests/synth (spec-exact profile writers) is imported as ``tests.synth``
+# whichever way pytest is started; appended so it never shadows installed packages.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 
 
 @pytest.fixture(scope="session")
