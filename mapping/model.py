@@ -264,6 +264,7 @@ class CommOp:
     # per link type (RDMA, HCCS, PCIE, SDMA, SIO): size MB, time ms, bandwidth GB/s, large packet
     # ratio, size distribution {packet MB: [count, total ms]} -- kept as in the file
     bandwidth: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rank: int = -1  # set when one file holds several ranks (cluster_communication.json)
 
 
 @dataclass(frozen=True, slots=True)

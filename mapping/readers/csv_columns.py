@@ -45,6 +45,7 @@ SENTINEL_MIN = 4294967295
 
 _I64_MISSING = np.iinfo(np.int64).min
 _I64_BAD = _I64_MISSING + 1
+_I64_MAX = np.iinfo(np.int64).max
 _MAX_LINE_ISSUES = 5  # per column; the rest are summarised in one Issue
 
 # kinds: text (categorical, N/A -> ""), shape (text, outer quotes stripped), raw (str as is),
@@ -329,8 +330,8 @@ def _convert(series: pd.Series, col: Col, header: str) -> tuple[Any, np.ndarray 
             scale = float(_BYTES_PER[m.group(1).upper()]) if m else 1.0
         floats, bad, cells = _to_float(series, col.missing)
         out = np.full(len(floats), -1, dtype=np.int64)
-        ok = ~np.isnan(floats)
-        out[ok] = np.rint(floats[ok] * scale).astype(np.int64)
+        ok = np.isfinite(floats)
+        out[ok] = scaled_half_up(floats[ok], scale)
         if col.required and not ok.all():
             bad = ~ok  # a required duration that is absent cannot be defaulted
             raw = series.to_numpy(dtype=object)[bad][:_MAX_LINE_ISSUES]
@@ -339,6 +340,26 @@ def _convert(series: pd.Series, col: Col, header: str) -> tuple[Any, np.ndarray 
     if kind == "float":
         return _to_float(series, col.missing)
     raise ValueError(f"unknown column kind {kind!r}")
+
+
+_TIE = 1e-3  # |fraction - 0.5| below this is a decimal tie blurred by float rounding
+
+
+def scaled_half_up(values: np.ndarray, scale: float) -> np.ndarray:
+    """``values * scale`` rounded half away from zero to int64, like mapping.units does.
+
+    The C parser's float64 is the nearest double to the decimal text, so ``values * scale`` is
+    within about 1e-16 relative of the exact product: every result is exact when the text has
+    at most three decimals (µs -> ns) and |value| < 2**51 ns. A fourth decimal of exactly 5 (a
+    tie such as ``38.0125``) can land either side of .5 in float; ties are detected with a
+    tolerance far below the 0.1 ns step of four-decimal input and rounded up in magnitude.
+    """
+    y = np.abs(values * scale)
+    whole = np.floor(y)
+    frac = y - whole
+    up = (frac > 0.5) | (np.abs(frac - 0.5) < _TIE)
+    out = (whole + up).astype(np.int64)
+    return np.where(values < 0, -out, out)
 
 
 def _text_cell(value: str) -> str:
@@ -414,13 +435,15 @@ def time_cell_ns(text: str, missing: frozenset[str] = frozenset()) -> int:
             ns += int(frac[:3].ljust(3, "0"))
             if len(frac) > 3 and frac[3] >= "5":
                 ns += 1
-        return ns
-    if s in MISSING_TOKENS or s in missing:
+    elif s in MISSING_TOKENS or s in missing:
         return _I64_MISSING
-    try:
-        return us_text_to_ns(s)
-    except (ValueError, OverflowError):
-        return _I64_BAD
+    else:
+        try:
+            ns = us_text_to_ns(s)
+        except (ValueError, OverflowError):
+            return _I64_BAD
+    # int64 ns reach year 2262 in epoch time; anything beyond is not a profiler time
+    return ns if _I64_BAD < ns <= _I64_MAX else _I64_BAD
 
 
 def us_cells_to_ns(values: Iterable[Any], count: int = -1) -> np.ndarray:

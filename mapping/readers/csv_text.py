@@ -67,8 +67,9 @@ def open_csv(path: Path) -> CsvSource:
     need_buffer = encoding != "utf-8"
     data: bytes | None = None
     cut_line: int | None = None
-    if last not in (b"\n", b"\r"):
-        # No final line break: the last row is complete only if it is outside any quote and has
+    if last not in (b"\n", b"\r") or quotes % 2:
+        # No final line break, or a quoted cell left open (a multi-line cell cut after one of
+        # its line breaks): the last row is complete only if it is outside any quote and has
         # every field; decide on the tail (the file is read into memory only on this path).
         data = path.read_bytes()
         cut = _last_row_start(data, quotes)
@@ -95,7 +96,10 @@ def open_csv(path: Path) -> CsvSource:
     if cut_line is not None:
         if cut_line == 1:
             raise ProfileError(path, "file ends inside its header line", 1)
-        issues.append(Issue(str(path), f"file ends mid-row at line {cut_line}; row dropped", cut_line))
+        why = "; a quoted cell is never closed" if quotes % 2 else ""
+        issues.append(
+            Issue(str(path), f"file ends mid-row at line {cut_line}{why}; row dropped", cut_line)
+        )
     if data is not None:
         newlines = data.count(b"\n")
         last = data[-1:]
