@@ -83,7 +83,7 @@ def api_type_names(db: SqliteDb) -> dict[int, str]:
 def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
     issues: list[Issue] = []
     where = str(db.path)
-    kernel_parts: list[pd.DataFrame] = []
+    kernel_parts: list[dict[str, np.ndarray]] = []
     connections: list[np.ndarray] = []
 
     if not db.has("TASK"):
@@ -148,9 +148,8 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
             for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes",
                       "output_formats"):
                 cols[c] = _clean_list_text(db.resolve(k[c].to_numpy()))
-            part = pd.DataFrame(cols)
-            part["gtid"] = k["gtid"].to_numpy()
-            kernel_parts.append(part)
+            cols["gtid"] = k["gtid"].to_numpy()
+            kernel_parts.append(cols)
             connections.append(k["connection"].to_numpy())
     elif len(tasks):
         issues.append(Issue(where, "no COMPUTE_TASK_INFO table: kernel names, types and shapes are unknown"))
@@ -167,7 +166,7 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
             if keep.any():
                 r = rest[keep]
                 names = tt[keep]
-                part = pd.DataFrame(
+                part = dict(
                     {
                         "name": names,
                         "type": names,
@@ -206,7 +205,7 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
             )
             dev = comm["device"].to_numpy()
             dev = np.where(dev >= 0, dev, default_device)
-            part = pd.DataFrame(
+            part = dict(
                 {
                     "name": names,
                     "type": types,
@@ -237,30 +236,26 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
                     )
                 )
 
-    if kernel_parts:
-        allk = pd.concat(kernel_parts, ignore_index=True, sort=False)
-        conn = np.concatenate(connections)
-    else:
-        allk = pd.DataFrame({"start_ns": np.empty(0, np.int64)})
-        conn = np.empty(0, dtype=np.int64)
-    order = np.argsort(allk["start_ns"].to_numpy(), kind="stable")
-    allk = allk.iloc[order].reset_index(drop=True)
+    n = sum(len(p["start_ns"]) for p in kernel_parts)
+    conn = np.concatenate(connections) if connections else np.empty(0, dtype=np.int64)
+    columns: dict[str, np.ndarray] = {}
+    for col in [*KERNEL_SCHEMA, "gtid"]:
+        if not any(col in p for p in kernel_parts):
+            continue
+        kind, default = KERNEL_SCHEMA.get(col, ("i8", -1))
+        dtype = np.int64 if kind == "i8" else object
+        columns[col] = (
+            np.concatenate([np.asarray(p[col], dtype=dtype) if col in p else
+                            np.full(len(p["start_ns"]), default, dtype=dtype) for p in kernel_parts])
+            if kernel_parts else np.empty(0, dtype=dtype)
+        )
+    order = np.argsort(columns["start_ns"], kind="stable") if n else np.empty(0, dtype=np.int64)
+    columns = {c: v[order] for c, v in columns.items()}
     conn = conn[order]
-
-    pmu = _read_pmu(db, allk.get("gtid"))
-    columns: dict[str, object] = {}
-    for col in KERNEL_SCHEMA:
-        if col in allk:
-            values = allk[col]
-            kind = KERNEL_SCHEMA[col][0]
-            default = KERNEL_SCHEMA[col][1]
-            if kind == "i8":
-                columns[col] = values.fillna(default).to_numpy(dtype=np.int64)
-            else:
-                columns[col] = values.fillna(default).to_numpy(dtype=object)
-    columns["wait_ns"] = _wait_times(allk)
-    columns.update(pmu)
-    kernels = make_table(KERNEL_SCHEMA, columns, len(allk))
+    gtid = columns.pop("gtid", None)
+    columns["wait_ns"] = _wait_times(columns.get("device"), columns.get("start_ns"), columns.get("dur_ns"), n)
+    columns.update(_read_pmu(db, gtid))
+    kernels = make_table(KERNEL_SCHEMA, columns, n)
 
     return CannData(
         kernels=kernels,
@@ -271,14 +266,12 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
     )
 
 
-def _wait_times(k: pd.DataFrame) -> np.ndarray:
+def _wait_times(device: np.ndarray | None, start: np.ndarray | None, dur: np.ndarray | None, n: int) -> np.ndarray:
     """Gap since the previous task on the same device ended (§5 ``Wait Time``); 0 for the first."""
-    n = len(k)
-    if not n:
-        return np.empty(0, dtype=np.int64)
-    dev = k["device"].fillna(-1).to_numpy(dtype=np.int64) if "device" in k else np.full(n, -1)
-    start = k["start_ns"].to_numpy(dtype=np.int64)
-    end = start + k["dur_ns"].fillna(0).to_numpy(dtype=np.int64)
+    if not n or start is None or dur is None:
+        return np.zeros(n, dtype=np.int64)
+    dev = device if device is not None else np.full(n, -1, dtype=np.int64)
+    end = start + dur
     order = np.lexsort((start, dev))
     d, s, e = dev[order], start[order], end[order]
     bounds = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
@@ -293,7 +286,7 @@ def _wait_times(k: pd.DataFrame) -> np.ndarray:
     return wait
 
 
-def _read_pmu(db: SqliteDb, gtids: pd.Series | None) -> dict[str, np.ndarray]:
+def _read_pmu(db: SqliteDb, gtids: np.ndarray | None) -> dict[str, np.ndarray]:
     """TASK_PMU_INFO (globalTaskId, name, value) pivoted to ``pmu:<name>`` float columns."""
     if gtids is None or not len(gtids) or not db.has("TASK_PMU_INFO"):
         return {}
@@ -305,8 +298,7 @@ def _read_pmu(db: SqliteDb, gtids: pd.Series | None) -> dict[str, np.ndarray]:
         return {}
     pmu["name"] = db.resolve(pmu["name"].to_numpy())
     wide = pmu.pivot_table(index="gtid", columns="name", values="value", aggfunc="first")
-    keys = gtids.fillna(-1).to_numpy(dtype=np.int64)
-    idx = wide.index.get_indexer(keys)
+    idx = wide.index.get_indexer(gtids)
     out: dict[str, np.ndarray] = {}
     for name in wide.columns:
         if not name:
@@ -351,12 +343,11 @@ def _read_cann_api(db: SqliteDb) -> dict[str, list | np.ndarray]:
 
 def _clean_list_text(values: np.ndarray) -> np.ndarray:
     """Shapes/dtypes/formats as the text export writes them, without quotes or CRLF joins."""
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        s = v.strip().strip('"') if v else ""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    cleaned = np.empty(len(uniques), dtype=object)
+    for i, v in enumerate(uniques):
+        s = v.strip().strip('"') if isinstance(v, str) else ""
         if "\n" in s:
             s = s.replace(";\r\n", ";").replace(";\n", ";").replace("\r\n", ";").replace("\n", ";")
-        if s in ("N/A", "NULL"):
-            s = ""
-        out[i] = s
-    return out
+        cleaned[i] = "" if s in ("N/A", "NULL") else s
+    return cleaned[codes] if len(values) else np.empty(0, dtype=object)

@@ -34,7 +34,9 @@ from ..model import (
     make_table,
 )
 from ..units import ms_to_ns, us_to_ns
+from .ascend_json import read_profiler_info, read_profiler_metadata
 from .cann_db import api_type_names, read_cann
+from .npu_trace import kernel_steps
 from .sqlite_db import SqliteDb
 
 DB_NAME_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
@@ -88,7 +90,7 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
     progress("linking kernels to ops", 0.7)
     kernels = cann.kernels
     kernels["host_op"] = _launching_ops(cann.kernel_connection, fw)
-    kernels["step"] = _kernel_steps(kernels, fw.host_ops, steps)
+    kernels["step"] = kernel_steps(kernels, fw.host_ops, steps)
     profile.kernels = kernels
     _link(profile)
 
@@ -137,8 +139,6 @@ def _read_json_meta(db_path: Path, meta: ProfileMeta, issues: list[Issue]) -> No
     md = root / "profiler_metadata.json"
     if not infos and not md.is_file():
         return
-    from .ascend_json import read_profiler_info, read_profiler_metadata  # TODO(merge csv): top level
-
     for p in infos:
         issues.extend(read_profiler_info(p, meta))
         meta.files.append(str(p))
@@ -225,7 +225,9 @@ def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _F
         },
     )
     type_names = api_type_names(db)
-    kinds = np.array([type_names.get(int(t), OP if t < 0 else "") for t in api["type"].to_numpy()], dtype=object)
+    types = api["type"].to_numpy()
+    uniq, inv = np.unique(types, return_inverse=True)
+    kinds = np.array([type_names.get(int(t), OP if t < 0 else "") for t in uniq], dtype=object)[inv]
     names = db.resolve(api["name"].to_numpy())
     gtid = api["gtid"].to_numpy()
     pid = np.where(gtid >= 0, gtid >> 32, -1)
@@ -437,20 +439,6 @@ def _step_at(times: np.ndarray, steps: list[Step]) -> np.ndarray:
     ok[ok] &= times[ok] <= ends[i[ok]]
     out[ok] = ids[i[ok]]
     return out
-
-
-def _kernel_steps(kernels: pd.DataFrame, host_ops: pd.DataFrame, steps: list[Step]) -> np.ndarray:
-    """The step of the launching host op (device work of step N may run past its host end);
-    kernels without a host op fall back to their own start time."""
-    if not len(kernels):
-        return np.empty(0, dtype=np.int64)
-    own = _step_at(kernels["start_ns"].to_numpy(), steps)
-    op = kernels["host_op"].to_numpy()
-    if not len(host_ops):
-        return own
-    op_start = np.where(op >= 0, host_ops["start_ns"].to_numpy()[np.maximum(op, 0)], -1)
-    via_op = _step_at(op_start, steps)
-    return np.where(op >= 0, via_op, own)
 
 
 def _assign_comm_steps(ops: list[CommOp], steps: list[Step]) -> list[CommOp]:

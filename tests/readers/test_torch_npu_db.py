@@ -474,3 +474,20 @@ def test_opened_read_only_file_untouched(tmp_path: Path) -> None:
         assert len(load(db).kernels) > 0
     finally:
         db.parent.chmod(0o755)
+
+
+def test_profiler_info_of_the_run_root_fills_meta(tmp_path: Path) -> None:
+    import json
+
+    db, _ = build_workload(tmp_path)
+    root = db.parent.parent
+    info = {
+        "config": {"common_config": {"with_stack": True, "record_shapes": True},
+                   "experimental_config": {"_profiler_level": "Level1", "_export_type": ["db"]}},
+        "torch_npu_version": "2.9.0", "cann_version": "8.5.0", "rank_id": "3",
+    }
+    (root / "profiler_info_3.json").write_text(json.dumps(info))
+    p = load(db)
+    assert (p.meta.torch_npu_version, p.meta.cann_version, p.meta.level) == ("2.9.0", "8.5.0", "Level1")
+    assert p.meta.with_stack is True and p.meta.rank == 3
+    assert str(root / "profiler_info_3.json") in p.meta.files
