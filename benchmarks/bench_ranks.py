@@ -61,6 +61,30 @@ def write_rank(root: Path, rank: int, kernels: int) -> Path:
     return b.write(out / f"ascend_pytorch_profiler_{rank}.db")
 
 
+def _spin(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+
+def cpu_probe(workers: int, n: int = 10_000_000) -> float:
+    """Speed-up of pure-Python CPU work spread over ``workers`` processes: the most any pool can
+    gain on this machine right now (a shared box has fewer free cores than os.cpu_count())."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    t = time.perf_counter()
+    for _ in range(workers):
+        _spin(n)
+    seq = time.perf_counter() - t
+    with ProcessPoolExecutor(workers) as ex:
+        list(ex.map(_spin, [n] * workers))  # start the workers
+        t = time.perf_counter()
+        list(ex.map(_spin, [n] * workers))
+        par = time.perf_counter() - t
+    return seq / par
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
@@ -89,6 +113,8 @@ def main() -> None:
         assert all(len(pooled[r].kernels) == len(seq[r].kernels) for r in seq)
 
     workers = min(os.cpu_count() or 1, args.ranks)
+    print(f"cpu probe         : {cpu_probe(workers):.2f}x speed-up for pure CPU work on {workers} processes "
+          "(the ceiling here)")
     print(f"sequential load   : {t_seq:7.2f} s (baseline)")
     print(f"process pool ({workers:>2}) : {t_pool:7.2f} s  ratio {t_pool / t_seq:.2f}x of sequential, "
           f"speed-up {t_seq / t_pool:.2f}x")
