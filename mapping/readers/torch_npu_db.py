@@ -132,6 +132,13 @@ def find_db(path: Path, rank: int | None = None) -> Path:
                              "ASCEND_PROFILER_OUTPUT/)")
 
 
+def companion_files(db_path: Path) -> list[Path]:
+    """The other files :func:`read` reads for this DB (for the cache key)."""
+    root = db_path.parent.parent if db_path.parent.name == OUTPUT_DIR else db_path.parent
+    out = [p for p in (db_path.parent / ANALYSIS_DB, root / "profiler_metadata.json") if p.is_file()]
+    return out + sorted(root.glob("profiler_info*.json"))
+
+
 def _read_json_meta(db_path: Path, meta: ProfileMeta, issues: list[Issue]) -> None:
     """profiler_info*.json / profiler_metadata.json of the run root, when the DB sits in one."""
     root = db_path.parent.parent if db_path.parent.name == OUTPUT_DIR else db_path.parent

@@ -491,3 +491,23 @@ def test_profiler_info_of_the_run_root_fills_meta(tmp_path: Path) -> None:
     assert (p.meta.torch_npu_version, p.meta.cann_version, p.meta.level) == ("2.9.0", "8.5.0", "Level1")
     assert p.meta.with_stack is True and p.meta.rank == 3
     assert str(root / "profiler_info_3.json") in p.meta.files
+
+
+def test_cache_key_covers_analysis_db_and_profiler_info(tmp_path: Path) -> None:
+    import json
+
+    from msprof_lsp.mapping import cache
+    from msprof_lsp.mapping.load import load_location
+
+    db, _ = build_workload(tmp_path)
+    (db.parent.parent / "profiler_info_3.json").write_text(json.dumps({"rank_id": 3}))
+    loc = ProfileLocation(ProfileKind.TORCH_NPU_DB, db, 3)
+    names = {p.name for p in cache.input_files(loc)}
+    assert names == {db.name, "analysis.db", "profiler_info_3.json"}
+    first = load_location(loc, cache_dir=tmp_path / "cache")
+    assert first.meta.extra["step_trace_unit"] == "us"
+    # Rewriting analysis.db (ms now) must not be answered from the stale cache entry.
+    (db.parent / "analysis.db").unlink()
+    build_workload(tmp_path / "ms", analysis_unit="ms")
+    (tmp_path / "ms" / db.parent.relative_to(tmp_path) / "analysis.db").rename(db.parent / "analysis.db")
+    assert load_location(loc, cache_dir=tmp_path / "cache").meta.extra["step_trace_unit"] == "ms"
