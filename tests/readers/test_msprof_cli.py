@@ -283,3 +283,13 @@ def test_nothing_readable_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as err:
         load(tmp_path / PROF)
     assert str(tmp_path / PROF) in str(err.value)
+
+
+def test_found_and_loaded_through_load_profile(tmp_path: Path) -> None:
+    from msprof_lsp.mapping.cluster import load_profile
+
+    run = small_run(steps=1, world_size=2, rank=1)
+    root = write_msprof_cli(run, tmp_path / "job")
+    res = load_profile([tmp_path], use_cache=False)
+    assert (res.location.kind, res.location.path, res.location.rank) == (ProfileKind.MSPROF, root, 1)
+    assert res.cluster is None and len(res.profile.kernels) == truth(run).kernel_count + truth(run).memcpy_count
