@@ -34,19 +34,32 @@ class SqliteDb:
         _check_header(path)
         try:
             self._con = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S,
+                isolation_level=None,
             )
         except sqlite3.Error as exc:
             raise _error(path, exc) from None
         self.tables: dict[str, list[str]] = {}
-        with self.guard():
-            names = [r[0] for r in self._con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-            for name in names:
-                cols = [r[1] for r in self._con.execute(f"PRAGMA table_info({_quote(name)})")]
-                self.tables[name] = cols
+        try:
+            with self.guard():
+                # One read transaction for the whole load: every table is read from the same
+                # snapshot even if the profiler is still appending to the file.
+                self._con.execute("BEGIN")
+                names = [r[0] for r in self._con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+                for name in names:
+                    cols = [r[1] for r in self._con.execute(f"PRAGMA table_info({_quote(name)})")]
+                    self.tables[name] = cols
+        except ProfileError:
+            self._con.close()
+            raise
         self._strings: pd.Series | None = None
 
     def close(self) -> None:
+        try:
+            if self._con.in_transaction:
+                self._con.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
         self._con.close()
 
     def __enter__(self) -> SqliteDb:
@@ -114,6 +127,8 @@ class SqliteDb:
             if others:
                 exprs = [f"CAST({present[o][0]} AS REAL)" if present[o][1] == "real" else present[o][0] for o in others]
                 rows = self.query(f"SELECT {', '.join(exprs)} FROM {_quote(table)} ORDER BY rowid")
+                if ints and len(rows) != n:
+                    raise ProfileError(self.path, f"table {table} changed while it was read")
                 n = len(rows)
                 cols = list(zip(*rows)) if rows else [()] * len(others)
                 for out, col in zip(others, cols):
