@@ -227,3 +227,15 @@ def test_profiler_info_rank_id_forms(tmp_path: Path, rank_id: object, expected: 
     _touch(root / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", "[]")
     [loc] = discover([tmp_path])
     assert loc.rank == expected
+
+
+def test_run_with_text_and_db_exports_is_read_from_text(tmp_path: Path) -> None:
+    root = _torch_root(tmp_path, "b_1_20240101000000000_ascend_pt", rank=0, info_suffix=True, mtime=10.0)
+    _touch(root / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db", "", 20.0)
+    [loc] = discover([tmp_path])
+    assert (loc.kind, loc.path) == (ProfileKind.TORCH_NPU, root)
+    # DB only: the DB file is the location.
+    (root / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").unlink()
+    (root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
+    [loc] = discover([tmp_path])
+    assert (loc.kind, loc.path.name, loc.rank) == (ProfileKind.TORCH_NPU_DB, "ascend_pytorch_profiler_0.db", 0)
