@@ -286,4 +286,4 @@ def match_rows(
     table = table.drop_duplicates(cols, keep="last")
     query = pd.DataFrame(dict(zip(cols, query_keys)))
     merged = query.merge(table[cols + ["row"]], on=cols, how="left", sort=False)
-    return merged["row"].fillna(-1).to_numpy(dtype=np.int64)
+    return np.array(merged["row"].fillna(-1).to_numpy(), dtype=np.int64)  # writable copy

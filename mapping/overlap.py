@@ -32,37 +32,54 @@ def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd
     k_end = k_start + kernels["dur_ns"].to_numpy(dtype=np.int64)
     k_step = kernels["step"].to_numpy(dtype=np.int64)
     k_dev = kernels["device"].to_numpy(dtype=np.int64)
+    lanes = (COMPUTING, COMMUNICATION, NOT_OVERLAPPED, FREE)
+    lane_id = np.full(len(lane), -1, dtype=np.int64)
+    for i, name in enumerate(lanes):
+        lane_id[lane == name] = i
+    big = np.iinfo(np.int64).max
     out: list[StepBreakdown] = []
     for dev in sorted(set(device.tolist())):
-        on_dev = device == dev
-        ranges: list[tuple[int, int, int, int]] = []  # step, lo, hi, preparing
-        if steps:
-            for s in steps:
-                mine = (k_step == s.id) & ((k_dev == dev) | (k_dev < 0) | (dev < 0))
-                if mine.any():
-                    lo, hi = int(k_start[mine].min()), int(k_end[mine].max())
-                    ranges.append((s.id, lo, hi + 1, lo - s.start_ns))
-                else:
-                    ranges.append((s.id, s.start_ns, s.end_ns, -1))
+        # step ranges on this device: the span of its kernels of step N, else the host range
+        ids = np.array([s.id for s in steps], dtype=np.int64)
+        lo = np.array([s.start_ns for s in steps], dtype=np.int64)
+        hi = np.array([s.end_ns for s in steps], dtype=np.int64)
+        preparing = np.full(len(steps), -1, dtype=np.int64)
+        if len(steps):
+            mine = (k_step >= 0) & ((k_dev == dev) | (k_dev < 0) | (dev < 0))
+            spans = (
+                pd.DataFrame({"step": k_step[mine], "lo": k_start[mine], "hi": k_end[mine]})
+                .groupby("step")
+                .agg(lo=("lo", "min"), hi=("hi", "max"))
+            )
+            pos = pd.Index(ids).get_indexer(spans.index)
+            ok = pos >= 0
+            host_lo = lo.copy()
+            lo[pos[ok]] = spans["lo"].to_numpy()[ok]
+            hi[pos[ok]] = spans["hi"].to_numpy()[ok] + 1
+            preparing[pos[ok]] = lo[pos[ok]] - host_lo[pos[ok]]
         else:
-            ranges.append((-1, np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1))
-        for step_id, lo, hi, preparing in ranges:
-            inside = on_dev & (start >= lo) & (start < hi)
-
-            def total(name: str) -> int:
-                return int(dur[inside & (lane == name)].sum())
-
-            comm, not_ov = total(COMMUNICATION), total(NOT_OVERLAPPED)
+            ids, lo, hi = np.array([-1]), np.array([np.iinfo(np.int64).min]), np.array([big])
+            preparing = np.array([-1])
+        order = np.argsort(lo, kind="stable")
+        sel = np.flatnonzero((device == dev) & (lane_id >= 0))
+        # a slice belongs to the last range that starts at or before it, if it is still open
+        r = np.searchsorted(lo[order], start[sel], side="right") - 1
+        inside = (r >= 0) & (start[sel] < hi[order][np.maximum(r, 0)])
+        bins = order[r[inside]] * len(lanes) + lane_id[sel][inside]
+        sums = np.bincount(bins, weights=dur[sel][inside], minlength=len(ids) * len(lanes))
+        sums = np.rint(sums).astype(np.int64).reshape(len(ids), len(lanes))
+        for i in range(len(ids)):
+            computing, comm, not_ov, free = (int(v) for v in sums[i])
             out.append(
                 StepBreakdown(
-                    step=step_id,
+                    step=int(ids[i]),
                     device=dev,
-                    computing_ns=total(COMPUTING),
+                    computing_ns=computing,
                     comm_not_overlapped_ns=not_ov,
                     overlapped_ns=comm - not_ov,
                     comm_ns=comm,
-                    free_ns=total(FREE),
-                    preparing_ns=preparing,
+                    free_ns=free,
+                    preparing_ns=int(preparing[i]),
                 )
             )
     return out

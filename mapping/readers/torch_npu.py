@@ -178,9 +178,16 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
     if not profile.step_breakdown and len(profile.overlap):
         profile.step_breakdown = breakdown_from_overlap(profile.overlap, profile.steps, profile.kernels)
 
-    _gate_on_meta(lay, profile, issues)
     profile.stacks = stacks.stacks
+    _gate_on_meta(lay, profile, issues)
     profile.issues = issues
+    data_files = [f for f in meta.files if not Path(f).name.startswith(("profiler_info", "profiler_metadata"))]
+    if not data_files:
+        raise ProfileError(
+            lay.output or lay.root,
+            f"no readable profile data: neither {TRACE} nor any of the CSV/JSON outputs could be read"
+            + ("" if meta.complete else f" (still being written: no {DONE})"),
+        )
     if meta.rank is None:
         meta.rank = location.rank
     progress("Loaded", 1.0)
@@ -247,11 +254,6 @@ def _host_ops_without_trace(
 ) -> None:
     path = lay.out("operator_details.csv")
     if path is None:
-        if lay.out("kernel_details.csv") is None:
-            raise ProfileError(
-                lay.output or lay.root,
-                f"neither {TRACE}, operator_details.csv nor kernel_details.csv is present: nothing to load",
-            )
         return
 
     def read_ops(p: Path, found: list[Issue]) -> pd.DataFrame:
@@ -285,11 +287,11 @@ def _read_meta(lay: NpuLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
         pick = infos[0]
         if meta.rank is not None:
             pick = next((p for p in infos if p.name == f"profiler_info_{meta.rank}.json"), pick)
-        if _optional(pick, issues, lambda p, found: found.extend(read_profiler_info(p, meta)) or True):
-            meta.files.append(str(pick))
+        # (these two readers record the file in meta.files themselves)
+        _optional(pick, issues, lambda p, found: found.extend(read_profiler_info(p, meta)))
     md = lay.root / "profiler_metadata.json"
-    if md.is_file() and _optional(md, issues, lambda p, found: found.extend(read_profiler_metadata(p, meta)) or True):
-        meta.files.append(str(md))
+    if md.is_file():
+        _optional(md, issues, lambda p, found: found.extend(read_profiler_metadata(p, meta)))
 
 
 def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None:
@@ -317,6 +319,8 @@ def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> 
     simple("api_statistic.csv", ascend_csv.read_api_statistic, "api_statistic")
     simple("communication.json", ascend_json.read_communication, "comm_ops")
     simple("communication_matrix.json", ascend_json.read_communication_matrix, "comm_matrix")
+    simple("operator_memory.csv", ascend_csv.read_operator_memory, "op_memory")
+    simple("memory_record.csv", ascend_csv.read_memory_record, "memory_record")
 
 
 def _gate_on_meta(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None:

@@ -180,29 +180,28 @@ class _NeedsExact(Exception):
 
 
 class _Pool:
-    """The shared string pool; chunks map their local uniques onto it."""
+    """The shared string pool. ``index`` maps None to NO_STR so absent values need no branch."""
 
     def __init__(self) -> None:
         self.strings: list[str] = []
-        self.index: dict[str, int] = {}
+        self.index: dict[Any, int] = {None: NO_STR}
 
     def codes(self, values: list[Any]) -> np.ndarray:
-        local, uniques = pd.factorize(np.asarray(values, dtype=object))
-        if not len(uniques):
-            return np.full(len(values), NO_STR, dtype=np.int32)
-        index, strings = self.index, self.strings
-        gids = np.empty(len(uniques), dtype=np.int32)
-        for i, u in enumerate(uniques):
-            if u.__class__ is not str:
-                u = str(u)
-            g = index.get(u)
-            if g is None:
-                g = index[u] = len(strings)
-                strings.append(u)
-            gids[i] = g
-        out = gids[np.where(local >= 0, local, 0)]
-        out[local < 0] = NO_STR
-        return out
+        # map(dict.get) runs in C; only a chunk that brings new strings takes the second pass.
+        index = self.index
+        codes = list(map(index.get, values))
+        if None in codes:
+            strings = self.strings
+            for v in set(values).difference(index):  # set algebra in C: only new values loop
+                text = v if v.__class__ is str else str(v)
+                code = index.get(text)
+                if code is None:
+                    code = len(strings)
+                    strings.append(text)
+                    index[text] = code
+                index[v] = code
+            codes = list(map(index.get, values))
+        return np.array(codes, dtype=np.int32)
 
 
 def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | None = None) -> np.ndarray:
@@ -218,9 +217,13 @@ def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | N
         nan = np.isnan(f)
         out = np.where(nan, 0, f).astype(np.int64)
         out[nan] = NO_INT
-        big = np.flatnonzero(~nan & (np.abs(f) >= 2**53))
-        for i in big.tolist():
-            out[i] = _one_int(values[i], pool, synthetic)
+        big = np.flatnonzero(~nan & (np.abs(f) >= 2**53)).tolist()
+        if big:
+            try:  # Python ints convert exactly
+                out[big] = np.array([values[i] for i in big], dtype=np.int64)
+            except (ValueError, TypeError, OverflowError):
+                for i in big:
+                    out[i] = _one_int(values[i], pool, synthetic)
         return out
     out = np.empty(n, dtype=np.int64)
     for i, v in enumerate(values):
@@ -315,6 +318,24 @@ class _Chunk:
     args: dict[str, np.ndarray]
 
 
+_EXTRACTORS: dict[int, Any] = {}
+
+
+def _extractor(n_fields: int) -> Any:
+    """``f(args) -> ([a.a0 for a in args], [a.a1 ...], ...)``: one list comprehension per field.
+
+    Generated once per field count: a comprehension with a literal attribute name is several times
+    faster than getattr/attrgetter or astuple+zip over tens of thousands of structs.
+    """
+    fn = _EXTRACTORS.get(n_fields)
+    if fn is None:
+        body = ", ".join(f"[a.a{i} for a in args]" for i in range(n_fields))
+        namespace: dict[str, Any] = {}
+        exec(f"def extract(args):\n    return ({body}{',' if n_fields == 1 else ''})\n", namespace)  # noqa: S102
+        fn = _EXTRACTORS[n_fields] = namespace["extract"]
+    return fn
+
+
 def _to_columns(
     events: list[Any], spec: Mapping[str, ArgKind], pool: _Pool, pid_names: dict[int, str]
 ) -> tuple[_Chunk, int]:
@@ -325,14 +346,10 @@ def _to_columns(
     args_all = [e.args for e in events]
     with_args = [i for i, a in enumerate(args_all) if a is not None]
     n = len(events)
-    columns = (
-        list(zip(*map(msgspec.structs.astuple, [args_all[i] for i in with_args])))
-        if with_args
-        else [() for _ in spec]
-    )
+    present = [args_all[i] for i in with_args] if len(with_args) < n else args_all
+    columns = _extractor(len(spec))(present) if with_args else [[] for _ in spec]
     args: dict[str, np.ndarray] = {}
     for (key, kind), values in zip(spec.items(), columns):
-        values = list(values)
         if kind == "int":
             col = np.full(n, NO_INT, dtype=np.int64)
             if values:
@@ -441,6 +458,7 @@ class _Decoder:
         self.lenient_chunks = 0
         self.replaced_utf8 = False
         self.truncated = False
+        self.last_end = 0  # file offset just after the last decoded event
 
     def count(self) -> int:
         return sum(len(c.ph) for c in self.chunks)
@@ -619,6 +637,7 @@ def _read(path: Path, args: Mapping[str, ArgKind], progress: Progress, chunk_byt
                     continue
                 _keep_prefix(dec, path, buf, base, end if pos is None else pos - 1, exc, eof_missing=False)
                 break
+            dec.last_end = base + end
             del buf[:nxt]
             base += nxt
             progress(label, min(base / size, 1.0) if size else None)
@@ -656,6 +675,7 @@ def _finish(dec: _Decoder, path: Path, buf: bytearray, base: int) -> None:
     if body:
         try:
             dec.decode(body)
+            dec.last_end = base + len(body)
         except msgspec.DecodeError as exc:
             pos = _error_pos(exc)
             limit = len(body) if pos is None or pos > len(body) else pos - 1
@@ -663,7 +683,7 @@ def _finish(dec: _Decoder, path: Path, buf: bytearray, base: int) -> None:
             return
     if not closed:
         dec.truncated = True
-        dec.issues.append(_truncated_issue(path, base + len(body), dec.count()))
+        dec.issues.append(_truncated_issue(path, dec.last_end, dec.count()))
 
 
 def _keep_prefix(
@@ -693,10 +713,11 @@ def _keep_prefix(
     kept_end = bounds[best] if best >= 0 else 0
     if kept_end:
         dec.decode(data[:kept_end])
+        dec.last_end = base + kept_end
     n = dec.count()
     if eof_missing:
         dec.truncated = True
-        dec.issues.append(_truncated_issue(path, base + kept_end, n))
+        dec.issues.append(_truncated_issue(path, dec.last_end, n))
         return
     offset = base + max(limit, 0)
     line = _line_of(path, offset)
@@ -726,9 +747,11 @@ def _reason(exc: object) -> str:
 
 
 def _truncated_issue(path: Path, stop: int, n: int) -> Issue:
+    head = "truncated: the event array has no closing ']' (still being written, or cut off); "
+    if n == 0:
+        return Issue(str(path), head + "not one complete event in it", line=1)
     return Issue(
         str(path),
-        "truncated: the event array has no closing ']' (still being written, or cut off); "
-        f"loaded {n} complete events, the data stops at byte {stop}",
+        head + f"loaded {n} complete events; the last one ends at byte {stop}",
         line=_line_of(path, stop),
     )
