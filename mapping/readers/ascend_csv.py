@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import Issue, ProfileError
+from ..errors import Issue
 from ..frames import StackTable
 from ..model import (
     HOST_OP_SCHEMA,
@@ -278,7 +278,6 @@ def read_step_trace_time(path: Path) -> tuple[list[StepBreakdown], list[Issue]]:
     issues = cols.issues
     cluster = cols.has("type") and cols.has("index")
     out: list[StepBreakdown] = []
-    lines = cols.lines
     for i in range(cols.length):
         device = int(d["device"][i])
         if cluster:
@@ -286,8 +285,7 @@ def read_step_trace_time(path: Path) -> tuple[list[StepBreakdown], list[Issue]]:
                 continue
             index = str(d["index"][i])
             if not index.lstrip("-").isdigit():
-                line = int(lines[i]) if lines is not None else None
-                issues.append(Issue(str(path), f"rank row with Index {index!r}; skipped", line))
+                issues.append(Issue(str(path), f"rank row with Index {index!r}; skipped", cols.line(i)))
                 continue
             device = int(index)
         out.append(
@@ -513,7 +511,6 @@ __all__ = [
     "CommStatistic",
     "Iteration",
     "KernelTable",
-    "ProfileError",
     "read_api_statistic",
     "read_communication_statistic",
     "read_kernel_table",

@@ -10,7 +10,6 @@ ProfileError; odd values inside -> an Issue and the value skipped.
 
 from __future__ import annotations
 
-import codecs
 import json
 import re
 from dataclasses import dataclass, field

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 import warnings
 from collections.abc import Iterable, Sequence
@@ -82,10 +81,18 @@ class Columns:
     found: dict[str, str]  # key -> the header spelling present in the file
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # header -> float64
     issues: list[Issue] = field(default_factory=list)
-    lines: np.ndarray | None = None  # physical line of each kept row (computed when needed)
+    _lines: _LazyLines | None = None
+    _kept: np.ndarray | None = None  # original row of each kept row, when rows were dropped
 
     def has(self, key: str) -> bool:
         return key in self.found
+
+    def line(self, row: int) -> int | None:
+        """Physical line (1-based) where kept row ``row`` starts, for Issues."""
+        if self._lines is None:
+            return None
+        original = int(self._kept[row]) if self._kept is not None else row
+        return self._lines[original] or None
 
 
 def read_columns(
@@ -125,6 +132,8 @@ def read_columns(
             found[col.key] = name
         elif extras and name and hk not in ignored:
             extra_pos[i] = alias_extras.get(hk, name)
+    if extra_pos:
+        extra_pos = _numeric_extras(source, extra_pos, issues)
 
     missing = [c for c in cols if c.required and c.key not in positions]
     if missing:
@@ -143,8 +152,8 @@ def read_columns(
         issues.append(Issue(path, f"row has {saw} fields, header has {expected}; row skipped", line))
 
     n = len(frame)
-    result = Columns(source, {}, n, found, issues=issues)
     lines = _LazyLines(source, n, [s[0] for s in skipped])
+    result = Columns(source, {}, n, found, issues=issues, _lines=lines)
     drop = np.zeros(n, dtype=bool)
     for col in cols:
         if col.key not in positions:
@@ -160,9 +169,6 @@ def read_columns(
         result.data[col.key] = values
     for pos, name in extra_pos.items():
         values, bad, bad_cells = _to_float(frame[pos], frozenset())
-        if bad is not None and bad.all() and n:
-            issues.append(Issue(path, f"column {source.header[pos]!r} holds no numbers; not kept"))
-            continue
         if bad is not None and bad.any():
             _report(issues, path, source.header[pos], np.flatnonzero(bad), bad_cells, lines, False)
         result.extras[name] = values
@@ -172,14 +178,43 @@ def read_columns(
         result.data = {k: v[keep] for k, v in result.data.items()}
         result.extras = {k: v[keep] for k, v in result.extras.items()}
         result.length = int(keep.sum())
-        if lines.computed is not None:
-            result.lines = lines.computed[keep]
-    elif lines.computed is not None:
-        result.lines = lines.computed
+        result._kept = np.flatnonzero(keep)
     return result
 
 
 # -- parsing -----------------------------------------------------------------------------------
+
+_SNIFF_ROWS = 2000
+
+
+def _numeric_extras(source: CsvSource, extra_pos: dict[int, str], issues: list[Issue]) -> dict[int, str]:
+    """Keep the unknown columns whose first rows hold mostly numbers (or nothing).
+
+    A text column from a newer producer version must not be read as float: that would send
+    every read of the file down the slow string path. A numeric column with a stray bad cell is
+    kept (the full parse reports the cell).
+    """
+    src: Any = io.BytesIO(source.buffer) if source.buffer is not None else source.path
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            head = pd.read_csv(
+                src, header=None, skiprows=1, nrows=_SNIFF_ROWS, names=list(range(len(source.header))),
+                usecols=list(extra_pos), dtype=object, keep_default_na=False, na_filter=False,
+                on_bad_lines="skip", engine="c", encoding="utf-8",
+            )
+    except (ValueError, OSError):
+        return extra_pos  # the full parse reports what is wrong
+    keep: dict[int, str] = {}
+    for pos, name in extra_pos.items():
+        values, bad, _ = _to_float(head[pos], frozenset())
+        numbers = int(np.count_nonzero(~np.isnan(values)))
+        if bad is not None and int(bad.sum()) > numbers:
+            issues.append(Issue(source.name, f"column {source.header[pos]!r} holds text; not kept"))
+        else:
+            keep[pos] = name
+    return keep
+
 
 
 def _parse(
@@ -477,20 +512,15 @@ def _time_column(
 
 
 def _to_float(series: pd.Series, missing: frozenset[str]) -> tuple[np.ndarray, np.ndarray | None, list[str]]:
+    """Float64 values; NaN for missing cells. ``bad`` marks cells that are text (slow path only:
+    on the fast path the C parser already produced floats)."""
     if series.dtype == np.float64:
         return series.to_numpy(), None, []
+    text = pd.Series(series.to_numpy(dtype=object), dtype=object).str.strip()
+    out = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, copy=True)
+    absent = (text.isna() | text.isin(MISSING_TOKENS | missing)).to_numpy()
+    bad = np.isnan(out) & ~absent & (text.str.lower() != "nan").to_numpy()
+    out[absent] = np.nan
     raw = series.to_numpy(dtype=object)
-    out = np.empty(len(raw), dtype=np.float64)
-    bad = np.zeros(len(raw), dtype=bool)
-    for i, v in enumerate(raw):
-        s = v.strip() if isinstance(v, str) else ""
-        if s in MISSING_TOKENS or s in missing:
-            out[i] = math.nan
-            continue
-        try:
-            out[i] = float(s)
-        except ValueError:
-            out[i] = math.nan
-            bad[i] = True
     cells = [str(v) for v in raw[bad][:_MAX_LINE_ISSUES]] if bad.any() else []
     return out, bad, cells

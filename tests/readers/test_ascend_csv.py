@@ -717,3 +717,38 @@ def test_time_beyond_int64_ns_is_an_issue(tmp_path):
     assert table.to_frame()["name"].tolist() == ["b"]
     (issue,) = table.issues
     assert issue.line == 2 and "Start Time(us)" in issue.message
+
+
+def test_unknown_text_column_is_not_kept_and_numbers_are(tmp_path):
+    header = [*LEVEL0[2:9], "Op Attr", "aic_new_ratio"]
+    rows = [["a", "Add", "AI_CORE", "1.5", "1", "0", "1", "keep_dims=1", "0.25"],
+            ["b", "Add", "AI_CORE", "2.5", "1", "0", "1", "", "N/A"]]
+    table = read_kernel_table(write_csv(tmp_path / "k.csv", header, rows))
+    frame = table.to_frame()
+    assert "pmu:Op Attr" not in frame.columns
+    assert frame["pmu:aic_new_ratio"].tolist()[0] == 0.25 and np.isnan(frame["pmu:aic_new_ratio"].tolist()[1])
+    (issue,) = table.issues
+    assert "'Op Attr' holds text" in issue.message
+
+
+def test_text_in_a_pmu_column_is_reported_with_its_line(tmp_path):
+    header = [*LEVEL0[2:9], "aic_mac_ratio"]
+    rows = [["a", "Add", "AI_CORE", "1.5", "1", "0", "1", "0.5"], ["b", "Add", "AI_CORE", "2.5", "1", "0", "1", "high"],
+            ["c", "Add", "AI_CORE", "3.5", "1", "0", "1", "0.75"]]
+    table = read_kernel_table(write_csv(tmp_path / "k.csv", header, rows))
+    frame = table.to_frame()
+    assert frame["name"].tolist() == ["a", "b", "c"]  # a PMU cell is optional: row kept
+    values = frame["pmu:aic_mac_ratio"].tolist()
+    assert values[0] == 0.5 and np.isnan(values[1]) and values[2] == 0.75
+    (issue,) = table.issues
+    assert issue.line == 3 and "'high'" in issue.message
+
+
+def test_cluster_rank_row_with_bad_index(tmp_path):
+    header = ["Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free"]
+    rows = [["", "rank", "0", "10", "5", "1", "6", "2"], ["", "rank", "x", "10", "5", "1", "6", "2"],
+            ["", "stage", "(0, 1)", "10", "5", "1", "6", "2"]]
+    steps, issues = read_step_trace_time(write_csv(tmp_path / "cluster_step_trace_time.csv", header, rows))
+    assert [s.device for s in steps] == [0] and steps[0].computing_ns == 10000
+    (issue,) = issues
+    assert issue.line == 3 and "'x'" in issue.message
