@@ -260,6 +260,8 @@ class Clock:
             )
             self.t_main = self._lay_op(launch.op, self.t_main, ctx, root=True)
             self.t_main += 1000
+        if call.sync_api:
+            self.t_main = self._sync(self.threads.main, self.t_main, api=call.sync_api, copy=False)
         if call.backward:
             self._lay_backward(call, step_op)
 
@@ -369,13 +371,16 @@ class Clock:
         self.cur.cann.append(TCann(api.name, api.level, tid, t, api.dur_ns, conn, mode="ACL_RTS"))
         return t + api.dur_ns
 
-    def _sync(self, tid: int, t: int) -> int:
-        """aclrtSynchronizeStream until the device is drained, then the D2H copy of the scalar."""
+    def _sync(self, tid: int, t: int, *, api: str = "AscendCL@aclrtSynchronizeStream", copy: bool = True) -> int:
+        """A runtime sync until the device is drained, then (``copy``) the D2H copy of the scalar."""
         assert self.cur is not None
         drain = max(self.t_compute, self.t_deq + self.run.launch_latency_ns, t + 2000)
-        sync = TCann("AscendCL@aclrtSynchronizeStream", "acl", tid, t + 500, drain + 1500 - (t + 500), self._conn(),
-                     mode="ACL_RTS")
+        if api.endswith("Device"):
+            drain = max(drain, self.t_comm)
+        sync = TCann(api, "acl", tid, t + 500, drain + 1500 - (t + 500), self._conn(), mode="ACL_RTS")
         self.cur.cann.append(sync)
+        if not copy:
+            return sync.end_ns + 500
         cp = TCann("AscendCL@aclrtMemcpy", "acl", tid, sync.end_ns + 800, 9000, self._conn(), mode="ACL_RTS")
         self.cur.cann.append(cp)
         return cp.end_ns + 500

@@ -414,3 +414,101 @@ def aicpu_cast(shape: Shape, *, dur_us: float, frames: tuple[StackEntry, ...] = 
     k = aclnn("aclnnCast", "CastAiCpu", "Cast", AI_CPU, dur_us, inputs=(shape,), outputs=(shape,), dtype="DT_DOUBLE")
     to_copy = op("aten::_to_copy", op("npu::_npu_dtype_cast", scope("aclnnCast", k)), inputs=(shape,))
     return Launch(op("aten::to", to_copy, inputs=(shape, (), (), ())), frames)
+
+
+def linear_nd(tokens: int, fin: int, fout: int, *, mm_us: float, dtype: str = "DT_BF16", bwd_scale: float = 2.0,
+              matmul_type: str = "MatMulV2", core: str = AI_CORE, pmu: dict[str, float] | None = None,
+              frames: tuple[StackEntry, ...] = LINEAR_FWD) -> Launch:
+    """``nn.Linear(bias=False)`` on a 3-D input: aten::linear > aten::t + aten::matmul > aten::view,
+    aten::mm > aclnnMm, aten::_unsafe_view (the input is folded to 2-D)."""
+    x, w, out = (tokens, fin), (fout, fin), (tokens, fout)
+    impl = "MatMulV3Common" if matmul_type == "MatMulV3" else "MatMulCommon"
+    mm = aclnn("aclnnMm", impl, matmul_type, core, mm_us, inputs=(x, (fin, fout)), outputs=(out,), dtype=dtype,
+               block_dim=20, pmu=pmu)
+    bwd = tuple(
+        op("aten::mm", scope("aclnnMm", aclnn("aclnnMm", impl, matmul_type, core, mm_us * bwd_scale / 2,
+                                                 inputs=ins, outputs=(o,), dtype=dtype, block_dim=20, pmu=pmu)),
+           inputs=ins)
+        for ins, o in ((((tokens, fout), (fout, fin)), x), (((fout, tokens), x), w)))
+    matmul = op("aten::matmul", op("aten::view", self_us=3), op("aten::mm", scope("aclnnMm", mm), inputs=(x, (fin, fout)),
+                                                                 autograd="MmBackward0", backward=bwd),
+                op("aten::_unsafe_view", self_us=3), self_us=8, inputs=((tokens, fin), (fin, fout)))
+    t = op("aten::t", op("aten::transpose", op("aten::as_strided", self_us=2), self_us=3), self_us=4, inputs=(w,),
+           autograd="TBackward0", backward=(op("aten::t", self_us=3),))
+    return Launch(op("aten::linear", t, matmul, self_us=6, inputs=(x, w)), frames)
+
+
+def batch_norm(shape: Shape, *, dur_us: float, frames: tuple[StackEntry, ...] = ()) -> Launch:
+    """``nn.BatchNorm2d`` in training: reduce + update kernels, BNTrainingUpdateGrad/ReduceGrad backward."""
+    c = (shape[1],)
+    ks = (aclnn("aclnnBatchNorm", "BNTrainingReduce", "BNTrainingReduce", AI_VECTOR_CORE, dur_us * 0.4,
+                inputs=(shape,), outputs=(c, c), dtype="FLOAT16", fmt="NC1HWC0"),
+          aclnn("aclnnBatchNorm", "BNTrainingUpdate", "BNTrainingUpdate", AI_VECTOR_CORE, dur_us * 0.6,
+                inputs=(shape, c, c, c, c, c, c), outputs=(shape, c, c, c, c), dtype="FLOAT16", fmt="NC1HWC0"))
+    kb = (aclnn("aclnnBatchNormBackward", "BNTrainingUpdateGrad", "BNTrainingUpdateGrad", AI_VECTOR_CORE, dur_us * 0.5,
+                inputs=(shape, shape, c, c), outputs=(c, c), dtype="FLOAT16", fmt="NC1HWC0"),
+          aclnn("aclnnBatchNormBackward", "BNTrainingReduceGrad", "BNTrainingReduceGrad", AI_VECTOR_CORE,
+                dur_us * 0.7, inputs=(shape, shape, c, c, c, c, c), outputs=(shape,), dtype="FLOAT16", fmt="NC1HWC0"))
+    native = op("aten::native_batch_norm", scope("aclnnBatchNorm", *ks), inputs=(shape, c, c, c, c, (), (), ()),
+                autograd="NativeBatchNormBackward0",
+                backward=(op("aten::native_batch_norm_backward", scope("aclnnBatchNormBackward", *kb)),))
+    inner = op("aten::_batch_norm_impl_index", native, inputs=(shape, c, c, c, c, (), (), (), ()))
+    return Launch(op("aten::batch_norm", inner, inputs=(shape, c, c, c, c, (), (), (), ())), frames)
+
+
+def sgd_step(params: Sequence[Shape], *, kernel_us: float, name: str = "SGD") -> Launch:
+    """``optimizer.step()`` of single-tensor SGD with momentum: per parameter mul_, add_, add_."""
+    children = []
+    for shape in params:
+        for aten, api, typ in (("aten::mul_", "aclnnInplaceMuls", "Muls"), ("aten::add_", "aclnnInplaceAdd", "Add"),
+                               ("aten::add_", "aclnnInplaceAdd", "Axpy")):
+            k = aclnn(api, f"{typ}AiCore", typ, AI_VECTOR_CORE, kernel_us, inputs=(shape, shape), outputs=(shape,),
+                      dtype="FLOAT")
+            children.append(op(aten, scope(api, k, self_us=4), self_us=7, inputs=(shape, shape), types="float;float",
+                               frames=(lib("torch/optim/sgd.py", 309, "_single_tensor_sgd", 271),
+                                       lib("torch/optim/sgd.py", 126, "step", 100))))
+    return Launch(OpSpec(f"Optimizer.step#{name}.step", self_ns=us(40), children=tuple(children)), OPTIM_WRAPPER)
+
+
+def zero_grad_to_none(name: str) -> Launch:
+    """``optimizer.zero_grad()`` with ``set_to_none=True`` (the default): the label, no kernels."""
+    return Launch(OpSpec(f"Optimizer.zero_grad#{name}.zero_grad", self_ns=us(25)), ZERO_GRAD)
+
+
+def clip_grad_norm(params: Sequence[Shape], *, norm_us: float, frames: tuple[StackEntry, ...] = ()) -> tuple[Launch, ...]:
+    """``clip_grad_norm_`` without foreach: a norm per gradient (LpNormReduceV2/LpNormUpdateV2),
+    stack + total norm, then ``add-reciprocal-mul`` and one ``mul_`` per gradient (NPU221)."""
+    clip = lambda line, func, d: lib("torch/nn/utils/clip_grad.py", line, func, d)  # noqa: E731
+    norm_frames = (clip(61, "_get_total_norm", 31), clip(138, "clip_grad_norm_", 98)) + tuple(frames)
+    scale_frames = (clip(172, "_clip_grads_with_norm_", 143), clip(139, "clip_grad_norm_", 98)) + tuple(frames)
+    out: list[Launch] = []
+    for shape in params:
+        ks = (aclnn("aclnnLinalgVectorNorm", "LpNormReduceV2", "LpNormReduceV2", AI_VECTOR_CORE, norm_us,
+                    inputs=(shape,), outputs=((),), dtype="FLOAT"),
+              aclnn("aclnnLinalgVectorNorm", "LpNormUpdateV2", "LpNormUpdateV2", AI_VECTOR_CORE, norm_us / 2,
+                    inputs=((),), outputs=((),), dtype="FLOAT"))
+        out.append(Launch(op("aten::linalg_vector_norm", scope("aclnnLinalgVectorNorm", *ks), inputs=(shape, (), (), ()),
+                             types="float;Scalar;None;bool"), norm_frames))
+    n = len(params)
+    stack_k = aclnn("aclnnStack", "ConcatD", "ConcatD", AI_VECTOR_CORE, 2.0, inputs=((),) * n, outputs=((n,),),
+                    dtype="FLOAT")
+    out.append(Launch(op("aten::stack", op("aten::cat", scope("aclnnStack", stack_k))), norm_frames))
+    total = (aclnn("aclnnLinalgVectorNorm", "LpNormReduceV2", "LpNormReduceV2", AI_VECTOR_CORE, 2.0, inputs=((n,),),
+                   outputs=((),), dtype="FLOAT"),)
+    out.append(Launch(op("aten::linalg_vector_norm", scope("aclnnLinalgVectorNorm", *total)), norm_frames))
+    for aten, api, typ in (("aten::add", "aclnnAdds", "Add"), ("aten::reciprocal", "aclnnReciprocal", "Reciprocal"),
+                           ("aten::mul", "aclnnMuls", "Muls"), ("aten::clamp", "aclnnClamp", "ClipByValue")):
+        k = aclnn(api, f"{typ}AiCore", typ, AI_VECTOR_CORE, 1.6, inputs=((),), outputs=((),), dtype="FLOAT")
+        out.append(Launch(op(aten, scope(api, k), inputs=((), ())), scale_frames))
+    for shape in params:
+        k = aclnn("aclnnInplaceMul", "MulAiCore", "Mul", AI_VECTOR_CORE, norm_us, inputs=(shape, ()), outputs=(shape,),
+                  dtype="FLOAT")
+        out.append(Launch(op("aten::mul_", scope("aclnnInplaceMul", k), inputs=(shape, ())), scale_frames))
+    return tuple(out)
+
+
+def no_kernel(name: str, *, inputs: Shapes = (), autograd: str = "", children: tuple[OpSpec, ...] = (),
+              frames: tuple[StackEntry, ...] = ()) -> Launch:
+    """A view/shape op without kernels (aten::view, aten::transpose, aten::chunk ...)."""
+    return Launch(op(name, *children, self_us=4, inputs=inputs, autograd=autograd,
+                     backward=(op(name, self_us=3),) if autograd else ()), frames)

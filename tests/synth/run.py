@@ -214,6 +214,7 @@ class UserCall:
     backward: bool = False
     comm: tuple[CommLaunch, ...] = ()
     node_gap_ns: int = 4000  # backward thread: time between autograd nodes
+    sync_api: str = ""  # a runtime sync called from Python without an op ("AscendCL@aclrtSynchronizeDevice")
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,11 @@ class KernelTable:
     tab: bool
     trim: bool
     step_id: bool
+    keys: tuple[str, ...] = ()  # op_summary names of the header's columns
+
+    def __post_init__(self) -> None:
+        alias = {"Block Dim": "Block Num", "Mix Block Dim": "Mix Block Num"}
+        object.__setattr__(self, "keys", tuple(_inverse(alias.get(c, c)) for c in self.header))
 
     @classmethod
     def kernel_details(cls, run: Run, variant: TextVariant) -> KernelTable:
@@ -121,11 +126,7 @@ class KernelTable:
     def row(self, run: Run, k: TKernel, wait_ns: int) -> list[str]:
         v = kernel_values(run, k, wait_ns, self.pmu, tab=self.tab, trim=self.trim,
                           mix_na=self.family == KD_2023)
-        out = []
-        for col in self.header:
-            key = {"Block Dim": "Block Num", "Mix Block Dim": "Mix Block Num"}.get(col, col)
-            out.append(v.get(key, v.get(_inverse(key), NA)))
-        return out
+        return [v.get(k, NA) for k in self.keys]
 
 
 _INV = {v: k for k, v in KD_RENAMES.items()}

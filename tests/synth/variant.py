@@ -49,3 +49,4 @@ class TextVariant:
     info_file_rank: bool = True  # profiler_info_{rank}.json (False: profiler_info.json)
     rank_id_string: bool = False  # rank_id "0" (string) instead of 0
     frame_space: bool = True  # "file(12): f" (False: "file(12):f", older builds)
+    csv_encoding: str = "utf-8"  # "utf-8-sig" writes a BOM, "gb18030" a legacy Chinese-locale file

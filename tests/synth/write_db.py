@@ -24,6 +24,7 @@ from .write_text import OUTPUT_DIR, root_name, write_root_files
 
 FRAMEWORK_ID_BASE = 1 << 28
 FWD_BWD_OFFSET = 5 << 28
+QUEUE_OFFSET = 4 << 28  # task-queue correlation ids kept apart from CANN connection ids [inferred]
 API_TYPES = {50001: "op", 50002: "queue", 50003: "trace", 50004: "mstx", 20000: "acl", 15000: "model",
              10000: "node", 5500: "communication", 5000: "runtime"}
 LEVEL_TYPE = {"acl": 20000, "model": 15000, "node": 10000, "communication": 5500, "runtime": 5000}
@@ -150,7 +151,7 @@ class _DbWriter:
             for name, tid, start, dur in (("Enqueue", q.enqueue_tid, q.enqueue_ns, q.enqueue_dur_ns),
                                           (f"Dequeue@{q.scope}", self.th.dequeue, q.dequeue_ns, q.dequeue_dur_ns)):
                 key = self.conn_key()
-                conn_rows.append((key, q.correlation_id))
+                conn_rows.append((key, QUEUE_OFFSET + q.correlation_id))
                 api_rows.append((str(start), str(start + dur), self.gtid(tid), key, s.fw(name), -1, 0, None, None,
                                  None, 50002))
         self.con.executemany("INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", api_rows)

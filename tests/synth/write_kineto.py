@@ -129,7 +129,7 @@ class _PyTracer:
         self.module_ids: dict[str, int] = {}
 
     def visit(self, stack: Stack, start: int, end: int) -> None:
-        outer = list(reversed(stack))
+        outer = [f for f in reversed(stack) if not _module_call_frame(f)]
         keys = [(i, self.w.frame_name(f)) for i, f in enumerate(outer)]
         common = 0
         while common < min(len(keys), len(self.open)) and self.open[common][0] == keys[common]:
@@ -201,7 +201,7 @@ class _KinetoWriter:
         return f"{path}({line}): {f.func}"
 
     def stack_text(self, stack: Stack) -> str:
-        return "".join(self.frame_name(f) + ";" for f in stack)
+        return "".join(self.frame_name(f) + ";" for f in stack if not _module_call_frame(f))
 
     def metadata(self) -> None:
         run = self.run
@@ -298,11 +298,19 @@ class _KinetoWriter:
             self.emit({"ph": "f", "id": self.corr, "pid": run.device, "tid": k.stream, "ts": self.rel(k.start_ns),
                        "cat": "ac2g", "name": "ac2g", "bp": "e"})
         for c in tl.cann:
-            if c.name == "AscendCL@aclrtSynchronizeStream":
+            if c.name.startswith("AscendCL@aclrtSynchronize"):
                 self.corr += 1
-                self.emit({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": run.pid,
+                name = "cudaDeviceSynchronize" if c.name.endswith("Device") else "cudaStreamSynchronize"
+                self.emit({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": run.pid,
                            "tid": c.tid, "ts": self.rel(c.start_ns), "dur": c.dur_ns / 1000,
-                           "args": {"cbid": 131, "correlation": self.corr}})
+                           "args": {"cbid": 165 if name == "cudaDeviceSynchronize" else 131,
+                                    "correlation": self.corr}})
+
+
+def _module_call_frame(f: Frame | ModuleFrame) -> bool:
+    """``module.py(...): _call_impl`` frames: torch's tracer shows ``nn.Module: X_k`` instead."""
+    return (isinstance(f, Frame) and f.file.endswith("torch/nn/modules/module.py")
+            and f.func in ("_call_impl", "_wrapped_call_impl"))
 
 
 def _strides(dims: list[int]) -> list[int]:
@@ -359,6 +367,11 @@ def write_kineto(run: Run, path: str | os.PathLike[str], *, device: str = "cuda"
             end = max(end, tl.end_ns)
         for tracer in w.tracers.values():
             tracer.close(0)
+        # Kineto's own bookkeeping events, with string pids (formats §14.1)
+        w.emit({"ph": "X", "cat": "Trace", "ts": w.rel(krun.start_ns), "dur": (end - krun.start_ns) / 1000,
+                "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}})
+        w.emit({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
+                "tid": "Trace PyTorch Profiler", "ts": w.rel(krun.start_ns)})
         w.emit({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": w.rel(end + 1000)})
         f.write('\n],\n  "traceName": ' + json.dumps(str(path)) + "\n}\n")
     return path

@@ -118,13 +118,14 @@ class _Files:
         want = lambda name: name not in variant.omit  # noqa: E731
         level_none = run.config.level == "Level_none"
         nl = variant.newline
+        enc = variant.csv_encoding
         self.trace = JsonArrayOut(out / "trace_view.json") if want("trace_view.json") else None
         self.kt = KernelTable.kernel_details(run, variant)
-        self.kernels = (CsvOut(out / "kernel_details.csv", self.kt.header, newline=nl)
+        self.kernels = (CsvOut(out / "kernel_details.csv", self.kt.header, newline=nl, encoding=enc)
                         if want("kernel_details.csv") and not level_none else None)
-        self.operators = (CsvOut(out / "operator_details.csv", OPERATOR_DETAILS_HEADER, newline=nl)
+        self.operators = (CsvOut(out / "operator_details.csv", OPERATOR_DETAILS_HEADER, newline=nl, encoding=enc)
                           if want("operator_details.csv") else None)
-        self.step_trace = (CsvOut(out / "step_trace_time.csv", STEP_TRACE_HEADER, newline=nl)
+        self.step_trace = (CsvOut(out / "step_trace_time.csv", STEP_TRACE_HEADER, newline=nl, encoding=enc)
                            if want("step_trace_time.csv") and not level_none else None)
         self.waits = WaitClock()
         self.stats = Statistics()
@@ -198,11 +199,11 @@ def _write_statistics(run: Run, out: Path, v: TextVariant, stats: Statistics) ->
         return
     rows = stats.op_rows(str(run.device))
     if rows and "op_statistic.csv" not in v.omit:
-        with CsvOut(out / "op_statistic.csv", OP_STATISTIC_HEADER, newline=v.newline) as f:
+        with CsvOut(out / "op_statistic.csv", OP_STATISTIC_HEADER, newline=v.newline, encoding=v.csv_encoding) as f:
             for r in rows:
                 f.row(r)
     rows = stats.api_rows()
     if rows and "api_statistic.csv" not in v.omit:
-        with CsvOut(out / "api_statistic.csv", API_STATISTIC_HEADER, newline=v.newline) as f:
+        with CsvOut(out / "api_statistic.csv", API_STATISTIC_HEADER, newline=v.newline, encoding=v.csv_encoding) as f:
             for r in rows:
                 f.row(r)
