@@ -53,13 +53,21 @@ def input_files(location: ProfileLocation) -> list[Path]:
     """Every file the location's reader may read (the cache key covers all of them)."""
     root = Path(location.path)
     if root.is_file():
+        if location.kind is ProfileKind.TORCH_NPU_DB:
+            # The DB reader also reads analysis.db beside it and the run root's profiler_info.
+            from .readers.torch_npu_db import companion_files
+
+            return [root, *companion_files(root)]
         return [root]
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(
             d
             for d in dirnames
-            if d not in _SKIP_DIRS and not (location.kind is ProfileKind.TORCH_NPU and d.startswith("PROF_"))
+            if d not in _SKIP_DIRS
+            and not (location.kind is ProfileKind.TORCH_NPU and d.startswith("PROF_"))
+            # msprof: device_*/data and host/data hold the raw collection (thousands of files)
+            and not (location.kind is ProfileKind.MSPROF and d == "data")
         )
         found.extend(Path(dirpath) / f for f in sorted(filenames))
     return found

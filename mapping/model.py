@@ -432,3 +432,8 @@ class ClusterSummary:
     def slowest_over_fastest(self) -> float:
         times = [r.step_time_ns for r in self.ranks if r.step_time_ns > 0]
         return max(times) / min(times) if times else 1.0
+
+    @property
+    def slowest_over_median(self) -> float:
+        times = [r.step_time_ns for r in self.ranks if r.step_time_ns > 0]
+        return max(times) / float(np.median(times)) if times else 1.0

@@ -1,0 +1,435 @@
+"""msprof CLI output: a ``PROF_*`` directory (formats §12).
+
+Layouts read:
+
+* current: ``mindstudio_profiler_output/<name>_<ts>.csv|json`` (and ``<name>_slice_<n>_<ts>``
+  parts of one export) for op_summary, op_statistic, api_statistic, step_trace,
+  communication_statistic, memory files and ``msprof_*.json``;
+* CANN 7.0.x: ``device_{id}/summary/op_summary_{dev}_{model}[_{iter}]_{ts}.csv`` and
+  ``device_{id}/timeline/msprof_*.json`` per device (6.3.RC2: no ``_{ts}`` in the names);
+* ``--type=db`` only: ``msprof_*.db`` with the CANN tables (read by :mod:`.cann_db`).
+
+When a name occurs with several timestamps (re-exports), the newest is read, with all its slices.
+msprof has no Python layer: kernels keep link ``none`` but carry everything the no-stack
+anchoring needs (name, OpType, core, shapes, PMU); ``msprof_*.json`` adds the CANN API events and,
+where present, the Overlap Analysis lanes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import Issue, ProfileError
+from ..frames import StackTable
+from ..linking import resolve_kernel_links
+from ..locations import ProfileLocation, Progress, no_progress
+from ..model import (
+    HOST_EVENT_SCHEMA,
+    KERNEL_SCHEMA,
+    OVERLAP_SCHEMA,
+    Backend,
+    Profile,
+    ProfileKind,
+    ProfileMeta,
+    Step,
+    empty_table,
+    make_table,
+)
+from ..overlap import breakdown_from_overlap
+from . import ascend_csv, ascend_json
+from .cann_db import read_cann
+from .npu_trace import kernel_steps, tables_from_trace
+from .sqlite_db import SqliteDb
+from .torch_npu import join_kernel_details
+from .trace_json import read_trace_events
+
+OUTPUT = "mindstudio_profiler_output"
+_FILE_RE = re.compile(
+    r"^(?P<base>[a-z][a-z_]*?)(?:_slice_(?P<slice>\d+))?(?P<nums>(?:_\d+)*)\.(?P<ext>csv|json)$"
+)
+_DB_RE = re.compile(r"^msprof_(\d{1,20})\.db$")
+_DEVICE_RE = re.compile(r"^device_(\d+)$")
+STAMP_DIGITS = 12
+"""A trailing number this long is an export timestamp (YYYYmmddHHMMSS...), not a device/model id."""
+
+EXPORT_HINT = "export it first: msprof --export=on --output=<this PROF_* directory>"
+
+
+@dataclass(slots=True)
+class MsprofLayout:
+    """The files of one PROF_* directory that the reader uses, newest export of each name."""
+
+    root: Path
+    files: dict[str, list[tuple[Path, int]]] = field(default_factory=dict)  # base -> [(path, device)]
+    info: Path | None = None
+    db: Path | None = None
+    analyze: Path | None = None
+    devices: list[int] = field(default_factory=list)
+    style: str = ""  # current | cann7 | db | raw
+
+    def get(self, base: str) -> list[tuple[Path, int]]:
+        return self.files.get(base, [])
+
+
+def _stamp(nums: str) -> int:
+    parts = [p for p in nums.split("_") if p]
+    return int(parts[-1]) if parts and len(parts[-1]) >= STAMP_DIGITS else 0
+
+
+def newest_exports(paths: list[Path]) -> dict[str, list[Path]]:
+    """Group files by name (without slice/ids/timestamp) and keep the newest timestamp's files.
+
+    ``op_summary_slice_0_<ts>.csv`` and ``op_summary_slice_1_<ts>.csv`` are parts of one export;
+    ``op_summary_<older ts>.csv`` beside them is an earlier export and is dropped.
+    """
+    groups: dict[str, list[tuple[int, Path]]] = {}
+    for p in paths:
+        m = _FILE_RE.match(p.name)
+        if not m:
+            continue
+        groups.setdefault(m.group("base"), []).append((_stamp(m.group("nums")), p))
+    out: dict[str, list[Path]] = {}
+    for base, items in groups.items():
+        newest = max(ts for ts, _ in items)
+        out[base] = sorted(p for ts, p in items if ts == newest)
+    return out
+
+
+def layout(root: Path) -> MsprofLayout:
+    root = Path(root)
+    if not root.is_dir():
+        raise ProfileError(root, "not a directory (expected a msprof PROF_* directory)")
+    lay = MsprofLayout(root)
+    info = root / "host" / "info.json"
+    lay.info = info if info.is_file() else None
+    analyze = root / "analyze"
+    lay.analyze = analyze if analyze.is_dir() else None
+    dbs = sorted(p for p in root.iterdir() if _DB_RE.match(p.name))
+    lay.db = dbs[-1] if dbs else None
+    device_dirs = sorted(
+        (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _DEVICE_RE.match(p.name))
+    )
+    lay.devices = [d for d, _ in device_dirs]
+
+    out = root / OUTPUT
+    if out.is_dir():
+        lay.style = "current"
+        for base, files in newest_exports([p for p in out.iterdir() if p.is_file()]).items():
+            lay.files[base] = [(p, -1) for p in files]
+    else:
+        for dev, ddir in device_dirs:
+            for sub in ("summary", "timeline"):
+                folder = ddir / sub
+                if not folder.is_dir():
+                    continue
+                lay.style = "cann7"
+                for base, files in newest_exports([p for p in folder.iterdir() if p.is_file()]).items():
+                    lay.files.setdefault(base, []).extend((p, dev) for p in files)
+        for sub in ("summary", "timeline"):  # host-side summaries (api_statistic) in older layouts
+            folder = root / "host" / sub
+            if folder.is_dir():
+                for base, files in newest_exports([p for p in folder.iterdir() if p.is_file()]).items():
+                    lay.files.setdefault(base, []).extend((p, -1) for p in files)
+    if not lay.files:
+        lay.style = "db" if lay.db is not None else "raw"
+    return lay
+
+
+def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile:
+    lay = layout(location.path)
+    meta = ProfileMeta(kind=ProfileKind.MSPROF, path=str(lay.root), backend=Backend.ASCEND, rank=location.rank)
+    meta.with_stack = False  # msprof records no Python stacks
+    meta.extra["layout"] = lay.style
+    profile = Profile(meta=meta)
+    issues: list[Issue] = []
+    _read_info(lay, meta, issues)
+
+    if lay.style == "raw":
+        raise ProfileError(lay.root, f"only raw msprof data here (no {OUTPUT}/ and no msprof_*.db): {EXPORT_HINT}")
+    if lay.style == "db":
+        _read_db(lay, profile, issues, progress)
+    else:
+        _read_text(lay, profile, issues, progress)
+
+    devices = sorted({int(d) for d in profile.kernels["device"].unique() if d >= 0}) if len(profile.kernels) else []
+    meta.extra["devices"] = devices or lay.devices
+    if meta.device_id is None and len(devices) == 1:
+        meta.device_id = devices[0]
+    profile.issues = issues
+    progress("Loaded", 1.0)
+    return profile
+
+
+# ---------------------------------------------------------------------------------------------
+# host/info.json
+
+
+def _read_info(lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
+    if lay.info is None:
+        return
+    try:
+        info = ascend_json.read_msprof_info(lay.info)
+    except ProfileError as exc:
+        issues.append(Issue(exc.path, exc.message, exc.line))
+        return
+    issues.extend(info.issues)
+    meta.files.append(str(lay.info))
+    for key in ("ai_core_num", "aiv_num", "aic_frequency_mhz", "aiv_frequency_mhz"):
+        value = getattr(info, key)
+        if value is not None:
+            meta.extra[key] = value
+    if info.device_id is not None:
+        meta.device_id = info.device_id
+    rank = info.extra.get("rank_id", info.extra.get("rankId"))
+    if meta.rank is None and isinstance(rank, (int, str)) and str(rank).lstrip("-").isdigit() and int(rank) >= 0:
+        meta.rank = int(rank)
+    for key in ("hostname", "platform", "version", "cann_version"):
+        if key in info.extra:
+            meta.extra.setdefault(f"host_{key}" if key in ("hostname", "platform") else key, info.extra[key])
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV / JSON exports
+
+
+def _optional(path: Path, issues: list[Issue], fn):  # noqa: ANN001, ANN202
+    """One optional file: its ProfileError becomes an Issue and the load goes on."""
+    try:
+        value, more = fn(path)
+    except ProfileError as exc:
+        issues.append(Issue(exc.path, exc.message, exc.line))
+        return None
+    issues.extend(more)
+    return value
+
+
+def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress: Progress) -> None:
+    meta = profile.meta
+    # -- op_summary (+ slices, + one file per device in the 7.0.x layout) ---------------------------
+    frames: list[pd.DataFrame] = []
+    for path, dev in lay.get("op_summary"):
+        table = _optional(path, issues, _kernel_table)
+        if table is None:
+            continue
+        meta.files.append(str(path))
+        if dev >= 0:
+            table.loc[table["device"] < 0, "device"] = dev
+        frames.append(table)
+    details = _concat_kernels(frames) if frames else None
+
+    # -- msprof_*.json (+ slices): device tasks, CANN API, Overlap Analysis -------------------------
+    timelines = lay.get("msprof")
+    trace_kernels: list[pd.DataFrame] = []
+    events: list[pd.DataFrame] = []
+    overlap: list[pd.DataFrame] = []
+    counts: dict[str, int] = {}
+    stacks = StackTable()
+    for i, (path, dev) in enumerate(timelines):
+        def scaled(message: str, fraction: float | None, i: int = i) -> None:
+            if fraction is not None:
+                progress(message, 0.8 * (i + fraction) / len(timelines))
+
+        try:
+            ev = read_trace_events(path, progress=scaled)
+        except ProfileError as exc:
+            issues.append(Issue(exc.path, exc.message, exc.line))
+            continue
+        meta.files.append(str(path))
+        issues.extend(ev.issues)
+        if not ev.complete:
+            meta.complete = False
+        tables = tables_from_trace(ev, stacks)
+        del ev
+        issues.extend(tables.issues)
+        for k, v in tables.counts.items():
+            counts[k] = counts.get(k, 0) + v
+        k = tables.kernels
+        if dev >= 0:
+            k.loc[k["device"] < 0, "device"] = dev
+        trace_kernels.append(k)
+        events.append(tables.host_events)
+        overlap.append(tables.overlap)
+    if counts:
+        meta.extra["trace_counts"] = counts
+    progress("Joining op_summary and the timeline", 0.85)
+
+    tk = _concat_kernels(trace_kernels) if trace_kernels else None
+    if details is not None and tk is not None:
+        kernels, matched = join_kernel_details(tk, details)
+        meta.extra["op_summary_matched"] = matched
+        if len(details) and len(tk) and not matched:
+            issues.append(Issue(str(lay.root), "no op_summary row matches the msprof timeline by (name, start "
+                                               "time): they seem to come from different exports; both kept"))
+    elif details is not None:
+        kernels = details
+        if lay.style == "current":
+            issues.append(Issue(str(lay.root / OUTPUT), "no msprof_*.json timeline: no CANN API events"))
+    elif tk is not None:
+        kernels = tk
+        issues.append(Issue(str(lay.root), "no op_summary_*.csv: kernels come from the timeline only (no core "
+                                           "type, shapes or PMU ratios)"))
+    else:
+        raise ProfileError(lay.root, f"no readable op_summary_*.csv or msprof_*.json in this PROF_* directory; "
+                                     f"{EXPORT_HINT}")
+    if events:
+        profile.host_events = _concat_schema(events, HOST_EVENT_SCHEMA)
+    if overlap:
+        profile.overlap = _concat_schema(overlap, OVERLAP_SCHEMA)
+
+    # -- steps (graph-mode iterations) -------------------------------------------------------------
+    iterations = []
+    for path, _ in lay.get("step_trace"):
+        its = _optional(path, issues, ascend_csv.read_msprof_step_trace)
+        if its is not None:
+            meta.files.append(str(path))
+            iterations.extend(its)
+    _name_runtime_tasks(kernels)
+    profile.steps = _steps_from_iterations(iterations)
+    no_step = kernels["step"].to_numpy() < 0
+    if no_step.any() and profile.steps:
+        kernels.loc[no_step, "step"] = kernel_steps(kernels[no_step], profile.host_ops, profile.steps)
+    resolve_kernel_links(kernels, profile.host_ops)
+    profile.kernels = kernels
+
+    # -- statistics, memory, communication ----------------------------------------------------------
+    op_stats = []
+    for path, _ in lay.get("op_statistic"):
+        rows = _optional(path, issues, ascend_csv.read_op_statistic)
+        if rows is not None:
+            meta.files.append(str(path))
+            op_stats.extend(rows)
+    profile.op_statistic = op_stats
+    api = [f for f in (_optional(p, issues, ascend_csv.read_api_statistic) for p, _ in lay.get("api_statistic"))
+           if f is not None]
+    if api:
+        profile.api_statistic = pd.concat(api, ignore_index=True)
+        meta.files.extend(str(p) for p, _ in lay.get("api_statistic"))
+    comm_stats = []
+    for path, _ in lay.get("communication_statistic"):
+        rows = _optional(path, issues, ascend_csv.read_communication_statistic)
+        if rows is not None:
+            meta.files.append(str(path))
+            comm_stats.extend(asdict(r) for r in rows)
+    if comm_stats:
+        meta.extra["communication_statistic"] = comm_stats
+    records = [f for f in (_optional(p, issues, ascend_csv.read_memory_record)
+                           for p, _ in lay.get("memory_record") + lay.get("ge_memory_record")) if f is not None]
+    if records:
+        profile.memory_record = pd.concat(records, ignore_index=True)
+    op_mem = [f for f in (_optional(p, issues, ascend_csv.read_operator_memory)
+                          for p, _ in lay.get("operator_memory") + lay.get("ge_operator_memory")) if f is not None]
+    if op_mem:
+        profile.op_memory = pd.concat(op_mem, ignore_index=True)
+    _read_analyze(lay, profile, issues)
+    if not profile.step_breakdown and len(profile.overlap):
+        profile.step_breakdown = breakdown_from_overlap(profile.overlap, profile.steps, profile.kernels)
+
+
+_RUNTIME_TASK_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def _name_runtime_tasks(kernels: pd.DataFrame) -> None:
+    """Timeline-only tasks (``MEMCPY_ASYNC``, ...) have no op_summary row: their name is their
+    type, as in the DB export's TASK.taskType, so per-type figures agree across producers."""
+    if not len(kernels):
+        return
+    names = kernels["name"].astype(str)
+    untyped = (kernels["type"].astype(str) == "").to_numpy() & names.str.match(_RUNTIME_TASK_RE).to_numpy()
+    if not untyped.any():
+        return
+    for col in ("type", "core"):
+        values = kernels[col].astype(object).to_numpy().copy()
+        fill = untyped & (values == "")
+        values[fill] = names.to_numpy()[fill]
+        kernels[col] = pd.Categorical(values)
+
+
+def _kernel_table(path: Path) -> tuple[pd.DataFrame, list[Issue]]:
+    table = ascend_csv.read_kernel_table(path, producer="msprof")
+    return table.to_frame(), table.issues
+
+
+def _read_analyze(lay: MsprofLayout, profile: Profile, issues: list[Issue]) -> None:
+    """``analyze/`` (``msprof --analyze=on``): communication.json / communication_matrix.json."""
+    if lay.analyze is None:
+        return
+    comm = lay.analyze / "communication.json"
+    if comm.is_file():
+        ops = _optional(comm, issues, ascend_json.read_communication)
+        if ops is not None:
+            profile.comm_ops = ops
+            profile.meta.files.append(str(comm))
+    matrix = lay.analyze / "communication_matrix.json"
+    if matrix.is_file():
+        value = _optional(matrix, issues, ascend_json.read_communication_matrix)
+        if value is not None:
+            profile.comm_matrix = value
+            profile.meta.files.append(str(matrix))
+
+
+def _steps_from_iterations(iterations: list) -> list[Step]:
+    """One Step per iteration id: the first device's iterations (devices run the same steps)."""
+    if not iterations:
+        return []
+    first_device = min(it.device for it in iterations)
+    steps = {it.iteration_id: it.to_step() for it in iterations if it.device == first_device}
+    return sorted(steps.values(), key=lambda s: s.start_ns)
+
+
+def _concat_kernels(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Several kernel tables (slices, devices) as one KERNEL_SCHEMA table, sorted by start."""
+    if len(frames) == 1:
+        return frames[0].sort_values("start_ns", kind="stable").reset_index(drop=True)
+    n = sum(len(f) for f in frames)
+    columns: dict[str, np.ndarray] = {}
+    names = list(KERNEL_SCHEMA) + sorted({c for f in frames for c in f.columns if c.startswith("pmu:")})
+    for col in names:
+        kind, default = KERNEL_SCHEMA.get(col, ("f8", np.nan))
+        parts = []
+        for f in frames:
+            if col in f:
+                parts.append(f[col].to_numpy(dtype=object if kind in ("cat", "str") else None))
+            else:
+                parts.append(np.full(len(f), default, dtype=object if kind in ("cat", "str") else None))
+        columns[col] = np.concatenate(parts) if parts else np.empty(0)
+    table = make_table(KERNEL_SCHEMA, columns, n)
+    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _concat_schema(frames: list[pd.DataFrame], schema: dict) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_table(schema)
+    columns = {
+        col: np.concatenate([f[col].to_numpy(dtype=object if kind in ("cat", "str") else None) for f in frames])
+        for col, (kind, _) in schema.items()
+    }
+    table = make_table(schema, columns, sum(len(f) for f in frames))
+    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# msprof --type=db
+
+
+def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress: Progress) -> None:
+    assert lay.db is not None
+    progress(f"Reading {lay.db.name}", 0.1)
+    with SqliteDb(lay.db) as db:
+        profile.meta.files.append(str(lay.db))
+        cann = read_cann(db, device_hint=profile.meta.device_id if profile.meta.device_id is not None else -1)
+    issues.extend(cann.issues)
+    kernels = cann.kernels
+    resolve_kernel_links(kernels, profile.host_ops)
+    profile.kernels = kernels
+    profile.comm_ops = cann.comm_ops
+    if cann.host_events:
+        n = len(cann.host_events["start_ns"])
+        profile.host_events = make_table(HOST_EVENT_SCHEMA, cann.host_events, n).sort_values(
+            "start_ns", kind="stable").reset_index(drop=True)
+    _read_analyze(lay, profile, issues)
