@@ -8,23 +8,28 @@ import Module = require("node:module");
 type AnyRecord = Record<string | symbol, unknown>;
 
 function makeDummy(name: string): unknown {
+  // Called: returns a lenient object (a disposable whose other members are dummies too).
   const dummy = function (this: unknown) {
     if (new.target) return;
-    return { dispose() {} };
+    return lenient({ dispose() {} }, `${name}()`);
   };
   Object.defineProperty(dummy, "name", { value: name });
   return dummy;
 }
 
-/** Wrap `target` so unknown properties are dummies (namespaces included). */
+/**
+ * Wrap `target` so unknown properties are dummies: lower-case names (namespaces such as
+ * `languages`) become lenient objects, capitalised ones (classes, enums) dummy classes.
+ */
 function lenient<T extends object>(target: T, path: string): T {
   return new Proxy(target, {
     get(obj, prop) {
       if (prop in obj) return (obj as AnyRecord)[prop];
-      if (typeof prop === "symbol" || prop === "then") return undefined;
-      const dummy = makeDummy(`${path}.${prop}`);
-      (obj as AnyRecord)[prop] = dummy;
-      return dummy;
+      if (typeof prop === "symbol" || prop === "then" || prop === "toJSON") return undefined;
+      const name = `${path}.${prop}`;
+      const value = path === "vscode" && /^[a-z]/.test(prop) ? lenient({}, name) : makeDummy(name);
+      (obj as AnyRecord)[prop] = value;
+      return value;
     },
   });
 }
@@ -46,9 +51,27 @@ export interface FakeStatusItem {
   visible: boolean;
 }
 
+export interface FakeDocument {
+  uri: { fsPath: string; scheme: string; toString(): string };
+  languageId: string;
+  lineCount: number;
+}
+
+export interface FakeEditor {
+  document: FakeDocument;
+  /** Ranges last set per decoration type (by creation index). */
+  decorations: Map<number, { range: { start: { line: number } }; hoverMessage?: unknown }[]>;
+  setDecorations(type: { index: number }, ranges: never[]): void;
+}
+
 export class FakeVscode {
   /** Settings of section "msprof-lsp" by key (what the user set). */
   settings: Record<string, unknown> = {};
+  workspaceFolders: { uri: unknown; name: string; index: number }[] | undefined = undefined;
+  editors: FakeEditor[] = [];
+  shown: { uri: unknown; options: unknown }[] = [];
+  configListeners: ((event: { affectsConfiguration(section: string): boolean }) => void)[] = [];
+  private decorationTypes = 0;
   commands = new Map<string, (...args: unknown[]) => unknown>();
   executed: { command: string; args: unknown[] }[] = [];
   messages: Message[] = [];
@@ -74,8 +97,47 @@ export class FakeVscode {
       static parse(value: string) {
         return new Uri(value.split(":")[0], value.replace(/^file:\/\//, ""));
       }
+      get path() {
+        return this.fsPath;
+      }
       toString() {
         return this.scheme === "file" ? `file://${this.fsPath}` : this.fsPath;
+      }
+    }
+    class Position {
+      constructor(
+        readonly line: number,
+        readonly character: number,
+      ) {}
+    }
+    class Range {
+      readonly start: Position;
+      readonly end: Position;
+      constructor(a: number | Position, b: number | Position, c?: number, d?: number) {
+        this.start = typeof a === "number" ? new Position(a, b as number) : a;
+        this.end = typeof a === "number" ? new Position(c as number, d as number) : (b as Position);
+      }
+    }
+    class Disposable {
+      constructor(private readonly callOnDispose: () => void = () => {}) {}
+      static from(...items: { dispose(): unknown }[]) {
+        return new Disposable(() => items.forEach((i) => i.dispose()));
+      }
+      dispose() {
+        this.callOnDispose();
+      }
+    }
+    class EventEmitter<T> {
+      private listeners: ((e: T) => void)[] = [];
+      readonly event = (listener: (e: T) => void) => {
+        this.listeners.push(listener);
+        return new Disposable(() => (this.listeners = this.listeners.filter((l) => l !== listener)));
+      };
+      fire(e: T) {
+        for (const l of [...this.listeners]) l(e);
+      }
+      dispose() {
+        this.listeners = [];
       }
     }
     class ThemeColor {
@@ -99,7 +161,12 @@ export class FakeVscode {
       {
         // esbuild's __toESM then hands the module through as is, keeping the Proxy in charge.
         __esModule: true,
+        version: "1.82.0",
         Uri,
+        Disposable,
+        EventEmitter,
+        Position,
+        Range,
         ThemeColor,
         StatusBarAlignment: { Left: 1, Right: 2 },
         OverviewRulerLane: { Left: 1, Center: 2, Right: 4, Full: 7 },
@@ -127,7 +194,11 @@ export class FakeVscode {
               self.statusItems.push(item);
               return item;
             },
-            createTextEditorDecorationType: disposable,
+            createTextEditorDecorationType: (options: unknown) => ({ index: self.decorationTypes++, options, dispose() {} }),
+            showTextDocument: (uri: unknown, options: unknown) => {
+              self.shown.push({ uri, options });
+              return Promise.resolve({ revealRange() {} });
+            },
             showErrorMessage: message("error"),
             showWarningMessage: message("warning"),
             showInformationMessage: message("info"),
@@ -136,7 +207,9 @@ export class FakeVscode {
               return Promise.resolve(self.pick(items));
             },
             showOpenDialog: () => Promise.resolve(undefined),
-            visibleTextEditors: [],
+            get visibleTextEditors() {
+              return self.editors;
+            },
             onDidChangeVisibleTextEditors: event(),
             onDidChangeActiveTextEditor: event(),
           },
@@ -144,9 +217,17 @@ export class FakeVscode {
         ),
         workspace: lenient(
           {
-            workspaceFolders: undefined,
+            get workspaceFolders() {
+              return self.workspaceFolders;
+            },
+            get textDocuments() {
+              return self.editors.map((e) => e.document);
+            },
             getConfiguration: configuration,
-            onDidChangeConfiguration: event(),
+            onDidChangeConfiguration: (listener: (event: { affectsConfiguration(section: string): boolean }) => void) => {
+              self.configListeners.push(listener);
+              return { dispose: () => (self.configListeners = self.configListeners.filter((l) => l !== listener)) };
+            },
             onDidSaveTextDocument: event(),
             onDidCloseTextDocument: event(),
             asRelativePath: (path: string) => path,
@@ -169,11 +250,23 @@ export class FakeVscode {
           "commands",
         ),
         extensions: lenient({ getExtension: () => undefined }, "extensions"),
-        env: lenient({ clipboard: { writeText: (text: string) => (self.clipboard.push(text), Promise.resolve()) } }, "env"),
+        env: lenient({ appName: "Visual Studio Code", language: "en", clipboard: { writeText: (text: string) => (self.clipboard.push(text), Promise.resolve()) } }, "env"),
       },
       "vscode",
     );
   }
+}
+
+/** An editor showing `document`; records the decorations set on it. */
+export function fakeEditor(document: FakeDocument): FakeEditor {
+  const decorations: FakeEditor["decorations"] = new Map();
+  return {
+    document,
+    decorations,
+    setDecorations(type, ranges) {
+      decorations.set(type.index, ranges);
+    },
+  };
 }
 
 type Loader = (request: string, parent: unknown, isMain: boolean) => unknown;

@@ -45,6 +45,8 @@ describe("the packaged .vsix", () => {
     // vsce rejects @types/vscode newer than the engines floor: keep them equal.
     assert.equal(source.devDependencies["@types/vscode"], packaged.engines.vscode.replace(/^\^/, ""));
     assert.ok(packaged.activationEvents.includes("onLanguage:python"));
+    // A workspace must not pick the program we run unless it is trusted.
+    assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter"]);
   });
 
   test("every command and every setting is contributed", () => {
