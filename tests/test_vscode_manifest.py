@@ -1,0 +1,103 @@
+"""The VS Code manifest (vscode-client/package.json) must follow the server's own lists.
+
+SETTINGS (server/settings.py) is the single source of truth for server settings; PALETTE_COMMANDS
+and the notification name (server/protocol.py) are what the client must offer and listen to. A
+drift here means a setting the editor cannot set, or a palette entry that does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from msprof_lsp.server import protocol
+from msprof_lsp.server.settings import SETTINGS
+
+CLIENT = Path(__file__).resolve().parents[1] / "vscode-client"
+PREFIX = "msprof-lsp."
+CLIENT_ONLY_SETTINGS = {"interpreter", "trace.server", "gutterHeat", "showNotifications"}
+CLIENT_ONLY_COMMANDS = {"msprof-lsp.restart", "msprof-lsp.showLogs"}
+
+
+@pytest.fixture(scope="module")
+def manifest() -> dict:
+    return json.loads((CLIENT / "package.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def properties(manifest: dict) -> dict:
+    return manifest["contributes"]["configuration"]["properties"]
+
+
+@pytest.mark.parametrize("spec", SETTINGS, ids=lambda s: s.key)
+def test_every_server_setting_is_contributed_unchanged(spec, properties: dict) -> None:
+    entry = properties.get(PREFIX + spec.key)
+    assert entry is not None, f"{PREFIX}{spec.key} missing from package.json"
+    assert entry["type"] == spec.type
+    assert entry["default"] == spec.default and type(entry["default"]) is type(spec.default)
+    assert entry["description"] == spec.description
+    assert entry.get("scope", "window") == spec.scope
+
+
+def test_no_extra_settings(properties: dict) -> None:
+    contributed = {name[len(PREFIX):] for name in properties if name.startswith(PREFIX)}
+    assert not [name for name in properties if not name.startswith(PREFIX)]
+    extra = contributed - {s.key for s in SETTINGS} - CLIENT_ONLY_SETTINGS
+    assert not extra, f"package.json has settings the server does not know: {sorted(extra)}"
+    assert CLIENT_ONLY_SETTINGS <= contributed
+
+
+def test_client_only_settings(properties: dict) -> None:
+    assert properties[PREFIX + "interpreter"]["scope"] == "machine-overridable"
+    assert properties[PREFIX + "trace.server"]["enum"] == ["off", "messages", "verbose"]
+    assert properties[PREFIX + "gutterHeat"] == {**properties[PREFIX + "gutterHeat"], "type": "boolean", "default": True}
+
+
+@pytest.fixture(scope="module")
+def sync_script():
+    path = CLIENT / "scripts" / "sync_settings.py"
+    spec = importlib.util.spec_from_file_location("msprof_sync_settings", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_manifest_is_what_the_sync_script_writes(manifest: dict, sync_script) -> None:
+    """Item types, ranges and choices also come from one place (vscode-client/scripts/sync_settings.py)."""
+    expected = sync_script.synced(json.loads(json.dumps(manifest)))
+    assert expected == manifest, "run vscode-client/scripts/sync_settings.py to update package.json"
+
+
+def test_docs_settings_table_is_current(sync_script) -> None:
+    docs = (CLIENT.parent / "docs" / "editors.md").read_text(encoding="utf-8")
+    assert sync_script.synced_docs(docs) == docs, "run vscode-client/scripts/sync_settings.py to update docs/editors.md"
+    for spec in SETTINGS:
+        assert f"| `{spec.key}` |" in docs
+
+
+def test_palette_commands_match_both_ways(manifest: dict) -> None:
+    contributed = [c["command"] for c in manifest["contributes"]["commands"]]
+    assert len(contributed) == len(set(contributed))
+    assert set(contributed) - CLIENT_ONLY_COMMANDS == set(protocol.PALETTE_COMMANDS)
+    assert CLIENT_ONLY_COMMANDS <= set(contributed)
+    for command in manifest["contributes"]["commands"]:
+        assert command["title"] and command["category"] == "msprof-lsp"
+
+
+def test_typescript_constants_match_protocol() -> None:
+    source = (CLIENT / "src" / "constants.ts").read_text(encoding="utf-8")
+    constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
+    for name in ("CMD_RELOAD", "CMD_SELECT_PROFILE", "CMD_SHOW_HOTSPOTS", "CMD_SET_BASELINE", "CMD_LINE_HEAT", "CMD_SHOW_OPERATORS", "NOTIFY_PROFILE_STATUS"):
+        assert constants.get(name) == getattr(protocol, name), name
+    assert constants["SECTION"] == protocol.SETTINGS_SECTION
+    assert constants["CLIENT_ID"] == protocol.SERVER_NAME
+
+
+def test_activation(manifest: dict) -> None:
+    assert "onLanguage:python" in manifest["activationEvents"]
+    assert manifest["main"] == "./dist/extension.js"

@@ -1,0 +1,31 @@
+// Names shared with the Python server (server/protocol.py) and the manifest (package.json).
+// The Python test tests/test_vscode_manifest.py keeps package.json and protocol.py in step.
+
+export const SECTION = "msprof-lsp";
+export const CLIENT_ID = "msprof-lsp";
+export const CLIENT_NAME = "msprof-lsp";
+
+/** Server commands (workspace/executeCommand), as in server/protocol.py. */
+export const CMD_RELOAD = "msprof-lsp.reloadProfile";
+export const CMD_SELECT_PROFILE = "msprof-lsp.selectProfile";
+export const CMD_SHOW_HOTSPOTS = "msprof-lsp.showHotspots";
+export const CMD_SET_BASELINE = "msprof-lsp.setBaseline";
+export const CMD_LINE_HEAT = "msprof-lsp.lineHeat";
+export const CMD_SHOW_OPERATORS = "msprof-lsp.showOperators";
+
+/** Commands the client implements itself (not sent to the server). */
+export const CMD_RESTART = "msprof-lsp.restart";
+export const CMD_SHOW_LOGS = "msprof-lsp.showLogs";
+/** Status bar click target; internal, so not contributed to the palette. */
+export const CMD_STATUS_MENU = "msprof-lsp.statusMenu";
+
+export const NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus";
+
+/** Settings the client reads itself; every other `msprof-lsp.*` setting belongs to the server. */
+export const CLIENT_ONLY_SETTINGS: readonly string[] = ["interpreter", "trace.server", "gutterHeat", "showNotifications"];
+
+/** Context key set while the server runs (enables the server commands in the palette). */
+export const CONTEXT_SERVER_RUNNING = "msprof-lsp.serverRunning";
+
+export const SERVER_MODULE = "msprof_lsp.server";
+export const PIP_DISTRIBUTION = "msprof-lsp";

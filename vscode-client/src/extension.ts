@@ -1,0 +1,486 @@
+// The thin layer over the vscode API: starts the server, wires the status bar, commands and gutter
+// heat. Decisions (interpreter, settings, texts, buckets, quick-pick rows) live in plain modules.
+
+import * as os from "node:os";
+
+import * as vscode from "vscode";
+import {
+  DidChangeConfigurationNotification,
+  ExecuteCommandRequest,
+  LanguageClient,
+  type LanguageClientOptions,
+  ResponseError,
+  RevealOutputChannelOn,
+  type ServerOptions,
+  State,
+  TransportKind,
+} from "vscode-languageclient/node";
+
+import {
+  CLIENT_ID,
+  CLIENT_NAME,
+  CMD_LINE_HEAT,
+  CMD_RELOAD,
+  CMD_RESTART,
+  CMD_SELECT_PROFILE,
+  CMD_SET_BASELINE,
+  CMD_SHOW_HOTSPOTS,
+  CMD_SHOW_LOGS,
+  CMD_SHOW_OPERATORS,
+  CMD_STATUS_MENU,
+  CONTEXT_SERVER_RUNNING,
+  NOTIFY_PROFILE_STATUS,
+  SECTION,
+} from "./constants";
+import { debounce, type Debounced } from "./debounce";
+import { gutterIconDataUri, HEAT_BUCKETS, heatMarks, type LineHeat, parseLineHeat } from "./heat";
+import { hotspotItems, operatorItems, parseHotspots } from "./hotspots";
+import { chooseInterpreter, describeInterpreter, runImportCheck, serverLaunch } from "./interpreter";
+import { onPythonInterpreterChange, pythonExtensionCommand } from "./pythonExtension";
+import { answerConfiguration, type ConfigurationItem, classifyChange, type ManifestLike, serverSettingKeys, serverSettings, shouldNotify } from "./settings";
+import {
+  type MenuAction,
+  parseProfileStatus,
+  type ProfileStatus,
+  profileStatusView,
+  serverStatusView,
+  type StatusView,
+  statusMenuItems,
+} from "./status";
+
+const RESTART_DELAY_MS = 1000;
+const HEAT_DELAY_MS = 150;
+
+class Extension implements vscode.Disposable {
+  private readonly log: vscode.LogOutputChannel;
+  private readonly statusItem: vscode.StatusBarItem;
+  private readonly heatTypes: vscode.TextEditorDecorationType[];
+  private readonly keys: string[];
+  private readonly disposables: vscode.Disposable[] = [];
+  private client: LanguageClient | undefined;
+  private profile: ProfileStatus | undefined;
+  private lastProfileError = "";
+  private queue: Promise<void> = Promise.resolve();
+  private readonly heatCache = new Map<string, LineHeat[]>();
+  private heatGeneration = 0;
+  readonly restartSoon: Debounced;
+  private readonly refreshHeat: Debounced;
+
+  constructor(context: vscode.ExtensionContext) {
+    this.log = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
+    this.statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
+    this.statusItem.name = "msprof-lsp profile";
+    this.statusItem.command = CMD_STATUS_MENU;
+    this.heatTypes = HEAT_BUCKETS.map((bucket) =>
+      vscode.window.createTextEditorDecorationType({
+        gutterIconPath: vscode.Uri.parse(gutterIconDataUri(bucket)),
+        gutterIconSize: "contain",
+        overviewRulerColor: bucket.color,
+        overviewRulerLane: vscode.OverviewRulerLane.Right,
+      }),
+    );
+    this.keys = serverSettingKeys(context.extension.packageJSON as ManifestLike);
+    this.restartSoon = debounce(() => void this.restart(), RESTART_DELAY_MS);
+    this.refreshHeat = debounce(() => void this.drawHeat(), HEAT_DELAY_MS);
+    this.disposables.push(this.log, this.statusItem, ...this.heatTypes);
+  }
+
+  activate(): void {
+    const { commands, window, workspace } = vscode;
+    this.disposables.push(
+      commands.registerCommand(CMD_RESTART, () => this.restart()),
+      commands.registerCommand(CMD_SHOW_LOGS, () => this.log.show()),
+      commands.registerCommand(CMD_STATUS_MENU, () => this.statusMenu()),
+      workspace.onDidChangeConfiguration((event) => this.onConfigurationChange(event)),
+      window.onDidChangeVisibleTextEditors(() => this.refreshHeat()),
+      workspace.onDidSaveTextDocument((doc) => {
+        this.heatCache.delete(doc.uri.toString());
+        this.refreshHeat();
+      }),
+      workspace.onDidCloseTextDocument((doc) => this.heatCache.delete(doc.uri.toString())),
+    );
+    void onPythonInterpreterChange(() => {
+      if (!this.config().get<string>("interpreter")) this.restartSoon();
+    }, this.log).then((subs) => this.disposables.push(...subs));
+    this.showStatus(serverStatusView("starting"));
+    this.statusItem.show();
+    void this.restart();
+  }
+
+  private config(scope?: vscode.Uri): vscode.WorkspaceConfiguration {
+    return vscode.workspace.getConfiguration(SECTION, scope ?? this.folder()?.uri);
+  }
+
+  private folder(): vscode.WorkspaceFolder | undefined {
+    return vscode.workspace.workspaceFolders?.[0];
+  }
+
+  /** The flat camelCase object the server gets as initializationOptions and configuration. */
+  private flatSettings(scope?: vscode.Uri): Record<string, unknown> {
+    const config = this.config(scope);
+    return serverSettings(this.keys, (key) => config.inspect(key));
+  }
+
+  private showStatus(view: StatusView): void {
+    this.statusItem.text = view.text;
+    this.statusItem.tooltip = view.tooltip;
+    this.statusItem.backgroundColor = view.warning ? new vscode.ThemeColor("statusBarItem.warningBackground") : undefined;
+  }
+
+  private notify(kind: "error" | "warning" | "info", message: string, ...actions: string[]): Thenable<string | undefined> {
+    if (!shouldNotify(this.config().get("showNotifications"), kind)) return Promise.resolve(undefined);
+    const show = kind === "error" ? vscode.window.showErrorMessage : kind === "warning" ? vscode.window.showWarningMessage : vscode.window.showInformationMessage;
+    return show(message, ...actions);
+  }
+
+  // ---- server lifecycle ----------------------------------------------------------------------
+
+  /** Stop any running server and start a fresh one; calls are serialised. */
+  restart(): Promise<void> {
+    this.restartSoon.cancel();
+    this.queue = this.queue
+      .then(async () => {
+        await this.stopClient();
+        await this.startClient();
+      })
+      .catch((error) => {
+        this.log.error(`msprof-lsp server failed to start: ${String(error)}`);
+        this.showStatus(serverStatusView("failed", String(error)));
+      });
+    return this.queue;
+  }
+
+  private async stopClient(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    this.profile = undefined;
+    this.clearHeat();
+    await vscode.commands.executeCommand("setContext", CONTEXT_SERVER_RUNNING, false);
+    if (client) {
+      try {
+        await client.dispose(2000);
+      } catch (error) {
+        this.log.warn(`Stopping the server: ${String(error)}`);
+      }
+    }
+  }
+
+  private async startClient(): Promise<void> {
+    const folder = this.folder();
+    this.showStatus(serverStatusView("starting"));
+    const platform = process.platform;
+    const interpreter = chooseInterpreter({
+      setting: this.config().get<string>("interpreter"),
+      pythonExtension: await pythonExtensionCommand(folder?.uri, this.log),
+      platform,
+      workspaceFolder: folder?.uri.fsPath,
+      home: os.homedir(),
+      env: process.env,
+    });
+    this.log.info(`Python interpreter (${interpreter.source}): ${describeInterpreter(interpreter, platform)}`);
+    const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath });
+    if (!check.ok) {
+      this.log.error(check.message + (check.detail ? `\n${check.detail}` : ""));
+      this.showStatus(serverStatusView("failed", check.message));
+      void this.offerFix(check.message, check.installCommand);
+      return;
+    }
+    const launch = serverLaunch(interpreter);
+    const serverOptions: ServerOptions = {
+      command: launch.command,
+      args: launch.args,
+      transport: TransportKind.stdio,
+      options: { cwd: folder?.uri.fsPath, env: { ...process.env, PYTHONUNBUFFERED: "1" } },
+    };
+    const client: LanguageClient = new LanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions, this.clientOptions((): LanguageClient => client));
+    client.onNotification(NOTIFY_PROFILE_STATUS, (payload: unknown) => this.onProfileStatus(payload));
+    client.onDidChangeState((event) => {
+      const running = event.newState === State.Running;
+      void vscode.commands.executeCommand("setContext", CONTEXT_SERVER_RUNNING, running);
+      if (event.newState === State.Stopped && this.client === client) {
+        this.profile = undefined;
+        this.clearHeat();
+        this.showStatus(serverStatusView("stopped"));
+      }
+    });
+    this.client = client;
+    await client.start();
+  }
+
+  private async offerFix(message: string, install: string | undefined): Promise<void> {
+    const COPY = "Copy command";
+    const SETTINGS = "Choose interpreter";
+    const LOGS = "Show logs";
+    const actions = install ? [COPY, SETTINGS, LOGS] : [SETTINGS, LOGS];
+    const choice = await this.notify("error", message, ...actions);
+    if (choice === COPY && install) {
+      await vscode.env.clipboard.writeText(install);
+      void vscode.window.showInformationMessage(`Copied: ${install}. Run it in a terminal, then run "msprof-lsp: Restart server".`);
+    } else if (choice === SETTINGS) {
+      await vscode.commands.executeCommand("workbench.action.openSettings", `${SECTION}.interpreter`);
+    } else if (choice === LOGS) {
+      this.log.show();
+    }
+  }
+
+  private clientOptions(client: () => LanguageClient): LanguageClientOptions {
+    return {
+      documentSelector: [
+        { scheme: "file", language: "python" },
+        { scheme: "untitled", language: "python" },
+      ],
+      outputChannel: this.log,
+      traceOutputChannel: this.log,
+      revealOutputChannelOn: RevealOutputChannelOn.Never,
+      initializationOptions: () => this.flatSettings(),
+      // Registers workspace/didChangeConfiguration for our section; the middleware below sends
+      // the same flat object the server gets everywhere else.
+      synchronize: { configurationSection: SECTION },
+      middleware: {
+        workspace: {
+          configuration: async (params, token, next) => {
+            const answers = await next(params, token);
+            if (answers instanceof ResponseError) return answers;
+            const items = params.items as ConfigurationItem[];
+            return answerConfiguration(items, Array.isArray(answers) ? answers : [], this.keys, (scope) =>
+              this.flatSettings(scope ? vscode.Uri.parse(scope) : undefined),
+            );
+          },
+          didChangeConfiguration: async () => {
+            await client().sendNotification(DidChangeConfigurationNotification.type, { settings: { [SECTION]: this.flatSettings() } });
+          },
+        },
+        executeCommand: (command, args, next) => this.executeCommand(command, args, next),
+      },
+    };
+  }
+
+  private onConfigurationChange(event: vscode.ConfigurationChangeEvent): void {
+    const change = classifyChange((section) => event.affectsConfiguration(section), this.keys);
+    if (change.restart) this.restartSoon();
+    if (change.gutterHeat) this.refreshHeat();
+  }
+
+  // ---- profile status ------------------------------------------------------------------------
+
+  private onProfileStatus(payload: unknown): void {
+    const status = parseProfileStatus(payload);
+    this.profile = status;
+    this.showStatus(profileStatusView(status));
+    this.heatCache.clear();
+    this.heatGeneration++; // results of lineHeat requests still in flight belong to the old profile
+    this.log.info(`Profile ${status.state}${status.path ? `: ${status.path}` : ""}${status.message ? ` — ${status.message}` : ""}`);
+    if (status.state === "loaded") {
+      this.lastProfileError = "";
+      this.refreshHeat();
+    } else {
+      this.clearHeat();
+    }
+    if (status.state === "error" && status.message !== this.lastProfileError) {
+      this.lastProfileError = status.message;
+      void this.notify("warning", `msprof-lsp: ${status.message || "the profile could not be read"}`, "Show logs").then((choice) => {
+        if (choice) this.log.show();
+      });
+    }
+  }
+
+  private async statusMenu(): Promise<void> {
+    const running = this.client?.state === State.Running;
+    const rows = statusMenuItems(this.profile, running).map((item) => ({
+      label: item.label,
+      description: item.description,
+      kind: item.separator ? vscode.QuickPickItemKind.Separator : vscode.QuickPickItemKind.Default,
+      action: item.action,
+    }));
+    const pick = await vscode.window.showQuickPick(rows, { title: "msprof-lsp" });
+    if (pick?.action) await this.runMenuAction(pick.action);
+  }
+
+  private async runMenuAction(action: MenuAction): Promise<void> {
+    switch (action.kind) {
+      case "selectFolder":
+      case "selectFile": {
+        const path = await this.pickPath(action.kind === "selectFolder", "Load profile");
+        if (path) await this.serverCommand(CMD_SELECT_PROFILE, [path]);
+        return;
+      }
+      case "rank":
+        if (this.profile?.path) await this.serverCommand(CMD_SELECT_PROFILE, [this.profile.path, action.rank]);
+        return;
+      case "reload":
+        await this.serverCommand(CMD_RELOAD, []);
+        return;
+      case "baseline":
+        await vscode.commands.executeCommand(CMD_SET_BASELINE);
+        return;
+      case "hotspots":
+        await vscode.commands.executeCommand(CMD_SHOW_HOTSPOTS);
+        return;
+      case "logs":
+        this.log.show();
+        return;
+      case "restart":
+        await this.restart();
+        return;
+    }
+  }
+
+  // ---- server commands -----------------------------------------------------------------------
+
+  private async serverCommand(command: string, args: unknown[]): Promise<unknown> {
+    const client = this.client;
+    if (!client || client.state !== State.Running) {
+      void this.notify("error", "msprof-lsp: the server is not running. Run \"msprof-lsp: Restart server\" or see the logs.");
+      return undefined;
+    }
+    try {
+      return await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
+    } catch (error) {
+      this.log.error(`${command} failed: ${String(error)}`);
+      void this.notify("error", `msprof-lsp: ${command} failed: ${error instanceof Error ? error.message : String(error)}`);
+      return undefined;
+    }
+  }
+
+  /** Palette and code-lens invocations: ask for what is missing, show what comes back. */
+  private async executeCommand(command: string, args: unknown[], next: (command: string, args: unknown[]) => unknown): Promise<unknown> {
+    switch (command) {
+      case CMD_SELECT_PROFILE:
+        if (args.length === 0) {
+          const choice = await this.pickKind("Load profile", false);
+          if (!choice) return undefined;
+          return next(command, [choice.path]);
+        }
+        break;
+      case CMD_SET_BASELINE:
+        if (args.length === 0) {
+          const choice = await this.pickKind("Set baseline profile", true);
+          if (!choice) return undefined;
+          return next(command, [choice.path]);
+        }
+        break;
+      case CMD_SHOW_HOTSPOTS: {
+        const result = await next(command, args);
+        await this.showHotspots(result);
+        return result;
+      }
+      case CMD_SHOW_OPERATORS: {
+        const result = await next(command, args);
+        const rows = operatorItems(result);
+        if (rows.length > 0) {
+          const line = typeof args[1] === "number" ? ` at line ${args[1] + 1}` : "";
+          await vscode.window.showQuickPick(rows, { title: `msprof-lsp: device operators${line}`, matchOnDescription: true, matchOnDetail: true });
+        }
+        return result;
+      }
+    }
+    return next(command, args);
+  }
+
+  /** Folder, file, or (for the baseline) clearing it; `path: null` clears. */
+  private async pickKind(title: string, allowClear: boolean): Promise<{ path: string | null } | undefined> {
+    const rows: (vscode.QuickPickItem & { pick: "folder" | "file" | "clear" })[] = [
+      { label: "$(folder-opened) Profile folder…", pick: "folder" },
+      { label: "$(file) Profile file…", description: "trace_view.json, *.pt.trace.json, *.db", pick: "file" },
+    ];
+    if (allowClear) rows.push({ label: "$(close) Clear baseline", pick: "clear" });
+    const pick = await vscode.window.showQuickPick(rows, { title: `msprof-lsp: ${title}` });
+    if (!pick) return undefined;
+    if (pick.pick === "clear") return { path: null };
+    const path = await this.pickPath(pick.pick === "folder", title);
+    return path ? { path } : undefined;
+  }
+
+  private async pickPath(folders: boolean, title: string): Promise<string | undefined> {
+    const uris = await vscode.window.showOpenDialog({
+      canSelectFolders: folders,
+      canSelectFiles: !folders,
+      canSelectMany: false,
+      defaultUri: this.folder()?.uri,
+      openLabel: title,
+      title: `msprof-lsp: ${title}`,
+    });
+    return uris?.[0]?.fsPath;
+  }
+
+  private async showHotspots(result: unknown): Promise<void> {
+    const items = hotspotItems(parseHotspots(result), (path) => vscode.workspace.asRelativePath(path, false));
+    if (items.length === 0) {
+      void vscode.window.showInformationMessage("msprof-lsp: the profile has no hotspots mapped to source.");
+      return;
+    }
+    const pick = await vscode.window.showQuickPick(
+      items.map((item) => ({ label: item.label, detail: item.detail, item })),
+      { title: "msprof-lsp: hotspots (share of step time)", matchOnDetail: true },
+    );
+    if (!pick) return;
+    const uri = pick.item.uri ? vscode.Uri.parse(pick.item.uri) : vscode.Uri.file(pick.item.path);
+    const position = new vscode.Position(pick.item.line, 0);
+    const editor = await vscode.window.showTextDocument(uri, { selection: new vscode.Range(position, position) });
+    editor.revealRange(new vscode.Range(position, new vscode.Position(pick.item.endLine, 0)), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+  }
+
+  // ---- gutter heat ---------------------------------------------------------------------------
+
+  private clearHeat(): void {
+    this.heatGeneration++;
+    this.refreshHeat.cancel();
+    for (const editor of vscode.window.visibleTextEditors) {
+      for (const type of this.heatTypes) editor.setDecorations(type, []);
+    }
+  }
+
+  private async drawHeat(): Promise<void> {
+    const client = this.client;
+    const enabled = this.config().get<boolean>("gutterHeat", true);
+    if (!enabled || !client || client.state !== State.Running || this.profile?.state !== "loaded") {
+      this.clearHeat();
+      return;
+    }
+    const generation = this.heatGeneration;
+    for (const editor of vscode.window.visibleTextEditors) {
+      const doc = editor.document;
+      if (doc.languageId !== "python" || doc.uri.scheme !== "file") continue;
+      const key = doc.uri.toString();
+      let entries = this.heatCache.get(key);
+      if (!entries) {
+        try {
+          entries = parseLineHeat(await client.sendRequest(ExecuteCommandRequest.type, { command: CMD_LINE_HEAT, arguments: [key] }));
+        } catch (error) {
+          this.log.warn(`${CMD_LINE_HEAT} ${key}: ${String(error)}`);
+          entries = [];
+        }
+        if (generation !== this.heatGeneration) return; // the profile changed meanwhile
+        this.heatCache.set(key, entries);
+      }
+      const marks = heatMarks(entries, doc.lineCount);
+      marks.forEach((list, bucket) => {
+        editor.setDecorations(
+          this.heatTypes[bucket],
+          list.map((mark) => ({ range: new vscode.Range(mark.line, 0, mark.line, 0), hoverMessage: mark.hover })),
+        );
+      });
+    }
+  }
+
+  async dispose(): Promise<void> {
+    this.restartSoon.cancel();
+    this.refreshHeat.cancel();
+    await this.queue;
+    await this.stopClient();
+    for (const d of this.disposables) d.dispose();
+  }
+}
+
+let current: Extension | undefined;
+
+export function activate(context: vscode.ExtensionContext): void {
+  current = new Extension(context);
+  current.activate();
+}
+
+export async function deactivate(): Promise<void> {
+  const extension = current;
+  current = undefined;
+  await extension?.dispose();
+}

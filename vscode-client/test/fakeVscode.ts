@@ -1,0 +1,286 @@
+// A stand-in for the `vscode` module so the bundled extension loads under plain Node.
+// `require("vscode")` is answered by a hook on Module._load. vscode-languageclient subclasses
+// vscode classes when it is imported, so every property we do not model is a dummy class
+// (a plain function that also works when called, returning a disposable).
+
+import Module = require("node:module");
+
+type AnyRecord = Record<string | symbol, unknown>;
+
+function makeDummy(name: string): unknown {
+  // Called: returns a lenient object (a disposable whose other members are dummies too).
+  const dummy = function (this: unknown) {
+    if (new.target) return;
+    return lenient({ dispose() {} }, `${name}()`);
+  };
+  Object.defineProperty(dummy, "name", { value: name });
+  return dummy;
+}
+
+/**
+ * Wrap `target` so unknown properties are dummies: lower-case names (namespaces such as
+ * `languages`) become lenient objects, capitalised ones (classes, enums) dummy classes.
+ */
+function lenient<T extends object>(target: T, path: string): T {
+  return new Proxy(target, {
+    get(obj, prop) {
+      if (prop in obj) return (obj as AnyRecord)[prop];
+      if (typeof prop === "symbol" || prop === "then" || prop === "toJSON") return undefined;
+      const name = `${path}.${prop}`;
+      const value = path === "vscode" && /^[a-z]/.test(prop) ? lenient({}, name) : makeDummy(name);
+      (obj as AnyRecord)[prop] = value;
+      return value;
+    },
+  });
+}
+
+const disposable = () => ({ dispose() {} });
+const event = () => () => disposable();
+
+export interface Message {
+  kind: "error" | "warning" | "info";
+  text: string;
+  actions: string[];
+}
+
+export interface FakeStatusItem {
+  text: string;
+  tooltip: unknown;
+  command: unknown;
+  backgroundColor: unknown;
+  visible: boolean;
+}
+
+export interface FakeDocument {
+  uri: { fsPath: string; scheme: string; toString(): string };
+  languageId: string;
+  lineCount: number;
+}
+
+export interface FakeEditor {
+  document: FakeDocument;
+  /** Ranges last set per decoration type (by creation index). */
+  decorations: Map<number, { range: { start: { line: number } }; hoverMessage?: unknown }[]>;
+  setDecorations(type: { index: number }, ranges: never[]): void;
+}
+
+export class FakeVscode {
+  /** Settings of section "msprof-lsp" by key (what the user set). */
+  settings: Record<string, unknown> = {};
+  workspaceFolders: { uri: unknown; name: string; index: number }[] | undefined = undefined;
+  editors: FakeEditor[] = [];
+  shown: { uri: unknown; options: unknown }[] = [];
+  configListeners: ((event: { affectsConfiguration(section: string): boolean }) => void)[] = [];
+  private decorationTypes = 0;
+  commands = new Map<string, (...args: unknown[]) => unknown>();
+  executed: { command: string; args: unknown[] }[] = [];
+  messages: Message[] = [];
+  clipboard: string[] = [];
+  statusItems: FakeStatusItem[] = [];
+  logLines: string[] = [];
+  quickPicks: { items: { label: string }[]; title?: string }[] = [];
+  /** The row a quick pick "picks"; undefined = dismissed. */
+  pick: (items: { label: string }[]) => { label: string } | undefined = () => undefined;
+  /** The action a notification "clicks"; undefined = dismissed. */
+  answer: (message: Message) => string | undefined = () => undefined;
+
+  module(): unknown {
+    const self = this;
+    class Uri {
+      constructor(
+        readonly scheme: string,
+        readonly fsPath: string,
+      ) {}
+      static file(path: string) {
+        return new Uri("file", path);
+      }
+      static parse(value: string) {
+        return new Uri(value.split(":")[0], value.replace(/^file:\/\//, ""));
+      }
+      get path() {
+        return this.fsPath;
+      }
+      toString() {
+        return this.scheme === "file" ? `file://${this.fsPath}` : this.fsPath;
+      }
+    }
+    class Position {
+      constructor(
+        readonly line: number,
+        readonly character: number,
+      ) {}
+    }
+    class Range {
+      readonly start: Position;
+      readonly end: Position;
+      constructor(a: number | Position, b: number | Position, c?: number, d?: number) {
+        this.start = typeof a === "number" ? new Position(a, b as number) : a;
+        this.end = typeof a === "number" ? new Position(c as number, d as number) : (b as Position);
+      }
+    }
+    class Disposable {
+      constructor(private readonly callOnDispose: () => void = () => {}) {}
+      static from(...items: { dispose(): unknown }[]) {
+        return new Disposable(() => items.forEach((i) => i.dispose()));
+      }
+      dispose() {
+        this.callOnDispose();
+      }
+    }
+    class EventEmitter<T> {
+      private listeners: ((e: T) => void)[] = [];
+      readonly event = (listener: (e: T) => void) => {
+        this.listeners.push(listener);
+        return new Disposable(() => (this.listeners = this.listeners.filter((l) => l !== listener)));
+      };
+      fire(e: T) {
+        for (const l of [...this.listeners]) l(e);
+      }
+      dispose() {
+        this.listeners = [];
+      }
+    }
+    class ThemeColor {
+      constructor(readonly id: string) {}
+    }
+    const log = (level: string) => (text: string) => {
+      self.logLines.push(`${level} ${text}`);
+    };
+    const message = (kind: Message["kind"]) => (text: string, ...actions: string[]) => {
+      const m = { kind, text, actions };
+      self.messages.push(m);
+      return Promise.resolve(self.answer(m));
+    };
+    const configuration = () => ({
+      get: (key: string, fallback?: unknown) => (key in self.settings ? self.settings[key] : fallback),
+      inspect: (key: string) => (key in self.settings ? { key, globalValue: self.settings[key] } : { key }),
+      has: (key: string) => key in self.settings,
+      update: () => Promise.resolve(),
+    });
+    return lenient(
+      {
+        // esbuild's __toESM then hands the module through as is, keeping the Proxy in charge.
+        __esModule: true,
+        version: "1.82.0",
+        Uri,
+        Disposable,
+        EventEmitter,
+        Position,
+        Range,
+        ThemeColor,
+        StatusBarAlignment: { Left: 1, Right: 2 },
+        OverviewRulerLane: { Left: 1, Center: 2, Right: 4, Full: 7 },
+        QuickPickItemKind: { Separator: -1, Default: 0 },
+        TextEditorRevealType: { Default: 0, InCenter: 1, InCenterIfOutsideViewport: 2, AtTop: 3 },
+        window: lenient(
+          {
+            createOutputChannel: () =>
+              lenient({ info: log("info"), warn: log("warn"), error: log("error"), debug: log("debug"), trace: log("trace"), appendLine: log(""), show() {}, dispose() {} }, "LogOutputChannel"),
+            createStatusBarItem: () => {
+              const item: FakeStatusItem & { show(): void; hide(): void; dispose(): void } = {
+                text: "",
+                tooltip: undefined,
+                command: undefined,
+                backgroundColor: undefined,
+                visible: false,
+                show() {
+                  this.visible = true;
+                },
+                hide() {
+                  this.visible = false;
+                },
+                dispose() {},
+              };
+              self.statusItems.push(item);
+              return item;
+            },
+            createTextEditorDecorationType: (options: unknown) => ({ index: self.decorationTypes++, options, dispose() {} }),
+            showTextDocument: (uri: unknown, options: unknown) => {
+              self.shown.push({ uri, options });
+              return Promise.resolve({ revealRange() {} });
+            },
+            showErrorMessage: message("error"),
+            showWarningMessage: message("warning"),
+            showInformationMessage: message("info"),
+            showQuickPick: (items: { label: string }[], options?: { title?: string }) => {
+              self.quickPicks.push({ items, title: options?.title });
+              return Promise.resolve(self.pick(items));
+            },
+            showOpenDialog: () => Promise.resolve(undefined),
+            get visibleTextEditors() {
+              return self.editors;
+            },
+            onDidChangeVisibleTextEditors: event(),
+            onDidChangeActiveTextEditor: event(),
+          },
+          "window",
+        ),
+        workspace: lenient(
+          {
+            get workspaceFolders() {
+              return self.workspaceFolders;
+            },
+            get textDocuments() {
+              return self.editors.map((e) => e.document);
+            },
+            getConfiguration: configuration,
+            onDidChangeConfiguration: (listener: (event: { affectsConfiguration(section: string): boolean }) => void) => {
+              self.configListeners.push(listener);
+              return { dispose: () => (self.configListeners = self.configListeners.filter((l) => l !== listener)) };
+            },
+            onDidSaveTextDocument: event(),
+            onDidCloseTextDocument: event(),
+            asRelativePath: (path: string) => path,
+          },
+          "workspace",
+        ),
+        commands: lenient(
+          {
+            registerCommand: (id: string, fn: (...args: unknown[]) => unknown) => {
+              if (self.commands.has(id)) throw new Error(`command '${id}' already exists`);
+              self.commands.set(id, fn);
+              return { dispose: () => self.commands.delete(id) };
+            },
+            executeCommand: (command: string, ...args: unknown[]) => {
+              self.executed.push({ command, args });
+              const fn = self.commands.get(command);
+              return Promise.resolve(fn ? fn(...args) : undefined);
+            },
+          },
+          "commands",
+        ),
+        extensions: lenient({ getExtension: () => undefined }, "extensions"),
+        env: lenient({ appName: "Visual Studio Code", language: "en", clipboard: { writeText: (text: string) => (self.clipboard.push(text), Promise.resolve()) } }, "env"),
+      },
+      "vscode",
+    );
+  }
+}
+
+/** An editor showing `document`; records the decorations set on it. */
+export function fakeEditor(document: FakeDocument): FakeEditor {
+  const decorations: FakeEditor["decorations"] = new Map();
+  return {
+    document,
+    decorations,
+    setDecorations(type, ranges) {
+      decorations.set(type.index, ranges);
+    },
+  };
+}
+
+type Loader = (request: string, parent: unknown, isMain: boolean) => unknown;
+
+/** Answer `require("vscode")` with `fake` from now on; returns the undo. */
+export function installFakeVscode(fake: FakeVscode): () => void {
+  const mod = Module as unknown as { _load: Loader };
+  const original = mod._load;
+  const vscode = fake.module();
+  mod._load = function (this: unknown, request: string, parent: unknown, isMain: boolean) {
+    if (request === "vscode") return vscode;
+    return original.call(this, request, parent, isMain);
+  };
+  return () => {
+    mod._load = original;
+  };
+}

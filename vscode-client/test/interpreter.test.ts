@@ -1,0 +1,156 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { describe, test } from "node:test";
+
+import {
+  chooseInterpreter,
+  classifyImportCheck,
+  expandVariables,
+  installCommand,
+  type Interpreter,
+  quoteArg,
+  runImportCheck,
+  serverLaunch,
+} from "../src/interpreter";
+
+const POSIX = process.platform !== "win32";
+
+describe("chooseInterpreter: setting > Python extension > python3", () => {
+  test("the setting wins over the Python extension", () => {
+    const chosen = chooseInterpreter({ setting: "/opt/py/bin/python", pythonExtension: ["/venv/bin/python"], platform: "linux" });
+    assert.deepEqual(chosen, { command: "/opt/py/bin/python", args: [], source: "setting" });
+  });
+
+  test("a blank setting falls through to the Python extension, keeping its prefix arguments", () => {
+    const chosen = chooseInterpreter({ setting: "  ", pythonExtension: ["conda", "run", "-n", "npu", "python"], platform: "linux" });
+    assert.deepEqual(chosen, { command: "conda", args: ["run", "-n", "npu", "python"], source: "python-extension" });
+  });
+
+  test("no setting and no Python extension: python3, or python on Windows", () => {
+    assert.deepEqual(chooseInterpreter({ platform: "linux" }), { command: "python3", args: [], source: "default" });
+    assert.deepEqual(chooseInterpreter({ pythonExtension: [], platform: "darwin" }).command, "python3");
+    assert.deepEqual(chooseInterpreter({ platform: "win32" }), { command: "python", args: [], source: "default" });
+  });
+
+  test("variables in the setting are expanded", () => {
+    const chosen = chooseInterpreter({
+      setting: "${workspaceFolder}/.venv/bin/python",
+      platform: "linux",
+      workspaceFolder: "/work/proj",
+    });
+    assert.equal(chosen.command, "/work/proj/.venv/bin/python");
+    assert.equal(expandVariables("~/envs/a/bin/python", { home: "/home/u" }), "/home/u/envs/a/bin/python");
+    assert.equal(expandVariables("${env:CONDA_PREFIX}/bin/python", { env: { CONDA_PREFIX: "/c/npu" } }), "/c/npu/bin/python");
+    assert.equal(expandVariables("${userHome}/py", { home: "/h" }), "/h/py");
+    // unknown folder: left as written, so the error message shows what the user typed
+    assert.equal(expandVariables("${workspaceFolder}/py", {}), "${workspaceFolder}/py");
+  });
+
+  test("the server is started as <python> -m msprof_lsp.server", () => {
+    assert.deepEqual(serverLaunch({ command: "conda", args: ["run", "-n", "x", "python"], source: "python-extension" }), {
+      command: "conda",
+      args: ["run", "-n", "x", "python", "-m", "msprof_lsp.server"],
+    });
+  });
+});
+
+describe("install command text", () => {
+  test("plain paths stay unquoted", () => {
+    const interp: Interpreter = { command: "/usr/bin/python3", args: [], source: "default" };
+    assert.equal(installCommand(interp, "linux"), "/usr/bin/python3 -m pip install msprof-lsp");
+  });
+
+  test("paths with spaces are quoted for the platform's shell", () => {
+    const linux: Interpreter = { command: "/home/a b/venv/bin/python", args: [], source: "setting" };
+    assert.equal(installCommand(linux, "linux"), "'/home/a b/venv/bin/python' -m pip install msprof-lsp");
+    const win: Interpreter = { command: "C:\\Program Files\\Python311\\python.exe", args: [], source: "setting" };
+    assert.equal(installCommand(win, "win32"), '"C:\\Program Files\\Python311\\python.exe" -m pip install msprof-lsp');
+    assert.equal(quoteArg("it's", "linux"), `'it'\\''s'`);
+  });
+
+  test("prefix arguments of the Python extension are part of the command", () => {
+    const conda: Interpreter = { command: "conda", args: ["run", "-n", "npu env", "python"], source: "python-extension" };
+    assert.equal(installCommand(conda, "linux"), "conda run -n 'npu env' python -m pip install msprof-lsp");
+  });
+});
+
+describe("classifyImportCheck", () => {
+  const interp: Interpreter = { command: "/venv/bin/python", args: [], source: "setting" };
+
+  test("exit 0 is ok", () => {
+    assert.deepEqual(classifyImportCheck(interp, { exitCode: 0, stderr: "" }, "linux"), { ok: true });
+  });
+
+  test("a missing package gives the exact install command", () => {
+    const stderr = "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError: No module named 'msprof_lsp'\n";
+    const result = classifyImportCheck(interp, { exitCode: 1, stderr }, "linux");
+    assert.equal(result.ok, false);
+    if (result.ok) return;
+    assert.equal(result.reason, "missing-package");
+    assert.equal(result.installCommand, "/venv/bin/python -m pip install msprof-lsp");
+    assert.equal(result.message, "msprof-lsp is not installed for /venv/bin/python. Install it with: /venv/bin/python -m pip install msprof-lsp");
+  });
+
+  test("a broken dependency is not reported as a missing package", () => {
+    const stderr = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'libcst'\n";
+    const result = classifyImportCheck(interp, { exitCode: 1, stderr }, "linux");
+    assert.ok(!result.ok && result.reason === "broken");
+    assert.ok(!result.ok && result.message.includes("No module named 'libcst'"));
+  });
+
+  test("an interpreter that does not exist says so, with the setting to change", () => {
+    const result = classifyImportCheck(interp, { spawnError: { code: "ENOENT", message: "spawn /venv/bin/python ENOENT" }, exitCode: null, stderr: "" }, "linux");
+    assert.ok(!result.ok && result.reason === "not-found");
+    assert.ok(!result.ok && result.message.includes("/venv/bin/python was not found"));
+    assert.ok(!result.ok && result.message.includes("msprof-lsp.interpreter"));
+    assert.ok(!result.ok && result.installCommand === undefined);
+  });
+});
+
+describe("runImportCheck with real interpreters", { skip: POSIX ? false : "POSIX shell needed" }, () => {
+  test("a Python without the package -> missing-package", async () => {
+    // -S: no site-packages, -I: no user site or cwd, so msprof_lsp cannot be found.
+    const interp: Interpreter = { command: "python3", args: ["-I", "-S"], source: "setting" };
+    const result = await runImportCheck(interp, { platform: process.platform });
+    assert.ok(!result.ok, "expected the import to fail");
+    assert.equal(result.reason, "missing-package");
+    assert.equal(result.installCommand, "python3 -I -S -m pip install msprof-lsp");
+  });
+
+  test("a package whose own import fails -> broken, not missing", async () => {
+    const root = mkdtempSync(join(tmpdir(), "msprof-broken-"));
+    mkdirSync(join(root, "msprof_lsp", "server"), { recursive: true });
+    writeFileSync(join(root, "msprof_lsp", "__init__.py"), "");
+    writeFileSync(join(root, "msprof_lsp", "server", "__init__.py"), "import a_dependency_that_is_not_installed_xyz\n");
+    const interp: Interpreter = { command: "python3", args: ["-S"], source: "setting" };
+    const result = await runImportCheck(interp, { platform: process.platform, env: { ...process.env, PYTHONPATH: root } });
+    assert.ok(!result.ok && result.reason === "broken", JSON.stringify(result));
+    assert.ok(!result.ok && result.message.includes("a_dependency_that_is_not_installed_xyz"));
+  });
+
+  test("a missing executable -> not-found", async () => {
+    const interp: Interpreter = { command: join(tmpdir(), "no-such-dir-msprof", "python3"), args: [], source: "setting" };
+    const result = await runImportCheck(interp, { platform: process.platform });
+    assert.ok(!result.ok && result.reason === "not-found", JSON.stringify(result));
+  });
+
+  test("an interpreter that hangs is stopped after the timeout", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "msprof-hang-"));
+    const script = join(dir, "python");
+    writeFileSync(script, "#!/bin/sh\nexec sleep 30\n");
+    chmodSync(script, 0o755);
+    const result = await runImportCheck({ command: script, args: [], source: "setting" }, { platform: process.platform, timeoutMs: 300 });
+    assert.ok(!result.ok && result.reason === "broken" && result.message.includes("did not finish"), JSON.stringify(result));
+  });
+
+  const venvPython = resolve(__dirname, "..", "..", "..", ".venv", "bin", "python");
+  test("the project's own venv has the package -> ok", { skip: existsSync(venvPython) ? false : `no venv at ${venvPython}` }, async () => {
+    // Independent confirmation that the package really imports there.
+    execFileSync(venvPython, ["-c", "import msprof_lsp.server"]);
+    const result = await runImportCheck({ command: venvPython, args: [], source: "setting" }, { platform: process.platform });
+    assert.deepEqual(result, { ok: true });
+  });
+});

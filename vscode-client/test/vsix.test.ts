@@ -1,0 +1,79 @@
+// Packages the extension with vsce (offline) and checks what the .vsix holds.
+
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import { CLIENT_ONLY_SETTINGS, CMD_RELOAD, CMD_RESTART, CMD_SELECT_PROFILE, CMD_SET_BASELINE, CMD_SHOW_HOTSPOTS, CMD_SHOW_LOGS } from "../src/constants";
+import { FakeVscode, installFakeVscode } from "./fakeVscode";
+import { readZip } from "./zip";
+
+const ROOT = join(__dirname, "..", "..");
+
+describe("the packaged .vsix", () => {
+  let files: Map<string, Buffer>;
+  let packaged: Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+  const source = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"));
+
+  before(() => {
+    const out = join(mkdtempSync(join(tmpdir(), "msprof-vsix-")), `${source.name}-${source.version}.vsix`);
+    const vscePkg = require.resolve("@vscode/vsce/package.json", { paths: [ROOT] });
+    const vsce = join(dirname(vscePkg), JSON.parse(readFileSync(vscePkg, "utf8")).bin.vsce);
+    execFileSync(process.execPath, [vsce, "package", "--no-dependencies", "--allow-missing-repository", "--out", out], { cwd: ROOT, stdio: "pipe" });
+    files = readZip(readFileSync(out));
+    packaged = JSON.parse(files.get("extension/package.json")!.toString("utf8"));
+  });
+
+  test("holds the bundle, the manifest, README and LICENSE — not sources or node_modules", () => {
+    const names = [...files.keys()];
+    for (const required of ["extension/dist/extension.js", "extension/package.json", "extension.vsixmanifest"]) {
+      assert.ok(names.includes(required), `${required} missing from ${names.join(", ")}`);
+    }
+    assert.ok(names.some((n) => /^extension\/readme\.md$/i.test(n)));
+    assert.ok(names.some((n) => /^extension\/license(\.txt)?$/i.test(n)));
+    const stray = names.filter((n) => /^extension\/(src|test|out|node_modules|scripts)\//.test(n) || n.endsWith(".ts") || n.endsWith(".map"));
+    assert.deepEqual(stray, []);
+  });
+
+  test("manifest: main, engines.vscode, activation on Python files", () => {
+    assert.equal(packaged.main, "./dist/extension.js");
+    assert.ok(files.has(`extension/${packaged.main.replace(/^\.\//, "")}`));
+    assert.equal(packaged.engines.vscode, "^1.82.0");
+    // vsce rejects @types/vscode newer than the engines floor: keep them equal.
+    assert.equal(source.devDependencies["@types/vscode"], packaged.engines.vscode.replace(/^\^/, ""));
+    assert.ok(packaged.activationEvents.includes("onLanguage:python"));
+    // A workspace must not pick the program we run unless it is trusted.
+    assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter"]);
+  });
+
+  test("every command and every setting is contributed", () => {
+    const commands = packaged.contributes.commands.map((c: { command: string }) => c.command).sort();
+    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS].sort());
+    const props = packaged.contributes.configuration.properties;
+    assert.deepEqual(Object.keys(props), Object.keys(source.contributes.configuration.properties));
+    for (const key of CLIENT_ONLY_SETTINGS) assert.ok(`msprof-lsp.${key}` in props, key);
+    assert.deepEqual(props["msprof-lsp.trace.server"].enum, ["off", "messages", "verbose"]);
+    assert.equal(props["msprof-lsp.gutterHeat"].default, true);
+    assert.equal(props["msprof-lsp.interpreter"].scope, "machine-overridable");
+  });
+
+  describe("the bundle on its own", () => {
+    let undo: () => void;
+    before(() => {
+      undo = installFakeVscode(new FakeVscode());
+    });
+    after(() => undo());
+
+    test("loads from a folder without node_modules (vscode-languageclient is bundled)", () => {
+      const dir = mkdtempSync(join(tmpdir(), "msprof-bundle-"));
+      const file = join(dir, "extension.js");
+      writeFileSync(file, files.get("extension/dist/extension.js")!);
+      const mod = require(file);
+      assert.equal(typeof mod.activate, "function");
+      assert.equal(typeof mod.deactivate, "function");
+    });
+  });
+});
