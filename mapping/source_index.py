@@ -1092,6 +1092,16 @@ class SourceIndex:
                 todo.extend(c.qualname for c in self.classes.values() if c.qualname == b or c.name == b)
         return None
 
+    def binding_for(self, function: str, name: str) -> Binding | None:
+        """``name = Ctor(...)`` in ``function`` (else at module level), the last one."""
+        found = None
+        for b in self.bindings:
+            if b.name == name and b.function == function:
+                found = b
+        if found is None and function != MODULE_SCOPE:
+            return self.binding_for(MODULE_SCOPE, name)
+        return found
+
     def loops_in(self, function: str) -> list[LoopInfo]:
         return [lp for lp in self.loops if lp.function == function]
 
