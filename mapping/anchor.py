@@ -52,7 +52,7 @@ from .source_index import (
     SourceIndex,
     Statement,
 )
-from .spans import Confidence
+from .spans import Confidence, Span
 from .workspace import SourceWorkspace
 
 ModuleInstance = tuple[str, int]  # ("Linear", 0) from "nn.Module: Linear_0"
@@ -149,6 +149,7 @@ class Anchorer:
         self.evidence: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._frame_cache: dict[int, FrameChoice | None] = {}
         self.stale: set[tuple[str, str, int]] = set()  # (path, scope, line) that did not hold up
+        self._place_cache: dict[FrameChoice, tuple[SourceIndex | None, FrameScope]] = {}
         self._classes: dict[str, list[tuple[str, str]]] | None = None  # class name -> [(path, qualname)]
 
     # -- frames --------------------------------------------------------------------------------
@@ -235,6 +236,12 @@ class Anchorer:
 
     def place(self, choice: FrameChoice) -> tuple[SourceIndex | None, FrameScope]:
         """The file index and where the frame sits in it (drifted frames: the likely function)."""
+        hit = self._place_cache.get(choice)
+        if hit is None:
+            hit = self._place_cache[choice] = self._place(choice)
+        return hit
+
+    def _place(self, choice: FrameChoice) -> tuple[SourceIndex | None, FrameScope]:
         index = self.workspace.index(choice.path)
         if index is None:
             return None, FrameScope("drift", "", None)
@@ -702,25 +709,12 @@ class Anchorer:
                            "not attributed without a call stack")
 
 
-def _stmt_occurrence(index: SourceIndex, stmt) -> int:
-    n = 0
-    for s in index.statements:
-        if s is stmt:
-            return n
-        if s.function == stmt.function and s.text == stmt.text:
-            n += 1
-    return n
+def _stmt_occurrence(index: SourceIndex, stmt: Statement) -> int:
+    return index.statement_occurrence(stmt.span, stmt.function)
 
 
-def _stmt_occurrence_span(index: SourceIndex, span, scope: str) -> int:
-    n = 0
-    text = index.lines.slice(span.line, span.col, span.end_line, span.end_col)
-    for s in index.statements:
-        if s.span == span:
-            return n
-        if s.function == scope and s.text == text:
-            n += 1
-    return n
+def _stmt_occurrence_span(index: SourceIndex, span: Span, scope: str) -> int:
+    return index.statement_occurrence(span, scope)
 
 
 def _drop_note(frame: Frame, ctx: OpContext) -> str:

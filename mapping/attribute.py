@@ -542,16 +542,23 @@ class Attributor:
         for _ in range(g.anchor.levels_up):
             m = np.where(m >= 0, self.m_parent[np.where(m >= 0, m, 0)], -1)
         inv = np.where(m >= 0, m, -(self.h_root[uniq] + 2))
-        frame = pd.DataFrame({"inv": inv, "start": self.h_start[uniq], "top": uniq}).sort_values(["inv", "start"])
-        frame["ord"] = frame.groupby("inv", sort=False).cumcount()
-        counts = frame.groupby("inv", sort=False)["top"].transform("size")
-        if (counts.to_numpy() % nsites).any():
-            return self._fallback_rows(g, rows, bwd, nsites)
-        ordinal = dict(zip(frame["top"].to_numpy().tolist(), (frame["ord"].to_numpy() % nsites).tolist()))
+        order = np.lexsort((self.h_start[uniq], inv))
+        inv_s = inv[order]
+        first = np.r_[True, inv_s[1:] != inv_s[:-1]] if len(inv_s) else np.zeros(0, bool)
+        pos = np.arange(len(inv_s))
+        run_start = np.maximum.accumulate(np.where(first, pos, 0))
+        run_bounds = np.r_[np.nonzero(first)[0], len(inv_s)]
+        if (np.diff(run_bounds) % nsites).any():
+            return self._fallback_rows(g, rows, bwd, nsites)  # some invocation ran a different count
+        ordinal = np.empty(len(uniq), dtype=np.int64)
+        ordinal[order] = (pos - run_start) % nsites
+        pick = np.full(len(rows), -1, dtype=np.int64)
+        has = tops >= 0
+        pick[has] = ordinal[np.searchsorted(uniq, tops[has])]
         f_sites = np.array(g.fwd_sites, dtype=np.int64)
         b_sites = np.array(g.bwd_sites, dtype=np.int64)
-        pick = np.array([ordinal.get(int(t), -1) for t in tops], dtype=np.int64)
-        res = np.where(bwd[rows], b_sites[np.maximum(pick, 0)], f_sites[np.maximum(pick, 0)])
+        safe = np.maximum(pick, 0)
+        res = np.where(bwd[rows], b_sites[safe], f_sites[safe])
         return np.where(pick >= 0, res, -1)
 
     def _fallback_rows(self, g: _Group, rows: np.ndarray, bwd: np.ndarray, nsites: int) -> np.ndarray:
@@ -768,15 +775,9 @@ def reanchor_site(site: Site, old: SourceIndex, new: SourceIndex) -> Site | None
     if site.kind == "function":
         f = new.functions.get(site.function)
         return replace(site, span=f.header) if f is not None else None
-    if site.kind == "statement":
-        old_items = [s.span for s in old.statements if s.function == site.function and s.text == site.call_text]
-        new_items = [s.span for s in new.statements if s.function == site.function and s.text == site.call_text]
-    else:
-        old_items = [c.span for c in old.calls_in(site.function) if c.text == site.call_text]
-        new_items = [c.span for c in new.calls_in(site.function) if c.text == site.call_text]
-        if not old_items and not new_items:  # an nn.Sequential element: a call of __init__
-            old_items = [c.span for c in old.calls if c.function == site.function and c.text == site.call_text]
-            new_items = [c.span for c in new.calls if c.function == site.function and c.text == site.call_text]
+    statements = site.kind == "statement"
+    old_items = old.spans_of_text(site.function, site.call_text, statements=statements)
+    new_items = new.spans_of_text(site.function, site.call_text, statements=statements)
     if not new_items:
         return None
     old_items.sort()

@@ -55,9 +55,11 @@ class SourceSyntaxError(Exception):
 # Records
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: thousands are made per keystroke (frozen init is ~20x slower)
 class CallSite:
-    """A call (or an operator that launches a tensor op: ``@ + - * /`` and their ``=`` forms)."""
+    """A call (or an operator that launches a tensor op: ``@ + - * /`` and their ``=`` forms).
+
+    Treat as read-only; indexes share them."""
 
     span: Span
     text: str  # source text of the call
@@ -120,7 +122,7 @@ class ClassInfo:
     bases: tuple[str, ...]  # resolved qualnames, or dotted text when not resolvable
     methods: tuple[str, ...]  # function qualnames
     attrs: Mapping[str, ModuleAttr] = field(default_factory=dict)
-    attr_calls: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # attr -> call indices
+    attr_calls: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # attr -> call indices, source order
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +349,9 @@ class _Fragment:
     main_guard: Span | None = None
     module_names: set[str] = field(default_factory=set)  # names bound at module level
     line_count: int = 0
+    # (path, line delta) -> the call spans/statements moved there: typing inside a line leaves
+    # every other chunk where it was, so the next build reuses these instead of making new spans
+    placed: dict[tuple[str, int], tuple[list[tuple[Span, Span]], list[Statement]]] = field(default_factory=dict)
 
 
 class _Scope:
@@ -796,8 +801,13 @@ class SourceIndex:
         self.module_names: frozenset[str] = frozenset()
         self._chunks: dict[str, _Fragment] = {}
         self._by_line: dict[int, list[int]] | None = None
-        self._stmt_starts: list[int] | None = None
-        self._fn_sorted: list[FunctionInfo] | None = None
+        self._stmt_by_line: dict[int, list[Statement]] | None = None
+        self._stmt_occ: dict[tuple[Span, str], int] | None = None
+        self._fn_at: list[FunctionInfo | None] | None = None
+        self._cls_at: list[ClassInfo | None] | None = None
+        self._fn_starts: dict[int, list[FunctionInfo]] | None = None
+        self._bindings_by: dict[tuple[str, str], Binding] | None = None
+        self._text_maps: dict[bool, dict[tuple[str, str], list[Span]]] = {}
         self.keys_cache: dict[int, frozenset[str]] = {}  # used by mapping.constructs
 
     # -- building ------------------------------------------------------------------------------
@@ -837,7 +847,6 @@ class SourceIndex:
     def _compose(self, frags: list[tuple[int, str, _Fragment]]) -> None:
         path = self.path
         raw_calls: list[_RawCall] = []
-        call_delta: list[int] = []
         functions: list[FunctionInfo] = []
         class_rows = []
         raw_attrs: list[tuple[_RawAttr, int]] = []
@@ -849,13 +858,19 @@ class SourceIndex:
         main_guard = None
         module_order = 0
         chunk_map: dict[str, _Fragment] = {}
+        placed_spans: list[tuple[Span, Span]] = []
         for line, chunk, frag in frags:
             chunk_map[chunk] = frag
             d = line - 1
             base = len(raw_calls)
-            for c in frag.calls:
-                raw_calls.append(c)
-                call_delta.append(d)
+            placed = frag.placed.get((path, d))
+            if placed is None:
+                placed = ([(_shift(c.span, path, d), _shift(c.stmt, path, d)) for c in frag.calls],
+                          [Statement(_shift(st.span, path, d), st.text, st.function) for st in frag.statements])
+                frag.placed = {(path, d): placed}
+            placed_spans.extend(placed[0])
+            statements.extend(placed[1])
+            raw_calls.extend(frag.calls)
             # module-level execution order continues across chunks
             n_mod = sum(1 for c in frag.calls if c.function == MODULE_SCOPE)
             call_delta_mod = module_order
@@ -880,8 +895,6 @@ class SourceIndex:
             for (kind, span, header, fn, target, iter_text, start, end) in frag.loops:
                 loops.append((kind, _shift(span, path, d), _shift(header, path, d), fn, target, iter_text,
                               base + start, base + end))
-            for s in frag.statements:
-                statements.append(Statement(_shift(s.span, path, d), s.text, s.function))
             for (fn, name, ctor, span) in frag.bindings:
                 bindings.append((fn, name, ctor, _shift(span, path, d)))
             module_names |= frag.module_names
@@ -908,21 +921,27 @@ class SourceIndex:
         # calls with absolute spans, qualified names and occurrences
         occ: dict[tuple[str, str], int] = {}
         calls: list[CallSite] = []
-        for c, d in zip(raw_calls, call_delta):
+        resolved: dict[tuple[str, str], str] = {}
+        for c, (span, stmt) in zip(raw_calls, placed_spans):
             key = (c.function, c.text)
             k = occ.get(key, 0)
             occ[key] = k + 1
-            qual = "" if c.operator or c.self_attr or c.loop_attr else resolve(c.callee, c.function)
-            calls.append(CallSite(_shift(c.span, path, d), c.text, c.callee, qual, c.name, c.receiver, c.function,
-                                  c.cls, _shift(c.stmt, path, d), c.order, c.depth, k, c.operator, c.self_attr,
+            if c.operator or c.self_attr or c.loop_attr:
+                qual = ""
+            else:
+                rkey = (c.callee, c.function)
+                qual = resolved.get(rkey)
+                if qual is None:
+                    qual = resolved[rkey] = resolve(c.callee, c.function)
+            calls.append(CallSite(span, c.text, c.callee, qual, c.name, c.receiver, c.function,
+                                  c.cls, stmt, c.order, c.depth, k, c.operator, c.self_attr,
                                   c.element, c.loop_attr, c.in_loop, len(calls)))
         # execution order per function: post-order already; sort indices by (function, order)
         self.calls = tuple(calls)
+        # calls are collected in post-order, so each function's list is already in execution order
         by_fn: dict[str, list[int]] = {}
         for i, c in enumerate(calls):
             by_fn.setdefault(c.function, []).append(i)
-        for lst in by_fn.values():
-            lst.sort(key=lambda i: calls[i].order)
         self._calls_by_fn = by_fn
         self.functions = {}
         for f in functions:
@@ -933,8 +952,7 @@ class SourceIndex:
                                                       tuple(by_fn.get(f.qualname, ())))
         self.loops = tuple(
             LoopInfo(kind, span, header, fn, target, iter_text,
-                     tuple(sorted((i for i in range(start, end) if calls[i].function == fn),
-                                  key=lambda i: calls[i].order)))
+                     tuple(i for i in range(start, end) if calls[i].function == fn))
             for (kind, span, header, fn, target, iter_text, start, end) in loops
         )
         self.bindings = tuple(
@@ -963,8 +981,7 @@ class SourceIndex:
             self.classes[qual] = ClassInfo(
                 qual, name, span, tuple(resolve(b, MODULE_SCOPE) or b for b in bases), tuple(methods),
                 attrs_by_cls.get(qual, {}),
-                {k: tuple(sorted(v, key=lambda i: (calls[i].function, calls[i].order)))
-                 for k, v in attr_calls.get(qual, {}).items()},
+                {k: tuple(v) for k, v in attr_calls.get(qual, {}).items()},
             )
 
     def resolve(self, dotted: str, function: str = MODULE_SCOPE) -> str:
@@ -1015,20 +1032,30 @@ class SourceIndex:
         found.sort(key=lambda c: (-c.depth, c.span.end_line - c.span.line, c.span.end_col - c.span.col))
         return found
 
-    def _functions_sorted(self) -> list[FunctionInfo]:
-        if self._fn_sorted is None:
-            self._fn_sorted = sorted(self.functions.values(), key=lambda f: (f.span.line, -f.span.end_line))
-        return self._fn_sorted
+    def _line_tables(self) -> None:
+        """Innermost function and class per line (later starts are nested deeper)."""
+        n = self.lines.line_count + 2
+        fn_at: list[FunctionInfo | None] = [None] * n
+        for f in sorted(self.functions.values(), key=lambda f: (f.span.line, -f.span.end_line)):
+            for ln in range(f.span.line, min(f.span.end_line, n - 1) + 1):
+                fn_at[ln] = f
+        cls_at: list[ClassInfo | None] = [None] * n
+        for c in sorted(self.classes.values(), key=lambda c: (c.span.line, -c.span.end_line)):
+            for ln in range(c.span.line, min(c.span.end_line, n - 1) + 1):
+                cls_at[ln] = c
+        starts: dict[int, list[FunctionInfo]] = {}
+        for f in self.functions.values():
+            starts.setdefault(f.def_line, []).append(f)
+            if f.first_line != f.def_line:
+                starts.setdefault(f.first_line, []).append(f)
+        self._fn_at, self._cls_at, self._fn_starts = fn_at, cls_at, starts
 
     def function_at(self, line: int) -> FunctionInfo | None:
         """The innermost function whose definition (decorators to end) contains ``line``."""
-        best = None
-        for f in self._functions_sorted():
-            if f.span.line > line:
-                break
-            if f.span.line <= line <= f.span.end_line:
-                best = f  # later starts are nested deeper
-        return best
+        if self._fn_at is None:
+            self._line_tables()
+        assert self._fn_at is not None
+        return self._fn_at[line] if 0 <= line < len(self._fn_at) else None
 
     def scope_at(self, line: int) -> str:
         """Qualname of the function or class body executing ``line`` ("<module>" at top level)."""
@@ -1043,30 +1070,57 @@ class SourceIndex:
         return c.qualname if c is not None else MODULE_SCOPE
 
     def class_at(self, line: int) -> ClassInfo | None:
-        best = None
-        for c in self.classes.values():
-            if c.span.line <= line <= c.span.end_line:
-                if best is None or c.span.line >= best.span.line:
-                    best = c
-        return best
+        if self._cls_at is None:
+            self._line_tables()
+        assert self._cls_at is not None
+        return self._cls_at[line] if 0 <= line < len(self._cls_at) else None
 
     def functions_named(self, name: str) -> list[FunctionInfo]:
         return [f for f in self.functions.values() if f.name == name]
 
     def functions_starting_at(self, line: int) -> list[FunctionInfo]:
         """Functions whose ``def`` or first decorator is on ``line`` (Kineto's def-line frames)."""
-        return [f for f in self.functions.values() if line in (f.def_line, f.first_line)]
+        if self._fn_starts is None:
+            self._line_tables()
+        assert self._fn_starts is not None
+        return list(self._fn_starts.get(line, ()))
 
     def statement_at(self, line: int) -> Statement | None:
         """The innermost statement (or compound header) covering ``line``."""
+        if self._stmt_by_line is None:
+            by_line: dict[int, list[Statement]] = {}
+            for st in self.statements:
+                for ln in range(st.span.line, st.span.end_line + 1):
+                    by_line.setdefault(ln, []).append(st)
+            self._stmt_by_line = by_line
         best = None
-        for s in self.statements:
-            if s.span.line <= line <= s.span.end_line:
-                if best is None or (s.span.end_line - s.span.line, s.span.line) <= (
-                    best.span.end_line - best.span.line, best.span.line
-                ):
-                    best = s
+        for st in self._stmt_by_line.get(line, ()):
+            if best is None or (st.span.end_line - st.span.line, st.span.line) <= (
+                best.span.end_line - best.span.line, best.span.line
+            ):
+                best = st
         return best
+
+    def spans_of_text(self, function: str, text: str, *, statements: bool = False) -> list[Span]:
+        """Spans of the calls (or statements) of ``function`` whose source text is ``text``."""
+        table = self._text_maps.get(statements)
+        if table is None:
+            table = self._text_maps[statements] = {}
+            for item in (self.statements if statements else self.calls):
+                table.setdefault((item.function, item.text), []).append(item.span)
+        return list(table.get((function, text), ()))
+
+    def statement_occurrence(self, span: Span, function: str) -> int:
+        """Index of the statement at ``span`` among the same-text statements of ``function``."""
+        if self._stmt_occ is None:
+            occ: dict[tuple[Span, str], int] = {}
+            counts: dict[tuple[str, str], int] = {}
+            for st in self.statements:
+                key = (st.function, st.text)
+                occ[(st.span, st.function)] = counts.get(key, 0)
+                counts[key] = counts.get(key, 0) + 1
+            self._stmt_occ = occ
+        return self._stmt_occ.get((span, function), 0)
 
     def statements_in(self, function: str) -> list[Statement]:
         return [s for s in self.statements if s.function == function]
@@ -1094,12 +1148,11 @@ class SourceIndex:
 
     def binding_for(self, function: str, name: str) -> Binding | None:
         """``name = Ctor(...)`` in ``function`` (else at module level), the last one."""
-        found = None
-        for b in self.bindings:
-            if b.name == name and b.function == function:
-                found = b
+        if self._bindings_by is None:
+            self._bindings_by = {(b.function, b.name): b for b in self.bindings}
+        found = self._bindings_by.get((function, name))
         if found is None and function != MODULE_SCOPE:
-            return self.binding_for(MODULE_SCOPE, name)
+            return self._bindings_by.get((MODULE_SCOPE, name))
         return found
 
     def loops_in(self, function: str) -> list[LoopInfo]:

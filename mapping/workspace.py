@@ -73,7 +73,9 @@ class SourceWorkspace:
         )
         self.third_party_roots: tuple[str, ...] = tuple(_norm(r).lower() for r in third_party_roots if r.strip())
         self._root_prefixes = [_norm(str(r)).lower().rstrip("/") + "/" for r in self.roots]
+        self._keys: dict[str, str] = {}
         self._overlays: dict[str, str] = {}
+        self._overlay_digest: dict[str, bytes] = {}  # hashed once per set_text
         self._entries: dict[str, _Entry] = {}
         # lower-cased basename -> (path parts innermost first, path)
         self._by_name: dict[str, list[tuple[tuple[str, ...], str]]] | None = None
@@ -85,15 +87,20 @@ class SourceWorkspace:
 
     # -- texts and indexes ---------------------------------------------------------------------
 
-    @staticmethod
-    def key(path: Path | str) -> str:
-        return str(Path(path).expanduser().resolve())
+    def key(self, path: Path | str) -> str:
+        """The absolute, resolved path string files are known by (cached: it is asked a lot)."""
+        raw = str(path)
+        hit = self._keys.get(raw)
+        if hit is None:
+            hit = self._keys[raw] = str(Path(raw).expanduser().resolve())
+        return hit
 
     def set_text(self, path: Path | str, text: str) -> None:
         """Use an editor buffer instead of the disk file (also for files not saved yet)."""
         key = self.key(path)
         new_file = key not in self._overlays and not os.path.exists(key)
         self._overlays[key] = text
+        self._overlay_digest.pop(key, None)
         if new_file and self._by_name is not None and key.endswith(".py"):
             self._add_file(key)
             self._resolved.clear()
@@ -101,6 +108,7 @@ class SourceWorkspace:
     def drop_text(self, path: Path | str) -> None:
         """The buffer was closed: fall back to the disk file."""
         self._overlays.pop(self.key(path), None)
+        self._overlay_digest.pop(self.key(path), None)
 
     def text(self, path: Path | str) -> str | None:
         """Buffer text, else the disk file decoded per PEP 263 (None if unreadable)."""
@@ -126,10 +134,14 @@ class SourceWorkspace:
                 return entry.index
             if entry.stat == stat and entry.digest:
                 return entry.index
+        if key in self._overlays and key in self._overlay_digest and entry.digest == self._overlay_digest[key]:
+            return entry.index
         text = self.text(key)
         if text is None:
             return entry.index
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        digest = _digest(text)
+        if key in self._overlays:
+            self._overlay_digest[key] = digest
         if digest == entry.digest:
             entry.stat = stat
             return entry.index
@@ -148,7 +160,9 @@ class SourceWorkspace:
         entry = self._entries.setdefault(key, _Entry())
         if key not in self._overlays and self.text(key) != index.text:
             self._overlays[key] = index.text  # built from an unsaved text: serve that text
-        entry.digest = hashlib.blake2b(index.text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        entry.digest = _digest(index.text)
+        if key in self._overlays:
+            self._overlay_digest[key] = entry.digest
         entry.index = index
         entry.error = None
         entry.stat = None
@@ -286,6 +300,7 @@ class SourceWorkspace:
         self._by_name = None
         self._files = None
         self._resolved.clear()
+        self._keys.clear()
 
     def python_files(self) -> list[str]:
         """Every ``.py`` file of the workspace (absolute paths), scanned once."""
@@ -312,6 +327,10 @@ class SourceWorkspace:
         new = [p for p in self._unmapped if p not in self._reported]
         self._reported.update(new)
         return new
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _read_source(path: str) -> str | None:
