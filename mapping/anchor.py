@@ -140,8 +140,10 @@ def _attr_site(attr: ModuleAttr, owner_cls: str, confidence: Confidence, frame: 
 class Anchorer:
     """Anchors op contexts in one workspace; keeps the evidence drift handling needs."""
 
-    def __init__(self, workspace: SourceWorkspace) -> None:
+    def __init__(self, workspace: SourceWorkspace, *, def_line_frames: bool = False) -> None:
+        """``def_line_frames``: the profile's frames carry def lines (Kineto), not executing lines."""
         self.workspace = workspace
+        self.def_line_frames = def_line_frames
         # (path, function qualname, class key) -> module instance numbers seen there; class key is
         # the child class ("Linear") or "<Container>_<k>/<Class>" for a container's elements.
         self.observed: dict[tuple[str, str, str], set[int]] = {}
@@ -194,9 +196,8 @@ class Anchorer:
         scope = index.scope_at(line)
         name = scope.rsplit(".", 1)[-1] if scope != MODULE_SCOPE else MODULE_SCOPE
         func = frame.func
-        ok = name == func or (func.startswith("<") and func != MODULE_SCOPE and scope != MODULE_SCOPE) or (
-            func.startswith("<") and func != MODULE_SCOPE and scope == MODULE_SCOPE
-        )
+        # <lambda>, <listcomp>, <genexpr>: own frames in the profile, part of a function here
+        ok = name == func or (func.startswith("<") and func != MODULE_SCOPE)
         if not ok or index.statement_at(line) is None:
             return FrameScope("drift", "", None)
         return FrameScope("line", scope, index.functions.get(scope))
@@ -249,7 +250,9 @@ class Anchorer:
         if fs.mode == "drift":
             scope = self._drift_scope(index, choice.frame)
             if scope:
-                return index, FrameScope("drift", scope, index.functions.get(scope))
+                # Kineto frames record def lines: a moved def is searched like one that did not move
+                mode = "def-drift" if self.def_line_frames and scope in index.functions else "drift"
+                return index, FrameScope(mode, scope, index.functions.get(scope))
         return index, fs
 
     def matches_at(self, index: SourceIndex, scope: str, line: int, ctx: OpContext) -> list[CallSite]:
@@ -272,10 +275,12 @@ class Anchorer:
             reason = f"syntax error at line {err.line}" if err else "file unreadable"
             return Anchor(note=f"{choice.path}: {reason}; not mapped") if final else None
         keys = ctx.keys
-        if fs.mode == "def":
+        if fs.mode in ("def", "def-drift"):
             assert fs.function is not None
+            note = "" if fs.mode == "def" else (
+                f"re-anchored after edit: profile def line {frame.line}, now {fs.function.def_line}")
             return self._in_function(index, fs.function.qualname, ctx, Confidence.MODULE, frame,
-                                     fs.function, note="")
+                                     fs.function, note=note)
         if fs.mode == "line":
             stale = (choice.path, fs.scope, frame.line) in self.stale
             starting = [] if stale else self.matches_at(index, fs.scope, frame.line, ctx)
@@ -565,10 +570,7 @@ class Anchorer:
         path = index.path
         cands = self._matching(index, index.calls_in(scope), ctx.keys, ctx)
         if cands:
-            anchor = self._select(index, scope, cands, ctx, conf, frame, note, path=path)
-            if anchor.sites or anchor.fallback:
-                return replace(anchor, scope=scope)
-            return replace(anchor, scope=scope)
+            return replace(self._select(index, scope, cands, ctx, conf, frame, note, path=path), scope=scope)
         # The profile names only the function: keep the time on its header.
         where = f"in {fn.qualname}(); the profile records the function, not the line"
         site = Site(fn.header, conf, fn.qualname, "", frame, _join(note, where), kind="function")

@@ -29,7 +29,7 @@ import pandas as pd
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .constructs import chain_keys
 from .heat import Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat
-from .model import Profile
+from .model import Profile, ProfileKind
 from .source_index import MODULE_SCOPE, SourceIndex
 from .spans import Span
 from .workspace import SourceWorkspace
@@ -126,7 +126,7 @@ class Attributor:
 
     def _run(self) -> None:
         """Decide every group and aggregate (also re-run when a file that did not parse does)."""
-        self.anchorer = Anchorer(self.workspace)
+        self.anchorer = Anchorer(self.workspace, def_line_frames=self.profile.meta.kind is ProfileKind.KINETO)
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}
         for g in self.groups:
@@ -404,7 +404,7 @@ class Attributor:
             if g.anchor is not None and not g.anchor.exact:
                 continue  # def-line frames: decided, no line to align
             index, fs = a.place(obj)
-            if index is not None and fs.scope and fs.mode != "def":
+            if index is not None and fs.scope and fs.mode in ("line", "drift"):
                 per_scope.setdefault((obj.path, fs.scope), []).append((g, obj, ctx))
         for (path, scope), items in per_scope.items():
             index = self.workspace.index(path)

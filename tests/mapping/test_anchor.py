@@ -297,3 +297,20 @@ def test_unknown_ops_take_the_statement_and_library_only_stacks_stay_unmapped(tm
     assert a.site_of_kernel(k2) is None and a.site_of_kernel(k3) is None and a.site_of_kernel(k4) is None
     assert "no user frame in the call stack" in a.heat.notes
     assert a.heat.unmapped_files == ["/home/ma-user/work/other/utils.py", "/home/ma-user/work/proj/train.py"]
+
+
+def test_kineto_def_line_that_moved_is_found_by_name(tmp_path):
+    """A method was added above forward after profiling: the recorded def line now points into
+    it; forward is found by name and searched as usual, with a note."""
+    old_def = line_of(MODEL, "def forward")
+    edited = MODEL.replace("    def forward(self, x):\n",
+                           "    def extra(self, x):\n        return F.relu(x)\n\n    def forward(self, x):\n")
+    b = ProfileBuilder(kind=ProfileKind.KINETO)
+    b.step(1, 0, 100_000)
+    st = b.op("ProfilerStep#1", 0, 100_000)
+    act = b.op("aten::relu", 100, 50, parent=st, stack=kineto_stack(
+        "torch/nn/functional.py(1760): relu", "nn.Module: ReLU_1", def_line=old_def))
+    a = attribute(b.build(), workspace(tmp_path, edited))
+    site = a.site_of_op(act)
+    assert span_tuple(site.span) == locate(edited, "self.act(self.fc1(x))")
+    assert site.confidence is Confidence.MODULE and "re-anchored" in site.note
