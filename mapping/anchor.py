@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .constructs import (

@@ -27,10 +27,9 @@ import numpy as np
 import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
-from .constructs import chain_keys
 from .heat import Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat
 from .model import Profile, ProfileKind
-from .source_index import MODULE_SCOPE, SourceIndex
+from .source_index import SourceIndex
 from .spans import Span
 from .workspace import SourceWorkspace
 
@@ -868,4 +867,4 @@ def reanchor(attribution: Attribution, path: str | Path, index: SourceIndex | No
     return state.update_file(path)
 
 
-__all__ = ["Attributor", "attribute", "reanchor", "reanchor_site", "MODULE_SCOPE", "chain_keys"]
+__all__ = ["Attributor", "attribute", "reanchor", "reanchor_site"]
