@@ -125,7 +125,10 @@ class Attributor:
 
     def _run(self) -> None:
         """Decide every group and aggregate (also re-run when a file that did not parse does)."""
-        self.anchorer = Anchorer(self.workspace, def_line_frames=self.profile.meta.kind is ProfileKind.KINETO)
+        meta = self.profile.meta
+        # Kineto frames carry def lines (the Kineto reader also says so in meta.extra)
+        def_lines = meta.kind is ProfileKind.KINETO or meta.extra.get("frame_lines") == "def"
+        self.anchorer = Anchorer(self.workspace, def_line_frames=def_lines)
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}
         for g in self.groups:
