@@ -84,14 +84,40 @@ def _assigned_from(src: Source, name: str, apis: tuple[str, ...], prefixes: tupl
     return False
 
 
-def _wrapped_models(src: Source) -> set[str]:
-    out: set[str] = set()
+def _wrapped_models(src: Source, loop: cst.For) -> set[str]:
+    """Names that hold a DDP/FSDP-wrapped model inside the loop's function.
+
+    Wrapped there, at module level, as ``self.<attr>`` in the same class, or a parameter that a
+    caller in this file passes a wrapped model to (``model = DDP(model); train(model, ...)``).
+    """
+    func = src.function_of(loop)
+    cls = src.class_of(loop)
+    by_scope: dict[int, set[str]] = {}
     for a in src.walk(cst.Assign):
         if isinstance(a.value, cst.Call) and src.is_api(a.value.func, *WRAPPERS):
+            scope = src.function_of(a)
             for t in a.targets:
                 d = ct.dotted(t.target)
                 if d:
-                    out.add(d)
+                    by_scope.setdefault(id(scope), set()).add(d)
+                    if d.startswith("self.") and cls is not None and src.class_of(a) is cls:
+                        by_scope.setdefault(id(func), set()).add(d)
+    out = set(by_scope.get(id(func), set())) | set(by_scope.get(id(None), set()))
+    if func is not None:
+        params = [p.name.value for p in func.params.params]
+        for call in src.walk(cst.Call):
+            if ct.dotted(call.func) not in (func.name.value, f"self.{func.name.value}"):
+                continue
+            caller = by_scope.get(id(src.function_of(call)), set()) | by_scope.get(id(None), set())
+            offset = 1 if params and params[0] == "self" else 0
+            for i, arg in enumerate(call.args):
+                name = ct.dotted(arg.value)
+                if name not in caller:
+                    continue
+                if arg.keyword is not None and arg.keyword.value in params:
+                    out.add(arg.keyword.value)
+                elif arg.keyword is None and not arg.star and i + offset < len(params):
+                    out.add(params[i + offset])
     return out
 
 
@@ -314,7 +340,7 @@ def accumulate_gradients(
     sync_stmt = ct.stmt(f"{sync} = {cond}")
 
     # -- DDP / FSDP -----------------------------------------------------------------------------
-    wrapped = _wrapped_models(src)
+    wrapped = _wrapped_models(src, loop)
     b = info.backward
     model_name = None
     first_fwd = None
