@@ -629,9 +629,41 @@ def module_assignment_index(module: cst.Module, name: str) -> int | None:
     return None
 
 
-def removal(src: Source, line: cst.BaseStatement) -> Replacement:
-    """How to delete one statement: remove it, or leave ``pass`` when its block would be empty."""
-    block = src.block_of(line)
-    if block is not None and not isinstance(block, cst.Module) and len(block.body) == 1:
-        return stmt("pass").with_changes(leading_lines=line.leading_lines)
-    return cst.RemovalSentinel.REMOVE
+def removal(src: Source, line: cst.BaseStatement) -> dict[cst.CSTNode, Replacement]:
+    """Replacements that delete one statement (see ``remove_statements``)."""
+    return remove_statements(src, [line])
+
+
+def remove_statements(
+    src: Source, lines: Sequence[cst.BaseStatement], keep: Mapping[cst.CSTNode, Replacement] | None = None
+) -> dict[cst.CSTNode, Replacement]:
+    """Replacements deleting statements while keeping the blank lines and comments above them.
+
+    Those lines move onto the next statement that stays in the block (merged with any
+    replacement already planned for it in ``keep``), so only the deleted lines change; a block
+    left empty gets ``pass``.
+    """
+    out: dict[cst.CSTNode, Replacement] = dict(keep or {})
+    gone = {id(s) for s in lines}
+    for line in lines:
+        block = src.block_of(line)
+        body = list(block.body) if block is not None else [line]
+        i = next(k for k, s in enumerate(body) if s is line)
+        if i > 0 and id(body[i - 1]) in gone:
+            continue  # handled with the first statement of this run
+        run = [line]
+        j = i + 1
+        while j < len(body) and id(body[j]) in gone:
+            run.append(body[j])
+            j += 1
+        carried = [ln for s in run for ln in s.leading_lines]
+        for s in run:
+            out[s] = cst.RemovalSentinel.REMOVE
+        if j < len(body):
+            nxt = body[j]
+            planned = out.get(nxt, nxt)
+            if isinstance(planned, cst.BaseStatement):
+                out[nxt] = planned.with_changes(leading_lines=[*carried, *planned.leading_lines])
+        elif all(id(s) in gone for s in body) and not isinstance(block, cst.Module):
+            out[run[0]] = stmt("pass").with_changes(leading_lines=carried)
+    return out

@@ -62,7 +62,7 @@ def set_env_value(
         old_text = old if isinstance(old, str) else None
         new_value = value(old_text) if callable(value) else value
         if new_value is None:
-            changes[line] = ct.removal(src, line)
+            changes = ct.remove_statements(src, [line], changes)
         elif old_text != new_value:
             quote = expr.quote if isinstance(expr, cst.SimpleString) and expr.prefix == "" else '"'
             changes[expr] = cst.SimpleString(f"{quote}{new_value}{quote}" if quote not in new_value and "\\" not in new_value else repr(new_value))
@@ -72,3 +72,22 @@ def set_env_value(
     title = f"Unset {name}" if new_value is None else f"Set {name}={new_value}"
     notes = ("takes effect only if set before `import torch_npu` (better: in the launcher)",)
     return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)
+
+
+def merge_setting(item: str) -> Callable[[str | None], str]:
+    """A ``value`` for comma-separated ``key:value`` variables (``PYTORCH_NPU_ALLOC_CONF``).
+
+    Sets ``key`` to ``value`` and keeps every other setting: ``merge_setting("expandable_segments:True")``
+    turns ``max_split_size_mb:2048`` into ``expandable_segments:True,max_split_size_mb:2048`` and
+    leaves a value that already has it unchanged.
+    """
+    key = item.split(":", 1)[0].strip()
+
+    def apply(old: str | None) -> str:
+        parts = [p.strip() for p in (old or "").split(",") if p.strip()]
+        kept = [p for p in parts if p.split(":", 1)[0].strip() != key]
+        if item in parts:
+            return ",".join(parts)
+        return ",".join([item, *kept])
+
+    return apply

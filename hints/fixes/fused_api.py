@@ -489,9 +489,7 @@ def attention(source: str, anchor: Anchor, *, backend: str = "ascend", path: str
                 "a boolean attn_mask is True where attention is allowed",
                 "dropout draws a different random stream",
             ), False
-        repl: dict[cst.CSTNode, ct.Replacement] = {node: new}
-        for s in m.consumed:
-            repl[s] = cst.RemovalSentinel.REMOVE
+        repl = ct.remove_statements(src, m.consumed, keep={node: new})
         return _finish(source, src, repl, title, anchor, path, notes, npu=npu_import)
     return decline(why, "no exactly recognised attention expression here")
 

@@ -120,5 +120,5 @@ def remove_synchronize(source: str, anchor: Anchor, *, path: str | None = None, 
 
 
 def _delete_statement(src: Source, source: str, line: cst.SimpleStatementLine, title: str, *, safe: bool, anchor: Anchor, path: str | None) -> FixResult | None:
-    module = ct.rewrite(src.module, {line: ct.removal(src, line)})
+    module = ct.rewrite(src.module, ct.removal(src, line))
     return result(source, module.code, title, safe=safe, path=anchor_path(anchor, path))

@@ -550,11 +550,7 @@ def drop_zero_dropout(source: str, anchor: Anchor, *, path: str | None = None, w
             stmt = src.statement(call)
             assign = _single_assign(stmt) if stmt is not None else None
             if assign is not None and assign.value is call and isinstance(op.input, cst.Name) and op.input.value == assign.targets[0].target.value:  # type: ignore[union-attr]
-                block = src.block_of(stmt)  # x = F.dropout(x, p=0.0): the whole line goes
-                if block is not None and len(block.body) == 1:
-                    replacements[stmt] = ct.stmt("pass").with_changes(leading_lines=stmt.leading_lines)  # type: ignore[union-attr]
-                else:
-                    replacements[stmt] = cst.RemovalSentinel.REMOVE  # type: ignore[index]
+                replacements.update(ct.removal(src, stmt))  # x = F.dropout(x, p=0.0): the whole line goes
             else:
                 replacements[call] = op.input
             break
