@@ -135,7 +135,7 @@ def _is_device_arg(src: Source, arg: cst.Arg) -> bool:
         return not lit.startswith("cpu") and not lit.startswith("meta")
     if lit is not ct.NOT_LITERAL:
         return False
-    qn = src.qnames(v)
+    qn = src.qnames(v) or ({ct.dotted(v)} - {None})
     if any(q.startswith("torch.") and not q.startswith("torch.device") for q in qn):
         return False  # torch.float16 and friends: a dtype cast, not a copy to the device
     return isinstance(v, (cst.Name, cst.Attribute, cst.Call))

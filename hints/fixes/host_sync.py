@@ -5,7 +5,7 @@
   synchronised only where it is printed or returned), and a per-step ``print(..., loss.item())``
   directly in the loop body -> the same print under ``if <step> % N == 0:``.
 * ``remove_synchronize``: a statement ``torch.npu.synchronize()`` / ``torch_npu.npu.synchronize()``
-  / ``torch.cuda.synchronize()`` inside a loop is deleted — unless the loop also reads a clock,
+  / ``torch.cuda.synchronize()`` inside a loop is deleted — unless its function also reads a clock,
   in which case the synchronize is there for timing and stays.
 """
 
@@ -113,8 +113,9 @@ def remove_synchronize(source: str, anchor: Anchor, *, path: str | None = None, 
         loop = src.enclosing(line, (cst.For, cst.While))
         if loop is None:
             return decline(why, "the synchronize is not inside a loop")
-        if any(src.is_api(c.func, *CLOCKS) for c in src.within(loop, cst.Call)):
-            return decline(why, "the loop reads a clock: the synchronize is there for timing")
+        scope = src.function_of(loop) or src.module
+        if any(src.is_api(c.func, *CLOCKS) for c in src.within(scope, cst.Call)):
+            return decline(why, "the function reads a clock: the synchronize is there for timing")
         return _delete_statement(src, source, line, "Remove the synchronize() from the loop", safe=False, anchor=anchor, path=path)
     return decline(why, "no synchronize() statement here")
 
