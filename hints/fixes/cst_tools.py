@@ -314,7 +314,14 @@ def set_kwarg(call: cst.Call, name: str, value: str | cst.BaseExpression) -> cst
 
 # -- rewriting --------------------------------------------------------------------------------
 
-Replacement = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
+class Prepend:
+    """A replacement that keeps the (updated) statement and adds leading lines above it."""
+
+    def __init__(self, lines: Sequence[cst.EmptyLine]) -> None:
+        self.lines = list(lines)
+
+
+Replacement = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | Prepend
 
 
 class _Rewriter(cst.CSTTransformer):
@@ -324,7 +331,10 @@ class _Rewriter(cst.CSTTransformer):
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         if original_node in self.replacements:
-            return self.replacements[original_node]
+            new = self.replacements[original_node]
+            if isinstance(new, Prepend):
+                return updated_node.with_changes(leading_lines=[*new.lines, *updated_node.leading_lines])
+            return new
         return updated_node
 
 
@@ -659,10 +669,14 @@ def remove_statements(
         carried = [ln for s in run for ln in s.leading_lines]
         for s in run:
             out[s] = cst.RemovalSentinel.REMOVE
-        if j < len(body):
+        if j < len(body) and carried:
             nxt = body[j]
-            planned = out.get(nxt, nxt)
-            if isinstance(planned, cst.BaseStatement):
+            planned = out.get(nxt)
+            if planned is None:
+                out[nxt] = Prepend(carried)  # keeps replacements planned inside that statement
+            elif isinstance(planned, Prepend):
+                out[nxt] = Prepend([*carried, *planned.lines])
+            elif isinstance(planned, cst.BaseStatement):
                 out[nxt] = planned.with_changes(leading_lines=[*carried, *planned.leading_lines])
         elif all(id(s) in gone for s in body) and not isinstance(block, cst.Module):
             out[run[0]] = stmt("pass").with_changes(leading_lines=carried)

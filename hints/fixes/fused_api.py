@@ -571,7 +571,7 @@ def confusion_transpose(source: str, anchor: Anchor, *, path: str | None = None,
             if view_call is None:
                 continue
             perm, shape, x, first = _literal_perm(outer), _shape(view_call), view_call.func.value, "False"  # type: ignore[union-attr]
-        if perm is None or shape is None or not _plain(x):
+        if perm is None or shape is None:
             return decline(why, "the permutation is not a literal full perm or the shape uses -1")
         npu, _ = _npu(src.module)
         new = ct.expr(f"{npu}.npu_confusion_transpose({ct.code(x)}, {perm}, {shape}, {first})")

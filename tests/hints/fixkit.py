@@ -50,9 +50,10 @@ def load(text: str, name: str, **stubs: types.ModuleType) -> dict:
     try:
         for k, mod in stubs.items():
             sys.modules[k] = mod
-        ns: dict = {"__name__": name}
-        exec(compile(text, f"<{name}>", "exec"), ns)  # noqa: S102 - test-only model code
-        return ns
+        module = types.ModuleType(name)
+        sys.modules[name] = module  # dataclasses and pickling look the module up by name
+        exec(compile(text, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - test-only model code
+        return module.__dict__
     finally:
         for k, mod in saved.items():
             if mod is None:
