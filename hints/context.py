@@ -21,7 +21,7 @@ from .config import RuleConfig
 from .finding import Finding, Fix, Related, Severity
 
 if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access is used here
-    from msprof_lsp.mapping.workspace import Workspace
+    from msprof_lsp.mapping.workspace import SourceWorkspace
 
     from .registry import Rule
 
@@ -65,7 +65,7 @@ class RuleContext:
         self,
         profile: Profile,
         attribution: Attribution | None,
-        workspace: Workspace | None,
+        workspace: SourceWorkspace | None,
         config: RuleConfig,
         backend: Backend | str | None = None,
     ) -> None:
