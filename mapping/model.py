@@ -110,6 +110,38 @@ OVERLAP_SCHEMA: dict[str, tuple[str, Any]] = {
 }
 """``Overlap Analysis`` slices of trace_view.json (mapped by thread_name, never by tid)."""
 
+OP_MEMORY_SCHEMA: dict[str, tuple[str, Any]] = {
+    "name": ("cat", ""),  # nearest enclosing aten::/npu::/atb:: op; GE rows cann::...
+    "size_bytes": ("i8", -1),
+    "alloc_ns": ("i8", -1),
+    "release_ns": ("i8", -1),  # -1: not freed inside the capture window
+    "active_release_ns": ("i8", -1),
+    "dur_ns": ("i8", -1),
+    "active_dur_ns": ("i8", -1),
+    "alloc_allocated_bytes": ("i8", -1),  # allocator totals at allocation time
+    "alloc_reserved_bytes": ("i8", -1),
+    "alloc_active_bytes": ("i8", -1),
+    "release_allocated_bytes": ("i8", -1),  # ... and at release time
+    "release_reserved_bytes": ("i8", -1),
+    "release_active_bytes": ("i8", -1),
+    "stream": ("cat", ""),  # Stream Ptr, as written
+    "device_type": ("cat", ""),  # NPU:0 / CPU
+    "device": ("i8", -1),
+}
+"""operator_memory.csv (and msprof operator_memory_*.csv): one row per allocation; bytes, ns."""
+
+MEMORY_RECORD_SCHEMA: dict[str, tuple[str, Any]] = {
+    "component": ("cat", ""),  # PTA, GE, PTA+GE, APP, WORKSPACE
+    "ts_ns": ("i8", -1),
+    "allocated_bytes": ("i8", -1),
+    "reserved_bytes": ("i8", -1),
+    "active_bytes": ("i8", -1),
+    "stream": ("cat", ""),
+    "device_type": ("cat", ""),
+    "device": ("i8", -1),
+}
+"""memory_record.csv (and msprof memory_record_*.csv): allocator totals over time; bytes, ns."""
+
 _DTYPES = {"i8": "int64", "f8": "float64", "bool": "bool", "str": "object"}
 
 
@@ -232,6 +264,7 @@ class CommOp:
     # per link type (RDMA, HCCS, PCIE, SDMA, SIO): size MB, time ms, bandwidth GB/s, large packet
     # ratio, size distribution {packet MB: [count, total ms]} -- kept as in the file
     bandwidth: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rank: int = -1  # set when one file holds several ranks (cluster_communication.json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +327,8 @@ class Profile:
     comm_matrix: dict[str, Any] = field(default_factory=dict)  # communication_matrix.json as is
     op_statistic: list[OpStatistic] = field(default_factory=list)
     api_statistic: pd.DataFrame | None = None  # api_statistic.csv, columns as in the file
+    op_memory: pd.DataFrame | None = None  # OP_MEMORY_SCHEMA (operator_memory.csv)
+    memory_record: pd.DataFrame | None = None  # MEMORY_RECORD_SCHEMA (memory_record.csv)
     issues: list[Issue] = field(default_factory=list)  # non-fatal problems met while loading
 
     # -- derived figures -----------------------------------------------------------------------

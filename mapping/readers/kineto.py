@@ -1,0 +1,601 @@
+"""Reader for stock PyTorch (Kineto) Chrome traces: ``*.json``, ``*.pt.trace.json[.gz]`` (§14).
+
+``read(location, progress) -> Profile`` fills the common model:
+
+* ``cpu_op`` / ``user_annotation`` events -> ``host_ops`` (``ProfilerStep#N`` also -> ``steps``),
+  nested per thread, with shapes/types as the model's ``;``/``,`` text and ``Concrete Inputs``
+  as JSON text;
+* each host op's Python stack: the verbose ``Call stack`` arg when recorded, else rebuilt from
+  the ``python_function`` events (kineto_stacks); ``nn.Module: X_k`` calls -> ``modules``;
+* ``fwdbwd`` flows (or, without flows, equal sequence numbers) -> the forward op of each
+  backward autograd node;
+* GPU ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` -> ``kernels``, linked to the launching
+  ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g`` to the CUDA runtime
+  call and the op around it), then to a stack: the op's or an ancestor's, or for backward
+  kernels the forward op's; NCCL kernels (``Collective name``) get core COMMUNICATION;
+* ``cuda_runtime`` / ``cuda_driver`` -> ``host_events``; ``distributedInfo`` -> rank/world size.
+
+Times: ``ts`` is µs relative to ``baseTimeNanoseconds`` with 3 decimals; converted to integer
+epoch ns without going through ``ts * 1000`` in floating point (see ``_us_to_ns``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ..errors import Issue
+from ..frames import StackTable
+from ..locations import ProfileLocation, Progress, no_progress
+from ..model import (
+    HOST_EVENT_SCHEMA,
+    HOST_OP_SCHEMA,
+    KERNEL_SCHEMA,
+    Backend,
+    Profile,
+    ProfileKind,
+    ProfileMeta,
+    Step,
+    make_table,
+)
+from ..linking import (
+    assign_modules,
+    assign_parents,
+    innermost_enclosing,
+    link_backward_by_sequence,
+    match_rows,
+    resolve_kernel_links,
+)
+from .kineto_json import Event, KinetoFile, decode, read_bytes
+from .kineto_stacks import PythonCalls, PythonTree
+
+HOST_CATS = frozenset({"cpu_op", "user_annotation"})
+KERNEL_CORES = {"kernel": "GPU", "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET"}
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"})
+_STEP_PREFIX = "ProfilerStep#"
+_BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function: "
+_COMM_OP = "record_param_comms"
+_NCCL_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel")
+_EXACT_US_LIMIT = 2.0**43  # below this a float64 µs value still resolves single nanoseconds
+
+FRAME_LINES_NOTE = (
+    "python frames carry each function's def line (co_firstlineno); frames already running when "
+    "tracing began carry their current line; paths are relative (prefix-stripped)"
+)
+
+
+def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile:
+    """Read one Kineto trace file into a linked Profile."""
+    path = Path(location.path)
+    progress(f"Reading {path.name}", 0.0)
+    data = read_bytes(path)
+    progress(f"Decoding {path.name}", 0.25)
+    trace = decode(path, data)
+    del data
+    progress(f"Linking {path.name}", 0.6)
+    profile = build_profile(trace, location)
+    progress(f"Read {path.name}", 1.0)
+    return profile
+
+
+# ---------------------------------------------------------------------------------------------
+# Small conversions
+
+
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    """µs (float64, 3 decimals) -> integer ns, exactly while |us| < 2**43.
+
+    ``us * 1000`` would round twice (parse, then multiply) and can miss by 1 ns at trace
+    magnitudes; splitting off the whole µs first keeps the only rounding in the parse, whose
+    error stays below half a nanosecond up to 2**43 µs (about 100 days).
+    """
+    whole = np.floor(us)
+    frac_ns = np.rint((us - whole) * 1000.0)
+    return whole.astype(np.int64) * 1000 + frac_ns.astype(np.int64)
+
+
+def _dims_entry(value: Any) -> str:
+    if isinstance(value, list):
+        if all(isinstance(v, int) for v in value):
+            return ",".join(map(str, value))
+        # TensorList (or deeper): each tensor's dims in brackets, e.g. "[2,3][4]".
+        return "".join(f"[{_dims_entry(v)}]" for v in value)
+    return "" if value is None else str(value)
+
+
+class _ArgText:
+    """Converts the raw JSON of the shape/type/value arg lists to the model's text forms.
+
+    Profiles repeat the same few shapes thousands of times; each distinct raw text is decoded
+    once.
+    """
+
+    def __init__(self) -> None:
+        self._dims: dict[bytes, str] = {}
+        self._types: dict[bytes, str] = {}
+        self._decode = msgspec.json.Decoder().decode
+
+    def dims(self, raw: msgspec.Raw) -> str:
+        key = bytes(raw)
+        text = self._dims.get(key)
+        if text is None:
+            text = self._dims[key] = self._convert(key, _dims_entry)
+        return text
+
+    def types(self, raw: msgspec.Raw) -> str:
+        key = bytes(raw)
+        text = self._types.get(key)
+        if text is None:
+            text = self._types[key] = self._convert(key, lambda v: "" if v is None else str(v))
+        return text
+
+    def _convert(self, key: bytes, entry) -> str:
+        if not key:
+            return ""
+        value = self._decode(key)
+        if isinstance(value, list):
+            return ";".join(entry(v) for v in value)
+        return str(value)
+
+    @staticmethod
+    def json_text(raw: msgspec.Raw) -> str:
+        return bytes(raw).decode("utf-8", "replace")
+
+
+def _step_number(name: str) -> int | None:
+    if not name.startswith(_STEP_PREFIX):
+        return None
+    number = name[len(_STEP_PREFIX) :]
+    return int(number) if number.isdigit() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the profile
+
+
+class _Buckets:
+    """The trace's events sorted into what the model needs, in one pass."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.host: list[Event] = []
+        self.python: list[Event] = []
+        self.kernels: list[Event] = []
+        self.runtime: list[Event] = []
+        self.flows: list[Event] = []
+        self.untimed = 0
+        self.other: Counter[str] = Counter()
+        host, python, kernels, runtime, flows = (
+            self.host, self.python, self.kernels, self.runtime, self.flows,
+        )
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                if type(e.pid) is not int or type(e.tid) is not int:
+                    continue  # "Spans"/"Traces" rows of the profiler itself
+                if e.ts is None:
+                    self.untimed += 1
+                    continue
+                cat = e.cat
+                if cat in HOST_CATS:
+                    host.append(e)
+                elif cat == "python_function":
+                    python.append(e)
+                elif cat in KERNEL_CORES:
+                    kernels.append(e)
+                elif cat in RUNTIME_CATS:
+                    runtime.append(e)
+                else:
+                    self.other[cat] += 1
+            elif ph in ("s", "f"):
+                if e.ts is not None and e.id is not None and e.cat in ("fwdbwd", "ac2g"):
+                    flows.append(e)
+            # "M" metadata, "i" instants, counters: nothing the model holds.
+
+
+def _times(events: list[Event], base_ns: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Start (epoch ns) and duration (ns) columns, and the largest |ts| seen."""
+    ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+    dur = np.fromiter((e.dur or 0.0 for e in events), dtype=np.float64, count=len(events))
+    start = _us_to_ns(ts) + base_ns
+    dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
+    biggest = float(np.abs(ts).max()) if len(ts) else 0.0
+    return start, dur_ns, biggest
+
+
+def _ints(events: list[Event], attr: str) -> np.ndarray:
+    return np.fromiter((getattr(e, attr) for e in events), dtype=np.int64, count=len(events))
+
+
+def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
+    path = trace.path
+    base = trace.base_time_ns
+    buckets = _Buckets(trace.events)
+    trace.events = []  # the buckets hold what is still needed
+    issues: list[Issue] = list(trace.issues)
+    stacks = StackTable()
+    biggest_ts = 0.0
+
+    # -- python calls ---------------------------------------------------------------------------
+    py = buckets.python
+    py_start, py_dur, big = _times(py, base)
+    biggest_ts = max(biggest_ts, big)
+    tree = PythonTree(
+        PythonCalls(
+            names=[e.name for e in py],
+            start=py_start,
+            end=py_start + py_dur,
+            pid=_ints(py, "pid"),
+            tid=_ints(py, "tid"),
+            python_id=[e.args.python_id if e.args else None for e in py],
+            parent_id=[e.args.python_parent_id if e.args else None for e in py],
+        ),
+        stacks,
+    )
+
+    # -- host ops -------------------------------------------------------------------------------
+    host = buckets.host
+    h_start, h_dur, big = _times(host, base)
+    biggest_ts = max(biggest_ts, big)
+    order = np.lexsort((-h_dur, h_start))
+    host = [host[i] for i in order.tolist()]
+    h_start, h_dur = h_start[order], h_dur[order]
+    h_pid, h_tid = _ints(host, "pid"), _ints(host, "tid")
+    h_end = h_start + h_dur
+
+    text = _ArgText()
+    n_host = len(host)
+    seq = [-1] * n_host
+    fwd_thread = [-1] * n_host
+    ext_id = [-1] * n_host
+    dims = [""] * n_host
+    types = [""] * n_host
+    concrete = [""] * n_host
+    op_stack = [-1] * n_host
+    has_call_stack = False
+    for i, e in enumerate(host):
+        a = e.args
+        if a is None:
+            continue
+        seq[i] = a.seq
+        fwd_thread[i] = a.fwd_thread
+        ext_id[i] = a.external_id
+        if a.input_dims:
+            dims[i] = text.dims(a.input_dims)
+        if a.input_types:
+            types[i] = text.types(a.input_types)
+        if a.concrete_inputs:
+            concrete[i] = text.json_text(a.concrete_inputs)
+        if a.call_stack:
+            op_stack[i] = stacks.intern_text(a.call_stack)
+            has_call_stack = True
+
+    # Ops without a recorded Call stack: the stack of the deepest Python call around them.
+    enclosing = tree.enclosing_calls(h_pid, h_tid, h_start, h_end).tolist()
+    for i, call in enumerate(enclosing):
+        if call >= 0 and op_stack[i] < 0:
+            op_stack[i] = tree.stack_id(call)
+
+    names = [e.name for e in host]
+    host_ops = make_table(
+        HOST_OP_SCHEMA,
+        {
+            "name": names,
+            "cat": [e.cat for e in host],
+            "start_ns": h_start,
+            "dur_ns": h_dur,
+            "pid": h_pid,
+            "tid": h_tid,
+            "seq": seq,
+            "fwd_thread": fwd_thread,
+            "input_dims": dims,
+            "input_types": types,
+            "concrete_inputs": concrete,
+            "stack": op_stack,
+        },
+        n_host,
+    )
+    assign_parents(host_ops)
+    assign_modules(host_ops, tree.modules)
+    unmatched_flows = _link_backward(host_ops, buckets.flows, base, names)
+    if unmatched_flows:
+        issues.append(
+            Issue(
+                str(path),
+                f"{unmatched_flows} fwdbwd flow(s) point at no recorded op; "
+                "those backward ops stay unlinked",
+            )
+        )
+
+    # -- steps ----------------------------------------------------------------------------------
+    steps = []
+    for i, name in enumerate(names):
+        number = _step_number(name)
+        if number is not None:
+            steps.append(Step(number, int(h_start[i]), int(h_end[i])))
+    steps.sort(key=lambda s: (s.start_ns, s.id))
+
+    # -- runtime calls and kernels --------------------------------------------------------------
+    rt = buckets.runtime
+    r_start, r_dur, big = _times(rt, base)
+    biggest_ts = max(biggest_ts, big)
+    r_order = np.argsort(r_start, kind="stable")
+    rt = [rt[i] for i in r_order.tolist()]
+    r_start, r_dur = r_start[r_order], r_dur[r_order]
+    r_pid, r_tid = _ints(rt, "pid"), _ints(rt, "tid")
+    host_events = make_table(
+        HOST_EVENT_SCHEMA,
+        {
+            "name": [e.name for e in rt],
+            "cat": [e.cat for e in rt],
+            "start_ns": r_start,
+            "dur_ns": r_dur,
+            "pid": r_pid,
+            "tid": r_tid,
+        },
+        len(rt),
+    )
+    # The op around each runtime call, for kernels whose launch carries no External id.
+    rt_op = innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_start + r_dur).tolist()
+
+    kernels, unlinked, big = _kernels(buckets, base, host_ops, ext_id, rt, rt_op, steps)
+    biggest_ts = max(biggest_ts, big)
+
+    if buckets.untimed:
+        issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
+    if biggest_ts >= _EXACT_US_LIMIT:
+        issues.append(
+            Issue(
+                str(path),
+                f"timestamps reach {biggest_ts:.0f} µs after baseTimeNanoseconds; beyond 2**43 µs "
+                "a float64 'ts' no longer resolves single nanoseconds (times may be off by 1 ns)",
+            )
+        )
+
+    meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
+    meta.extra["frame_lines"] = "def"
+    meta.extra["frame_lines_note"] = FRAME_LINES_NOTE
+    meta.extra["stack_source"] = (
+        "call_stack" if has_call_stack else "python_function" if len(py) else "none"
+    )
+    meta.extra["kernels_without_host_op"] = unlinked
+    if buckets.other:
+        meta.extra["other_categories"] = dict(buckets.other)
+
+    return Profile(
+        meta=meta,
+        kernels=kernels,
+        host_ops=host_ops,
+        modules=tree.modules,
+        host_events=host_events,
+        stacks=stacks.stacks,
+        steps=steps,
+        issues=issues,
+    )
+
+
+def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names: list[str]) -> int:
+    """Set ``host_ops.fwd_op`` of backward autograd nodes; returns the flows left unmatched.
+
+    ``fwdbwd`` flows name the pair directly: ``s`` at the forward op's (pid, tid, ts), ``f`` at
+    the backward node's. Traces without them fall back to equal sequence numbers (shared
+    linking), which pick the same forward op torch would.
+    """
+    fwdbwd = [f for f in flows if f.cat == "fwdbwd" and type(f.pid) is int and type(f.tid) is int]
+    seq = host_ops["seq"].to_numpy()
+    fwd_thread = host_ops["fwd_thread"].to_numpy()
+    if not fwdbwd:
+        node = np.fromiter(
+            (not n.startswith(_BACKWARD_NODE_PREFIX) for n in names), dtype=bool, count=len(names)
+        )
+        link_backward_by_sequence(host_ops, forward=fwd_thread == 0, backward=(fwd_thread > 0) & node)
+        return 0
+    f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
+    # At a shared (pid, tid, ts) the op carrying a sequence number wins (the flow sits on the
+    # autograd op), then the deeper one.
+    prefer = (seq >= 0).astype(np.int64) * (1 << 32) + host_ops["depth"].to_numpy()
+    op_at = match_rows(
+        [host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy()],
+        [
+            np.fromiter((f.pid for f in fwdbwd), np.int64, len(fwdbwd)),
+            np.fromiter((f.tid for f in fwdbwd), np.int64, len(fwdbwd)),
+            f_start,
+        ],
+        prefer=prefer,
+    ).tolist()
+    sources: dict[Any, int] = {}
+    targets: list[tuple[Any, int]] = []
+    unmatched = 0
+    for f, op in zip(fwdbwd, op_at):
+        if op < 0:
+            unmatched += 1
+        elif f.ph == "s":
+            sources[f.id] = op
+        else:
+            targets.append((f.id, op))
+    fwd_op = host_ops["fwd_op"].to_numpy().copy()
+    for flow_id, op in targets:
+        src = sources.get(flow_id, -1)
+        if src >= 0:
+            fwd_op[op] = src
+        else:
+            unmatched += 1
+    host_ops["fwd_op"] = fwd_op
+    return unmatched
+
+
+def _kernels(
+    buckets: _Buckets,
+    base: int,
+    host_ops: pd.DataFrame,
+    ext_id: list[int],
+    rt: list[Event],
+    rt_op: list[int],
+    steps: list[Step],
+) -> tuple[pd.DataFrame, int, float]:
+    """GPU activity -> kernels table linked to launching ops (and, via linking, to stacks).
+
+    Returns the table, the number of kernels with no launching op, and the largest |ts|.
+    """
+    ev = buckets.kernels
+    k_start, k_dur, biggest = _times(ev, base)
+    order = np.argsort(k_start, kind="stable")
+    ev = [ev[i] for i in order.tolist()]
+    k_start, k_dur = k_start[order], k_dur[order]
+    n = len(ev)
+    host_names = host_ops["name"].astype(str).tolist() if n else []
+    host_cat = host_ops["cat"].astype(str).tolist() if n else []
+
+    # External id -> op (a cpu_op wins over an annotation carrying the same id).
+    op_of_ext: dict[int, int] = {}
+    for i, x in enumerate(ext_id):
+        if x > 0 and (x not in op_of_ext or host_cat[op_of_ext[x]] != "cpu_op"):
+            op_of_ext[x] = i
+    # Runtime calls by correlation id.
+    rt_of_corr: dict[int, int] = {}
+    for j, e in enumerate(rt):
+        c = e.args.correlation if e.args else -1
+        if c >= 0:
+            rt_of_corr.setdefault(c, j)
+    # ac2g flow ends: kernel (device pid, stream tid, ts) -> correlation, for kernels without one.
+    corr_at: dict[tuple[int, int, int], int] = {}
+    ac2g = [
+        f for f in buckets.flows
+        if f.cat == "ac2g" and f.ph == "f" and type(f.id) is int
+        and type(f.pid) is int and type(f.tid) is int
+    ]
+    if ac2g:
+        f_start = _us_to_ns(np.fromiter((f.ts for f in ac2g), np.float64, len(ac2g))) + base
+        for f, s in zip(ac2g, f_start.tolist()):
+            corr_at[(f.pid, f.tid, s)] = f.id  # type: ignore[assignment]
+
+    names, types, cores = [], [], []
+    device = [-1] * n
+    stream = [-1] * n
+    host_op = [-1] * n
+    starts = k_start.tolist()
+    for i, e in enumerate(ev):
+        a = e.args
+        names.append(e.name)
+        # Kineto writes pid = device and tid = stream for GPU activity; the args say it again.
+        device[i] = a.device if a is not None and a.device >= 0 else e.pid  # type: ignore[assignment]
+        stream[i] = a.stream if a is not None and a.stream >= 0 else e.tid  # type: ignore[assignment]
+        op = -1
+        ext = a.external_id if a is not None else -1
+        if ext > 0:
+            op = op_of_ext.get(ext, -1)
+        if op < 0:
+            corr = a.correlation if a is not None else -1
+            if corr < 0:
+                corr = corr_at.get((e.pid, e.tid, starts[i]), -1)  # type: ignore[arg-type]
+            j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
+            if j >= 0:
+                rt_args = rt[j].args
+                rt_ext = rt_args.external_id if rt_args is not None else -1
+                op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
+                if op < 0:
+                    op = rt_op[j]
+        host_op[i] = op
+        core, kind = KERNEL_CORES[e.cat], ""
+        if a is not None and a.collective:
+            core, kind = "COMMUNICATION", a.collective
+        elif (op >= 0 and host_names[op] == _COMM_OP) or e.name.startswith(_NCCL_KERNEL_PREFIXES):
+            core = "COMMUNICATION"
+        cores.append(core)
+        types.append(kind)
+
+    # Step of each kernel: that of its launching op, else of its own start.
+    host_arr = np.asarray(host_op, dtype=np.int64)
+    when = k_start.copy()
+    linked = host_arr >= 0
+    if linked.any():
+        when[linked] = host_ops["start_ns"].to_numpy()[host_arr[linked]]
+
+    table = make_table(
+        KERNEL_SCHEMA,
+        {
+            "name": names,
+            "type": types,
+            "core": cores,
+            "start_ns": k_start,
+            "dur_ns": k_dur,
+            "device": device,
+            "stream": stream,
+            "step": _step_of(when, steps),
+            "host_op": host_op,
+        },
+        n,
+    )
+    resolve_kernel_links(table, host_ops)
+    return table, int((~linked).sum()), biggest
+
+
+def _step_of(when: np.ndarray, steps: list[Step]) -> np.ndarray:
+    """ProfilerStep number whose range holds each time, -1 outside every step."""
+    out = np.full(len(when), -1, dtype=np.int64)
+    if not steps or not len(when):
+        return out
+    starts = np.asarray([s.start_ns for s in steps], dtype=np.int64)
+    ends = np.asarray([s.end_ns for s in steps], dtype=np.int64)
+    ids = np.asarray([s.id for s in steps], dtype=np.int64)
+    idx = np.searchsorted(starts, when, side="right") - 1
+    ok = (idx >= 0) & (when < ends[np.maximum(idx, 0)])
+    out[ok] = ids[idx[ok]]
+    return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, int)):
+        return bool(value)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes")
+    return None
+
+
+def _meta(trace: KinetoFile, location: ProfileLocation, has_kernels: bool) -> ProfileMeta:
+    md = trace.metadata
+    dist = md.get("distributedInfo") if isinstance(md.get("distributedInfo"), dict) else {}
+    rank = _int_or_none(dist.get("rank"))
+    extra: dict[str, Any] = {
+        "base_time_ns": trace.base_time_ns,
+        "json_bytes": trace.size,
+    }
+    for key, name in (
+        ("schemaVersion", "schema_version"),
+        ("trace_id", "trace_id"),
+        ("host_name", "host_name"),
+        ("displayTimeUnit", "display_time_unit"),
+        ("traceName", "trace_name"),
+        ("deviceProperties", "device_properties"),
+        ("with_flops", "with_flops"),
+    ):
+        if key in md:
+            extra[name] = md[key]
+    if dist:
+        extra["distributed"] = dist
+    return ProfileMeta(
+        kind=ProfileKind.KINETO,
+        path=str(trace.path),
+        backend=Backend.CUDA if has_kernels else Backend.CPU,
+        rank=rank if rank is not None else location.rank,
+        world_size=_int_or_none(dist.get("world_size")),
+        with_stack=_flag(md.get("with_stack")),
+        record_shapes=_flag(md.get("record_shapes")),
+        profile_memory=_flag(md.get("profile_memory")),
+        with_modules=_flag(md.get("with_modules")),
+        extra=extra,
+        files=[str(trace.path)],
+    )

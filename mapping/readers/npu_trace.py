@@ -1,0 +1,404 @@
+"""torch_npu trace_view.json events -> the model tables, with flows resolved (formats §9, §10).
+
+Input is the columnar :class:`TraceEvents` from :mod:`.trace_json`; everything here is numpy masks
+and vectorised joins. Processes are identified by their ``process_name`` metadata, never by pid
+(CANN-side pids are synthetic), and Overlap Analysis lanes by ``thread_name`` (rule 10).
+
+What is linked here, producer-specific:
+* ``torch_to_npu`` flows: ``s`` on the dispatch-scope cpu_op (pid, tid, ts) -> ``f`` on the kernel
+  -> ``kernels.host_op``;
+* kernels without such a flow: ``HostToDevice`` -> CANN launch -> enclosing Dequeue ->
+  Enqueue by correlation_id -> deepest cpu_op around the Enqueue (how torch_npu itself builds
+  ``torch_to_npu``, §10.1);
+* ``fwdbwd`` flows -> ``host_ops.fwd_op``, then the Sequence-number fallback.
+The producer-agnostic part (nesting, ancestor walk, backward resolution) is :mod:`..linking`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import Issue
+from ..frames import StackTable
+from ..linking import (
+    assign_modules,
+    assign_parents,
+    innermost_enclosing,
+    link_backward_by_sequence,
+    match_rows,
+)
+from ..model import (
+    HOST_EVENT_SCHEMA,
+    HOST_OP_SCHEMA,
+    KERNEL_SCHEMA,
+    MODULE_SCHEMA,
+    OVERLAP_SCHEMA,
+    Step,
+    empty_table,
+    make_table,
+)
+from .trace_json import NO_INT, TraceEvents
+
+HARDWARE = "Ascend Hardware"
+OVERLAP = "Overlap Analysis"
+CANN = "CANN"
+GC = "Python GC"
+KNOWN_CORES = frozenset(
+    {"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "HCCL", "COMMUNICATION", "DSA_SQE"}
+)
+CANN_LEVELS = {
+    "AscendCL": "acl",
+    "Runtime": "runtime",
+    "Node": "node",
+    "Model": "model",
+    "Communication": "communication",
+    "Hccl": "communication",
+}
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_MODULE_RE = re.compile(r"^nn\.Module:\s*(?P<cls>.+?)_(?P<k>\d+)$")
+_NPU_LABEL_RE = re.compile(r"^NPU\s*(\d+)?$")
+_SHAPE_SEP_RE = re.compile(r";\r?\n")
+
+
+@dataclass(slots=True)
+class TraceTables:
+    """What trace_view.json contributes to a Profile (kernels not yet joined with kernel_details)."""
+
+    host_ops: pd.DataFrame
+    modules: pd.DataFrame
+    kernels: pd.DataFrame
+    host_events: pd.DataFrame
+    overlap: pd.DataFrame
+    steps: list[Step]
+    issues: list[Issue] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Processes:
+    names: dict[int, str]  # pid -> process_name
+    labels: dict[int, str]  # pid -> process_labels
+    threads: dict[tuple[int, int], str]  # (pid, tid) -> thread_name
+
+    def pids(self, name: str) -> np.ndarray:
+        return np.array([p for p, n in self.names.items() if n == name], dtype=np.int64)
+
+    def device(self, pid: int) -> int:
+        m = _NPU_LABEL_RE.match(self.labels.get(pid, "").strip())
+        return int(m.group(1)) if m and m.group(1) else -1
+
+
+def _processes(ev: TraceEvents) -> _Processes:
+    meta = np.flatnonzero(ev.ph == ev.code("M"))
+    name = ev.name[meta]
+    value = ev.args["name"][meta]
+    labels = ev.args["labels"][meta]
+    strings = ev.strings
+    out = _Processes({}, {}, {})
+    pid, tid = ev.pid[meta], ev.tid[meta]
+    for rows, target in (
+        (np.flatnonzero(name == ev.code("process_name")), "names"),
+        (np.flatnonzero(name == ev.code("process_labels")), "labels"),
+        (np.flatnonzero(name == ev.code("thread_name")), "threads"),
+    ):
+        src = labels if target == "labels" else value
+        for r in rows.tolist():
+            if src[r] < 0:
+                continue
+            text = strings[src[r]]
+            if target == "threads":
+                out.threads[(int(pid[r]), int(tid[r]))] = text
+            else:
+                getattr(out, target)[int(pid[r])] = text
+    return out
+
+
+def _text(ev: TraceEvents, codes: np.ndarray, transform=None) -> np.ndarray:
+    """Decode codes to strings, applying ``transform`` once per distinct string."""
+    uniq, inv = np.unique(codes, return_inverse=True)
+    texts = [("" if c < 0 else ev.strings[c]) for c in uniq.tolist()]
+    if transform is not None:
+        texts = [transform(t) for t in texts]
+    return np.array(texts, dtype=object)[inv.reshape(-1)] if len(codes) else np.empty(0, dtype=object)
+
+
+def _ints(values: np.ndarray, default: int = -1) -> np.ndarray:
+    return np.where(values == NO_INT, default, values)
+
+
+def _in(codes: np.ndarray, *wanted: int) -> np.ndarray:
+    return np.isin(codes, np.array(wanted, dtype=np.int32))
+
+
+def _join_shapes(text: str) -> str:
+    # torch_npu writes "2,3;\r\n3" (formats §0 rule 5); the model keeps "2,3;3".
+    return _SHAPE_SEP_RE.sub(";", text)
+
+
+def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
+    """Build host ops, modules, kernels, host events and overlap slices, and resolve the flows."""
+    procs = _processes(ev)
+    X = ev.ph == ev.code("X")
+    issues: list[Issue] = []
+    counts: dict[str, int] = {}
+
+    # -- host ops ------------------------------------------------------------------------------
+    op_rows = np.flatnonzero(X & _in(ev.cat, ev.code("cpu_op"), ev.code("user_annotation")))
+    stack_codes = ev.args["Call stack"][op_rows]
+    uniq, inv = np.unique(stack_codes, return_inverse=True)
+    stack_ids = np.array([stacks.intern_text(ev.strings[c]) if c >= 0 else -1 for c in uniq.tolist()], dtype=np.int64)
+    host_ops = make_table(
+        HOST_OP_SCHEMA,
+        {
+            "name": _text(ev, ev.name[op_rows]),
+            "cat": _text(ev, ev.cat[op_rows]),
+            "start_ns": ev.ts_ns[op_rows],
+            "dur_ns": np.maximum(ev.dur_ns[op_rows], 0),
+            "pid": ev.pid[op_rows],
+            "tid": ev.tid[op_rows],
+            "seq": _ints(ev.args["Sequence number"][op_rows]),
+            "fwd_thread": _ints(ev.args["Fwd thread id"][op_rows]),
+            "input_dims": _text(ev, ev.args["Input Dims"][op_rows], _join_shapes),
+            "input_types": _text(ev, ev.args["Input type"][op_rows], _join_shapes),
+            "stack": stack_ids[inv.reshape(-1)] if len(op_rows) else np.empty(0, dtype=np.int64),
+        },
+        len(op_rows),
+    )
+    assign_parents(host_ops)
+    depth = host_ops["depth"].to_numpy()
+
+    steps = []
+    for row, name in enumerate(host_ops["name"].astype(str).tolist()):
+        m = _STEP_RE.match(name) if name.startswith("ProfilerStep#") else None
+        if m:
+            start = int(host_ops["start_ns"].iat[row])
+            steps.append(Step(int(m.group(1)), start, start + int(host_ops["dur_ns"].iat[row])))
+    steps.sort(key=lambda s: (s.start_ns, s.id))
+
+    # -- modules (python_function "nn.Module: <Class>_<k>") -------------------------------------
+    py_rows = np.flatnonzero(X & (ev.cat == ev.code("python_function")))
+    module_codes = ev.codes_where(lambda s: s.startswith("nn.Module:"))
+    mod_rows = py_rows[np.isin(ev.name[py_rows], module_codes)]
+    parsed = [_MODULE_RE.match(t) for t in _text(ev, ev.name[mod_rows]).tolist()]
+    modules = make_table(
+        MODULE_SCHEMA,
+        {
+            "cls": [m.group("cls") if m else "" for m in parsed],
+            "k": [int(m.group("k")) if m else -1 for m in parsed],
+            "start_ns": ev.ts_ns[mod_rows],
+            "dur_ns": np.maximum(ev.dur_ns[mod_rows], 0),
+            "pid": ev.pid[mod_rows],
+            "tid": ev.tid[mod_rows],
+        },
+        len(mod_rows),
+    )
+    if len(modules):
+        assign_parents(modules)
+        assign_modules(host_ops, modules)
+
+    # -- device kernels (Ascend Hardware) ------------------------------------------------------
+    hw_pids = procs.pids(HARDWARE)
+    k_rows = np.flatnonzero(X & np.isin(ev.pid, hw_pids))
+    k_pid = ev.pid[k_rows]
+    stream = ev.args["Stream Id"][k_rows]
+    stream = np.where(stream == NO_INT, ev.args["Physic Stream Id"][k_rows], stream)
+    stream = np.where(stream == NO_INT, ev.tid[k_rows], stream)
+    task_type = _text(ev, ev.args["Task Type"][k_rows], lambda t: t if t in KNOWN_CORES else "")
+    devices = {int(p): procs.device(int(p)) for p in np.unique(k_pid).tolist()}
+    kernels = make_table(
+        KERNEL_SCHEMA,
+        {
+            "name": _text(ev, ev.name[k_rows]),
+            "core": task_type,  # rule 11: only a real core name is kept; kernel_details overrides
+            "start_ns": ev.ts_ns[k_rows],
+            "dur_ns": np.maximum(ev.dur_ns[k_rows], 0),
+            "device": np.array([devices[int(p)] for p in k_pid.tolist()], dtype=np.int64),
+            "stream": stream,
+            "task_id": _ints(ev.args["Task Id"][k_rows]),
+        },
+        len(k_rows),
+    )
+    counts["kernels"] = len(kernels)
+
+    # -- torch_to_npu flows ---------------------------------------------------------------------
+    op_key = (host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy())
+    k_key = (k_pid, ev.tid[k_rows], ev.ts_ns[k_rows])
+    host_op = np.full(len(kernels), -1, dtype=np.int64)
+    flow = (ev.cat == ev.code("async_npu")) | (ev.name == ev.code("torch_to_npu"))
+    s_rows, f_rows = _flow_ends(ev, flow)
+    s_op = match_rows(op_key, (ev.pid[s_rows], ev.tid[s_rows], ev.ts_ns[s_rows]), prefer=depth)
+    f_k = match_rows(k_key, (ev.pid[f_rows], ev.tid[f_rows], ev.ts_ns[f_rows]))
+    pair = match_rows((ev.id[s_rows],), (ev.id[f_rows],))  # f -> its s
+    ok = (f_k >= 0) & (pair >= 0)
+    ok[ok] &= s_op[pair[ok]] >= 0
+    host_op[f_k[ok]] = s_op[pair[ok]]
+    counts["torch_to_npu"] = int(ok.sum())
+    counts["torch_to_npu_unresolved"] = int(len(f_rows) - ok.sum())
+
+    # -- enqueue / dequeue, CANN, GC -> host events ----------------------------------------------
+    enq = np.flatnonzero(X & (ev.cat == ev.code("enqueue")))
+    deq = np.flatnonzero(X & (ev.cat == ev.code("dequeue")))
+    cann = np.flatnonzero(X & np.isin(ev.pid, procs.pids(CANN)))
+    gc = np.flatnonzero(X & (np.isin(ev.pid, procs.pids(GC)) | (ev.cat == ev.code("GC"))))
+    he_rows = np.concatenate([cann, gc, enq, deq])
+    he_cat = np.array(["cann"] * len(cann) + ["gc"] * len(gc) + ["enqueue"] * len(enq) + ["dequeue"] * len(deq), dtype=object)
+    level = _text(ev, ev.args["level"][he_rows])
+    cann_names = _text(ev, ev.name[cann])
+    level[: len(cann)] = [
+        lv or CANN_LEVELS.get(n.partition("@")[0], "") for lv, n in zip(level[: len(cann)].tolist(), cann_names.tolist())
+    ]
+    host_events = make_table(
+        HOST_EVENT_SCHEMA,
+        {
+            "name": _text(ev, ev.name[he_rows]),
+            "cat": he_cat,
+            "level": level,
+            "start_ns": ev.ts_ns[he_rows],
+            "dur_ns": np.maximum(ev.dur_ns[he_rows], 0),
+            "pid": ev.pid[he_rows],
+            "tid": ev.tid[he_rows],
+        },
+        len(he_rows),
+    )
+    counts["cann_events"] = len(cann)
+
+    # -- kernels without torch_to_npu: HostToDevice -> launch -> Dequeue -> Enqueue -> op -----
+    missing = host_op < 0
+    if missing.any():
+        added = _link_host_to_device(ev, host_ops, k_key, host_op, enq, deq)
+        counts["host_to_device"] = added
+
+    kernels["host_op"] = host_op
+
+    # -- fwdbwd flows and the Sequence-number fallback -------------------------------------------
+    fwd_op = np.full(len(host_ops), -1, dtype=np.int64)
+    s_rows, f_rows = _flow_ends(ev, ev.cat == ev.code("fwdbwd"))
+    s_op = match_rows(op_key, (ev.pid[s_rows], ev.tid[s_rows], ev.ts_ns[s_rows]), prefer=depth)
+    f_op = match_rows(op_key, (ev.pid[f_rows], ev.tid[f_rows], ev.ts_ns[f_rows]), prefer=-depth)
+    pair = match_rows((ev.id[s_rows],), (ev.id[f_rows],))
+    ok = (f_op >= 0) & (pair >= 0)
+    ok[ok] &= s_op[pair[ok]] >= 0
+    fwd_op[f_op[ok]] = s_op[pair[ok]]
+    host_ops["fwd_op"] = fwd_op
+    counts["fwdbwd"] = int(ok.sum())
+    fwd_thread = host_ops["fwd_thread"].to_numpy()
+    counts["fwdbwd_by_sequence"] = link_backward_by_sequence(host_ops, fwd_thread == 0, fwd_thread > 0)
+
+    # -- Overlap Analysis ------------------------------------------------------------------------
+    ov_pids = procs.pids(OVERLAP)
+    ov_rows = np.flatnonzero(X & np.isin(ev.pid, ov_pids))
+    lanes = [
+        procs.threads.get((int(p), int(t)), "") or (ev.strings[n] if n >= 0 else "")
+        for p, t, n in zip(ev.pid[ov_rows].tolist(), ev.tid[ov_rows].tolist(), ev.name[ov_rows].tolist())
+    ]
+    overlap = make_table(
+        OVERLAP_SCHEMA,
+        {
+            "lane": lanes,
+            "start_ns": ev.ts_ns[ov_rows],
+            "dur_ns": np.maximum(ev.dur_ns[ov_rows], 0),
+            "device": np.array([procs.device(int(p)) for p in ev.pid[ov_rows].tolist()], dtype=np.int64),
+        },
+        len(ov_rows),
+    )
+
+    untimed = int((ev.ts_ns[np.concatenate([op_rows, k_rows])] < 0).sum())
+    if untimed:
+        issues.append(Issue(ev.path, f"{untimed} ops/kernels have no usable 'ts'; they cannot be linked"))
+    return TraceTables(
+        host_ops=host_ops,
+        modules=modules if len(modules) else empty_table(MODULE_SCHEMA),
+        kernels=kernels,
+        host_events=host_events,
+        overlap=overlap,
+        steps=steps,
+        issues=issues,
+        counts=counts,
+    )
+
+
+def _flow_ends(ev: TraceEvents, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = np.flatnonzero(mask & (ev.ph == ev.code("s")))
+    f = np.flatnonzero(mask & (ev.ph == ev.code("f")))
+    return s, f
+
+
+def _link_host_to_device(
+    ev: TraceEvents,
+    host_ops: pd.DataFrame,
+    k_key: tuple[np.ndarray, np.ndarray, np.ndarray],
+    host_op: np.ndarray,
+    enq: np.ndarray,
+    deq: np.ndarray,
+) -> int:
+    """Link kernels that have no torch_to_npu flow the way torch_npu builds that flow (§10.1)."""
+    htd_codes = ev.codes_where(lambda s: s.startswith("HostToDevice"))
+    mask = (ev.cat == ev.code("HostToDevice")) | np.isin(ev.name, htd_codes)
+    s_rows, f_rows = _flow_ends(ev, mask)
+    if not len(f_rows):
+        return 0
+    f_k = match_rows(k_key, (ev.pid[f_rows], ev.tid[f_rows], ev.ts_ns[f_rows]))
+    pair = match_rows((ev.id[s_rows],), (ev.id[f_rows],))
+    use = np.flatnonzero((f_k >= 0) & (pair >= 0))
+    use = use[host_op[f_k[use]] < 0]
+    if not len(use):
+        return 0
+    launch = s_rows[pair[use]]
+    l_tid, l_ts = ev.tid[launch], ev.ts_ns[launch]
+    # CANN pids are synthetic but its tids are OS threads: match threads by tid alone.
+    zero = np.zeros(len(launch), dtype=np.int64)
+    op = np.full(len(launch), -1, dtype=np.int64)
+    if len(deq) and len(enq):
+        deq_t = _intervals(ev, deq, same_pid=True)
+        d = innermost_enclosing(deq_t, zero, l_tid, l_ts)
+        corr = np.where(d >= 0, ev.args["correlation_id"][deq][np.maximum(d, 0)], NO_INT)
+        e = match_rows((ev.args["correlation_id"][enq],), (corr,))
+        e[corr == NO_INT] = -1
+        has = e >= 0
+        if has.any():
+            rows = enq[e[has]]
+            op[has] = innermost_enclosing(host_ops, ev.pid[rows], ev.tid[rows], ev.ts_ns[rows])
+    rest = op < 0
+    if rest.any():  # task queue off: the op around the launch itself
+        ops_any_pid = host_ops[["start_ns", "dur_ns", "tid", "parent"]].assign(pid=0)
+        op[rest] = innermost_enclosing(ops_any_pid, zero[rest], l_tid[rest], l_ts[rest])
+    linked = op >= 0
+    host_op[f_k[use][linked]] = op[linked]
+    return int(linked.sum())
+
+
+def _intervals(ev: TraceEvents, rows: np.ndarray, *, same_pid: bool) -> pd.DataFrame:
+    table = pd.DataFrame(
+        {
+            "start_ns": ev.ts_ns[rows],
+            "dur_ns": np.maximum(ev.dur_ns[rows], 0),
+            "pid": np.zeros(len(rows), dtype=np.int64) if same_pid else ev.pid[rows],
+            "tid": ev.tid[rows],
+            "parent": -1,
+        }
+    )
+    assign_parents(table)
+    return table
+
+
+def kernel_steps(kernels: pd.DataFrame, host_ops: pd.DataFrame, steps: list[Step]) -> np.ndarray:
+    """Step of each kernel: the ProfilerStep around its launching op, else around its own start."""
+    n = len(kernels)
+    out = np.full(n, -1, dtype=np.int64)
+    if not steps or not n:
+        return out
+    starts = np.array([s.start_ns for s in steps], dtype=np.int64)
+    ends = np.array([s.end_ns for s in steps], dtype=np.int64)
+    ids = np.array([s.id for s in steps], dtype=np.int64)
+    op = kernels["host_op"].to_numpy(dtype=np.int64)
+    op_start = host_ops["start_ns"].to_numpy(dtype=np.int64)
+    when = np.where(op >= 0, op_start[np.maximum(op, 0)] if len(op_start) else -1, kernels["start_ns"].to_numpy())
+    pos = np.searchsorted(starts, when, side="right") - 1
+    inside = (pos >= 0) & (when < ends[np.maximum(pos, 0)]) & (when >= 0)
+    out[inside] = ids[pos[inside]]
+    return out
+

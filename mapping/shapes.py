@@ -1,0 +1,53 @@
+"""Tensor-shape lists as the Ascend profilers write them (ascend-formats.md §0 rule 4).
+
+A shape list is one text: tensors joined by ``;``, dims by ``,`` -- ``"81920,4096;8192,512"``.
+An empty entry is a scalar or absent input (``"1;;1;2"``, ``";"``); ``""`` is an empty list.
+Readers store the text (quotes stripped, ``;\\r\\n`` joins normalised to ``;``); rules that need
+the numbers (cube-shape alignment) parse it here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Shape = tuple[int, ...]
+
+_MISSING = frozenset({"", "N/A", "NULL"})
+
+
+def parse_shapes(text: str) -> list[Shape | None]:
+    """``"81920,4096;8192,512"`` -> ``[(81920, 4096), (8192, 512)]``.
+
+    Empty entries give None (scalar/absent input), so ``"1;;1;2"`` -> ``[(1,), None, (1,), (2,)]``
+    and ``";"`` -> ``[None, None]``; ``""``, ``N/A`` and ``NULL`` give ``[]``. Surrounding quotes
+    (the CSV's triple quoting) and the ``;\\r\\n`` joins of multi-line cells are tolerated. An entry
+    that is not a list of integers (a symbolic dim) also gives None: the rules only use shapes they
+    can compute with.
+    """
+    text = text.strip().strip('"').strip()
+    if text in _MISSING:
+        return []
+    out: list[Shape | None] = []
+    for entry in text.replace("\r", "").replace("\n", "").split(";"):
+        entry = entry.strip()
+        if not entry:
+            out.append(None)
+            continue
+        try:
+            out.append(tuple(int(d) for d in entry.split(",")))
+        except ValueError:
+            out.append(None)
+    return out
+
+
+def format_shapes(shapes: Iterable[Shape | None]) -> str:
+    """Inverse of :func:`parse_shapes` for integer shapes: ``[(2, 3), None]`` -> ``"2,3;"``."""
+    return ";".join("" if s is None else ",".join(str(d) for d in s) for s in shapes)
+
+
+def numel(shape: Shape) -> int:
+    """Element count of one tensor shape (1 for a 0-dim tensor)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
