@@ -121,8 +121,20 @@ def _wrapped_models(src: Source, loop: cst.For) -> set[str]:
     return out
 
 
+def _is_profiler(src: Source, recv: cst.BaseExpression) -> bool:
+    """``prof.step()`` advances a torch.profiler schedule: neutral for accumulation, stays in place."""
+    name = ct.dotted(recv)
+    if not name:
+        return False
+    return "prof" in name.rsplit(".", 1)[-1].lower() or _assigned_from(src, name, (), ("torch.profiler.", "torch_npu.profiler."))
+
+
 def _count(src: Source, root: cst.CSTNode, attr: str) -> int:
-    return sum(1 for c in src.within(root, cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == attr)
+    return sum(
+        1
+        for c in src.within(root, cst.Call)
+        if isinstance(c.func, cst.Attribute) and c.func.attr.value == attr and not (attr == "step" and _is_profiler(src, c.func.value))
+    )
 
 
 def _recognise(src: Source, loop: cst.For, why: list[str] | None) -> _Loop | None:
@@ -167,6 +179,8 @@ def _recognise(src: Source, loop: cst.For, why: list[str] | None) -> _Loop | Non
             continue
         recv, attr = m
         r = ct.dotted(recv)
+        if attr == "step" and _is_profiler(src, recv):
+            continue
         if attr == "step":
             step_calls += 1
             kind = _step_kind(src, r, info)
