@@ -39,7 +39,7 @@ def double_to_float(source: str, anchor: Anchor, *, path: str | None = None, why
             changes[attr.attr] = cst.Name("float32")
     if not changes:
         return decline(why, "no .double() or torch.float64 on this line")
-    module = ct.rewrite(src.module, changes)
+    module = src.rewrite(changes)
     return result(
         source,
         module.code,
@@ -104,7 +104,7 @@ def masked_fill(source: str, anchor: Anchor, *, path: str | None = None, why: li
             return decline(why, "the index is not visibly a boolean mask")
         call = ct.expr(f"{ct.code(sub.value)}.masked_fill_({ct.code(mask)}, {ct.code(assign.value)})")
         new_line = line.with_changes(body=[cst.Expr(call)])
-        module = ct.rewrite(src.module, {line: new_line})
+        module = src.rewrite({line: new_line})
         return result(
             source,
             module.code,
@@ -155,7 +155,7 @@ def index_select(source: str, anchor: Anchor, *, path: str | None = None, why: l
         if not _index_tensor(src, sub, idx):
             return decline(why, f"'{idx.value}' is not visibly a 1-D index tensor")
         call = ct.expr(f"{torch}.index_select({ct.code(sub.value)}, 0, {idx.value})")
-        module = ct.rewrite(src.module, {sub: call})
+        module = src.rewrite({sub: call})
         return result(
             source,
             module.code,

@@ -11,14 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
-from libcst._metadata_dependent import LazyValue
-from libcst.metadata import (
-    CodeRange,
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-)
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from .result import Where
 
@@ -29,33 +22,77 @@ NOT_LITERAL = object()
 
 
 class Source:
-    """One parsed document with positions, parents and (lazily) qualified names."""
+    """One parsed document with positions, parents and import-resolved names.
+
+    Metadata is computed lazily per top-level statement: libcst's PositionProvider and
+    ParentNodeProvider over a whole 5,000-line module cost seconds, while a fix only looks at
+    the statement around its anchor plus a few module-wide scans (benchmarks/bench_fixes.py).
+    Names are resolved through the file's imports (``F.relu`` -> ``torch.nn.functional.relu``,
+    ``DDP`` -> ``torch.nn.parallel.DistributedDataParallel``) rather than full scope analysis.
+    """
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
-        self.module: cst.Module = self.wrapper.module
-        self.positions: Mapping[cst.CSTNode, CodeRange] = self.wrapper.resolve(PositionProvider)
-        self.parents: Mapping[cst.CSTNode, cst.CSTNode] = self.wrapper.resolve(ParentNodeProvider)
-        self._qnames: Mapping[cst.CSTNode, Any] | None = None
+        self.module: cst.Module = cst.parse_module(text)
+        # (first line, last line) of each top-level statement, leading blank/comment lines included
+        self.tops: list[tuple[int, int, cst.BaseStatement]] = []
+        line = 1 + len(self.module.header)
+        for stmt in self.module.body:
+            n = self.module.code_for_node(stmt).count("\n") or 1
+            self.tops.append((line, line + n - 1, stmt))
+            line += n
+        self._top_of: dict[int, int] = {}  # id(node) -> index into tops
+        self._pos_done: set[int] = set()
+        self._positions: dict[int, CodeRange] = {}
+        self._parents: dict[int, cst.CSTNode] = {}
+        self._by_type: dict[type, list[cst.CSTNode]] | None = None
+        self._order: dict[int, int] = {}
+        self._line_starts: list[int] | None = None
+        self._aliases: dict[str, set[str]] | None = None
 
     # -- names --------------------------------------------------------------------------------
 
+    def _alias_table(self) -> dict[str, set[str]]:
+        if self._aliases is None:
+            table: dict[str, set[str]] = {}
+            for node in self.walk((cst.Import, cst.ImportFrom), hint="import"):
+                if isinstance(node, cst.Import):
+                    for a in node.names:
+                        full = dotted(a.name) or ""
+                        if a.asname is not None:
+                            table.setdefault(dotted(a.asname.name) or "", set()).add(full)
+                        else:
+                            root = full.split(".")[0]
+                            table.setdefault(root, set()).add(root)
+                elif node.module is not None and not node.relative and not isinstance(node.names, cst.ImportStar):
+                    base = dotted(node.module) or ""
+                    for a in node.names:
+                        name = dotted(a.name) or ""
+                        local = dotted(a.asname.name) if a.asname is not None else name
+                        table.setdefault(local or "", set()).add(f"{base}.{name}")
+            self._aliases = table
+        return self._aliases
+
     def qnames(self, node: cst.CSTNode) -> set[str]:
-        """Qualified names of an expression (``F.relu`` -> ``torch.nn.functional.relu``)."""
-        if self._qnames is None:
-            self._qnames = self.wrapper.resolve(QualifiedNameProvider)
-        value = self._qnames.get(node)
-        if isinstance(value, LazyValue):
-            value = value()
-        return {q.name for q in value or ()}
+        """Import-resolved full names of an expression (``F.relu`` -> ``torch.nn.functional.relu``).
+
+        Empty for expressions that are not a dotted name or whose head is not imported.
+        """
+        d = dotted(node)
+        if d is None:
+            return set()
+        head, _, rest = d.partition(".")
+        fulls = self._alias_table().get(head)
+        if not fulls:
+            return set()
+        return {f"{f}.{rest}" if rest else f for f in fulls}
 
     def is_api(self, node: cst.CSTNode, *names: str) -> bool:
         """True when ``node`` resolves to one of the fully qualified ``names``.
 
-        Falls back to the dotted text for names that are not imported in this module (a script
-        that calls ``torch.relu`` without ``import torch`` is broken anyway, but the dotted text
-        still says what was meant).
+        Falls back to the dotted text for names whose head is not imported in this module (a
+        script that calls ``torch.relu`` without ``import torch`` is broken anyway, but the
+        dotted text still says what was meant).
         """
         q = self.qnames(node)
         if q:
@@ -68,30 +105,72 @@ class Source:
         names = self.qnames(node) or ({dotted(node)} - {None})
         return any(n == s or n.endswith("." + s) for n in names for s in suffixes)
 
+    # -- per-statement metadata ---------------------------------------------------------------
+
+    def _index_top(self, i: int) -> None:
+        """Parents and positions of every node in top-level statement ``i``."""
+        if i in self._pos_done:
+            return
+        first, _last, stmt = self.tops[i]
+        self._parents[id(stmt)] = self.module
+        self._top_of[id(stmt)] = i
+        stack: list[cst.CSTNode] = [stmt]
+        while stack:
+            n = stack.pop()
+            for c in n.children:
+                self._parents[id(c)] = n
+                self._top_of[id(c)] = i
+                stack.append(c)
+        mini = cst.Module(
+            body=[stmt],
+            default_indent=self.module.default_indent,
+            default_newline=self.module.default_newline,
+        )
+        offset = first - 1
+        for node, r in MetadataWrapper(mini, unsafe_skip_copy=True).resolve(PositionProvider).items():
+            self._positions[id(node)] = CodeRange(
+                CodePosition(r.start.line + offset, r.start.column), CodePosition(r.end.line + offset, r.end.column)
+            )
+        self._pos_done.add(i)
+
+    def _top_index(self, node: cst.CSTNode) -> int:
+        i = self._top_of.get(id(node))
+        if i is None:
+            for k, (_a, _b, top) in enumerate(self.tops):  # a node met outside walk()/at(): find its statement
+                if k not in self._pos_done:
+                    self._index_top(k)
+                    if id(node) in self._top_of:
+                        return self._top_of[id(node)]
+            raise KeyError("node is not part of this module")
+        return i
+
     # -- positions ----------------------------------------------------------------------------
 
     def range(self, node: cst.CSTNode) -> CodeRange:
-        return self.positions[node]
+        self._index_top(self._top_index(node))
+        return self._positions[id(node)]
 
     def lines(self, node: cst.CSTNode) -> tuple[int, int]:
-        r = self.positions[node]
+        r = self.range(node)
         return r.start.line, r.end.line
 
-    def at(self, anchor: Where, kind: type[N], pred: Callable[[N], bool] = lambda n: True) -> list[N]:
+    def at(self, anchor: Where, kind: type[N] | tuple[type, ...], pred: Callable[[N], bool] = lambda n: True) -> list[N]:
         """Nodes of ``kind`` covering the anchor's line, innermost (smallest) first.
 
         With a column, nodes that also contain the column on the anchor line come first.
         """
         found: list[N] = []
-        for node in self.walk(kind):
-            r = self.positions.get(node)
-            if r is None or not (r.start.line <= anchor.line <= r.end.line):
+        for i, (first, last, top) in enumerate(self.tops):
+            if not first <= anchor.line <= last:
                 continue
-            if pred(node):
-                found.append(node)
+            self._index_top(i)
+            for node in self.within(top, kind):
+                r = self._positions.get(id(node))
+                if r is not None and r.start.line <= anchor.line <= r.end.line and pred(node):
+                    found.append(node)
 
         def key(n: cst.CSTNode) -> tuple:
-            r = self.positions[n]
+            r = self._positions[id(n)]
             size = (r.end.line - r.start.line, r.end.column - r.start.column if r.end.line == r.start.line else 10**6)
             col_hit = 0
             if anchor.col is not None:
@@ -103,14 +182,54 @@ class Source:
         found.sort(key=key)
         return found
 
-    def walk(self, kind: type[N] | tuple[type, ...]) -> Iterator[N]:
-        """All nodes of a kind, in source order."""
-        stack: list[cst.CSTNode] = [self.module]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, kind):
-                yield node  # type: ignore[misc]
-            stack.extend(reversed(node.children))
+    def top_text(self, i: int) -> str:
+        first, last, _ = self.tops[i]
+        if self._line_starts is None:
+            self._line_starts = [0]
+            for k, ch in enumerate(self.text):
+                if ch == "\n":
+                    self._line_starts.append(k + 1)
+        starts = self._line_starts
+        a = starts[first - 1] if first - 1 < len(starts) else len(self.text)
+        b = starts[last] if last < len(starts) else len(self.text)
+        return self.text[a:b]
+
+    def walk(self, kind: type[N] | tuple[type, ...], hint: str | tuple[str, ...] | None = None) -> Iterator[N]:
+        """All nodes of a kind in the module, in source order.
+
+        ``hint``: only top-level statements whose text contains one of these strings are
+        traversed (a cheap text test that skips most of a large file); without it the whole
+        module is traversed once and cached by node type.
+        """
+        if hint is not None:
+            hints = (hint,) if isinstance(hint, str) else hint
+            for i, (_a, _b, top) in enumerate(self.tops):
+                text = self.top_text(i)
+                if any(h in text for h in hints):
+                    for n in self.within(top, kind):
+                        self._top_of[id(n)] = i
+                        yield n
+            return
+        if self._by_type is None:
+            by_type: dict[type, list[cst.CSTNode]] = {}
+            order: dict[int, int] = {}
+            for i, (_a, _b, top) in enumerate(self.tops):
+                stack: list[cst.CSTNode] = [top]
+                while stack:
+                    n = stack.pop()
+                    self._top_of[id(n)] = i
+                    order[id(n)] = len(order)
+                    by_type.setdefault(type(n), []).append(n)
+                    stack.extend(reversed(n.children))
+            self._by_type, self._order = by_type, order
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        chosen = [t for t in self._by_type if issubclass(t, kinds)]
+        if len(chosen) == 1:
+            yield from self._by_type[chosen[0]]  # type: ignore[misc]
+            return
+        merged = [n for t in chosen for n in self._by_type[t]]
+        merged.sort(key=lambda n: self._order[id(n)])
+        yield from merged  # type: ignore[misc]
 
     def within(self, root: cst.CSTNode, kind: type[N] | tuple[type, ...]) -> Iterator[N]:
         stack: list[cst.CSTNode] = [root]
@@ -123,13 +242,19 @@ class Source:
     # -- structure ----------------------------------------------------------------------------
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self.parents.get(node)
+        if node is self.module:
+            return None
+        p = self._parents.get(id(node))
+        if p is None:
+            self._index_top(self._top_index(node))
+            p = self._parents.get(id(node))
+        return p
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        p = self.parents.get(node)
+        p = self.parent(node)
         while p is not None:
             yield p
-            p = self.parents.get(p)
+            p = self.parent(p)
 
     def enclosing(self, node: cst.CSTNode, kind: type[N] | tuple[type, ...]) -> N | None:
         for p in self.ancestors(node):
@@ -147,7 +272,7 @@ class Source:
         return None
 
     def block_of(self, stmt: cst.BaseStatement) -> cst.IndentedBlock | cst.Module | None:
-        p = self.parents.get(stmt)
+        p = self.parent(stmt)
         return p if isinstance(p, (cst.IndentedBlock, cst.Module)) else None
 
     def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
@@ -158,6 +283,30 @@ class Source:
 
     def code(self, node: cst.CSTNode) -> str:
         return code(node)
+
+    def rewrite(self, replacements: Mapping[cst.CSTNode, Replacement]) -> cst.Module:
+        """``rewrite`` applied only to the top-level statements that hold a replaced node.
+
+        Visiting a whole large module with a transformer costs as much as parsing it; the
+        statements without replacements are reused as they are.
+        """
+        if not replacements:
+            return self.module
+        by_top: dict[int, dict[cst.CSTNode, Replacement]] = {}
+        for node, new in replacements.items():
+            by_top.setdefault(self._top_index(node), {})[node] = new
+        body: list[cst.BaseStatement] = []
+        for i, (_a, _b, top) in enumerate(self.tops):
+            if i not in by_top:
+                body.append(top)
+                continue
+            out = top.visit(_Rewriter(by_top[i]))
+            if isinstance(out, cst.FlattenSentinel):
+                body.extend(out.nodes)  # type: ignore[arg-type]
+            elif isinstance(out, cst.BaseStatement):
+                body.append(out)
+            # RemovalSentinel: the statement goes
+        return self.module.with_changes(body=body)
 
 
 def parse(text: str) -> Source | None:

@@ -38,7 +38,7 @@ def _loader_calls(src: Source, anchor: Anchor) -> list[cst.Call]:
     for loop in src.at(where(anchor), cst.For):
         name = _iterated_name(loop)
         if name:
-            for a in src.walk(cst.Assign):
+            for a in src.walk(cst.Assign, hint=name.rsplit(".", 1)[-1]):
                 if _is_loader_call(src, a.value) and any(ct.dotted(t.target) == name for t in a.targets):
                     return [a.value]  # type: ignore[list-item]
     return []
@@ -90,7 +90,7 @@ def tune_dataloader(source: str, anchor: Anchor, *, workers: int = 4, path: str 
         if "prefetch_factor" not in given:
             add.append(ct.kwarg("prefetch_factor", "2"))
     new_call = ct.append_args(new_call, add)
-    module = ct.rewrite(src.module, {call: new_call})
+    module = src.rewrite({call: new_call})
     return result(
         source,
         module.code,
@@ -153,7 +153,7 @@ def non_blocking_copies(source: str, anchor: Anchor, *, path: str | None = None,
         stmt = src.statement(calls[0]) if calls else None
         assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign) else None
         name = ct.dotted(assign.targets[0].target) if assign is not None else None
-        loops = [lp for lp in src.walk(cst.For) if name and _iterated_name(lp) == name]
+        loops = [lp for lp in src.walk(cst.For, hint=name.rsplit(".", 1)[-1]) if _iterated_name(lp) == name] if name else []
     changes: dict[cst.CSTNode, cst.CSTNode] = {}
     for loop in loops:
         batch = _bound_by_target(loop.target)
@@ -178,7 +178,7 @@ def non_blocking_copies(source: str, anchor: Anchor, *, path: str | None = None,
             break
     if not changes:
         return decline(why, "no blocking .to(device) copy of the batch in the loop")
-    module = ct.rewrite(src.module, changes)
+    module = src.rewrite(changes)
     return result(
         source,
         module.code,

@@ -28,7 +28,7 @@ def remove_empty_cache(source: str, anchor: Anchor, *, path: str | None = None, 
             continue
         if src.enclosing(line, (cst.For, cst.While)) is None:
             return decline(why, "empty_cache() is not inside a loop")
-        module = ct.rewrite(src.module, ct.removal(src, line))
+        module = src.rewrite(ct.removal(src, line))
         return result(
             source,
             module.code,

@@ -23,7 +23,7 @@ Value = str | None | Callable[[str | None], str | None]
 def _sites(src: Source, name: str) -> list[tuple[cst.SimpleStatementLine, cst.BaseExpression]]:
     """(statement, value expression) for every recognised assignment of ``name``."""
     out = []
-    for line in src.walk(cst.SimpleStatementLine):
+    for line in src.walk(cst.SimpleStatementLine, hint=name):
         if len(line.body) != 1:
             continue
         small = line.body[0]
@@ -68,7 +68,7 @@ def set_env_value(
             changes[expr] = cst.SimpleString(f"{quote}{new_value}{quote}" if quote not in new_value and "\\" not in new_value else repr(new_value))
     if not changes:
         return decline(why, f"{name} already has the advised value")
-    module = ct.rewrite(src.module, changes)
+    module = src.rewrite(changes)
     title = f"Unset {name}" if new_value is None else f"Set {name}={new_value}"
     notes = ("takes effect only if set before `import torch_npu` (better: in the launcher)",)
     return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)

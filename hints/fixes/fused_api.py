@@ -89,7 +89,7 @@ def _npu(module: cst.Module) -> tuple[str, cst.Module]:
 
 
 def _finish(source: str, src: Source, replacements: dict, title: str, anchor: Anchor, path: str | None, notes: tuple[str, ...], *, npu: bool) -> FixResult | None:
-    module = ct.rewrite(src.module, replacements)
+    module = src.rewrite(replacements)
     if npu and ct.binds_module(module, "torch_npu") is None:
         module = ct.add_import_after(module, "torch_npu", after="torch")
     return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)

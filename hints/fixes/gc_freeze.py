@@ -34,7 +34,7 @@ def freeze_before_loop(source: str, anchor: Anchor, *, path: str | None = None, 
     if i > 0 and "gc.freeze()" in ct.code(block.body[i - 1]):
         return decline(why, "gc.freeze() already precedes the loop")
     new = ct.stmt("gc.freeze()  # setup objects leave the collector's scans (msprof-lsp NPU230)").with_changes(leading_lines=loop.leading_lines)
-    module = ct.rewrite(src.module, {loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
+    module = src.rewrite({loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
     module = ct.add_stdlib_import(module, "gc")
     return result(
         source,

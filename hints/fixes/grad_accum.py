@@ -73,7 +73,7 @@ def _method(call: cst.Call | None) -> tuple[cst.BaseExpression, str] | None:
 
 def _assigned_from(src: Source, name: str, apis: tuple[str, ...], prefixes: tuple[str, ...] = ()) -> bool:
     """Is ``name`` (or ``self.name``) assigned anywhere from a call to one of ``apis`` / an API under ``prefixes``?"""
-    for a in src.walk(cst.Assign):
+    for a in src.walk(cst.Assign, hint=name.rsplit(".", 1)[-1]):
         if not isinstance(a.value, cst.Call):
             continue
         if not any(ct.dotted(t.target) in (name, f"self.{name}") for t in a.targets):
@@ -82,6 +82,15 @@ def _assigned_from(src: Source, name: str, apis: tuple[str, ...], prefixes: tupl
         if any(q in apis or any(q.startswith(p) for p in prefixes) for q in qn):
             return True
     return False
+
+
+def _wrapper_hints(src: Source) -> tuple[str, ...]:
+    """Text that any wrapping call must contain: the class names and their local aliases."""
+    names = {"DistributedDataParallel", "FullyShardedDataParallel"}
+    for local, fulls in src._alias_table().items():
+        if fulls & set(WRAPPERS):
+            names.add(local)
+    return tuple(sorted(names))
 
 
 def _wrapped_models(src: Source, loop: cst.For) -> set[str]:
@@ -93,7 +102,7 @@ def _wrapped_models(src: Source, loop: cst.For) -> set[str]:
     func = src.function_of(loop)
     cls = src.class_of(loop)
     by_scope: dict[int, set[str]] = {}
-    for a in src.walk(cst.Assign):
+    for a in src.walk(cst.Assign, hint=_wrapper_hints(src)):
         if isinstance(a.value, cst.Call) and src.is_api(a.value.func, *WRAPPERS):
             scope = src.function_of(a)
             for t in a.targets:
@@ -105,7 +114,7 @@ def _wrapped_models(src: Source, loop: cst.For) -> set[str]:
     out = set(by_scope.get(id(func), set())) | set(by_scope.get(id(None), set()))
     if func is not None:
         params = [p.name.value for p in func.params.params]
-        for call in src.walk(cst.Call):
+        for call in src.walk(cst.Call, hint=func.name.value):
             if ct.dotted(call.func) not in (func.name.value, f"self.{func.name.value}"):
                 continue
             caller = by_scope.get(id(src.function_of(call)), set()) | by_scope.get(id(None), set())
@@ -427,7 +436,7 @@ def accumulate_gradients(
         i += 1
 
     new_loop = loop.with_changes(target=new_target, iter=new_iter, body=loop.body.with_changes(body=out))
-    module = ct.rewrite(module, {loop: new_loop})
+    module = src.rewrite({loop: new_loop})
     if model_name is not None:
         module = ct.add_stdlib_import(module, "contextlib")
     if CONST not in defined:

@@ -61,7 +61,7 @@ def defer_loss_item(source: str, anchor: Anchor, *, every: int = 100, path: str 
         if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign) and _item_call(small.value):
             item = _item_call(small.value)
             detached = item.with_changes(func=item.func.with_changes(attr=cst.Name("detach")))  # type: ignore[union-attr]
-            module = ct.rewrite(src.module, {item: detached})  # type: ignore[dict-item]
+            module = src.rewrite({item: detached})  # type: ignore[dict-item]
             acc = ct.code(small.target)
             return result(
                 source,
@@ -87,7 +87,7 @@ def defer_loss_item(source: str, anchor: Anchor, *, every: int = 100, path: str 
                 body=cst.IndentedBlock(body=[line.with_changes(leading_lines=())]),
                 leading_lines=line.leading_lines,
             )
-            module = ct.rewrite(src.module, {line: guarded})
+            module = src.rewrite({line: guarded})
             return result(
                 source,
                 module.code,
@@ -121,5 +121,5 @@ def remove_synchronize(source: str, anchor: Anchor, *, path: str | None = None, 
 
 
 def _delete_statement(src: Source, source: str, line: cst.SimpleStatementLine, title: str, *, safe: bool, anchor: Anchor, path: str | None) -> FixResult | None:
-    module = ct.rewrite(src.module, ct.removal(src, line))
+    module = src.rewrite(ct.removal(src, line))
     return result(source, module.code, title, safe=safe, path=anchor_path(anchor, path))

@@ -22,7 +22,7 @@ from .result import Anchor, FixResult, anchor_path, decline, result, where
 
 def _module_classes(src: Source) -> set[str]:
     out = set()
-    for cls in src.walk(cst.ClassDef):
+    for cls in src.walk(cst.ClassDef, hint="class"):
         for base in cls.bases:
             if src.api_suffix(base.value, "nn.Module", "torch.nn.Module") or ct.dotted(base.value) in ("nn.Module", "Module"):
                 out.add(cls.name.value)
@@ -32,12 +32,12 @@ def _module_classes(src: Source) -> set[str]:
 def _is_model_name(src: Source, name: str, classes: set[str]) -> bool:
     if name.rsplit(".", 1)[-1].lower() in ("model", "net", "network", "module") or name.lower().endswith("model"):
         return True
-    for a in src.walk(cst.Assign):
+    for a in src.walk(cst.Assign, hint=name.rsplit(".", 1)[-1]):
         if any(ct.dotted(t.target) == name for t in a.targets) and isinstance(a.value, cst.Call):
             callee = ct.dotted(a.value.func) or ""
             if callee.rsplit(".", 1)[-1] in classes or any(q.startswith("torch.nn.") for q in src.qnames(a.value.func)):
                 return True
-    for c in src.walk(cst.Call):
+    for c in src.walk(cst.Call, hint=name.rsplit(".", 1)[-1]):
         if isinstance(c.func, cst.Attribute) and ct.dotted(c.func.value) == name and c.func.attr.value in ("load_state_dict", "parameters"):
             return True
     return False
@@ -81,7 +81,7 @@ def eval_before_loop(source: str, anchor: Anchor, *, path: str | None = None, wh
     if src.block_of(loop) is None:  # type: ignore[arg-type]
         return decline(why, "the loop is not a plain statement of a block")
     new = ct.stmt(f"{model}.eval()").with_changes(leading_lines=loop.leading_lines)
-    module = ct.rewrite(src.module, {loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
+    module = src.rewrite({loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
     return result(
         source,
         module.code,
@@ -108,7 +108,7 @@ def inference_mode(source: str, anchor: Anchor, *, path: str | None = None, why:
         return decline(why, "torch is not imported as a module here")
     w = ct.stmt(f"with {torch}.inference_mode():\n    pass")
     wrapped = w.with_changes(body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=())]), leading_lines=loop.leading_lines)  # type: ignore[union-attr]
-    module = ct.rewrite(src.module, {loop: wrapped})
+    module = src.rewrite({loop: wrapped})
     return result(
         source,
         module.code,

@@ -42,7 +42,7 @@ def _add_after_import(src: Source, statement: str, why: list[str] | None) -> cst
     line = _import_line(src)
     if npu is not None and line is not None:
         new = ct.stmt(statement.format(npu=npu))
-        return ct.rewrite(src.module, {line: cst.FlattenSentinel([line, new])})
+        return src.rewrite({line: cst.FlattenSentinel([line, new])})
     if ct.binds_module(src.module, "torch") is None:
         return decline(why, "no `import torch` in this file: not the entry script")
     idx = ct.import_statement_index(src.module, "torch")
@@ -53,7 +53,7 @@ def _add_after_import(src: Source, statement: str, why: list[str] | None) -> cst
 
 def _assignments(src: Source, suffix: str) -> list[cst.Assign]:
     out = []
-    for a in src.walk(cst.Assign):
+    for a in src.walk(cst.Assign, hint=suffix.rsplit(".", 1)[-1]):
         for t in a.targets:
             d = ct.dotted(t.target) or ""
             if d.endswith("." + suffix) or src.api_suffix(t.target, suffix):
@@ -72,7 +72,7 @@ def disable_internal_format(source: str, anchor: Anchor = 1, *, path: str | None
         live = [a for a in existing if ct.literal(a.value) is not False]
         if not live:
             return decline(why, "allow_internal_format is already False")
-        module = ct.rewrite(src.module, {a: a.with_changes(value=cst.Name("False")) for a in live})
+        module = src.rewrite({a: a.with_changes(value=cst.Name("False")) for a in live})
     else:
         module = _add_after_import(src, "{npu}.npu.config.allow_internal_format = False", why)
         if module is None:
@@ -92,7 +92,7 @@ def disable_jit_compile(source: str, anchor: Anchor = 1, *, path: str | None = N
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
-    calls = [c for c in src.walk(cst.Call) if src.api_suffix(c.func, COMPILE_MODE)]
+    calls = [c for c in src.walk(cst.Call, hint="set_compile_mode") if src.api_suffix(c.func, COMPILE_MODE)]
     if calls:
         flips = {}
         for c in calls:
@@ -101,7 +101,7 @@ def disable_jit_compile(source: str, anchor: Anchor = 1, *, path: str | None = N
                 flips[arg] = arg.with_changes(value=cst.Name("False"))
         if not flips:
             return decline(why, "set_compile_mode already passes jit_compile=False (or a non-literal)")
-        module = ct.rewrite(src.module, flips)
+        module = src.rewrite(flips)
         return result(source, module.code, "Use prebuilt binaries: set_compile_mode(jit_compile=False)", safe=True, path=anchor_path(anchor, path))
     module = _add_after_import(src, "{npu}.npu.set_compile_mode(jit_compile=False)", why)
     if module is None:

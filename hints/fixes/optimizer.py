@@ -66,7 +66,7 @@ def fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None, why
         arg = ct.keyword(call, flag)
         if arg is not None and ct.literal(arg.value) is not False and ct.literal(arg.value) is not None:
             return decline(why, f"fused=True cannot be combined with {flag}=...")
-    module = ct.rewrite(src.module, {call: ct.append_args(call, [ct.kwarg("fused", "True")])})
+    module = src.rewrite({call: ct.append_args(call, [ct.kwarg("fused", "True")])})
     return result(
         source,
         module.code,
@@ -99,7 +99,7 @@ def npu_fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None,
         new = ct.append_args(new, [ct.kwarg("lr", "0.001")])
     npu = ct.binds_module(src.module, "torch_npu") or "torch_npu"
     new = new.with_changes(func=ct.expr(f"{npu}.optim.NpuFused{name}"))
-    module = ct.rewrite(src.module, {call: new})
+    module = src.rewrite({call: new})
     if ct.binds_module(module, "torch_npu") is None:
         module = ct.add_import_after(module, "torch_npu", after="torch")
     return result(
@@ -117,7 +117,7 @@ def npu_fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None,
 
 def _npu_fused_names(src: Source) -> list[str]:
     names = []
-    for a in src.walk(cst.Assign):
+    for a in src.walk(cst.Assign, hint="NpuFused"):
         if isinstance(a.value, cst.Call) and any(q.startswith("torch_npu.optim.NpuFused") for q in (src.qnames(a.value.func) or {ct.dotted(a.value.func) or ""})):
             for t in a.targets:
                 d = ct.dotted(t.target)
@@ -147,7 +147,7 @@ def fused_grad_clip(source: str, anchor: Anchor, *, path: str | None = None, why
     if len(set(fused)) == 1 and result_unused and not extra and max_norm is not None and len(ct.positional(call)) <= 3:
         args = ct.code(max_norm.value) + (f", norm_type={ct.code(norm_type.value)}" if norm_type is not None else "")
         new = ct.expr(f"{fused[0]}.clip_grad_norm_fused_({args})")
-        module = ct.rewrite(src.module, {call: new})
+        module = src.rewrite({call: new})
         return result(
             source,
             module.code,
@@ -158,7 +158,7 @@ def fused_grad_clip(source: str, anchor: Anchor, *, path: str | None = None, why
         )
     if ct.keyword(call, "foreach") is not None or len(ct.positional(call)) > 4:
         return decline(why, "foreach is already given")
-    module = ct.rewrite(src.module, {call: ct.append_args(call, [ct.kwarg("foreach", "True")])})
+    module = src.rewrite({call: ct.append_args(call, [ct.kwarg("foreach", "True")])})
     return result(
         source,
         module.code,

@@ -405,7 +405,7 @@ def compile_pair(source: str, anchor: Anchor, *, backend: str = "inductor", path
         shape = "nn.Sequential pair"
     if not replacements:
         return decline(why, "no recognised ReLU->Dropout pair at this line")
-    module = ct.rewrite(src.module, replacements)
+    module = src.rewrite(replacements)
     module = _with_helpers(module, backend=backend, need_class=need_class)
     title = f'Compile ReLU+Dropout into one kernel with torch.compile (backend="{backend}")'
     notes = [
@@ -515,7 +515,7 @@ def inplace_relu(source: str, anchor: Anchor, *, path: str | None = None, why: l
             break
     if not targets:
         return decline(why, "no ReLU here whose input is safe to overwrite")
-    module = ct.rewrite(src.module, {t: _inplace_call(t) for t in targets})
+    module = src.rewrite({t: _inplace_call(t) for t in targets})
     return result(
         source,
         module.code,
@@ -571,5 +571,5 @@ def drop_zero_dropout(source: str, anchor: Anchor, *, path: str | None = None, w
             break
     if not replacements:
         return decline(why, "no dropout with a literal p=0 here")
-    module = ct.rewrite(src.module, replacements)
+    module = src.rewrite(replacements)
     return result(source, module.code, "Remove the dropout with p=0 (it only copies its input)", safe=True, path=anchor_path(anchor, path))
