@@ -8,6 +8,7 @@ line" action every rule offers.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +29,9 @@ from . import (
 from .edits import apply_edits, minimal_edits
 from .result import Anchor, FixResult
 
-__all__ = ["CATALOG", "Anchor", "FixResult", "FixSpec", "apply_edits", "fixes_for", "minimal_edits"]
+__all__ = ["CATALOG", "Anchor", "FixResult", "FixSpec", "apply_edits", "fixes_for", "minimal_edits", "offer"]
+
+log = logging.getLogger("msprof_lsp.hints.fixes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +82,22 @@ CATALOG: tuple[FixSpec, ...] = (
 def fixes_for(code: str) -> list[FixSpec]:
     """The fixes a rule code offers, preferred first."""
     return [f for f in CATALOG if f.code == code.upper()]
+
+
+def offer(
+    transform: Callable[..., FixResult | None],
+    source: str,
+    anchor: Anchor,
+    *,
+    why: list[str] | None = None,
+    **options: object,
+) -> FixResult | None:
+    """Run a transform for a code action: an unexpected error is logged and means "no fix",
+    never a failed request (the user's buffer may hold anything mid-edit)."""
+    try:
+        return transform(source, anchor, why=why, **options)
+    except (RecursionError, MemoryError, ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration) as exc:
+        log.exception("fix %s failed", getattr(transform, "__qualname__", transform))
+        if why is not None:
+            why.append(f"the fix could not be computed ({type(exc).__name__}: {exc})")
+        return None

@@ -49,3 +49,16 @@ def test_bom_and_mixed_newlines_survive_a_fix():
     text = "\ufeffimport torch\r\nimport torch_npu\r\n\r\nprint('名')\r\n"
     new = check_fix(text, npu_switches.disable_internal_format(text), allowed_lines=set())
     assert new == "\ufeffimport torch\r\nimport torch_npu\r\ntorch_npu.npu.config.allow_internal_format = False\r\n\r\nprint('名')\r\n"
+
+
+def test_offer_turns_an_unexpected_error_into_no_fix(caplog):
+    from msprof_lsp.hints.fixes import offer
+
+    def broken(source, anchor, *, path=None, why=None):
+        raise IndexError("list index out of range")
+
+    why: list[str] = []
+    assert offer(broken, "x = 1\n", 1, why=why) is None
+    assert "IndexError" in why[0] and "broken" in caplog.text
+    ok = offer(CATALOG[0].transform, "x = 1\n", 1, why=why)
+    assert ok is None and len(why) == 2
