@@ -7,6 +7,8 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pytest
+
 from msprof_lsp.server.__main__ import main
 from tests.synth import write_torch_npu_text
 from tests.synth.sample_runs import CnnKnobs, cnn_runs
@@ -46,4 +48,11 @@ def single_rank(knobs: CnnKnobs | None = None) -> CnnKnobs:
     return replace(knobs or CnnKnobs(), ranks=1)
 
 
-__all__ = ["Result", "run_cli", "copy_sample_sources", "write_cnn_profiles", "single_rank", "CnnKnobs", "io"]
+__all__ = ["isolated_cache", "Result", "run_cli", "copy_sample_sources", "write_cnn_profiles", "single_rank", "CnnKnobs", "io"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch):
+    """Keep the profile cache of CLI tests out of the user's ~/.cache (import into a test module)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.delenv("MSPROF_LSP_DEBUG", raising=False)

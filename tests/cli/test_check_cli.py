@@ -14,6 +14,7 @@ import pytest
 from tests.synth import truth
 from tests.synth.sample_runs import cnn_runs
 
+from cli_support import isolated_cache  # noqa: F401 - autouse fixture
 from cli_support import CnnKnobs, copy_sample_sources, run_cli, single_rank, write_cnn_profiles
 
 
