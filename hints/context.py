@@ -16,7 +16,7 @@ from msprof_lsp.mapping.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US, format_us
 
-from . import suppress
+from . import gating, suppress
 from .config import RuleConfig
 from .finding import Finding, Fix, Related, Severity
 
@@ -78,6 +78,8 @@ class RuleContext:
         self._step_time_ns: float | None = None
         self._texts: dict[str, str | None] = {}
         self._suppressions: dict[str, dict[int, frozenset[str]]] = {}
+        self._level1_gap: str | None | bool = False  # False: not computed yet
+        self.level1_skips: dict[str, str] = {}  # rule code -> the Level1 data it went without (NPU901)
 
     # -- numbers ------------------------------------------------------------------------------
 
@@ -117,6 +119,23 @@ class RuleContext:
         if confidence is Confidence.INFERRED and self.config.severity_override(code) is None:
             return Severity.HINT
         return sev
+
+    # -- capture gating -------------------------------------------------------------------------
+
+    @property
+    def level1_gap(self) -> str | None:
+        """Why this profile has no Level1 data (CANN API events, statistics), None if it has."""
+        if self._level1_gap is False:
+            self._level1_gap = gating.level1_missing(self.profile)
+        return self._level1_gap  # type: ignore[return-value]
+
+    def needs_level1(self, code: str, reason: str) -> bool:
+        """True when the profile lacks the Level1 data ``reason`` names: the rule must then yield
+        nothing (absence of data is not absence of the problem); NPU901 reports the skip."""
+        if self.level1_gap is None:
+            return False
+        self.level1_skips.setdefault(code.upper(), reason)
+        return True
 
     # -- findings -----------------------------------------------------------------------------
 
