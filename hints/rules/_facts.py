@@ -16,6 +16,7 @@ import pandas as pd
 from msprof_lsp.mapping.model import Profile
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
+_TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
 _ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)$")
 _ACL_OP_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9]*?)(?:\d+)(?:/.*)?$")
 
@@ -26,9 +27,11 @@ def kernel_op_type(name: str, op_type: str = "") -> str:
     ``Conv2D17`` -> Conv2D, ``StatelessDropOutGenMask23/DSA...`` -> StatelessDropOutGenMask."""
     if op_type and op_type not in ("N/A", "NULL"):
         return op_type
-    if name.startswith("trans_"):
-        parts = name.split("_")
-        return parts[1] if len(parts) > 1 else name
+    m = _TRANS_NAME.match(name)
+    if m:
+        return m.group("type")
+    if name.rsplit("_", 1)[-1] == "MemSet":  # trans_TransData_27_MemSet, aclnnMm_MatMulCommon_MemSet
+        return "MemSet"
     m = _ACLNN_NAME.match(name)
     if m:
         return m.group("type")

@@ -28,8 +28,10 @@ from ..registry import Rule, register
 from . import _facts, _places
 
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"})
+# A synchronous aclrtMemcpy alone is left out: torch_npu also uses it for pageable host-to-device
+# input copies (NPU104's evidence); a D2H read synchronises the stream first.
 SYNC_APIS = frozenset({
-    "aclrtSynchronizeStream", "aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeDevice", "aclrtMemcpy",
+    "aclrtSynchronizeStream", "aclrtSynchronizeStreamWithTimeout", "aclrtSynchronizeDevice",
     "cudaStreamSynchronize", "cudaDeviceSynchronize",
 })
 # the source constructs that sync, by the op they show up as (hint-rules NPU108 anchors)
@@ -38,6 +40,7 @@ SCALAR_BUILTINS = frozenset({"builtins.float", "builtins.int", "builtins.bool", 
 SYNC_CALLS = frozenset(fx.SYNCS)
 NONZERO_CALLS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
 OPTIMIZER_STEP = "Optimizer.step#"
+COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 
 
 @dataclass(slots=True)
@@ -140,12 +143,16 @@ class HostSync(Rule):
 
 
 def _advice(call: CallSite | None, op: str) -> tuple[str, str]:
-    if call is not None and call.qualname in SYNC_CALLS:
+    if (call is not None and call.qualname in SYNC_CALLS) or "Synchronize" in op:
         return "Remove synchronize() from the loop unless it times something", "synchronize"
     if "nonzero" in op or (call is not None and call.name in NONZERO_CALLS):
         return "Use torch.where instead of nonzero or boolean indexing", "nonzero"
     if call is not None and call.name in ("cpu", "numpy", "tolist"):
-        return "Keep the tensor on the device; copy it every N steps", "copy"
+        return "Keep the tensor on the device; copy it every N steps", "d2h copy"
+    if call is not None and call.name in ("to", "cuda", "npu"):
+        return "Pin memory in the DataLoader; copy with non_blocking=True", "h2d copy"
+    if call is None and op in COPY_OPS:
+        return "Pin memory and copy with non_blocking=True, or copy less often", "copy"
     return "Accumulate loss.detach(); call .item() every N steps", "item"
 
 

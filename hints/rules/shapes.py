@@ -80,7 +80,7 @@ class CubeShapeAlignment(Rule):
         sites: dict[object, object] = {}
         for r, b in zip(rows, bad):
             site = att.site_of_kernel(r) if att is not None and r < len(att.kernel_site) else None
-            key = site.span if site is not None else None
+            key = site.span if site is not None else b  # no call site: one finding per shape
             groups[key].append((r, b))
             if key not in sites or (site is not None and site.confidence.rank < sites[key].confidence.rank):
                 sites[key] = site
