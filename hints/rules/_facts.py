@@ -8,7 +8,7 @@ rules only loop over the few groups these queries return.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,8 @@ import pandas as pd
 from msprof_lsp.mapping.model import Profile
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
+_RUNTIME_TASK = re.compile(r"MEMCPY_ASYNC|MEMSET_ASYNC|EVENT_RECORD|EVENT_WAIT|NOTIFY_\w+")
+_API_PREFIX = re.compile(r"^[A-Za-z]+@")
 _TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
 _ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)$")
 _ACL_OP_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9]*?)(?:\d+)(?:/.*)?$")
@@ -42,11 +44,22 @@ def kernel_op_type(name: str, op_type: str = "") -> str:
 
 
 def kernel_types(profile: Profile) -> np.ndarray:
-    """``kernel_op_type`` per kernel row (computed once per distinct (name, type) pair)."""
+    """``kernel_op_type`` per kernel row, computed once per distinct (name, type) pair."""
     k = profile.kernels
     if not len(k):
         return np.zeros(0, dtype=object)
-    pairs = pd.MultiIndex.from_arrays([k["name"].astype(str), k["type"].astype(str)])
+    names, types = k["name"], k["type"]
+    if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(types.dtype, pd.CategoricalDtype):
+        nc = names.cat.codes.to_numpy().astype(np.int64)
+        tc = types.cat.codes.to_numpy().astype(np.int64)
+        codes, uniques = pd.factorize(nc * (len(types.cat.categories) + 1) + tc + 1)
+        ncat = np.asarray(names.cat.categories.astype(str), dtype=object)
+        tcat = np.asarray(types.cat.categories.astype(str), dtype=object)
+        width = len(tcat) + 1
+        table = np.array([kernel_op_type(ncat[u // width] if u // width >= 0 else "",
+                                         tcat[u % width - 1] if u % width else "") for u in uniques], dtype=object)
+        return table[codes]
+    pairs = pd.MultiIndex.from_arrays([strs(names), strs(types)])
     codes, uniques = pd.factorize(pairs)
     table = np.array([kernel_op_type(n, t) for n, t in uniques], dtype=object)
     return table[codes]
@@ -55,9 +68,8 @@ def kernel_types(profile: Profile) -> np.ndarray:
 def is_task(profile: Profile) -> np.ndarray:
     """Kernel rows that are operator tasks, not runtime copies/events (MEMCPY_ASYNC, EVENT_*)."""
     k = profile.kernels
-    name = k["name"].astype(str)
-    runtime = name.str.fullmatch(r"MEMCPY_ASYNC|MEMSET_ASYNC|EVENT_RECORD|EVENT_WAIT|NOTIFY_\w+").to_numpy(dtype=bool)
-    memcpy_core = k["core"].astype(str).isin(["MEMCPY", "MEMSET"]).to_numpy(dtype=bool)
+    runtime = mask(k["name"], _RUNTIME_TASK.fullmatch)
+    memcpy_core = mask(k["core"], {"MEMCPY", "MEMSET"}.__contains__)
     return ~(runtime | memcpy_core)
 
 
@@ -90,9 +102,8 @@ def host_scope_mask(profile: Profile) -> np.ndarray:
     h = profile.host_ops
     if not len(h):
         return np.zeros(0, dtype=bool)
-    codes, names = pd.factorize(h["name"].astype(str))
-    scope_name = np.array([("#" in n) or n.startswith("ProfilerStep") for n in names], dtype=bool)
-    return scope_name[codes] | (h["cat"].astype(str) == "user_annotation").to_numpy(dtype=bool)
+    scope_name = mask(h["name"], lambda n: ("#" in n) or n.startswith("ProfilerStep"))
+    return scope_name | mask(h["cat"], "user_annotation".__eq__)
 
 
 def parents(profile: Profile) -> np.ndarray:
@@ -133,14 +144,14 @@ def rows_named(profile: Profile, names: Iterable[str]) -> np.ndarray:
     h = profile.host_ops
     if not len(h):
         return np.zeros(0, dtype=bool)
-    return np.array(h["name"].astype(str).isin(list(names)), dtype=bool)  # writable: callers add rows
+    return mask(h["name"], set(names).__contains__)  # writable: callers add rows
 
 
 def rows_prefixed(profile: Profile, prefix: str) -> np.ndarray:
     h = profile.host_ops
     if not len(h):
         return np.zeros(0, dtype=bool)
-    return np.array(h["name"].astype(str).str.startswith(prefix), dtype=bool)
+    return mask(h["name"], lambda n: n.startswith(prefix))
 
 
 def api_events(profile: Profile, names: Iterable[str]) -> pd.DataFrame:
@@ -150,11 +161,10 @@ def api_events(profile: Profile, names: Iterable[str]) -> pd.DataFrame:
     if not len(ev):
         return ev.assign(api=pd.Series([], dtype=object))
     wanted = set(names)
-    full = ev["name"].astype(str)
-    bare = full.str.replace(r"^[A-Za-z]+@", "", regex=True)
-    sel = bare.isin(wanted).to_numpy(dtype=bool) & in_steps(profile, ev["start_ns"].to_numpy(np.int64))
+    sel = mask(ev["name"], lambda n: _API_PREFIX.sub("", n) in wanted)
+    sel &= in_steps(profile, ev["start_ns"].to_numpy(np.int64))
     out = ev[sel].copy()
-    out["api"] = bare[sel].to_numpy()
+    out["api"] = [_API_PREFIX.sub("", n) for n in strs(out["name"])]
     return out
 
 
@@ -191,3 +201,42 @@ def overlap_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarra
     pts, da, db = pts[order], np.cumsum(delta_a[order]), np.cumsum(delta_b[order])
     both = (da[:-1] > 0) & (db[:-1] > 0)
     return int(np.sum(np.diff(pts)[both]))
+
+
+def matches(values: np.ndarray, pattern: re.Pattern[str], *, full_start: bool = False) -> np.ndarray:
+    """``pattern.search`` (``match`` with ``full_start``) per value, evaluated once per distinct value."""
+    if not len(values):
+        return np.zeros(0, dtype=bool)
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    test = pattern.match if full_start else pattern.search
+    table = np.array([bool(test(str(u))) for u in uniques], dtype=bool)
+    return table[codes]
+
+
+def strs(col: pd.Series) -> np.ndarray:
+    """A text column as an object array, decoded once per category (``astype(str)`` on a pandas 3
+    categorical builds an Arrow string array of every row first: ~10x slower)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.asarray(col.cat.categories.astype(str), dtype=object)
+        codes = col.cat.codes.to_numpy()
+        out = np.full(len(col), "", dtype=object)
+        ok = codes >= 0
+        out[ok] = cats[codes[ok]]
+        return out
+    return np.asarray(col.astype(str), dtype=object)
+
+
+def mask(col: pd.Series, test: Callable[[str], object]) -> np.ndarray:
+    """``bool(test(value))`` per row, evaluated once per distinct value (a writable array)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        table = np.array([bool(test(str(c))) for c in col.cat.categories], dtype=bool)
+        codes = col.cat.codes.to_numpy()
+        out = np.zeros(len(col), dtype=bool)
+        ok = codes >= 0
+        out[ok] = table[codes[ok]]
+        if (~ok).any():
+            out[~ok] = bool(test(""))
+        return out
+    codes, uniques = pd.factorize(np.asarray(col, dtype=object))
+    table = np.array([bool(test(str(u))) for u in uniques], dtype=bool)
+    return table[codes] if len(codes) else np.zeros(0, dtype=bool)

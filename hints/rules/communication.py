@@ -147,10 +147,9 @@ def _from_breakdown(ctx: RuleContext) -> _Comm | None:
 
 def _is_comm(profile: Profile) -> np.ndarray:
     k = profile.kernels
-    core = k["core"].astype(str).isin(list(COMM_CORES)).to_numpy(dtype=bool)
-    typ = k["type"].astype(str).str.startswith("hcom_").to_numpy(dtype=bool)
-    name = k["name"].astype(str)
-    named = name.str.startswith("hcom_").to_numpy(dtype=bool) | name.str.contains(NCCL).to_numpy(dtype=bool)
+    core = _facts.mask(k["core"], COMM_CORES.__contains__)
+    typ = _facts.mask(k["type"], lambda t: t.startswith("hcom_"))
+    named = _facts.mask(k["name"], lambda n: n.startswith("hcom_") or NCCL.search(n))
     return core | typ | named
 
 
@@ -183,7 +182,7 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
     in_steps = _facts.kernels_in_steps_mask(prof)
     tasks = _facts.is_task(prof)
     types = _facts.kernel_types(prof)
-    grad = comm & in_steps & np.array([bool(GRADIENT.search(str(t))) for t in types], dtype=bool)
+    grad = comm & in_steps & _facts.matches(types, GRADIENT)
     start = k["start_ns"].to_numpy(np.int64)
     end = start + k["dur_ns"].to_numpy(np.int64)
     device = k["device"].to_numpy(np.int64)

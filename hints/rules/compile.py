@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
@@ -64,8 +65,8 @@ class OnlineCompile(Rule):
     def _count(self, ctx: RuleContext) -> Finding | None:
         prof = ctx.profile
         ev = prof.host_events
-        bare = ev["name"].astype(str).str.replace(r"^[A-Za-z]+@", "", regex=True)
-        calls = (bare == COMPILE_API).to_numpy(dtype=bool)
+        calls = _facts.mask(ev["name"], lambda n: n.split("@", 1)[-1] == COMPILE_API)
+        involved = _facts.mask(ev["name"], lambda n: n.split("@", 1)[-1] in COMPILE_APIS)
         count = int(calls.sum())
         source = "trace"
         if not count and prof.api_statistic is not None and len(prof.api_statistic):
@@ -74,12 +75,12 @@ class OnlineCompile(Rule):
             count, source = int(hit["count"].sum()), "api_statistic.csv"
             total = float(hit["time_ns"].sum())
         else:
-            total = float(ev["dur_ns"].to_numpy(np.int64)[bare.isin(list(COMPILE_APIS)).to_numpy(dtype=bool)].sum())
+            total = float(ev["dur_ns"].to_numpy(np.int64)[involved].sum())
         limit = int(ctx.threshold("opCompileMaxCount"))
         if count < limit:
             return None
         steps = ctx.num_steps
-        n_compile = int((bare == "opCompile").sum())
+        n_compile = int(_facts.mask(ev["name"], lambda n: n.split("@", 1)[-1] == "opCompile").sum())
         message = ctx.message(
             "Online compile", total_ns=total, count=count, unit=COMPILE_API, wall=True,
             diagnosis="operators compiled at run time", fix="Use prebuilt binaries: set_compile_mode(jit_compile=False)",
@@ -103,13 +104,13 @@ class OnlineCompile(Rule):
         k = prof.kernels
         if not len(k):
             return None
-        state = k["op_state"].astype(str).str.lower().to_numpy()
+        state = np.char.lower(_facts.strs(k["op_state"]).astype(str))
         sel = _facts.is_task(prof) & _facts.kernels_in_steps_mask(prof) & np.isin(state, ["dynamic", "static"])
         if not sel.any() or (state[sel] == "static").any():
             return None
         total = float(k["dur_ns"].to_numpy(np.int64)[sel].sum())
         types = _facts.kernel_types(prof)[sel]
-        shapes = k["input_shapes"].astype(str).to_numpy()[sel]
+        shapes = _facts.strs(k["input_shapes"])[sel]
         variants: dict[str, set[str]] = {}
         for t, s in zip(types, shapes):
             variants.setdefault(str(t), set()).add(s)
@@ -151,8 +152,7 @@ class OnlineCompile(Rule):
         h = prof.host_ops
         if not len(h):
             return
-        names = h["name"].astype(str)
-        m = names.str.extract(REGION)
+        m = pd.Series(_facts.strs(h["name"])).str.extract(REGION)
         ok = m[0].notna().to_numpy(dtype=bool) & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64))
         if not ok.any():
             return

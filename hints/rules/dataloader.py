@@ -52,7 +52,7 @@ class DataloaderInput(Rule):
         steps = ctx.num_steps
         rows = np.zeros(0, np.int64)
         if len(h):
-            is_dl = h["name"].astype(str).str.contains(DATALOADER).to_numpy(dtype=bool)
+            is_dl = _facts.mask(h["name"], DATALOADER.search)
             par = _facts.parents(prof)
             nested = np.zeros(len(h), dtype=bool)
             has = par >= 0
@@ -71,7 +71,7 @@ class DataloaderInput(Rule):
         h2d_hit = h2d_share * 100 >= h2d_pct
         if not dl_hit and not h2d_hit:
             return
-        names = sorted(set(h["name"].astype(str).to_numpy()[rows].tolist())) if len(rows) else []
+        names = sorted(set(_facts.strs(h["name"])[rows].tolist())) if len(rows) else []
         multi = any("MultiProcessing" in n for n in names)
         evidence = {
             "backend": ctx.backend,
@@ -145,12 +145,11 @@ def _h2d(ctx: RuleContext) -> tuple[np.ndarray, bool]:
     k = prof.kernels
     if not len(k):
         return np.zeros(0, np.int64), False
-    name = k["name"].astype(str)
-    sel = name.str.contains(MEMCPY_H2D).to_numpy(dtype=bool) & _facts.kernels_in_steps_mask(prof)
+    sel = _facts.mask(k["name"], MEMCPY_H2D.search) & _facts.kernels_in_steps_mask(prof)
     if ctx.backend != Backend.ASCEND.value:
-        sel &= name.str.contains("HtoD").to_numpy(dtype=bool)
+        sel &= _facts.mask(k["name"], lambda n: "HtoD" in n)
     rows = np.flatnonzero(sel)
-    pageable = bool(name.iloc[rows].str.contains(PAGEABLE).any()) if len(rows) else False
+    pageable = bool(_facts.mask(k["name"], PAGEABLE.search)[rows].any()) if len(rows) else False
     return rows, pageable
 
 

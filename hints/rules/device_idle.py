@@ -141,7 +141,7 @@ def _breakdown(ctx: RuleContext) -> tuple[float, float, str] | None:
 def _kernel_stats(ctx: RuleContext, small_us: float) -> dict:
     prof = ctx.profile
     k = prof.kernels
-    comm_core = k["core"].astype(str).isin(["HCCL", "COMMUNICATION"]).to_numpy(dtype=bool)
+    comm_core = _facts.mask(k["core"], {"HCCL", "COMMUNICATION"}.__contains__)
     sel = _facts.is_task(prof) & _facts.kernels_in_steps_mask(prof) & ~comm_core
     dur = k["dur_ns"].to_numpy(np.int64)[sel]
     wait = k["wait_ns"].to_numpy(np.int64)[sel]

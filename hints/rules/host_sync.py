@@ -74,14 +74,14 @@ class HostSync(Rule):
         ev_dur = prof.host_events["dur_ns"].to_numpy(np.int64)
         groups: dict[tuple, _Group] = defaultdict(_Group)
         anchors: dict[tuple, tuple[SourceIndex, CallSite, Confidence] | None] = {}
-        names = h["name"].astype(str).to_numpy() if len(h) else np.zeros(0, object)
+        names = _facts.strs(h["name"]) if len(h) else np.zeros(0, object)
         for r in blocking:
             found = _anchor_op(ctx, r)
             key = (found[1].span,) if found else ("op", str(names[r]))
             groups[key].ops.append(r)
             groups[key].ns += int(dur[r])
             anchors.setdefault(key, found)
-        api_names = prof.host_events["name"].astype(str).to_numpy()
+        api_names = _facts.strs(prof.host_events["name"])
         between = _Neighbours(ctx) if loose else None
         for e in loose:
             found = between.anchor(e) if between is not None else None

@@ -91,7 +91,7 @@ def _empty_cache_calls(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite, Co
     out: list[tuple[SourceIndex, CallSite, Confidence]] = []
     seen = set()
     if len(h):
-        rows = np.flatnonzero(h["name"].astype(str).str.contains("empty_cache").to_numpy(dtype=bool))
+        rows = np.flatnonzero(_facts.mask(h["name"], lambda n: "empty_cache" in n))
         for r in rows[:32]:
             place = _places.op_place(ctx, int(r))
             if place is None:

@@ -185,10 +185,9 @@ def _forward_ops(ctx: RuleContext) -> np.ndarray:
     """Outermost forward framework ops inside the profiled steps."""
     prof = ctx.profile
     h = prof.host_ops
-    names = h["name"].astype(str)
     ok = _facts.outermost_ops(prof) & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64))
     ok &= h["fwd_op"].to_numpy(np.int64) < 0
-    ok &= ~names.str.startswith("autograd::").to_numpy(dtype=bool)
+    ok &= ~_facts.mask(h["name"], lambda n: n.startswith("autograd::"))
     if prof.meta.backend is Backend.ASCEND:
         ok &= h["fwd_thread"].to_numpy(np.int64) <= 0  # torch_npu: Fwd thread id 0 (1 = backward)
     return np.flatnonzero(ok)
@@ -204,7 +203,7 @@ def _host_pairs(ctx: RuleContext) -> list[_Pair]:
     start = h["start_ns"].to_numpy(np.int64)[rows]
     order = np.lexsort((start, tid))
     rows, tid = rows[order], tid[order]
-    names = h["name"].astype(str).to_numpy()[rows]
+    names = _facts.strs(h["name"])[rows]
     is_relu = np.isin(names, list(RELU_OPS))
     is_drop = np.isin(names, list(DROPOUT_OPS))
     hit = np.flatnonzero(is_relu[:-1] & is_drop[1:] & (tid[:-1] == tid[1:]))
@@ -272,7 +271,7 @@ def _kernel_order_pairs(ctx: RuleContext) -> list[_Pair]:
     rows = sel[order]
     step = k["step"].to_numpy(np.int64)[rows]
     t = types[rows]
-    names = k["name"].astype(str).to_numpy()[rows]
+    names = _facts.strs(k["name"])[rows]
     pairs: list[_Pair] = []
     for i in np.flatnonzero(t == "Relu"):
         for j in range(i + 1, min(i + 1 + LOOKAHEAD_ROWS, len(rows))):
@@ -290,7 +289,7 @@ def _kernel_table(ctx: RuleContext, rows: np.ndarray) -> list[dict]:
         return []
     k = ctx.profile.kernels
     types = _facts.kernel_types(ctx.profile)[rows]
-    names = k["name"].astype(str).to_numpy()[rows]
+    names = _facts.strs(k["name"])[rows]
     dur = k["dur_ns"].to_numpy(np.int64)[rows]
     bwd = k["backward"].to_numpy(dtype=bool)[rows]
     table: dict[tuple[str, bool], dict] = {}
@@ -311,8 +310,7 @@ def _op_names(ctx: RuleContext, pairs: list[_Pair]) -> dict:
     h = ctx.profile.host_ops
     if not len(h) or pairs[0].relu < 0:
         return {}
-    names = h["name"].astype(str)
-    out = {"relu_op": names.iloc[pairs[0].relu], "dropout_op": names.iloc[pairs[0].dropout]}
+    out = {"relu_op": str(h["name"].iloc[pairs[0].relu]), "dropout_op": str(h["name"].iloc[pairs[0].dropout])}
     conc = str(h["concrete_inputs"].iloc[pairs[0].dropout])
     m = re.match(r'\s*\[\s*"[^"]*"\s*,\s*"([0-9.eE+-]+)"', conc)
     if m:

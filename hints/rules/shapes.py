@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.mapping.shapes import Shape, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -156,22 +157,18 @@ def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     fa_align = int(ctx.threshold("faAlign"))
     min_bytes = int(ctx.threshold("cubeMinBytes"))
     types = _facts.kernel_types(prof)
-    cols = {c: k[c].astype(str).to_numpy() for c in ("input_shapes", "input_dtypes", "input_formats",
+    cols = {c: _facts.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats",
                                                      "output_shapes", "output_dtypes")}
-    sel = np.flatnonzero(_facts.kernels_in_steps_mask(prof) & (k["input_shapes"].astype(str) != "").to_numpy(dtype=bool))
-    verdicts: dict[tuple, _Bad | None] = {}
-    rows, bad = [], []
-    for r in sel:
-        t = str(types[r])
-        if not (MATMUL.search(t) or FLASH.match(t)):
-            continue
-        key = (t, *(cols[c][r] for c in cols))
-        if key not in verdicts:
-            verdicts[key] = _judge(t, *(cols[c][r] for c in cols), align=align, fa_align=fa_align, min_bytes=min_bytes)
-        if verdicts[key] is not None:
-            rows.append(int(r))
-            bad.append(verdicts[key])
-    return rows, bad
+    kind = _facts.matches(types, MATMUL) | _facts.matches(types, FLASH, full_start=True)
+    sel = np.flatnonzero(kind & _facts.kernels_in_steps_mask(prof) & (cols["input_shapes"] != ""))
+    if not len(sel):
+        return [], []
+    # judge each distinct (type, shapes, dtypes, formats) once: millions of kernels, few shapes
+    keys = [types[sel]] + [cols[c][sel] for c in cols]
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays(keys))
+    verdicts = [_judge(*u, align=align, fa_align=fa_align, min_bytes=min_bytes) for u in uniques]
+    hit = np.array([v is not None for v in verdicts], dtype=bool)[codes]
+    return sel[hit].tolist(), [verdicts[c] for c in codes[hit]]
 
 
 def _judge(t: str, shapes: str, dtypes: str, formats: str, out_shapes: str, out_dtypes: str, *,
@@ -201,7 +198,7 @@ def _cuda(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     k = prof.kernels
     if not len(h) or not len(k):
         return [], []
-    gemm = _facts.rows_named(prof, CUDA_GEMMS) & h["input_types"].astype(str).str.contains(HALF_TYPES).to_numpy(dtype=bool)
+    gemm = _facts.rows_named(prof, CUDA_GEMMS) & _facts.mask(h["input_types"], HALF_TYPES.search)
     if not gemm.any():
         return [], []
     owner = _facts.nearest_marked(_facts.parents(prof), gemm)
@@ -210,8 +207,8 @@ def _cuda(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     krow_owner = np.full(len(k), -1, np.int64)
     krow_owner[ok] = owner[host[ok]]
     rows, bad = [], []
-    dims_col = h["input_dims"].astype(str).to_numpy()
-    names = h["name"].astype(str).to_numpy()
+    dims_col = _facts.strs(h["input_dims"])
+    names = _facts.strs(h["name"])
     for r in np.flatnonzero((krow_owner >= 0) & _facts.kernels_in_steps_mask(prof)):
         op = int(krow_owner[r])
         shapes = [s for s in parse_shapes(dims_col[op].replace("[", "").replace("]", "")) if s]

@@ -121,7 +121,7 @@ class TransdataFormat(Rule):
         k = ctx.profile.kernels
         if not len(k):
             return
-        sel = k["name"].astype(str).str.contains(CUDA_LAYOUT).to_numpy(dtype=bool) & _facts.kernels_in_steps_mask(ctx.profile)
+        sel = _facts.mask(k["name"], CUDA_LAYOUT.search) & _facts.kernels_in_steps_mask(ctx.profile)
         if not sel.any():
             return
         dur = k["dur_ns"].to_numpy(np.int64)
@@ -152,7 +152,7 @@ def _paired(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, str]:
     ok = _facts.kernels_in_steps_mask(prof) & _facts.is_task(prof)
     is_trans = ok & (types == "TransData")
     is_cast = ok & (types == "Cast")
-    is_cube = ok & np.array([bool(CUBE.match(str(t))) for t in types], dtype=bool)
+    is_cube = ok & _facts.matches(types, CUBE, full_start=True)
     host = k["host_op"].to_numpy(np.int64)
     if (host >= 0).any():
         cube_scopes = np.unique(host[is_cube & (host >= 0)])
@@ -176,7 +176,7 @@ def _cube_types_of(ctx: RuleContext, rows: np.ndarray) -> set[str]:
     k = ctx.profile.kernels
     host = k["host_op"].to_numpy(np.int64)
     types = _facts.kernel_types(ctx.profile)
-    cube = np.array([bool(CUBE.match(str(t))) for t in types], dtype=bool)
+    cube = _facts.matches(types, CUBE, full_start=True)
     scopes = set(host[rows].tolist()) - {-1}
     # without host links: the Cube types of the profile (the pairing was by kernel order)
     sel = (np.isin(host, list(scopes)) & cube) if scopes else cube
@@ -187,7 +187,7 @@ def _private_formats(ctx: RuleContext, rows: np.ndarray) -> list[str]:
     k = ctx.profile.kernels
     seen: set[str] = set()
     for col in ("input_formats", "output_formats"):
-        for text in set(k[col].astype(str).to_numpy()[rows].tolist()):
+        for text in set(_facts.strs(k[col])[rows].tolist()):
             for f in text.split(";"):
                 if f in PRIVATE_FORMATS:
                     seen.add(f)
@@ -198,7 +198,7 @@ def _table(ctx: RuleContext, rows: np.ndarray) -> list[dict]:
     if not len(rows):
         return []
     k = ctx.profile.kernels
-    names = k["name"].astype(str).to_numpy()[rows]
+    names = _facts.strs(k["name"])[rows]
     dur = k["dur_ns"].to_numpy(np.int64)[rows]
     by: dict[str, list[int]] = defaultdict(list)
     for n, d in zip(names, dur):
