@@ -4,10 +4,8 @@ At ``profiler_level=Level0`` torch_npu prunes the CANN layer from trace_view.jso
 ``AscendCL@...`` events) and writes no op/api statistics. A rule that reads that data must not
 conclude "no problem" from its absence: it calls ``ctx.needs_level1(code, reason)`` first and,
 when that returns True, yields nothing. The skip is recorded, and notice NPU901 names every
-skipped rule with the data it would have needed.
-
-Rules also ``declare_level1`` their need once at import, so NPU901 can name them even when it
-runs without them having run first (a ``--select NPU901`` run, or a different order).
+skipped rule with the data it would have needed (the engine runs rules in code order, so every
+NPU1xx-NPU8xx rule has run, and recorded its skip, before NPU901).
 """
 
 from __future__ import annotations
@@ -16,18 +14,6 @@ from msprof_lsp.mapping.model import Profile, ProfileKind
 
 LEVEL0_LEVELS = frozenset({"Level0", "Level_none"})
 """``_profiler_level`` values without the CANN layer."""
-
-_DECLARED: dict[str, str] = {}
-
-
-def declare_level1(code: str, reason: str) -> None:
-    """Register at import that rule ``code`` needs Level1 data (``reason``: which data)."""
-    _DECLARED[code.upper()] = reason
-
-
-def declared_level1() -> dict[str, str]:
-    """Rule code -> the Level1 data it needs, for every rule that declared one."""
-    return dict(_DECLARED)
 
 
 def level1_missing(profile: Profile) -> str | None:
