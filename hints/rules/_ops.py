@@ -171,12 +171,12 @@ def op_time_ns(profile: Profile, rows: Sequence[int], per_root_device: np.ndarra
     if not len(rows):
         return 0
     if len(profile.kernels):
-        dev = per_root_device if per_root_device is not None else kernel_time_per_root(profile, _mask(len(profile.host_ops), rows))
+        dev = per_root_device if per_root_device is not None else kernel_time_per_root(profile, mask_of(len(profile.host_ops), rows))
         return int(dev[list(rows)].sum())
     return int(profile.host_ops["dur_ns"].to_numpy(np.int64)[list(rows)].sum())
 
 
-def _mask(n: int, rows: Iterable[int]) -> np.ndarray:
+def mask_of(n: int, rows: Iterable[int]) -> np.ndarray:
     m = np.zeros(n, dtype=bool)
     m[list(rows)] = True
     return m
@@ -342,9 +342,79 @@ def min_confidence(*cs: Confidence) -> Confidence:
 
 
 def format_ns_us(ns: float) -> float:
-    """ns -> µs rounded to 0.1 (evidence numbers)."""
-    return round(ns / 1000.0, 1)
+    """ns -> µs rounded to 0.1 (evidence numbers; a plain float for JSON)."""
+    return round(float(ns) / 1000.0, 1)
+
+
+_ACL_OP_NUMBER = re.compile(r"^(?:trans_)?([A-Za-z]+?)_?\d+$")
+
+
+def kernel_type_of(name: str, op_type: str) -> str:
+    """The kernel's OpType: the ``Type`` column, else from the name (trace_view.json has no
+    type): aclnn ``<api>_<impl>_<OpType>`` -> OpType, acl_op ``Cast16``/``trans_Cast_5`` -> Cast."""
+    if op_type:
+        return op_type
+    if name.startswith("aclnn") and name.count("_") >= 2:
+        return name.rsplit("_", 1)[1]
+    m = _ACL_OP_NUMBER.match(name)
+    return m.group(1) if m else name
+
+
+def kernel_types(k: pd.DataFrame) -> np.ndarray:
+    """``kernel_type_of`` per kernel row."""
+    names = text_values(k["name"])
+    types = text_values(k["type"])
+    return np.array([kernel_type_of(n, t) for n, t in zip(names, types)], dtype=object)
 
 
 def path_name(path: str) -> str:
     return Path(path).name
+
+
+# ---------------------------------------------------------------------------------------------
+# Loops
+
+
+def _is_training_loop(index, loop) -> bool:  # noqa: ANN001 - SourceIndex, LoopInfo
+    names = {index.calls[i].name for i in loop.calls}
+    return "backward" in names and "step" in names
+
+
+def loop_with_frame(ctx: RuleContext, stack: Sequence[Frame], predicate: Callable[[object, object], bool]) -> tuple[Span, str] | None:
+    """(header span, path) of the innermost loop satisfying ``predicate(index, loop)`` around the
+    outermost workspace frame of ``stack`` that sits in such a loop."""
+    for path, frame in user_frames(ctx, stack):
+        index = index_of(ctx, path)
+        if index is None or frame.line <= 0:
+            continue
+        around = [lp for lp in index.loops if lp.span.line <= frame.line <= lp.span.end_line and predicate(index, lp)]
+        if around:
+            lp = max(around, key=lambda lp: lp.span.line)
+            return lp.header, path
+    return None
+
+
+def training_loop(ctx: RuleContext) -> tuple[Span | None, Confidence]:
+    """The training loop's header (``for``/``while`` whose body calls ``.backward()`` and
+    ``.step()``, hint-rules §0.4): found through a recorded frame of an op inside the profiled
+    steps (stack confidence), else by searching the entry scripts and then the workspace
+    (inferred)."""
+    h = ctx.profile.host_ops
+    if len(h) and ctx.profile.stacks:
+        ids = h["stack"].to_numpy(np.int64)[in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))]
+        for sid in list(dict.fromkeys(int(s) for s in ids if s >= 0))[:200]:
+            hit = loop_with_frame(ctx, ctx.profile.stack_of(sid), _is_training_loop)
+            if hit is not None:
+                return hit[0], Confidence.STACK
+    seen: set[str] = set()
+    for path in [*entry_scripts(ctx), *python_files(ctx)]:
+        if path in seen:
+            continue
+        seen.add(path)
+        index = index_of(ctx, path)
+        if index is None:
+            continue
+        loops = [lp for lp in index.loops if _is_training_loop(index, lp)]
+        if loops:
+            return max(loops, key=lambda lp: lp.span.line).header, Confidence.INFERRED
+    return None, Confidence.INFERRED

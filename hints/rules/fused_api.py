@@ -245,7 +245,7 @@ class FusedApiRule(Rule):
             else:
                 under = kernels.loc[rows]
                 total = int(under["dur_ns"].sum())
-            ktypes = Counter(_ops.text_values(under["type"])) if len(under) else Counter()
+            ktypes = Counter(_ops.kernel_types(under)) if len(under) else Counter()
             a0, b0 = g.matches[0]
             sequence = toks.sequence(a0, b0)
             n = len(g.matches)
