@@ -178,22 +178,21 @@ def place_ops(ctx: RuleContext, rows: Sequence[int]) -> Place:
     if common:
         path, func = common[-1]
         here = [s for s in sites if s is not None and s.span.path == path and s.function.rsplit(".", 1)[-1] == func]
-        # A "function" site is the def header (the call inside was ambiguous): only as a last resort.
-        here = [s for s in here if s.kind != "function"] or here
-        if here:
-            site = min(here, key=lambda s: (s.span.line, s.span.col))
+        # A "function" site is the def header (the call inside was ambiguous): a last resort.
+        lines = [s for s in here if s.kind != "function"]
+        if lines:
+            site = min(lines, key=lambda s: (s.span.line, s.span.col))
             return Place(_ops.site_statement(ctx, site), site.confidence, site)
         level = len(common) - 1
-        for fr in framed:
-            if len(fr) > level:
-                frame = fr[level][1]
-                index = _ops.index_of(ctx, path)
-                line = getattr(frame, "line", 0)
-                if index is not None and line > 0 and not index.functions_starting_at(line):
-                    span = _ops.statement_span(ctx, path, line)
-                    if span is not None:
-                        return Place(span, Confidence.STACK, None)
-                break
+        index = _ops.index_of(ctx, path)
+        frame_lines = sorted({fr[level][1].line for fr in framed if len(fr) > level})  # type: ignore[attr-defined]
+        for line in frame_lines:  # executing lines (torch_npu); Kineto's def lines are skipped
+            if index is not None and line > 0 and not index.functions_starting_at(line):
+                span = _ops.statement_span(ctx, path, line)
+                if span is not None:
+                    return Place(span, Confidence.STACK, None)
+        if here:
+            return Place(_ops.site_statement(ctx, here[0]), here[0].confidence, here[0])
     site = next((s for s in sites if s is not None and s.kind != "function"), None) or _ops.best_site(sites)
     if site is None:
         return Place(None, Confidence.MODULE, None)
