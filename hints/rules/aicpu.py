@@ -27,6 +27,7 @@ from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.units import format_us
 
 from . import _ops
 
@@ -197,7 +198,7 @@ class AicpuFallback(Rule):
             total_ns=total,
             count=count,
             unit="kernel" if count == 1 else "kernels",
-            qualifier=f"longest {_ops.format_ns_us(int(sub['dur_ns'].max()))} µs",
+            qualifier=f"longest {format_us(int(sub['dur_ns'].max()) / 1000)}",
             diagnosis=cause.diagnosis if not cuda else "float64 runs far slower than float32 on the GPU",
             fix=cause.fix if not cuda else "Convert double to float: .float() / torch.float32",
         )

@@ -23,6 +23,8 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import gc_freeze, offer
 from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.units import format_us
 
 from . import _ops
 
@@ -58,6 +60,8 @@ class GcPauses(Rule):
 
     def _anchor(self, ctx: RuleContext, evidence: dict):  # noqa: ANN202
         span, conf = _ops.training_loop(ctx)
+        if span is None:
+            conf = Confidence.MODULE  # profile-level: nothing was inferred about a line
         fixes = []
         if span is not None:
             text = ctx.source_text(span.path)
@@ -94,7 +98,7 @@ class GcPauses(Rule):
             total_ns=total,
             count=n,
             unit="pause" if n == 1 else "pauses",
-            qualifier=f"longest {_ops.format_ns_us(int(dur.max())):,.1f} µs",
+            qualifier=f"longest {format_us(int(dur.max()) / 1000)}",
             diagnosis="Python's collector stops the training loop",
             fix="Call gc.freeze() after setup, before the loop",
         )
