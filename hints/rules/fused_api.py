@@ -258,6 +258,8 @@ class FusedApiRule(Rule):
                 "matches_per_step": round(n / ctx.num_steps, 2),
                 "matched_in": "host ops" if variant == "host" else "kernel types",
                 "first_op": str(ctx.profile.host_ops["name"].iloc[int(firsts[0])]) if variant == "host" else sequence.split("-")[0],
+                "first_op_stack": [fr.raw for fr in ctx.profile.stack_of(int(ctx.profile.host_ops["stack"].iloc[int(firsts[0])]))][:12]
+                if variant == "host" else [],
                 "kernels": len(under),
                 "kernel_types": dict(ktypes.most_common(8)),
                 "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),

@@ -194,3 +194,57 @@ def test_tiny_transformer_kineto_cpu_analogues():
     assert rms.span.line == line_of(model, "return x * torch.rsqrt(") and rms.confidence is Confidence.MODULE
     assert "F.rms_norm" in rms.message and rms.evidence["time_source"] == "host"
     assert rms.evidence["matches"] == 5 * profile.num_steps
+
+
+# -- every code: fires at its minimum CANN version, not just below it; the fix applies ----------
+
+LLAMA = REPO / "tests" / "hints" / "models" / "tiny_llama.py"
+CASES = {
+    # code: (ops as (aten op, line needle, function), ops in the match, min CANN, just below, fix text)
+    "NPU211": ([("aten::chunk", "a, b = h.chunk(2", "forward"), ("aten::silu", "return self.w3(F.silu(a) * b)", "forward"),
+                ("aten::mul", "return self.w3(F.silu(a) * b)", "forward")], 3, "7.0.0", "7.0.RC1", "torch_npu.npu_swiglu(h, dim=-1)"),
+    "NPU212": ([("aten::slice", "x1 = x[..., : x.shape[-1] // 2]", "rotate_half"), ("aten::slice", "x2 = x[..., x.shape[-1] // 2 :]", "rotate_half"),
+                ("aten::neg", "return torch.cat((-x2, x1), dim=-1)", "rotate_half"), ("aten::cat", "return torch.cat((-x2, x1), dim=-1)", "rotate_half"),
+                ("aten::mul", "return q * cos + rotate_half(q) * sin", "apply_rotary"), ("aten::add", "return q * cos + rotate_half(q) * sin", "apply_rotary")],
+               5, "7.0.RC1", "6.3.RC2", "torch_npu.npu_rotary_mul(q, cos, sin)"),
+    "NPU213": ([("aten::matmul", "scores = q @ k.transpose(-2, -1)", "forward"), ("aten::masked_fill_", "scores = scores.masked_fill(causal", "forward"),
+                ("aten::softmax", "probs = F.softmax(scores, dim=-1)", "forward"), ("aten::dropout", "probs = self.attn_drop(probs)", "forward"),
+                ("aten::matmul", "ctx = probs @ v", "forward")], 5, "7.0.RC1", "6.3.RC2", "torch_npu.npu_fusion_attention(q, k, v, q.shape[1], \"BNSD\""),
+    "NPU214": ([("aten::gelu", "y = F.gelu(self.gelu_proj(y))", "forward")], 1, "6.3.RC2", "6.3.RC1", "torch_npu.fast_gelu(self.gelu_proj(y))"),
+    "NPU215": ([("aten::permute", "ctx = ctx.permute(0, 2, 1, 3)", "forward"), ("aten::contiguous", "ctx = ctx.permute(0, 2, 1, 3)", "forward"),
+                ("aten::view", "ctx = ctx.permute(0, 2, 1, 3)", "forward")], 3, "6.3.RC2", "6.3.RC1", "torch_npu.npu_confusion_transpose(ctx, [0, 2, 1, 3]"),
+    "NPU216": ([("aten::softmax", "return F.softmax((x * scale)", "scaled_scores"), ("aten::mul", "return F.softmax((x * scale)", "scaled_scores"),
+                ("aten::masked_fill_", "return F.softmax((x * scale)", "scaled_scores")], 3, "6.3.RC2", "6.3.RC1",
+               "torch_npu.npu_scaled_masked_softmax(x, mask, scale=scale)"),
+    "NPU217": ([("aten::add", "h = x + r", "forward"), ("aten::layer_norm", "y = self.post_norm(h)", "forward")], 2, "8.0.RC1", "7.0.0",
+               "torch_npu.npu_add_layer_norm(x, r, self.post_norm.weight"),
+}
+
+
+def _case_profile(path: Path, code: str, cann: str):
+    ops = CASES[code][0]
+    text = path.read_text(encoding="utf-8")
+    outer = {"rotate_half": [frame(path, line_of(text, "return q * cos + rotate_half(q) * sin"), "apply_rotary")]}
+    b = ProfileBuilder(cann_version=cann)
+    for i, (aten, needle, func) in enumerate(ops):
+        t = 100 + 50 * i
+        op = b.op(aten, t, 40, stack=[frame(path, line_of(text, needle), func), *outer.get(func, []), frame(path, 500, "<module>")])
+        sc = b.op("aclnnOp", t + 5, 30)
+        b.kernel(f"aclnnOp_K{i}_K{i}", t + 10, 10.0, op=sc, type=f"K{i}")
+        del op
+    return b.build()
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_each_code_gated_anchored_and_fixed(tmp_path, code):
+    ops, n_matched, minimum, below, fixed = CASES[code]
+    path = tmp_path / "llama.py"
+    text = LLAMA.read_text(encoding="utf-8")
+    path.write_text(text)
+    assert not only(findings(_case_profile(path, code, below), [code], [tmp_path]), code)
+    (f,) = only(findings(_case_profile(path, code, minimum), [code], [tmp_path]), code)
+    first = ops[len(ops) - n_matched]
+    assert f.span.line == (line_of(text, "return q * cos + rotate_half(q) * sin") if code == "NPU212" else line_of(text, first[1]))
+    assert f.time_per_step_us == pytest.approx(10.0 * n_matched)
+    assert f.evidence["sequence"] == "-".join(a[6:] for a, *_ in ops[len(ops) - n_matched:])
+    assert fixed in applied(text, f.fixes[0])
