@@ -290,6 +290,17 @@ def text_of(ctx: RuleContext, path: str) -> str | None:
     return ctx.source_text(path)
 
 
+def files_containing(ctx: RuleContext, *needles: str, paths: Sequence[str] | None = None) -> list[str]:
+    """Workspace files whose text holds any of ``needles``: a plain substring test before any
+    file is parsed and indexed (a large workspace is read, not parsed, by a static search)."""
+    out = []
+    for path in python_files(ctx) if paths is None else paths:
+        text = ctx.source_text(path)
+        if text is not None and any(n in text for n in needles):
+            out.append(path)
+    return out
+
+
 def file_start(path: str) -> Span:
     """A file-level anchor: the start of line 1."""
     return Span(path, 1, 0, 1, 0)
@@ -314,7 +325,7 @@ def entry_scripts(ctx: RuleContext) -> list[str]:
     if found:
         return found
     ranked: list[tuple[int, str]] = []
-    for path in python_files(ctx):
+    for path in files_containing(ctx, "__main__"):
         index = index_of(ctx, path)
         if index is None or index.main_guard is None:
             continue
@@ -328,7 +339,8 @@ def entry_scripts(ctx: RuleContext) -> list[str]:
 def calls_named(ctx: RuleContext, qualnames: Sequence[str], paths: Sequence[str] | None = None):  # noqa: ANN201
     """(path, CallSite) of every call resolving to one of ``qualnames`` in the workspace."""
     wanted = set(qualnames)
-    for path in paths if paths is not None else python_files(ctx):
+    last = {q.rsplit(".", 1)[-1] for q in qualnames}
+    for path in files_containing(ctx, *last, paths=paths):
         index = index_of(ctx, path)
         if index is None:
             continue
@@ -407,7 +419,7 @@ def training_loop(ctx: RuleContext) -> tuple[Span | None, Confidence]:
             if hit is not None:
                 return hit[0], Confidence.STACK
     seen: set[str] = set()
-    for path in [*entry_scripts(ctx), *python_files(ctx)]:
+    for path in [*entry_scripts(ctx), *files_containing(ctx, "backward")]:
         if path in seen:
             continue
         seen.add(path)

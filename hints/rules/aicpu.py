@@ -38,7 +38,7 @@ DTYPE_CHECK_EXEMPT = frozenset({"cast", "tensorequal", "equal", "nonzero", "mul"
 
 # Static constructs per cause, and the fix transforms that apply there.
 DOUBLE_SRC = re.compile(r"\.double\(\s*\)|\btorch\.(float64|double)\b")
-MASKED_ASSIGN_SRC = re.compile(r"^\s*[\w.]+\s*\[[^\]\n]+\]\s*=(?!=)")
+MASKED_ASSIGN_SRC = re.compile(r"^\s*[\w.]+\s*\[[^\]\n]+\]\s*=(?!=)", re.MULTILINE)
 INDEX_SRC = re.compile(r"[\w)\]]\[\s*[A-Za-z_]\w*\s*\]")
 NONZERO_SRC = re.compile(r"\bnonzero\s*\(")
 ARGMIN_SRC = re.compile(r"\bargmin\s*\(")
@@ -220,6 +220,9 @@ class AicpuFallback(Rule):
         found: list[Span] = []
         tried = 0
         for path in _ops.python_files(ctx):
+            raw = ctx.source_text(path)
+            if raw is None or not cause.pattern.search(raw):
+                continue  # read, not parsed: only files showing the construct get indexed
             index = _ops.index_of(ctx, path)
             if index is None:
                 continue

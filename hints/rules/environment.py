@@ -109,8 +109,11 @@ def setter_statements(ctx: RuleContext, var: str) -> list[Span]:
         if path in seen:
             continue
         seen.add(path)
+        text = ctx.source_text(path)
+        if text is None or var not in text:
+            continue  # read, not parsed: only files naming the variable get indexed
         index = _ops.index_of(ctx, path)
-        if index is None or var not in index.text:
+        if index is None:
             continue
         out += [st.span for st in index.statements if key.search(st.text)]
     return out
