@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from msprof_lsp.hints import gating
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import gc_freeze, offer
@@ -31,6 +32,8 @@ from . import _ops
 FREE_MIN_NS = 200_000 * 1000  # advisor FREE_DURATION_FOR_GC_ANALYSIS default, 200000 µs
 ACL_PER_10MS = 1  # at most one AscendCL call per 10 ms of the gap
 ACL_MAX_SHARE = 0.01  # ... taking at most 1 % of it
+LEVEL1_NEED = "AscendCL@ API events (GC conjectured from long device-idle gaps)"
+gating.declare_level1("NPU230", LEVEL1_NEED)
 
 
 @register
@@ -112,7 +115,7 @@ class GcPauses(Rule):
         free &= _ops.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
         if not free.any():
             return
-        if ctx.needs_level1(self.code, "AscendCL@ API events (GC conjectured from long device-idle gaps)"):
+        if ctx.needs_level1(self.code, LEVEL1_NEED):
             return
         he = ctx.profile.host_events
         acl = _ops.cat_mask(he["name"], lambda n: n.startswith("AscendCL@")) if len(he) else np.zeros(0, dtype=bool)

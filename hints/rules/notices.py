@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from msprof_lsp.hints import gating
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import Rule, register, rule
@@ -100,7 +101,8 @@ class NeedsLevel1(Notice):
         msg = (f"Profile {gap}: {', '.join(named)} skipped, they need Level1 data ({needs}). "
                f"Capture with {LEVEL1}.")
         yield ctx.finding(self, span=None, message=msg, confidence=Confidence.MODULE,
-                          evidence={"level": ctx.profile.meta.level, "reason": gap, "skipped": skipped, "capture": LEVEL1})
+                          evidence={"level": ctx.profile.meta.level, "reason": gap, "skipped": skipped, "capture": LEVEL1,
+                                    "may_need_level1": gating.declared_level1()})
 
 
 def _iso(ns: int) -> str:

@@ -163,3 +163,11 @@ def test_unattributed_time_at_five_percent(tmp_path, lost_us, fires):
         assert f.evidence["kernels"] == 2 and f.evidence["with_stack_no_user_frame"] == 2
         assert list(f.evidence["top_kernels"]) == ["aclnnMm_MatMulCommon_MatMulV2", "aclnnMm_TransData_TransData"]
         assert "5.0% of step" in f.message and f.severity is Severity.INFO
+
+
+def test_declared_level1_rules():
+    from msprof_lsp.hints import gating
+    from msprof_lsp.hints.registry import all_rules
+
+    all_rules()  # imports every rule module
+    assert "NPU230" in gating.declared_level1()
