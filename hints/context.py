@@ -105,10 +105,27 @@ class RuleContext:
     def per_step_us(self, total_ns: float) -> float:
         return self.per_step_ns(total_ns) / NS_PER_US
 
-    def share(self, per_step_ns: float) -> float:
-        """Per-step time as a share of the step (0 when the step time is unknown)."""
-        st = self.step_time_ns
+    def share(self, per_step_ns: float, *, wall: bool = False, step_ns: float | None = None) -> float:
+        """Per-step time as a share of the step (0 when the step time is unknown).
+
+        ``wall``: of the wall-clock step instead (host-side costs: DataLoader, host syncs, API time);
+        ``step_ns``: of a step time the rule corrected itself (e.g. without a one-off init collective).
+        """
+        st = step_ns if step_ns is not None else (self.wall_step_time_ns if wall else self.step_time_ns)
         return per_step_ns / st if st > 0 else 0.0
+
+    @property
+    def wall_step_time_ns(self) -> float:
+        """Mean ``ProfilerStep#N`` duration: the step as the host lives it.
+
+        The step time of §0.2 (1) is the device's Computing + Communication(Not Overlapped) + Free;
+        it leaves out the Preparing phase before a step's first device task, which is exactly where
+        a slow DataLoader spends its time. Host-side costs are therefore measured against the
+        ProfilerStep range (the step time itself when the profile has no ranges, or a shorter one).
+        """
+        steps = self.profile.steps
+        host = sum(s.dur_ns for s in steps) / len(steps) if steps else 0.0
+        return max(host, self.step_time_ns)
 
     def threshold(self, key: str) -> Any:
         return self.config.threshold(key)
@@ -139,13 +156,13 @@ class RuleContext:
 
     # -- findings -----------------------------------------------------------------------------
 
-    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "") -> str:
+    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "", wall: bool = False, step_ns: float | None = None) -> str:
         """``format_message`` with the time and share computed from a capture total."""
         per = self.per_step_ns(total_ns)
         return format_message(
             short,
             per_step_us=per / NS_PER_US,
-            share=self.share(per),
+            share=self.share(per, wall=wall, step_ns=step_ns),
             diagnosis=diagnosis,
             fix=fix,
             count=count,
@@ -165,14 +182,18 @@ class RuleContext:
         fixes: Sequence[Fix] = (),
         related: Iterable[Related] = (),
         severity: Severity | None = None,
+        wall: bool = False,
+        step_ns: float | None = None,
     ) -> Finding:
         """A finding with per-step time, share and severity filled in.
 
         ``severity`` may only lower the computed one (e.g. a weak variant of a rule); fixed-severity
-        rules get their ``default_severity``.
+        rules get their ``default_severity``. ``wall``: the share is of the wall-clock step
+        (``wall_step_time_ns``), for costs the host pays; ``step_ns``: of a step time the rule
+        corrected (see ``share``).
         """
         per = self.per_step_ns(total_ns)
-        share = self.share(per)
+        share = self.share(per, wall=wall, step_ns=step_ns)
         if rule.default_severity is not None:
             sev = self.config.severity_override(rule.code) or rule.default_severity
         else:
