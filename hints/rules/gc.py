@@ -104,8 +104,9 @@ class GcPauses(Rule):
             qualifier=f"longest {format_us(int(dur.max()) / 1000)}",
             diagnosis="Python's collector stops the training loop",
             fix="Call gc.freeze() after setup, before the loop",
+            wall=True,  # a host pause: a share of the wall-clock step
         )
-        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes)
+        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes, wall=True)
 
     def _conjectured(self, ctx: RuleContext) -> Iterator[Finding]:
         ov = ctx.profile.overlap

@@ -165,9 +165,10 @@ class FusedOptimizer(Rule):
             qualifier=qual,
             diagnosis="the optimizer updates one parameter at a time",
             fix=fix,
+            wall=True,  # the step scope's host time: a share of the wall-clock step
         )
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
-                          evidence=evidence, fixes=fixes, related=related)
+                          evidence=evidence, fixes=fixes, related=related, wall=True)
 
     def _kernels_only(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
