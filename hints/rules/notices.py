@@ -22,6 +22,7 @@ from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import Rule, register, rule
 from msprof_lsp.mapping.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.units import format_us
 
 from . import _ops
 
@@ -178,10 +179,10 @@ class UnattributedTime(Notice):
         names = _ops.text_values(sub["name"])
         by = sub.groupby(names, observed=True)["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(TOP_KERNELS)
         top = {str(n): {"count": int(r["count"]), "us_per_step": _ops.format_ns_us(ctx.per_step_ns(int(r["sum"])))} for n, r in by.iterrows()}
-        shown = ", ".join(f"{n} ({v['us_per_step']:,.1f} µs)" for n, v in list(top.items())[:3])
+        shown = ", ".join(f"{n} ({format_us(v['us_per_step'])})" for n, v in list(top.items())[:3])
         unmapped = list(a.heat.unmapped_files)[:5]
         tail = f"; frames in files not found locally ({', '.join(unmapped)}): use pathMappings" if unmapped else ""
-        msg = (f"Unattributed device time: {_ops.format_ns_us(per):,.1f} µs/step ({share * 100:.1f}% of step) in "
+        msg = (f"Unattributed device time: {format_us(per / 1000)}/step ({share * 100:.1f}% of step) in "
                f"{len(sub)} kernels reached no workspace line, mostly {shown}{tail}.")
         yield ctx.finding(self, span=None, message=msg, total_ns=total, confidence=Confidence.MODULE, evidence={
             "time_us_per_step": _ops.format_ns_us(per),
