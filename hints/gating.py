@@ -4,10 +4,13 @@ At ``profiler_level=Level0`` torch_npu prunes the CANN layer from trace_view.jso
 ``AscendCL@...`` events) and writes no op/api statistics. A rule that reads that data must not
 conclude "no problem" from its absence: it calls ``ctx.needs_level1(code, reason)`` first and,
 when that returns True, yields nothing. The skip is recorded, and notice NPU901 names every
-skipped rule with the data it would have needed.
+skipped rule with the data it would have needed (the engine runs rules in code order, so every
+NPU1xx-NPU8xx rule has run, and recorded its skip, before NPU901).
 
-Rules also ``declare_level1`` their need once at import, so NPU901 can name them even when it
-runs without them having run first (a ``--select NPU901`` run, or a different order).
+Rules also ``declare_level1`` their need once at import: the static list of rules that *may*
+need Level1 data (docs, NPU901's evidence). Only the skips recorded in the context are named as
+skipped -- a declared rule can still run fully (NPU230 with recorded GC events needs no CANN
+layer).
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ _DECLARED: dict[str, str] = {}
 
 
 def declare_level1(code: str, reason: str) -> None:
-    """Register at import that rule ``code`` needs Level1 data (``reason``: which data)."""
+    """Register at import that rule ``code`` may need Level1 data (``reason``: which data)."""
     _DECLARED[code.upper()] = reason
 
 
 def declared_level1() -> dict[str, str]:
-    """Rule code -> the Level1 data it needs, for every rule that declared one."""
+    """Rule code -> the Level1 data it may need, for every rule that declared one."""
     return dict(_DECLARED)
 
 

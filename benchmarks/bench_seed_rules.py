@@ -1,7 +1,7 @@
 """Benchmark: the seed-named rules (NPU101-NPU109) on a large profile, against loading it.
 
-    python benchmarks/bench_rules.py --mb 200            # generate a profile, then measure
-    python benchmarks/bench_rules.py PATH/TO/x_ascend_pt # measure an existing torch_npu result
+    python benchmarks/bench_seed_rules.py --mb 200            # generate a profile, then measure
+    python benchmarks/bench_seed_rules.py PATH/TO/x_ascend_pt # measure an existing torch_npu result
 
 The rules run once per analysis (and again when the editor re-checks), so they must stay small
 next to the load the user already waits for. Prints the cold load (the baseline, measured in the
