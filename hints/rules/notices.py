@@ -3,7 +3,8 @@
 * NPU900 no call stacks: every anchor is approximate; the capture advice of ascend-formats §2.
 * NPU901 Level0 capture: the rules that needed Level1 data (CANN API events, statistics) and were
   skipped, by name -- they recorded the skip through ``ctx.needs_level1``.
-* NPU902 a source file changed after the profile was captured (``end_info.collectionTimeEnd``):
+* NPU902 a source file changed after the profile was captured (``end_info.collectionTimeEnd``) and
+  recorded lines in it moved or vanished (a fresh checkout alone stays quiet):
   recorded lines may have moved.
 * NPU903 hot device time that reached no user frame: how much and which kernels.
 """
@@ -138,13 +139,19 @@ class StaleSource(Notice):
                 continue
             sites = per_file[path]
             moved = sum(1 for s in sites if "re-anchored" in s.note)
+            dropped = sum(1 for n in a.heat.notes if path in n or os.path.basename(path) in n)
+            if not moved and not dropped:
+                # Newer but every recorded line still holds its call (a fresh checkout, an edit
+                # elsewhere in the file): nothing to warn about.
+                continue
             msg = (f"{_ops.path_name(path)} changed after the profile was captured "
                    f"(profile ended {_iso(end)}, file saved {_iso(mtime)}): lines may have moved"
-                   f"{f'; {moved} of {len(sites)} anchors re-found by their call text' if moved else ''}. Re-profile for exact lines.")
+                   f"{f'; {moved} of {len(sites)} anchors re-found by their call text' if moved else ''}"
+                   f"{f'; {dropped} dropped' if dropped else ''}. Re-profile for exact lines.")
             yield ctx.finding(self, span=_ops.file_start(path), message=msg, confidence=Confidence.MODULE,
                               evidence={"collection_end": _iso(end), "file_modified": _iso(mtime),
                                         "collection_end_ns": end, "file_mtime_ns": mtime,
-                                        "anchors": len(sites), "re_anchored": moved})
+                                        "anchors": len(sites), "re_anchored": moved, "dropped": dropped})
 
 
 @register

@@ -120,10 +120,17 @@ def test_no_skip_no_notice():
 # -- NPU902 ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("offset_s", "fires"), [(-1, True), (1, False)])
-def test_source_newer_than_the_capture(tmp_path, offset_s, fires):
+@pytest.mark.parametrize(
+    ("offset_s", "edited", "fires"),
+    [(-1, True, True), (-1, False, False), (1, True, False)],
+    ids=["newer-and-moved", "newer-lines-intact", "older"],
+)
+def test_source_newer_than_the_capture(tmp_path, offset_s, edited, fires):
+    """Fires for a file saved after the capture whose recorded call moved (line 5 -> 7); a
+    newer file whose recorded lines still hold their calls (a fresh checkout) stays quiet."""
     src = tmp_path / "train.py"
-    src.write_text("import torch\n\n\ndef f(x):\n    return torch.relu(x)\n")
+    body = "import torch\n\n\ndef f(x):\n    return torch.relu(x)\n"
+    src.write_text("# added\n# lines\n" + body if edited else body)
     mtime_ns = 1_750_000_000 * 10**9
     os.utime(src, ns=(mtime_ns, mtime_ns))
     b = ProfileBuilder(collection_end_ns=mtime_ns + offset_s * 10**9)
@@ -136,6 +143,7 @@ def test_source_newer_than_the_capture(tmp_path, offset_s, fires):
     if fires:
         assert fs[0].span == Span(str(src), 1, 0, 1, 0)
         assert fs[0].evidence["file_mtime_ns"] == mtime_ns and "lines may have moved" in fs[0].message
+        assert fs[0].evidence["re_anchored"] >= 1
 
 
 # -- NPU903 ------------------------------------------------------------------------------------
