@@ -111,6 +111,7 @@ class FrameChoice:
     path: str  # local file
     modules: tuple[ModuleInstance, ...]  # nn.Module frames inside it (outermost first)
     has_module_frames: bool  # the stack carries nn.Module entries at all (Kineto)
+    callee: str = ""  # function of the library frame just inside it ("backward" of torch/_tensor.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,7 @@ class Anchorer:
         modules: list[ModuleInstance] = []
         has_modules = False
         choice = None
+        inner = ""  # the last library frame seen: the function the user frame called into
         for frame in stack:
             mod = frame.module if frame.opaque else None
             if mod is not None:
@@ -177,12 +179,14 @@ class Anchorer:
                 has_modules = True
                 continue
             if not self.workspace.is_user_frame(frame):
+                if not frame.opaque:
+                    inner = frame.func
                 continue
             local = self.workspace.resolve(frame.file)
             if local is None:
                 self.workspace.note_unmapped(frame.file)
                 continue
-            choice = FrameChoice(frame, str(local), tuple(reversed(modules)), has_modules)
+            choice = FrameChoice(frame, str(local), tuple(reversed(modules)), has_modules, inner)
             break
         if choice is not None and not has_modules:
             has_modules = any(f.module is not None for f in stack)
@@ -307,7 +311,7 @@ class Anchorer:
                 f"re-anchored after edit: profile def line {frame.line}, now {fs.function.def_line}")
             since = frame.line if fs.mode == "active" else None
             return self._in_function(index, fs.scope, ctx, Confidence.MODULE, frame, fs.function, note=note,
-                                     since=since)
+                                     since=since, callee=choice.callee)
         if fs.mode == "line":
             stale = (choice.path, fs.scope, frame.line) in self.stale
             if "dataloader" in keys and not stale:
@@ -596,13 +600,16 @@ class Anchorer:
         return None
 
     def _in_function(self, index: SourceIndex, scope: str, ctx: OpContext, conf: Confidence,
-                     frame: Frame | None, fn: FunctionInfo | None, note: str, since: int | None = None) -> Anchor:
+                     frame: Frame | None, fn: FunctionInfo | None, note: str, since: int | None = None,
+                     callee: str = "") -> Anchor:
         """Only the function is known (def-line frame, module event): search its body.
 
         Several matching calls split by execution order; when that fails, and for ops no call
         matches, the time stays on the function's ``def`` line (never on a guessed call).
         ``since``: the line where tracing began in this (already running) function: only calls
-        after it, or in a loop around it, can be in the trace.
+        after it, or in a loop around it, can be in the trace. ``callee``: the library function
+        the stack shows this function calling (``backward`` for autograd-engine work such as
+        AccumulateGrad or DDP's all-reduce): the one call of that name in the body holds the op.
         """
         path = index.path
         header = None
@@ -632,6 +639,11 @@ class Anchorer:
             elif not anchor.sites and header is not None:
                 anchor = Anchor((replace(header, note=_join(header.note, anchor.note)),))
             return replace(anchor, scope=scope)
+        if callee and not callee.startswith("<"):
+            named = [c for c in calls if c.name == callee and not c.operator]
+            if len(named) == 1:
+                site = call_site(named[0], conf, frame, _join(note, f"inside {callee}()"))
+                return Anchor((site,), scope=scope)
         if header is None:
             return Anchor(note=f"{ctx.label}: module-level code, line not recorded; not mapped", scope=scope)
         return Anchor((header,), levels_up=len(ctx.modules), scope=scope)

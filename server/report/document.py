@@ -86,6 +86,11 @@ def finding_dict(f: Finding, cwd: Path, profile_path: str | None = None) -> dict
     return d
 
 
+def hot_spans(heat) -> list[SpanHeat]:  # noqa: ANN001 - SourceHeat
+    """Spans with time, most first (spans of host-only calls carry none and are no hotspot)."""
+    return [h for h in heat.spans if h.per_step_ns > 0]
+
+
 def hotspot_dict(h: SpanHeat, cwd: Path, steps: int) -> dict[str, Any]:
     span = h.site.span
     per_step = max(steps, 1)
@@ -95,7 +100,7 @@ def hotspot_dict(h: SpanHeat, cwd: Path, steps: int) -> dict[str, Any]:
         "end_line": span.end_line,
         "column": span.col + 1,
         "function": h.site.function,
-        "code": h.site.call_text,
+        "code": h.site.call_text or (f"in {h.site.function}()" if h.site.function else ""),
         "confidence": h.site.confidence.value,
         "device_time_us": _us(h.per_step_ns),
         "forward_us": _us(h.fwd_ns / per_step),

@@ -53,7 +53,7 @@ class CheckRun:
             profiles.append(pdict)
             for f in sorted(job.findings, key=Finding.sort_key):
                 findings.append(document.finding_dict(f, cwd, pdict["path"]))
-            for h in job.heat.spans[: document.MAX_HOTSPOTS]:
+            for h in document.hot_spans(job.heat)[: document.MAX_HOTSPOTS]:
                 d = document.hotspot_dict(h, cwd, job.profile.num_steps)
                 d["profile_path"] = pdict["path"]
                 hotspots.append(d)

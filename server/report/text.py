@@ -138,7 +138,7 @@ def _ops_by_type(ops) -> list[tuple[str, int]]:
 
 
 def hotspots(job: JobReport, run: CheckRun) -> list[str]:
-    spans = job.heat.spans[:TOP_HOTSPOTS]
+    spans = document.hot_spans(job.heat)[:TOP_HOTSPOTS]
     if not spans:
         return []
     what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"

@@ -189,6 +189,30 @@ def test_kineto_def_line_frames_find_the_call_in_the_body(tmp_path):
     assert a.heat.time_source == "host"
 
 
+def test_kineto_autograd_engine_work_lands_on_the_backward_call(tmp_path):
+    """AccumulateGrad / DDP all-reduce run inside ``loss.backward()`` with no forward op of their
+    own; the stack shows ``train`` (def line) calling ``torch/_tensor.py: backward``, so the one
+    ``.backward()`` call in train's body holds them — not train's def line."""
+    def_line = line_of(MODEL, "def train")
+    stack = ";".join(("torch/autograd/graph.py(824): _engine_run_backward",
+                      "torch/autograd/__init__.py(354): backward",
+                      "torch/_tensor.py(625): backward",
+                      f"model.py({def_line}): train", "train.py(21): main")) + ";"
+    b = ProfileBuilder(kind=ProfileKind.KINETO)
+    b.step(1, 0, 100_000)
+    st = b.op("ProfilerStep#1", 0, 100_000)
+    acc = b.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 100, 400, parent=st,
+               stack=stack)
+    b.op("aten::add_", 150, 200, parent=acc, stack=stack)
+    ddp = b.op("c10d::allreduce_", 600, 300, parent=st, stack=stack)
+    p = b.build()
+    a = attribute(p, workspace(tmp_path))
+    for row in (acc, ddp):
+        site = a.site_of_op(row)
+        assert site is not None and span_tuple(site.span) == locate(MODEL, "loss.backward()"), site
+        assert site.confidence is Confidence.MODULE and "inside backward()" in site.note
+
+
 INSERTED = MODEL.replace("    def forward(self, x):\n",
                          "    def forward(self, x):\n        # 新增: 两行\n        x = x.contiguous()\n")
 REMOVED = MODEL.replace("        x = F.dropout(F.relu(x), p=0.1, training=self.training)\n", "")
