@@ -211,3 +211,58 @@ def test_baseline_reports_improvement_and_regression(tmp_path, monkeypatch, caps
                     "--fail-on-regression", "0.1"], capsys).code == 1
     assert run_cli(["--check", "cnn_classifier", "--baseline", old, "--fail-on", "never",
                     "--fail-on-regression", "1000"], capsys).code == 0
+
+
+def _codes(doc) -> set[str]:
+    return {f["code"] for f in doc["findings"]}
+
+
+def test_select_and_ignore_filter_rule_codes(project, capsys):
+    everything = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    codes = _codes(everything)
+    assert {"NPU102", "NPU104"} <= codes, codes  # the sample's seed problems
+    only = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never", "--select", "NPU102"], capsys).out)
+    assert _codes(only) == {"NPU102"}
+    prefix = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never", "--select", "NPU10"], capsys).out)
+    assert _codes(prefix) == {c for c in codes if c.startswith("NPU10")}
+    without = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never",
+                                  "--ignore", "NPU102,NPU9"], capsys).out)
+    assert _codes(without) == {c for c in codes if c != "NPU102" and not c.startswith("NPU9")}
+
+
+def test_fail_on_thresholds(project, capsys):
+    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    severities = {f["severity"] for f in doc["findings"]}
+    assert "warning" in severities and "error" not in severities  # performance is never an error
+    assert run_cli(["--check", ".", "--fail-on", "never"], capsys).code == 0
+    assert run_cli(["--check", ".", "--fail-on", "error"], capsys).code == 0
+    assert run_cli(["--check", ".", "--fail-on", "warning"], capsys).code == 1
+    assert run_cli(["--check", "."], capsys).code == 1  # default: warning
+    assert run_cli(["--check", ".", "--fail-on", "hint"], capsys).code == 1
+    # Only info-level codes selected: warning threshold passes, info threshold fails.
+    info_codes = sorted({f["code"] for f in doc["findings"] if f["severity"] == "info"})
+    assert info_codes
+    sel = ",".join(info_codes)
+    info_only = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never", "--select", sel], capsys).out)
+    if {f["severity"] for f in info_only["findings"]} == {"info"}:
+        assert run_cli(["--check", ".", "--select", sel, "--fail-on", "warning"], capsys).code == 0
+        assert run_cli(["--check", ".", "--select", sel, "--fail-on", "info"], capsys).code == 1
+
+
+def test_pyproject_settings_apply_and_flags_win(project, capsys):
+    (project / "pyproject.toml").write_text('[tool.msprof-lsp]\nignore = ["NPU102"]\nmin-share = 0.0\n')
+    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    assert "NPU102" not in _codes(doc)
+    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never", "--select", "NPU102", "--ignore", ""], capsys).out)
+    # --ignore "" on the command line replaces the file's list
+    assert _codes(doc) == {"NPU102"}
+    (project / "pyproject.toml").write_text('[tool.msprof-lsp]\nbogus-key = 1\n')
+    r = run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys)
+    assert r.code == 0 and "unknown setting 'bogus-key'" in r.err
+
+
+def test_color_always_and_never(project, capsys):
+    coloured = run_cli(["--check", ".", "--fail-on", "never", "--color", "always"], capsys).out
+    assert "\x1b[" in coloured
+    plain = run_cli(["--check", ".", "--fail-on", "never", "--color", "never"], capsys).out
+    assert "\x1b[" not in plain
