@@ -26,6 +26,8 @@ class Site:
     call_text: str  # source text of the call, used to re-anchor after edits (drift)
     frame: Frame | None = None  # the profile frame it came from (None: module/inferred)
     note: str = ""  # e.g. "re-anchored after edit", "backward of aten::relu"
+    kind: str = "call"  # call | statement (no call matched on the line) | function (def header only)
+    occurrence: int = 0  # index among the same-text calls/statements of ``function`` (re-anchoring)
 
 
 @dataclass(slots=True)
@@ -90,6 +92,9 @@ class SourceHeat:
     unattributed_ns: int  # no stack / no user frame / frame maps to no local file
     unmapped_files: list[str] = field(default_factory=list)  # profile paths with no local match, reported once
     notes: list[str] = field(default_factory=list)  # e.g. drift drops
+    time_source: str = "device"  # device: kernel time; host: host op self time (profiles without kernels)
+    fwd_ns: int = 0  # attributed forward / backward time
+    bwd_ns: int = 0
 
     @property
     def mapped_share(self) -> float:
@@ -104,6 +109,7 @@ class Attribution:
     kernel_site: np.ndarray  # int64 per kernels row: index into sites, -1 none
     op_site: np.ndarray  # int64 per host_ops row: index into sites, -1 none
     heat: SourceHeat
+    state: object | None = field(default=None, repr=False, compare=False)  # the Attributor (re-anchoring)
 
     def site_of_kernel(self, row: int) -> Site | None:
         i = int(self.kernel_site[row])

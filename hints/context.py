@@ -1,0 +1,209 @@
+"""What a rule sees (``RuleContext``) and the small helpers every rule shares.
+
+Rules normalise evidence per step, express impact as a share of the step time, write messages
+in the one format of hint-rules §0.3 and build findings with a severity from that share. Doing it
+here keeps the numbers and wording consistent across the catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from msprof_lsp.mapping.heat import Attribution
+from msprof_lsp.mapping.model import Backend, Profile
+from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.units import NS_PER_US, format_us
+
+from . import suppress
+from .config import RuleConfig
+from .finding import Finding, Fix, Related, Severity
+
+if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access is used here
+    from msprof_lsp.mapping.workspace import SourceWorkspace
+
+    from .registry import Rule
+
+MAX_FIX_WORDS = 12
+
+
+def format_share(share: float) -> str:
+    """Impact as shown in messages: one decimal, percent."""
+    return f"{share * 100:.1f}%"
+
+
+def format_message(
+    short: str,
+    *,
+    per_step_us: float,
+    share: float,
+    diagnosis: str,
+    fix: str,
+    count: int | None = None,
+    unit: str = "",
+    qualifier: str = "",
+) -> str:
+    """``<Short name>: <count> <unit>, <time>/step (<impact>% of step)[, <qualifier>]: <diagnosis>. <fix>.``
+
+    ``fix`` must be at most 12 words (hint-rules §0.3); longer advice belongs in the rule's doc
+    page, so a longer one raises ValueError (a programming error the rule's tests catch).
+    """
+    if len(fix.split()) > MAX_FIX_WORDS:
+        raise ValueError(f"fix text longer than {MAX_FIX_WORDS} words: {fix!r}")
+    head = f"{count} {unit}, " if count is not None else ""
+    qual = f", {qualifier}" if qualifier else ""
+    diagnosis = diagnosis.rstrip(".")
+    fix = fix.rstrip(".")
+    return f"{short}: {head}{format_us(per_step_us)}/step ({format_share(share)} of step){qual}: {diagnosis}. {fix}."
+
+
+class RuleContext:
+    """Everything a rule may read, plus shared helpers. Rules never mutate it."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        attribution: Attribution | None,
+        workspace: SourceWorkspace | None,
+        config: RuleConfig,
+        backend: Backend | str | None = None,
+    ) -> None:
+        self.profile = profile
+        self.attribution = attribution
+        self.workspace = workspace
+        self.config = config
+        b = backend if backend is not None else profile.meta.backend
+        self.backend: str = b.value if isinstance(b, Backend) else str(b)
+        self._step_time_ns: float | None = None
+        self._texts: dict[str, str | None] = {}
+        self._suppressions: dict[str, dict[int, frozenset[str]]] = {}
+
+    # -- numbers ------------------------------------------------------------------------------
+
+    @property
+    def step_time_ns(self) -> float:
+        if self._step_time_ns is None:
+            if self.attribution is not None and self.attribution.heat.step_time_ns > 0:
+                self._step_time_ns = float(self.attribution.heat.step_time_ns)
+            else:
+                self._step_time_ns = float(self.profile.step_time_ns)
+        return self._step_time_ns
+
+    @property
+    def num_steps(self) -> int:
+        if self.attribution is not None and self.attribution.heat.num_steps > 0:
+            return self.attribution.heat.num_steps
+        return max(self.profile.num_steps, 1)
+
+    def per_step_ns(self, total_ns: float) -> float:
+        """A total over the capture, per profiled step."""
+        return total_ns / self.num_steps
+
+    def per_step_us(self, total_ns: float) -> float:
+        return self.per_step_ns(total_ns) / NS_PER_US
+
+    def share(self, per_step_ns: float) -> float:
+        """Per-step time as a share of the step (0 when the step time is unknown)."""
+        st = self.step_time_ns
+        return per_step_ns / st if st > 0 else 0.0
+
+    def threshold(self, key: str) -> Any:
+        return self.config.threshold(key)
+
+    def severity(self, code: str, share: float, confidence: Confidence = Confidence.STACK) -> Severity:
+        """Severity by share (hint-rules §0.2); inferred anchors are at most a hint unless configured."""
+        sev = self.config.severity_for_share(code, share)
+        if confidence is Confidence.INFERRED and self.config.severity_override(code) is None:
+            return Severity.HINT
+        return sev
+
+    # -- findings -----------------------------------------------------------------------------
+
+    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "") -> str:
+        """``format_message`` with the time and share computed from a capture total."""
+        per = self.per_step_ns(total_ns)
+        return format_message(
+            short,
+            per_step_us=per / NS_PER_US,
+            share=self.share(per),
+            diagnosis=diagnosis,
+            fix=fix,
+            count=count,
+            unit=unit,
+            qualifier=qualifier,
+        )
+
+    def finding(
+        self,
+        rule: Rule,
+        *,
+        span: Span | None,
+        message: str,
+        total_ns: float = 0.0,
+        confidence: Confidence = Confidence.STACK,
+        evidence: dict[str, Any] | None = None,
+        fixes: Sequence[Fix] = (),
+        related: Iterable[Related] = (),
+        severity: Severity | None = None,
+    ) -> Finding:
+        """A finding with per-step time, share and severity filled in.
+
+        ``severity`` may only lower the computed one (e.g. a weak variant of a rule); fixed-severity
+        rules get their ``default_severity``.
+        """
+        per = self.per_step_ns(total_ns)
+        share = self.share(per)
+        if rule.default_severity is not None:
+            sev = self.config.severity_override(rule.code) or rule.default_severity
+        else:
+            sev = self.severity(rule.code, share, confidence)
+            if severity is not None and severity.rank < sev.rank:
+                sev = severity
+        return Finding(
+            code=rule.code,
+            name=rule.name,
+            severity=sev,
+            message=message,
+            span=span,
+            share=share,
+            time_per_step_us=per / NS_PER_US,
+            confidence=confidence,
+            evidence=dict(evidence or {}),
+            fixes=list(fixes),
+            related=list(related),
+        )
+
+    # -- source ------------------------------------------------------------------------------------
+
+    def source_text(self, path: str) -> str | None:
+        """The current text of a source file (the editor's buffer when the workspace has one)."""
+        if path in self._texts:
+            return self._texts[path]
+        text: str | None = None
+        getter = getattr(self.workspace, "text", None) if self.workspace is not None else None
+        if callable(getter):
+            try:
+                text = getter(path)
+            except (OSError, KeyError, ValueError):
+                text = None
+        if text is None:
+            try:
+                text = Path(path).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = None
+        self._texts[path] = text
+        return text
+
+    def suppressions(self, path: str) -> dict[int, frozenset[str]]:
+        if path not in self._suppressions:
+            text = self.source_text(path)
+            self._suppressions[path] = suppress.suppressions(text) if text is not None else {}
+        return self._suppressions[path]
+
+    def is_suppressed(self, finding: Finding) -> bool:
+        span = finding.span
+        if span is None:
+            return False
+        table = self.suppressions(span.path)
+        return suppress.is_suppressed(table, span.line, finding.code) or suppress.is_suppressed(table, span.end_line, finding.code)

@@ -1,0 +1,73 @@
+"""Run the rules over one profile: select/ignore, severity, min_share, suppressions, isolation.
+
+``run_rules`` is the single entry point the server and ``--check`` call. A rule that raises does
+not stop the others: it becomes one ``Information`` notice naming the rule and the error (and
+the traceback goes to the log). Output order is stable: path, line, column, code, message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from .context import RuleContext
+from .finding import Finding, Severity
+from .registry import Rule, all_rules
+
+log = logging.getLogger("msprof_lsp.hints")
+
+
+def _ordered(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (*f.sort_key(), f.message))
+
+
+def _crash_notice(rule: Rule, exc: BaseException) -> Finding:
+    return Finding(
+        code=rule.code,
+        name=rule.name,
+        severity=Severity.INFO,
+        message=f"{rule.code} {rule.name} could not run on this profile ({type(exc).__name__}: {exc}); the other rules ran.",
+        span=None,
+        evidence={"notice": "rule-error", "error": f"{type(exc).__name__}: {exc}"},
+    )
+
+
+def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
+    """Final severity and the min_share cut (fixed-severity rules are never cut)."""
+    override = ctx.config.severity_override(f.code)
+    if override is not None:
+        f.severity = override
+        fixed = rule.fixed_severity
+    elif rule.fixed_severity:
+        fixed = True
+    else:
+        fixed = False
+        computed = ctx.severity(f.code, f.share, f.confidence)
+        # A rule may lower its own finding (a weak variant), never raise it above the share.
+        f.severity = computed if computed.rank <= f.severity.rank else f.severity
+    if not fixed and f.share < ctx.config.min_share:
+        return None
+    return f
+
+
+def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> list[Finding]:
+    """All findings for this profile after selection, severity, ``min_share`` and suppressions."""
+    chosen = all_rules() if rules is None else list(rules)
+    out: list[Finding] = []
+    for rule in chosen:
+        if not ctx.config.enabled(rule.code) or not rule.applies_to(ctx.backend):
+            continue
+        try:
+            produced = list(rule.check(ctx))
+        except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the user every other hint
+            log.exception("rule %s (%s) failed", rule.code, rule.name)
+            out.append(_crash_notice(rule, exc))
+            continue
+        for f in produced:
+            if not ctx.config.enabled(f.code):
+                continue
+            settled = _settle(f, rule, ctx)
+            if settled is None or ctx.is_suppressed(settled):
+                continue
+            out.append(settled)
+    return _ordered(out)

@@ -1,0 +1,142 @@
+"""Text edits: apply them to a document, and compute the smallest set that turns one text into another.
+
+Positions follow ``mapping.spans``: 1-based lines, 0-based columns in code points. Lines end at
+``\\n``, ``\\r\\n`` or ``\\r`` only (the LSP definition; ``str.splitlines`` also breaks on form feeds
+and other separators, which would shift every later line).
+
+Fix transforms rewrite the whole module with libcst and then call ``minimal_edits`` so that the
+editor receives only the lines that really changed (an inserted import, one replaced call), which
+keeps undo small and never clobbers unrelated text the user typed meanwhile.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from bisect import bisect_right
+from collections.abc import Iterable
+
+from msprof_lsp.hints.finding import TextEdit
+
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """Offset of the first character of every line (line 1 at index 0)."""
+    return [0, *(m.end() for m in _EOL.finditer(text))]
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their line endings kept; the last element may lack one (or be "")."""
+    starts = line_starts(text)
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
+
+
+class PositionError(ValueError):
+    """An edit position outside the document, or edits that overlap."""
+
+
+def offset_of(text: str, line: int, col: int, *, starts: list[int] | None = None) -> int:
+    """Offset of a (1-based line, 0-based code-point column) position."""
+    starts = starts if starts is not None else line_starts(text)
+    if line < 1 or line > len(starts):
+        raise PositionError(f"line {line} outside the document (1..{len(starts)})")
+    begin = starts[line - 1]
+    end = starts[line] if line < len(starts) else len(text)
+    content_end = end
+    while content_end > begin and text[content_end - 1] in "\r\n":
+        content_end -= 1
+    if col < 0 or begin + col > content_end:
+        raise PositionError(f"column {col} outside line {line} (0..{content_end - begin})")
+    return begin + col
+
+
+def position_of(text: str, offset: int, *, starts: list[int] | None = None) -> tuple[int, int]:
+    """(1-based line, 0-based column) of an offset."""
+    starts = starts if starts is not None else line_starts(text)
+    if offset < 0 or offset > len(text):
+        raise PositionError(f"offset {offset} outside the document (0..{len(text)})")
+    idx = bisect_right(starts, offset) - 1
+    # An offset between "\r" and "\n" of one CRLF belongs to no line; callers never produce it.
+    return idx + 1, offset - starts[idx]
+
+
+def apply_edits(text: str, edits: Iterable[TextEdit]) -> str:
+    """Apply non-overlapping edits (all positions refer to the original text)."""
+    starts = line_starts(text)
+    spans = []
+    for e in edits:
+        a = offset_of(text, e.line, e.col, starts=starts)
+        b = offset_of(text, e.end_line, e.end_col, starts=starts)
+        if b < a:
+            raise PositionError(f"edit ends before it starts: {e}")
+        spans.append((a, b, e.new_text))
+    # Stable for insertions at one offset: they apply in the order given.
+    spans.sort(key=lambda s: (s[0], s[1]))
+    out: list[str] = []
+    pos = 0
+    for a, b, new in spans:
+        if a < pos:
+            raise PositionError("overlapping edits")
+        out.append(text[pos:a])
+        out.append(new)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _edit(path: str, old: str, starts: list[int], a: int, b: int, new: str) -> TextEdit:
+    line, col = position_of(old, a, starts=starts)
+    end_line, end_col = position_of(old, b, starts=starts)
+    return TextEdit(path, line, col, end_line, end_col, new)
+
+
+def minimal_edits(old: str, new: str, path: str = "") -> tuple[TextEdit, ...]:
+    """Edits that turn ``old`` into ``new``, touching only the lines that differ.
+
+    Lines are matched with difflib; inside a one-line change the common prefix and suffix are
+    trimmed, so renaming ``.double()`` to ``.float()`` edits six characters, not the line.
+    """
+    if old == new:
+        return ()
+    a_lines = split_lines(old)
+    b_lines = split_lines(new)
+    starts = line_starts(old)
+    a_off = [*starts[: len(a_lines)], len(old)]
+    b_off = [0]
+    for ln in b_lines:
+        b_off.append(b_off[-1] + len(ln))
+    edits: list[TextEdit] = []
+    matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        a0, a1 = a_off[i1], a_off[i2]
+        b0, b1 = b_off[j1], b_off[j2]
+        old_part, new_part = old[a0:a1], new[b0:b1]
+        # Trim the common prefix/suffix (never splitting a CRLF pair) so one-line changes stay small.
+        p = 0
+        lim = min(len(old_part), len(new_part))
+        while p < lim and old_part[p] == new_part[p]:
+            p += 1
+        while p and old_part[p - 1] == "\r" and p < len(old_part) and old_part[p] == "\n":
+            p -= 1
+        s = 0
+        lim2 = min(len(old_part), len(new_part)) - p
+        while s < lim2 and old_part[-1 - s] == new_part[-1 - s]:
+            s += 1
+        while s and old_part[len(old_part) - s] == "\n" and len(old_part) - s - 1 >= 0 and old_part[len(old_part) - s - 1] == "\r":
+            s -= 1
+        edits.append(_edit(path, old, starts, a0 + p, a1 - s, new_part[p : len(new_part) - s]))
+    return tuple(edits)
+
+
+def edited_lines(edits: Iterable[TextEdit]) -> set[int]:
+    """Original lines an edit touches (an insertion at column 0 touches no existing text)."""
+    lines: set[int] = set()
+    for e in edits:
+        if e.line == e.end_line and e.col == e.end_col and e.col == 0:
+            continue  # pure insertion before a line
+        last = e.end_line if e.end_col > 0 or e.end_line == e.line else e.end_line - 1
+        lines.update(range(e.line, last + 1))
+    return lines

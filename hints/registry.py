@@ -1,0 +1,144 @@
+"""The rule framework: what a rule declares, and the registry that finds them.
+
+A rule is a class with class-level metadata and a ``check(ctx)`` generator, registered with
+``@register``. Rule modules live in ``hints/rules/`` — one module per rule family (``seed.py`` for
+NPU101-109, ``fused_api.py`` for NPU210-217, ...); ``all_rules()`` imports every module there
+once, so adding a family is adding a file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar
+
+from .config import THRESHOLD_DEFAULTS
+from .finding import Finding, Severity
+
+if TYPE_CHECKING:
+    from .context import RuleContext
+
+CODE_RE = re.compile(r"^[A-Z]{3}[0-9]{3}$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+BACKENDS = ("ascend", "cuda", "cpu")
+
+
+class RuleError(ValueError):
+    """A rule class whose metadata breaks the contract (a programming error, caught at import)."""
+
+
+class Rule(ABC):
+    """Base class of every rule.
+
+    Class attributes (checked by ``register``):
+      code              stable id, family letters + 3 digits (NPU101); used by suppressions, SARIF
+      name              kebab-case (relu-dropout-fusion)
+      summary           one line for lists and the docs index
+      rationale         one paragraph: why this costs time and what the fix changes
+      default_severity  None: by share of step time (hint-rules §0.2); a Severity: fixed (env, notices)
+      thresholds        keys of hints.config.THRESHOLDS the rule reads
+      backends          profile backends the rule applies to
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    rationale: ClassVar[str]
+    default_severity: ClassVar[Severity | None] = None
+    thresholds: ClassVar[tuple[str, ...]] = ()
+    backends: ClassVar[tuple[str, ...]] = BACKENDS
+
+    @property
+    def doc(self) -> str:
+        """Repository-relative path of the rule's page (target of codeDescription.href)."""
+        return f"docs/rules/{self.code}.md"
+
+    @property
+    def fixed_severity(self) -> bool:
+        return self.default_severity is not None
+
+    def applies_to(self, backend: str) -> bool:
+        return backend in self.backends
+
+    @abstractmethod
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        """Yield findings for this profile (use ``ctx.finding`` to build them)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.code} {self.name}>"
+
+
+_REGISTRY: dict[str, Rule] = {}
+_LOADED = False
+_LOCK = threading.Lock()
+
+
+def validate(cls: type[Rule]) -> None:
+    for attr in ("code", "name", "summary", "rationale"):
+        if not isinstance(getattr(cls, attr, None), str) or not getattr(cls, attr):
+            raise RuleError(f"{cls.__name__}: missing class attribute {attr!r}")
+    if not CODE_RE.match(cls.code):
+        raise RuleError(f"{cls.__name__}: code {cls.code!r} is not LETTERS+3 digits (NPU101)")
+    if not NAME_RE.match(cls.name):
+        raise RuleError(f"{cls.__name__}: name {cls.name!r} is not kebab-case")
+    if "\n" in cls.summary.strip():
+        raise RuleError(f"{cls.__name__}: summary must be one line")
+    unknown = [k for k in cls.thresholds if k not in THRESHOLD_DEFAULTS]
+    if unknown:
+        raise RuleError(f"{cls.__name__}: unknown threshold keys {unknown}")
+    bad = [b for b in cls.backends if b not in BACKENDS]
+    if bad:
+        raise RuleError(f"{cls.__name__}: unknown backends {bad}")
+    if cls.default_severity is not None and not isinstance(cls.default_severity, Severity):
+        raise RuleError(f"{cls.__name__}: default_severity must be a Severity or None")
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator: validate the metadata and add one instance to the registry."""
+    validate(cls)
+    existing = _REGISTRY.get(cls.code)
+    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
+        raise RuleError(f"duplicate rule code {cls.code}: {type(existing).__name__} and {cls.__name__}")
+    _REGISTRY[cls.code] = cls()
+    return cls
+
+
+def load_rule_modules() -> None:
+    """Import every module of ``hints/rules`` once (each registers its rules)."""
+    global _LOADED
+    if _LOADED:
+        return
+    with _LOCK:
+        if _LOADED:
+            return
+        from . import rules
+
+        for info in sorted(pkgutil.iter_modules(rules.__path__), key=lambda m: m.name):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{rules.__name__}.{info.name}")
+        _LOADED = True
+
+
+def all_rules() -> list[Rule]:
+    """Every registered rule, ordered by code."""
+    load_rule_modules()
+    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+
+
+def rule(code: str) -> Rule:
+    """The rule with this code (KeyError if there is none)."""
+    load_rule_modules()
+    try:
+        return _REGISTRY[code.upper()]
+    except KeyError:
+        raise KeyError(f"no rule {code!r}") from None
+
+
+def rules_matching(prefixes: Iterable[str]) -> list[Rule]:
+    """Rules whose code starts with any of the prefixes (codes or families, e.g. NPU1)."""
+    ps = tuple(p.upper() for p in prefixes)
+    return [r for r in all_rules() if r.code.startswith(ps)]

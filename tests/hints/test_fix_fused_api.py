@@ -1,0 +1,129 @@
+"""NPU210-NPU217 fused-API swaps on a tiny LLaMA-style block: exact recognition, no edit otherwise,
+and the fixed block computing the same outputs (torch_npu APIs via the documented-semantics stand-in;
+the CUDA/CPU variants with real torch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npu_standin
+from fixkit import check_fix, line_of, load, model_source
+from msprof_lsp.hints.fixes import fused_api as fa
+
+LLAMA = model_source("tiny_llama.py")
+
+NPU_STEPS = [
+    (fa.rms_norm, "return x * torch.rsqrt(", "torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)[0]"),
+    (fa.rotary_mul, "return q * cos + rotate_half(q) * sin", "return torch_npu.npu_rotary_mul(q, cos, sin)"),
+    (fa.swiglu, "return self.w3(F.silu(a) * b)", "return self.w3(torch_npu.npu_swiglu(h, dim=-1))"),
+    (fa.attention, "ctx = probs @ v", 'ctx = torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=causal, '
+     "scale=1 / math.sqrt(self.head_dim), keep_prob=1 - (self.attn_drop.p if self.training else 0.0))[0]"),
+    (fa.confusion_transpose, "ctx = ctx.permute(0, 2, 1, 3)", "ctx = torch_npu.npu_confusion_transpose(ctx, [0, 2, 1, 3], [b, s, d], True)"),
+    (fa.add_layer_norm, "h = x + r", "y, _, _, h = torch_npu.npu_add_layer_norm(x, r, self.post_norm.weight, self.post_norm.bias, "
+     "self.post_norm.eps, additional_output=True)"),
+    (fa.scaled_masked_softmax, 'return F.softmax((x * scale).masked_fill(', "return torch_npu.npu_scaled_masked_softmax(x, mask, scale=scale)"),
+]
+
+
+def _inputs(seed: int = 0):
+    torch.manual_seed(seed)
+    x = torch.randn(2, 6, 32)
+    causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
+    return x, causal
+
+
+def _block_out(text: str, name: str, state=None, **stubs):
+    ns = load(text, name, **stubs)
+    torch.manual_seed(0)
+    block = ns["Block"](ns["Config"]())
+    if state is not None:
+        block.load_state_dict(state, strict=True)
+    block.eval()
+    x, causal = _inputs()
+    cos, sin = ns["rope_tables"](6, 8)
+    with torch.no_grad():
+        return block(x, cos, sin, causal), block.state_dict(), ns
+
+
+def test_each_swap_edits_only_its_lines_and_is_idempotent():
+    for fn, needle, expected in NPU_STEPS:
+        first = line_of(LLAMA, needle)
+        res = fn(LLAMA, first)
+        # multi-statement matches may also delete the statements they consumed right above
+        span = {first} | (set(range(first - 4, first)) if fn is fa.attention else set()) | (
+            {first - 1} if fn is fa.swiglu else set()) | ({first + 1} if fn is fa.add_layer_norm else set())
+        new = check_fix(LLAMA, res, allowed_lines=span, safe=False)
+        assert expected in new, (fn.__name__, new)
+        assert "import torch_npu\n" in new  # added once, after `import torch`
+        assert new.index("import torch\n") < new.index("import torch_npu\n")
+        again = fn(new, line_of(new, expected.split("(")[0]))
+        assert again is None, fn.__name__
+
+
+def test_all_npu_swaps_compute_the_same_block_output():
+    ref, state, _ = _block_out(LLAMA, "llama_ref")
+    new = LLAMA
+    for fn, needle, _expected in NPU_STEPS:
+        res = fn(new, line_of(new, needle))
+        assert res is not None, fn.__name__
+        new = res.new_source
+    assert new.count("import torch_npu\n") == 1
+    out, _, ns = _block_out(new, "llama_npu", state, torch_npu=npu_standin.make())
+    assert torch.allclose(ref, out, atol=1e-5)
+    x = torch.randn(2, 4, 8, 8)
+    mask = torch.rand(8, 8) > 0.5
+    mask[:, 0] = False
+    ref_ns = load(LLAMA, "llama_ref2")
+    assert torch.allclose(ns["scaled_scores"](x, mask, 0.5), ref_ns["scaled_scores"](x, mask, 0.5), atol=1e-6)
+
+
+def test_cpu_backend_variants_run_with_torch():
+    ref, state, _ = _block_out(LLAMA, "llama_ref3")
+    res = fa.attention(LLAMA, line_of(LLAMA, "ctx = probs @ v"), backend="cpu")
+    new = check_fix(LLAMA, res, allowed_lines=set(range(line_of(LLAMA, "ctx = probs @ v") - 4, line_of(LLAMA, "ctx = probs @ v") + 1)))
+    assert (
+        "ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=~(causal), "
+        "dropout_p=self.attn_drop.p if self.training else 0.0, scale=1 / math.sqrt(self.head_dim))"
+    ) in new
+    assert "import torch_npu" not in new
+    out, _, _ = _block_out(new, "llama_sdpa", state)
+    assert torch.allclose(ref, out, atol=1e-5)
+    g = fa.fast_gelu(new, line_of(new, "y = F.gelu("), backend="cpu")
+    new2 = check_fix(new, g, allowed_lines={line_of(new, "y = F.gelu(")})
+    assert 'y = F.gelu(self.gelu_proj(y), approximate="tanh")' in new2
+    assert fa.fast_gelu(new2, line_of(new2, "y = F.gelu(")) is None
+    out2, _, _ = _block_out(new2, "llama_gelu", state)
+    assert torch.allclose(ref, out2, atol=1e-2) and not torch.equal(ref, out2)  # an approximation
+
+
+def test_npu_gelu_swap_text():
+    ln = line_of(LLAMA, "y = F.gelu(")
+    new = check_fix(LLAMA, fa.fast_gelu(LLAMA, ln), allowed_lines={ln})
+    assert "y = torch_npu.fast_gelu(self.gelu_proj(y))" in new
+
+
+@pytest.mark.parametrize(
+    ("fn", "code"),
+    [
+        (fa.rms_norm, "def f(x, w, eps):\n    return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + eps) * w\n"),
+        (fa.rms_norm, "def f(x, y, w, eps):\n    return x * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps) * w\n"),
+        (fa.swiglu, "def f(x):\n    a, b = x.chunk(3, dim=-1)\n    return F.silu(a) * b\n"),
+        (fa.swiglu, "def f(x):\n    b, a = x.chunk(2, dim=-1)\n    return F.silu(a) * b\n"),
+        (fa.rotary_mul, "def rotate_half(x):\n    return x\n\ndef f(q, cos, sin):\n    return q * cos + rotate_half(q) * sin\n"),
+        (fa.attention, "def f(q, k, v, bias):\n    return F.softmax(q @ k.transpose(-2, -1) + bias, dim=-1) @ v\n"),
+        (fa.confusion_transpose, "def f(x, b, s):\n    return x.permute(0, 2, 1, 3).contiguous().view(b, s, -1)\n"),
+        (fa.scaled_masked_softmax, "def f(x, m):\n    return F.softmax(x.masked_fill(m, -1e4), dim=-1)\n"),
+    ],
+)
+def test_near_misses_get_no_edit(fn, code):
+    src = "import torch\nimport torch.nn.functional as F\n\n\n" + code
+    why: list[str] = []
+    last = len(src.splitlines())
+    assert fn(src, last, why=why) is None, fn.__name__
+    assert why
+
+
+def test_snippets_cover_every_code():
+    assert sorted(fa.SNIPPETS) == [f"NPU21{i}" for i in range(8)]
+    assert all("torch_npu." in s for s in fa.SNIPPETS.values())
