@@ -1,0 +1,18 @@
+"""Start the real server (msprof_lsp.server.__main__) with the test rules of lsp_rules.py registered.
+
+Used as the server command of the end-to-end tests until the rule catalog is on main.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lsp_rules  # noqa: E402,F401 - registers TST101, TST102, TST900
+
+from msprof_lsp.server.__main__ import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main([]))
