@@ -162,7 +162,7 @@ class Doc:
         self.version += 1
         self.text = text
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(self.uri, self.version),
+            types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
             [types.TextDocumentContentChangeWholeDocument(text=text)],
         ))
 
@@ -172,7 +172,7 @@ class Doc:
         self.text = apply_text_edits(self.text, [types.TextEdit(
             types.Range(types.Position(line0, char), types.Position(end_line0, end_char)), new_text)])
         self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(self.uri, self.version),
+            types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
             [types.TextDocumentContentChangePartial(
                 range=types.Range(types.Position(line0, char), types.Position(end_line0, end_char)), text=new_text)],
         ))
@@ -243,3 +243,74 @@ def line_of(text: str, needle: str) -> int:
     hits = [i + 1 for i, line in enumerate(text.split("\n")) if needle in line]
     assert len(hits) == 1, f"{needle!r} found on lines {hits}"
     return hits[0]
+
+
+# -- expectations on the CNN sample (computed from its source text and its run description) ------
+
+
+def cnn_truth_shares(rank: int) -> dict[tuple[str, int], float]:
+    """Share of step time per (file name, line) from the sample's run description (tests.synth),
+    not from the server's mapping code."""
+    from tests.synth import truth
+    from tests.synth.sample_runs import cnn_runs
+
+    run = cnn_runs(SAMPLES / "cnn_classifier")[rank]
+    t = truth(run)
+    steps = len(t.steps)
+    return {(Path(f).name, line): ns / steps / t.mean_step_time_ns for (f, line), ns in t.kernel_ns_by_line.items()}
+
+
+# The calls the ReLU -> Dropout rule must flag in cnn_classifier/model.py: the dropout call of each
+# pair (hint-rules NPU101 anchors on it). `self.embed` is nn.Sequential(Linear, ReLU, Dropout): its
+# ReLU and dropout kernels are launched from library frames inside that call, so they land on it.
+PAIR_CALLS = (("x = self.embed(x)", "self.embed("), ("x = self.drop(self.act(", "self.drop("),
+              ("x = F.dropout(F.relu(", "F.dropout("))
+# Where the ReLU of each pair is (relatedInformation), None when it is inside the same call.
+PAIR_RELU = {"self.embed(": None, "self.drop(": "self.act(", "F.dropout(": "F.relu("}
+# The heaviest call on each hot line (the hot-line rule anchors there): conv kernels dominate the
+# conv block's line (CnnKnobs: conv 42/55 µs + TransData 26 µs vs BN 12, pool 9, ReLU 5).
+HOT_CALLS = {"return self.pool(F.relu(self.bn(self.conv(x))))": "self.conv(", "x = self.embed(x)": "self.embed("}
+
+
+def to_utf16(text: str, rng: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    lines = text.split("\n")
+    l0, c0, l1, c1 = rng
+    return l0, utf16_col(lines[l0], c0), l1, utf16_col(lines[l1], c1)
+
+
+def expected_cnn(text: str, hot_lines: Sequence[str]) -> set[tuple[str, int, int, int, int]]:
+    """(code, line0, start, end_line0, end) in UTF-16 units of every diagnostic on model.py."""
+    out = set()
+    for needle, call in PAIR_CALLS:
+        out.add((PAIR, *to_utf16(text, call_range(text, line_of(text, needle), call))))
+    for content in hot_lines:
+        out.add((HOT, *to_utf16(text, call_range(text, line_of(text, content), HOT_CALLS[content]))))
+    return out
+
+
+def keyed(diags: Sequence[types.Diagnostic]) -> set[tuple[str, int, int, int, int]]:
+    return {(str(d.code), d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character)
+            for d in diags}
+
+
+async def diagnostics_now(client: LanguageClient, profile: str, uri: str) -> list[types.Diagnostic]:
+    if is_pull(profile):
+        report = await client.text_document_diagnostic_async(
+            types.DocumentDiagnosticParams(text_document=types.TextDocumentIdentifier(uri)))
+        assert report.kind == "full"
+        return list(report.items)
+    return list(client.diagnostics.get(uri, []))
+
+
+async def wait_diagnostics(client: LanguageClient, profile: str, uri: str,
+                           predicate: Callable[[list[types.Diagnostic]], bool], timeout: float = 20.0,
+                           what: str = "diagnostics") -> list[types.Diagnostic]:
+    deadline = time.monotonic() + timeout
+    last: list[types.Diagnostic] = []
+    while True:
+        last = await diagnostics_now(client, profile, uri)
+        if predicate(last):
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {sorted(keyed(last))}")
+        await asyncio.sleep(0.05)
