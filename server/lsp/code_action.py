@@ -2,9 +2,9 @@
 ``source.fixAll.msprof-lsp`` (every safe fix of the file).
 
 The fixes come from the diagnostics' ``data`` (computed at publish time, in client units, with the
-document version), so nothing is recomputed here. A diagnostic from an older version of the
-buffer is matched to the current one of the same code and line; if there is none, it gets no
-fix. Clients with ``codeAction/resolve`` for ``edit`` get the actions without edits first.
+document version), so nothing is recomputed here. A diagnostic published for an older version of
+the buffer is followed to its line now (the buffer keeps line maps of recent versions) and
+matched to the current diagnostic of that code there; if there is none, it gets no fix. Clients with ``codeAction/resolve`` for ``edit`` get the actions without edits first.
 """
 
 from __future__ import annotations
@@ -97,11 +97,15 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                 continue
             code = str(d.code)
             data = d.data if isinstance(d.data, dict) else {}
-            if data.get("version") == view.version and data.get("generation") == ls.snapshot.generation:
-                fixes, line0 = _fixes_of(d), d.range.start.line
+            line = data.get("line")
+            if not isinstance(line, int):
+                continue  # not one of ours, or mangled by the client
+            if data.get("version") == view.version:
+                fixes, line0 = _fixes_of(d), line - 1  # the edits were made for exactly this text
             else:
-                # computed for an older text: use the current diagnostic of that code and line
-                now = _match(current, code, d.range.start.line)
+                # published for an older text: follow its line to now and use today's diagnostic
+                now_line = doc.line_now(data.get("version"), line) if doc is not None else None
+                now = _match(current, code, now_line - 1) if now_line is not None else None
                 if now is None:
                     continue
                 fixes, line0 = _fixes_of(now), now.range.start.line

@@ -27,6 +27,9 @@ def uri_of(path: str) -> str:
     return uris.from_fs_path(path) or Path(path).as_uri()
 
 
+HISTORY = 32  # versions a stale diagnostic can still be traced from
+
+
 @dataclass(slots=True)
 class OpenDocument:
     uri: str
@@ -38,16 +41,32 @@ class OpenDocument:
     base_generation: int = -1  # the snapshot the line map starts from
     opened_seq: int = 0  # order of opening (the newest open file picks the job)
     suppress_cache: tuple[int, dict[int, frozenset[str]]] | None = field(default=None, repr=False)
+    # recent versions -> map from that version's lines to the current ones (stale code actions)
+    history: dict[int, LineMap] = field(default_factory=dict, repr=False)
 
     def update(self, version: int, text: str) -> None:
-        """The buffer changed: extend the line map by this edit."""
+        """The buffer changed: extend the line maps by this edit."""
         lines = split_lines(text)
+        step = LineMap.diff(self.lines, lines)
         if self.linemap is not None:
-            self.linemap = self.linemap.then(LineMap.diff(self.lines, lines))
+            self.linemap = self.linemap.then(step)
+        self.history = {v: m.then(step) for v, m in self.history.items()}
+        self.history[self.version] = step
+        if len(self.history) > HISTORY:
+            for v in sorted(self.history)[: len(self.history) - HISTORY]:
+                del self.history[v]
         self.version = version
         self.text = text
         self.lines = lines
         self.suppress_cache = None
+
+    def line_now(self, version: int | None, line: int) -> int | None:
+        """Where 1-based ``line`` of an earlier ``version`` of this buffer is now (None: edited
+        away, or too old to tell)."""
+        if version == self.version:
+            return line
+        m = self.history.get(version) if version is not None else None
+        return m.line(line) if m is not None else None
 
     def rebase(self, generation: int, analysed_text: str | None) -> None:
         """A new analysis arrived: map from the text it saw to the buffer."""
