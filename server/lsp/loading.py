@@ -48,6 +48,7 @@ class Loader:
         self._reload_sleeper: asyncio.Task[None] | None = None
         self._shown: set[str] = set()  # messages already shown for the current profile
         self._last_problem = ""
+        self._problems_shown: set[str] = set()
         self._waiters: list[asyncio.Future[None]] = []
         self.loading = False
 
@@ -190,6 +191,14 @@ class Loader:
                   f"{info.step_time_us:,.1f} µs/step, {info.mapped_share * 100:.1f}% of device time mapped to source)")
         for issue in info.issues:
             self._log(types.MessageType.Warning, f"msprof-lsp: {issue}")
+        if info.issues or not info.complete:
+            # a half-written or damaged profile: said once, the rest of it is still used
+            head = info.issues[0] if info.issues else f"{info.path}: still being written (no analyse.done yet)"
+            more = f" (and {len(info.issues) - 1} more problems in the log)" if len(info.issues) > 1 else ""
+            text = f"msprof-lsp: the profile loaded with problems: {head}{more}"
+            if text not in self._problems_shown:  # a watcher reloading the same damage says it once
+                self._problems_shown.add(text)
+                self._message(types.MessageType.Warning, text)
         for path in info.unmapped_files:
             self._log(types.MessageType.Warning, f"msprof-lsp: profile file {path} matches no local file "
                       "(set msprof-lsp.pathMappings)")

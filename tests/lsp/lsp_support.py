@@ -314,3 +314,37 @@ async def wait_diagnostics(client: LanguageClient, profile: str, uri: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}; last: {sorted(keyed(last))}")
         await asyncio.sleep(0.05)
+
+
+# -- raw stdio (no client library between the test and the bytes) --------------------------------
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    import json
+
+    body = json.dumps(message).encode("utf-8")
+    return f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
+
+
+def parse_frames(data: bytes) -> list[dict[str, Any]]:
+    """Every JSON-RPC frame in ``data``; raises if any byte is not part of a well-formed frame."""
+    import json
+
+    out = []
+    i = 0
+    while i < len(data):
+        end = data.index(b"\r\n\r\n", i)
+        headers = data[i:end].decode("ascii").split("\r\n")
+        length = None
+        for h in headers:
+            name, _, value = h.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            else:
+                assert name.strip().lower() == "content-type", f"unexpected header line {h!r}"
+        assert length is not None, f"frame without Content-Length at byte {i}"
+        body = data[end + 4:end + 4 + length]
+        assert len(body) == length, "truncated frame"
+        out.append(json.loads(body.decode("utf-8")))
+        i = end + 4 + length
+    return out
