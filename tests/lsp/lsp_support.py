@@ -104,16 +104,16 @@ def register_client_handlers(client: LanguageClient) -> dict[str, list[Any]]:
     return seen
 
 
-async def start_session(client: LanguageClient, profile: str, root: Path, options: dict[str, Any]) -> dict[str, list[Any]]:
+async def start_session(client: LanguageClient, profile: str | types.ClientCapabilities, root: Path, options: dict[str, Any]) -> dict[str, list[Any]]:
     seen = register_client_handlers(client)
-    await client.initialize_session(
+    seen["init"] = [await client.initialize_session(
         types.InitializeParams(
-            capabilities=capabilities(profile),
+            capabilities=capabilities(profile) if isinstance(profile, str) else profile,
             root_uri=root.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name=root.name)],
             initialization_options=options,
         )
-    )
+    )]
     return seen
 
 
@@ -246,6 +246,14 @@ def line_of(text: str, needle: str) -> int:
 
 
 # -- expectations on the CNN sample (computed from its source text and its run description) ------
+
+
+def cnn_truth(rank: int, **knobs: Any):  # noqa: ANN201
+    """The run description's ground truth (tests.synth) for one rank of the CNN sample."""
+    from tests.synth import truth
+    from tests.synth.sample_runs import CnnKnobs, cnn_runs
+
+    return truth(cnn_runs(SAMPLES / "cnn_classifier", CnnKnobs(**knobs))[rank])
 
 
 def cnn_truth_shares(rank: int) -> dict[tuple[str, int], float]:
