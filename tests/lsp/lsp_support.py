@@ -277,7 +277,22 @@ PAIR_CALLS = (("x = self.embed(x)", "self.embed("), ("x = self.drop(self.act(", 
 PAIR_RELU = {"self.embed(": None, "self.drop(": "self.act(", "F.dropout(": "F.relu("}
 # The heaviest call on each hot line (the hot-line rule anchors there): conv kernels dominate the
 # conv block's line (CnnKnobs: conv 42/55 µs + TransData 26 µs vs BN 12, pool 9, ReLU 5).
-HOT_CALLS = {"return self.pool(F.relu(self.bn(self.conv(x))))": "self.conv(", "x = self.embed(x)": "self.embed("}
+# With slow fc layers (test_lsp_reload) the matmul of each head line dominates it.
+HOT_CALLS = {"return self.pool(F.relu(self.bn(self.conv(x))))": "self.conv(", "x = self.embed(x)": "self.embed(",
+             "x = self.drop(self.act(self.fc1(x)))": "self.fc1(",
+             "x = F.dropout(F.relu(self.fc2(x)), p=self.dropout, training=self.training)": "self.fc2(",
+             "return self.classifier(x)": "self.classifier("}
+
+
+def hot_model_lines(text: str, shares: dict[tuple[str, int], float]) -> list[str]:
+    """Contents of the model.py lines with >= 5 % of the step (the hot-line rule's threshold)."""
+    lines = text.split("\n")
+    return [lines[line - 1].strip() for (name, line), share in shares.items() if name == "model.py" and share >= 0.05]
+
+
+def truth_shares(t) -> dict[tuple[str, int], float]:  # noqa: ANN001
+    steps = len(t.steps)
+    return {(Path(f).name, line): ns / steps / t.mean_step_time_ns for (f, line), ns in t.kernel_ns_by_line.items()}
 
 
 def to_utf16(text: str, rng: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
