@@ -37,7 +37,7 @@ from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
 from .documents import DocumentStore, path_of
 from .engine import Engine
-from .guard import guarded, spawn
+from .guard import guarded, report, spawn
 from .hover import hover
 from .linemap import split_lines
 from .loading import Loader
@@ -65,6 +65,15 @@ class MsprofLanguageServer(LanguageServer):
         self.poller: watch.Poller | None = None
         self.heat_cache: dict[tuple, Any] = {}
         self.analysed_lines_cache: dict[str, list[str]] = {}
+
+    def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
+        """pygls pops up "Error in server" for failures outside request handlers; a log line is
+        enough (request failures already go back to the client as JSON-RPC errors)."""
+        from pygls.exceptions import FeatureRequestError
+
+        if source is FeatureRequestError:
+            return
+        report(self, f"pygls ({getattr(source, '__name__', source)})", error)
 
     # -- where things are ----------------------------------------------------------------------
 

@@ -173,11 +173,11 @@ class Loader:
             self.schedule_reload(f"{paths[-1]} belongs to the profile in {other.folder}", delay=0.2)
 
     def _failed(self, state: str, kind: types.MessageType, text: str) -> None:
-        self.notify_status(state, text)
         self._log(kind, text)
         if text != self._last_problem:  # a watcher reloading a half-written profile says it once
             self._last_problem = text
             self._message(kind, text)
+        self.notify_status(state, text)  # last: whoever reacts to the status has the message
         if state == "none" and not self.ls.engine.attribution:
             self.apply(empty(self.ls.snapshot.generation + 1, self.ls.settings))
 

@@ -122,7 +122,8 @@ async def test_no_progress_without_the_capability(client: LanguageClient) -> Non
 async def test_damaged_profile_is_one_message(client: LanguageClient) -> None:
     status = await S.wait_loaded(client.seen)
     assert S.status_value(status, "state") == "loaded"  # what was readable is used
-    problems = [m for m in client.messages if "loaded with problems" in m.message]
+    problems = await S.wait_until(lambda: [m for m in client.messages if "loaded with problems" in m.message], 10,
+                                  "the warning")
     assert len(problems) == 1 and problems[0].type == types.MessageType.Warning
     assert "trace_view.json" in problems[0].message and "truncated" in problems[0].message
     doc = S.Doc(client, client.root / "model.py")
@@ -134,7 +135,8 @@ async def test_damaged_profile_is_one_message(client: LanguageClient) -> None:
 async def test_unreadable_profile_is_one_error_message(client: LanguageClient) -> None:
     status = await S.wait_loaded(client.seen)
     assert S.status_value(status, "state") == "error"
-    errors = [m for m in client.messages if m.type == types.MessageType.Error]
+    errors = await S.wait_until(lambda: [m for m in client.messages if m.type == types.MessageType.Error], 10,
+                                "the error message")
     assert len(errors) == 1 and "cnn.1.pt.trace.json:1" in errors[0].message and "not valid JSON" in errors[0].message
     doc = S.Doc(client, client.root / "model.py")
     await _still_answers(client, doc)
@@ -149,6 +151,7 @@ async def test_unreadable_profile_is_one_error_message(client: LanguageClient) -
 async def test_no_profile_found_is_one_message(client: LanguageClient) -> None:
     status = await S.wait_loaded(client.seen)
     assert S.status_value(status, "state") == "none"
+    await S.wait_until(lambda: client.messages, 10, "the message")
     (msg,) = client.messages
     assert msg.type == types.MessageType.Info and "no profile found" in msg.message
     doc = S.Doc(client, client.root / "model.py")
