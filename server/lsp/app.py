@@ -65,6 +65,7 @@ class MsprofLanguageServer(LanguageServer):
         self.poller: watch.Poller | None = None
         self.heat_cache: dict[tuple, Any] = {}
         self.analysed_lines_cache: dict[str, list[str]] = {}
+        self.diagnostics_cache: dict[tuple, Any] = {}
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
         """pygls pops up "Error in server" for failures outside request handlers; a log line is

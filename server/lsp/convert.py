@@ -8,6 +8,7 @@ U+2028 and would put positions on the wrong line after such a character.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -109,12 +110,32 @@ def local_edit_payload(view: FileView, edit: TextEdit, encoding: str) -> dict[st
     return {"uri": view.uri, "version": view.version, "edits": [{"range": range_dict(rng), "newText": edit.new_text}]}
 
 
-def _overlaps(a: types.Range, b: types.Range) -> bool:
-    a0, a1 = (a.start.line, a.start.character), (a.end.line, a.end.character)
-    b0, b1 = (b.start.line, b.start.character), (b.end.line, b.end.character)
-    if a0 == a1 == b0 == b1:
+Point = tuple[int, int]
+
+
+def _span(d: dict[str, Any]) -> tuple[Point, Point]:
+    s, e = d["range"]["start"], d["range"]["end"]
+    return (s["line"], s["character"]), (e["line"], e["character"])
+
+
+def _clashes(a: tuple[Point, Point], b: tuple[Point, Point]) -> bool:
+    if a[0] == a[1] == b[0] == b[1]:
         return True  # two insertions at one point: their order would be arbitrary
-    return a0 < b1 and b0 < a1
+    return a[0] < b[1] and b[0] < a[1]
+
+
+class _Taken:
+    """Edited ranges of one file, sorted by start; overlap checks look at the neighbours only."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[Point, Point]] = []
+
+    def clashes(self, span: tuple[Point, Point]) -> bool:
+        i = bisect.bisect_left(self.spans, span)
+        return any(_clashes(span, self.spans[j]) for j in (i - 1, i) if 0 <= j < len(self.spans))
+
+    def add(self, span: tuple[Point, Point]) -> None:
+        bisect.insort(self.spans, span)
 
 
 def merge_changes(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
@@ -123,22 +144,20 @@ def merge_changes(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[list[dict
     Returns the merged changes and how many fixes were left out.
     """
     merged: dict[str, dict[str, Any]] = {}
-    ranges: dict[str, list[types.Range]] = {}
+    taken: dict[str, _Taken] = {}
     skipped = 0
     for changes in groups:
-        new = [(c["uri"], range_from_dict(e["range"])) for c in changes for e in c["edits"]]
-        clash = any(_overlaps(r, other) for uri, r in new for other in ranges.get(uri, []))
-        if not clash:
-            own = [r for _, r in new]
-            clash = any(_overlaps(own[i], own[j]) for i in range(len(own)) for j in range(i + 1, len(own)))
+        new = sorted((c["uri"], _span(e)) for c in changes for e in c["edits"])
+        clash = any(taken.setdefault(uri, _Taken()).clashes(span) for uri, span in new)
+        clash = clash or any(u1 == u2 and _clashes(a, b) for (u1, a), (u2, b) in zip(new, new[1:]))
         if clash:
             skipped += 1
             continue
         for c in changes:
             entry = merged.setdefault(c["uri"], {"uri": c["uri"], "version": c["version"], "edits": []})
             entry["edits"].extend(c["edits"])
-        for uri, r in new:
-            ranges.setdefault(uri, []).append(r)
+        for uri, span in new:
+            taken[uri].add(span)
     return list(merged.values()), skipped
 
 

@@ -65,9 +65,26 @@ def _suppressions(doc: OpenDocument) -> dict[int, frozenset[str]]:
 
 
 def compute(ls: MsprofLanguageServer, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
-    """Diagnostics of ``path`` now; also the view they were computed for."""
+    """Diagnostics of ``path`` now; also the view they were computed for.
+
+    Cached per (snapshot, buffer version): push, pull and code actions for one version share one
+    computation (callers must not mutate the list).
+    """
     if path is None:
         return None, []
+    doc = ls.documents.by_path(path)
+    key = (path, ls.snapshot.generation, doc.version if doc is not None else None)
+    hit = ls.diagnostics_cache.get(key)
+    if hit is not None:
+        return hit
+    result = _compute(ls, path)
+    if len(ls.diagnostics_cache) > 256:
+        ls.diagnostics_cache.clear()
+    ls.diagnostics_cache[key] = result
+    return result
+
+
+def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list[types.Diagnostic]]:
     snap = ls.snapshot
     findings = snap.findings.get(path)
     views = Views(ls)

@@ -277,6 +277,7 @@ class Loader:
         ls.snapshot = snap
         ls.heat_cache.clear()
         ls.analysed_lines_cache.clear()
+        ls.diagnostics_cache.clear()
         for doc in ls.documents.all():
             doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None)
         ls.publisher.publish_all()

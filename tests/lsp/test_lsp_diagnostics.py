@@ -174,3 +174,26 @@ async def test_utf16_columns_after_chinese_and_emoji(client: LanguageClient) -> 
         assert any(d.range.start.character == start_cp + 1 for d in diags if d.code == S.PAIR)
     finally:
         doc.close()
+
+
+async def test_pull_reports(client: LanguageClient) -> None:
+    if not S.is_pull(client.profile):
+        assert client.seen["init"][0].capabilities.diagnostic_provider is None  # push only for Neovim 0.7
+        return
+    assert not client.diagnostics  # a pull client gets no pushes
+    provider = client.seen["init"][0].capabilities.diagnostic_provider
+    assert provider.workspace_diagnostics and not provider.inter_file_dependencies
+    doc = S.Doc(client, client.root / "model.py")
+    try:
+        await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: len(d) == 5)
+        ident = types.TextDocumentIdentifier(doc.uri)
+        first = await client.text_document_diagnostic_async(types.DocumentDiagnosticParams(text_document=ident))
+        again = await client.text_document_diagnostic_async(
+            types.DocumentDiagnosticParams(text_document=ident, previous_result_id=first.result_id))
+        assert again.kind == "unchanged" and again.result_id == first.result_id
+        report = await client.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[]))
+        by_uri = {item.uri: item for item in report.items}
+        assert by_uri[doc.uri].kind == "full" and len(by_uri[doc.uri].items) == 5
+        assert by_uri[doc.uri].version == doc.version
+    finally:
+        doc.close()

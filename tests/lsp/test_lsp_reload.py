@@ -82,6 +82,8 @@ async def test_new_run_reloads_and_changes_the_diagnostics(client: LanguageClien
     after = _expected(doc.text, S.truth_shares(S.cnn_truth(0, **SLOW_FC)))
     assert after != before
     await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: S.keyed(d) == after, what="the new run's")
+    if S.is_pull(client.profile):
+        assert client.diagnostic_refresh_count >= 1  # pull clients are told to pull again
 
 
 def _two_ranks_and_another(root: Path) -> Path:
