@@ -147,6 +147,8 @@ def create_server() -> MsprofLanguageServer:
     feature(types.TEXT_DOCUMENT_DID_CLOSE)(guarded(name="didClose")(text_sync.did_close))
     feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(
         guarded(name="didChangeConfiguration")(lifecycle.did_change_configuration))
+    feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)(
+        guarded(name="didChangeWorkspaceFolders")(lifecycle.did_change_workspace_folders))
     feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)(
         guarded(name="didChangeWatchedFiles")(watch.did_change_watched_files))
     feature(

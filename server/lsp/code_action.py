@@ -59,10 +59,6 @@ def make_action(
     return action
 
 
-def _current(ls: MsprofLanguageServer, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
-    return diagnostics.compute(ls, path)
-
-
 def _match(current: list[types.Diagnostic], code: str, line: int) -> types.Diagnostic | None:
     for d in current:
         if str(d.code) == code and d.range.start.line == line:
@@ -95,7 +91,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
     doc = ls.documents.get(uri)
     path = diagnostics.doc_path(ls, uri)
     only = [str(k) for k in params.context.only] if params.context.only else None
-    view, current = _current(ls, path)
+    view, current = diagnostics.compute(ls, path)
     actions: list[types.CodeAction] = []
     if view is not None and wanted(QUICKFIX, only):
         for d in params.context.diagnostics:

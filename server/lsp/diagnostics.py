@@ -16,7 +16,7 @@ from msprof_lsp.hints import suppress
 
 from .convert import FileView, diagnostic
 from .documents import OpenDocument, path_of, uri_of
-from .linemap import LineMap, split_lines
+from .linemap import LineMap
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -143,5 +143,3 @@ def uri_for(ls: MsprofLanguageServer, path: str) -> str:
     doc = ls.documents.by_path(path)
     return doc.uri if doc is not None else uri_of(path)
 
-
-__all__ = ["Views", "all_paths", "compute", "digest", "doc_path", "file_view", "split_lines", "uri_for"]

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping.attribute import attribute, reanchor
 from msprof_lsp.mapping.cluster import LoadResult
 from msprof_lsp.mapping.compare import compare
@@ -213,6 +212,3 @@ class Engine:
             notes=tuple(heat.notes),
         )
         return snap
-
-    def profile_findings_text(self, findings: Sequence[Finding]) -> str:
-        return "; ".join(f"{f.code}: {f.message}" for f in findings)

@@ -15,6 +15,7 @@ from msprof_lsp.mapping.units import format_us
 
 from .convert import FileView
 from .diagnostics import file_view
+from .documents import path_of
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -89,8 +90,6 @@ def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = Fal
         path: str | None = uri_or_path
     else:
         doc = ls.documents.get(uri_or_path)
-        from .documents import path_of
-
         path = doc.path if doc is not None else path_of(uri_or_path)
     if path is None:
         return None

@@ -10,7 +10,7 @@ from lsprotocol import types
 
 from msprof_lsp.mapping.units import format_us
 
-from .convert import from_position
+from .convert import from_position, range_of
 from .heat_view import FileHeat, HotLine, change_text, file_heat, ops_at, share_text
 
 if TYPE_CHECKING:
@@ -89,8 +89,6 @@ def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | 
     value = _markdown(headline, rows, extra) if markdown else _plain(headline, rows, extra)
     n = line - 1
     text = heat.view.lines[n] if 0 <= n < len(heat.view.lines) else ""
-    from .convert import range_of
-
     rng = range_of(heat.view.lines, line, 0, line, len(text), ls.caps.position_encoding)
     kind = types.MarkupKind.Markdown if markdown else types.MarkupKind.PlainText
     return types.Hover(contents=types.MarkupContent(kind=kind, value=value), range=rng)

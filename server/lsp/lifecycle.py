@@ -16,7 +16,6 @@ from . import configuration, pull, watch
 from .capabilities import resolve as resolve_caps
 from .guard import guarded, spawn
 from .inlay_hints import inlay_hints
-from .loading import _UNSET
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -75,18 +74,24 @@ async def did_change_configuration(ls: MsprofLanguageServer, params: types.DidCh
         await ls.loader.load("settings changed")
         return
     if "baseline" in changed:
-        ls.loader.baseline_override = _UNSET
+        ls.loader.follow_baseline_setting()
         target = ls.loader.baseline_path()
         try:
             await ls.loader.set_baseline(str(target) if target else None)
         except Exception as exc:  # noqa: BLE001 - a bad baseline is a message, never a crash
             ls.window_show_message(types.ShowMessageParams(
                 type=types.MessageType.Error, message=f"msprof-lsp: cannot read the baseline profile: {exc}"))
-        ls.loader.baseline_override = _UNSET
+        ls.loader.follow_baseline_setting()
     if changed & configuration.RULE_FIELDS:
         await ls.loader.reconfigure()
     elif changed & configuration.VIEW_FIELDS:
         ls.refresh_views()
+
+
+def did_change_workspace_folders(ls: MsprofLanguageServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    """Folders added or removed: discover again (pygls already updated its folder list)."""
+    if ls.loader.explicit is None and not ls.settings.profile:
+        ls.loader.schedule_reload("workspace folders changed", delay=0.2)
 
 
 def shutdown(ls: MsprofLanguageServer, params: Any = None) -> None:

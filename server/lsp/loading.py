@@ -89,6 +89,10 @@ class Loader:
     def folders(self) -> list[Path]:
         return self.ls.folders()
 
+    def follow_baseline_setting(self) -> None:
+        """Forget a baseline chosen with the command: the ``baseline`` setting decides again."""
+        self.baseline_override = _UNSET
+
     def baseline_path(self) -> Path | None:
         value = self.baseline_override
         if value is _UNSET:
