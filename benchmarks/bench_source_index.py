@@ -15,7 +15,6 @@ and for a generated linked profile of ``--kernels`` kernels over that file:
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time

@@ -27,12 +27,14 @@ missing -> no site and a note; an unrelated line is never used.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .constructs import (
     SEARCHABLE_KEYS,
+    annotation_keys,
     call_keys,
     chain_keys,
     class_keys,
@@ -66,13 +68,18 @@ class OpContext:
     kernel_types: tuple[str, ...] = ()  # device OpTypes (keys when no host op is known)
     modules: tuple[ModuleInstance, ...] = ()  # modules entered below the user's function, outer first
     modules_known: bool = False  # the profile records modules for this op (empty = launched directly)
+    annotation: str = ""  # enclosing record_function scope: Optimizer.step#AdamW.step, ...
 
     @property
     def keys(self) -> frozenset[str]:
-        return chain_keys(self.names, self.kernel_types)
+        # ops inside an optimizer step / a DataLoader fetch were launched by that construct
+        keys = annotation_keys(self.annotation)
+        return keys if keys else chain_keys(self.names, self.kernel_types)
 
     @property
     def label(self) -> str:
+        if self.annotation and annotation_keys(self.annotation):
+            return self.annotation
         if self.names:
             return self.names[-1]
         return self.kernel_types[0] if self.kernel_types else "?"
@@ -134,7 +141,7 @@ def _attr_site(attr: ModuleAttr, owner_cls: str, confidence: Confidence, frame: 
         if c.span == attr.span:
             occ = c.occurrence
             break
-    return Site(attr.span, confidence, fn, attr.text, frame, note, kind="call", occurrence=occ)
+    return Site(attr.span, confidence, fn, attr.text, frame, note, kind="element", occurrence=occ)
 
 
 class Anchorer:
@@ -247,6 +254,10 @@ class Anchorer:
         if index is None:
             return None, FrameScope("drift", "", None)
         fs = self.frame_scope(index, choice.frame)
+        if fs.mode == "line" and self.def_line_frames:
+            # Kineto: a frame that is not on a def line was already running when tracing began;
+            # its line stays where tracing started, so only the function is known
+            return index, FrameScope("active", fs.scope, fs.function)
         if fs.mode == "drift":
             scope = self._drift_scope(index, choice.frame)
             if scope:
@@ -254,6 +265,22 @@ class Anchorer:
                 mode = "def-drift" if self.def_line_frames and scope in index.functions else "drift"
                 return index, FrameScope(mode, scope, index.functions.get(scope))
         return index, fs
+
+    def _loader_loops(self, index: SourceIndex, scope: str, line: int | None = None) -> list[Site]:
+        """Headers of the loops of ``scope`` that iterate a DataLoader (a name bound to
+        ``DataLoader(...)``, else a name that says loader), optionally only the one on ``line``."""
+        found = []
+        for lp in index.loops_in(scope):
+            if lp.kind != "for" or (line is not None and not lp.header.line <= line <= lp.header.end_line):
+                continue
+            names = re.findall(r"[A-Za-z_][A-Za-z_0-9]*", lp.iter_text)
+            bound = [index.binding_for(scope, n) for n in names]
+            if any(b is not None and b.ctor.rsplit(".", 1)[-1] == "DataLoader" for b in bound) or any(
+                    "loader" in n.lower() for n in names):
+                text = index.lines.slice(lp.header.line, lp.header.col, lp.header.end_line, lp.header.end_col)
+                found.append(Site(lp.header, Confidence.STACK, scope, text, None, "", kind="statement",
+                                  occurrence=index.statement_occurrence(lp.header, scope)))
+        return found
 
     def matches_at(self, index: SourceIndex, scope: str, line: int, ctx: OpContext) -> list[CallSite]:
         """Calls of ``scope`` on ``line`` that can launch the op (those starting there first)."""
@@ -275,14 +302,18 @@ class Anchorer:
             reason = f"syntax error at line {err.line}" if err else "file unreadable"
             return Anchor(note=f"{choice.path}: {reason}; not mapped") if final else None
         keys = ctx.keys
-        if fs.mode in ("def", "def-drift"):
-            assert fs.function is not None
-            note = "" if fs.mode == "def" else (
+        if fs.mode in ("def", "def-drift", "active"):
+            note = "" if fs.mode != "def-drift" or fs.function is None else (
                 f"re-anchored after edit: profile def line {frame.line}, now {fs.function.def_line}")
-            return self._in_function(index, fs.function.qualname, ctx, Confidence.MODULE, frame,
-                                     fs.function, note=note)
+            since = frame.line if fs.mode == "active" else None
+            return self._in_function(index, fs.scope, ctx, Confidence.MODULE, frame, fs.function, note=note,
+                                     since=since)
         if fs.mode == "line":
             stale = (choice.path, fs.scope, frame.line) in self.stale
+            if "dataloader" in keys and not stale:
+                loops = self._loader_loops(index, fs.scope, frame.line)
+                if loops:
+                    return Anchor((replace(loops[0], frame=frame),), exact=True, scope=fs.scope)
             starting = [] if stale else self.matches_at(index, fs.scope, frame.line, ctx)
             if starting:
                 anchor = self._select(index, fs.scope, starting, ctx, Confidence.STACK, frame, note="",
@@ -565,16 +596,45 @@ class Anchorer:
         return None
 
     def _in_function(self, index: SourceIndex, scope: str, ctx: OpContext, conf: Confidence,
-                     frame: Frame | None, fn: FunctionInfo, note: str) -> Anchor:
-        """Def-line frame / module event: search the function body for the op's call."""
+                     frame: Frame | None, fn: FunctionInfo | None, note: str, since: int | None = None) -> Anchor:
+        """Only the function is known (def-line frame, module event): search its body.
+
+        Several matching calls split by execution order; when that fails, and for ops no call
+        matches, the time stays on the function's ``def`` line (never on a guessed call).
+        ``since``: the line where tracing began in this (already running) function: only calls
+        after it, or in a loop around it, can be in the trace.
+        """
         path = index.path
-        cands = self._matching(index, index.calls_in(scope), ctx.keys, ctx)
+        header = None
+        if fn is not None:
+            where = f"in {fn.qualname}(); the profile records the function, not the line"
+            header = Site(fn.header, conf, fn.qualname, "", frame, _join(note, where), kind="function")
+        if "dataloader" in ctx.keys:
+            loops = self._loader_loops(index, scope)
+            if len(loops) == 1:
+                return Anchor((loops[0] if conf is Confidence.STACK else replace(loops[0], confidence=conf,
+                                                                                 frame=frame, note=note),),
+                              scope=scope)
+        # Only the function is known: "+", "-", "*", "/" are everywhere (ints too), so they are
+        # not evidence of a tensor op here; "@" is.
+        calls = [c for c in index.calls_in(scope) if not c.operator or c.name in ("@", "@=")]
+        if since is not None:
+            loops = [lp.span for lp in index.loops_in(scope) if lp.span.line <= since <= lp.span.end_line]
+            calls = [c for c in calls if c.span.line > since or any(
+                lp.line <= c.span.line <= lp.end_line for lp in loops)]
+        cands = self._matching(index, calls, ctx.keys, ctx)
         if cands:
-            return replace(self._select(index, scope, cands, ctx, conf, frame, note, path=path), scope=scope)
-        # The profile names only the function: keep the time on its header.
-        where = f"in {fn.qualname}(); the profile records the function, not the line"
-        site = Site(fn.header, conf, fn.qualname, "", frame, _join(note, where), kind="function")
-        return Anchor((site,), levels_up=len(ctx.modules), scope=scope)
+            anchor = self._select(index, scope, cands, ctx, conf, frame, note, path=path)
+            if len(anchor.sites) > 1 and header is not None:
+                n = len(anchor.sites)
+                anchor = replace(anchor, fallback=anchor.fallback or replace(
+                    header, note=_join(note, f"one of {n} {ctx.label} calls in {fn.qualname}()")))
+            elif not anchor.sites and header is not None:
+                anchor = Anchor((replace(header, note=_join(header.note, anchor.note)),))
+            return replace(anchor, scope=scope)
+        if header is None:
+            return Anchor(note=f"{ctx.label}: module-level code, line not recorded; not mapped", scope=scope)
+        return Anchor((header,), levels_up=len(ctx.modules), scope=scope)
 
     # -- module events without stacks ----------------------------------------------------------
 
@@ -640,11 +700,7 @@ class Anchorer:
         assert index is not None
         fn = index.functions[scope]
         mctx = replace(ctx, modules=below, modules_known=True)
-        anchor = self._in_function(index, scope, mctx, Confidence.MODULE, None, fn, note="")
-        if anchor.sites and anchor.sites[0].kind == "function" and below:
-            # a sub-module we could not find among the attributes: say so rather than guess
-            return Anchor(note=f"{ctx.label}: {below[0][0]}_{below[0][1]} not found in {scope}()")
-        return anchor
+        return self._in_function(index, scope, mctx, Confidence.MODULE, None, fn, note="")
 
     def _anchor_root(self, chain: tuple[ModuleInstance, ...], ctx: OpContext) -> Anchor:
         """Only library modules in the chain: the user's ``model = Cls(...)`` and ``model(x)``."""

@@ -27,10 +27,9 @@ import numpy as np
 import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
-from .constructs import chain_keys
 from .heat import Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat
 from .model import Profile, ProfileKind
-from .source_index import MODULE_SCOPE, SourceIndex
+from .source_index import SourceIndex
 from .spans import Span
 from .workspace import SourceWorkspace
 
@@ -126,7 +125,10 @@ class Attributor:
 
     def _run(self) -> None:
         """Decide every group and aggregate (also re-run when a file that did not parse does)."""
-        self.anchorer = Anchorer(self.workspace, def_line_frames=self.profile.meta.kind is ProfileKind.KINETO)
+        meta = self.profile.meta
+        # Kineto frames carry def lines (the Kineto reader also says so in meta.extra)
+        def_lines = meta.kind is ProfileKind.KINETO or meta.extra.get("frame_lines") == "def"
+        self.anchorer = Anchorer(self.workspace, def_line_frames=def_lines)
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}
         for g in self.groups:
@@ -178,6 +180,11 @@ class Attributor:
         self.h_top = _jump_root(np.where(ok, parent, idx)) if n else idx
         self.h_root = _jump_root(np.where(parent >= 0, parent, idx)) if n else idx
         self.h_ctx = np.where(self.h_bwd_fwd >= 0, self.h_bwd_fwd, idx)
+        # nearest record_function scope around each op (ProfilerStep#N does not count)
+        step_name = np.array([s.startswith("ProfilerStep") for s in self.h_names], dtype=bool) \
+            if len(self.h_names) else np.zeros(0, bool)
+        own = np.where(self.h_scope & ~(step_name[self.h_name] if n else np.zeros(0, bool)), idx, -1)
+        self.h_ann = _jump_fill(own, parent) if n else idx
         self.h_is_bwd = self.h_bwd_fwd >= 0
         self.h_start = h["start_ns"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
         dur = h["dur_ns"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
@@ -280,6 +287,7 @@ class Attributor:
             "ctx": self.h_name[hc] if n else np.zeros(0, np.int64),
             "top": self.h_name[self.h_top[hc]] if n else np.zeros(0, np.int64),
             "mod": self.h_modpath[self.h_top[hc]] if n else np.zeros(0, np.int64),
+            "ann": self._ann_code(self.h_top[hc]) if n else np.zeros(0, np.int64),
             "kt": np.full(n, -1, dtype=np.int64),
         })
         ni = len(self.i_dur)
@@ -292,11 +300,12 @@ class Attributor:
             "ctx": np.where(has, self.h_name[cc] if n else -1, -1),
             "top": np.where(has, self.h_name[self.h_top[cc]] if n else -1, -1),
             "mod": np.where(has, self.h_modpath[self.h_top[cc]] if n else -1, -1),
+            "ann": np.where(has, self._ann_code(self.h_top[cc]) if n else -1, -1),
             "kt": np.where(has, -1, kt_codes),
         }) if ni else h_keys.iloc[:0]
         both = pd.concat([h_keys, i_keys], ignore_index=True)
         if len(both):
-            gid = both.groupby(["sid", "ctx", "top", "mod", "kt"], sort=False).ngroup().to_numpy(np.int64)
+            gid = both.groupby(["sid", "ctx", "top", "mod", "ann", "kt"], sort=False).ngroup().to_numpy(np.int64)
         else:
             gid = np.zeros(0, np.int64)
         self.h_group = gid[:n]
@@ -322,6 +331,16 @@ class Attributor:
                     groups.append(_Group(int(self.i_sid[i]), -1, -1, -1, str(kt_names[kt_codes[i]])))
         self.groups = groups
 
+    def _ann_code(self, ops: np.ndarray) -> np.ndarray:
+        ann = self.h_ann[ops]
+        return np.where(ann >= 0, self.h_name[np.where(ann >= 0, ann, 0)], -1)
+
+    def _annotation(self, g: _Group) -> str:
+        if g.top < 0:
+            return ""
+        a = int(self.h_ann[g.top])
+        return self.h_names[self.h_name[a]] if a >= 0 else ""
+
     def _names(self, g: _Group) -> tuple[str, ...]:
         if g.ctx < 0:
             return ()
@@ -344,7 +363,7 @@ class Attributor:
         choice = a.choose_frame(self.profile.stacks[g.sid], key=g.sid)
         chain = self.chains[g.modpath] if g.modpath >= 0 else ()
         if choice is None:
-            return None, OpContext(names, (g.ktype,) if g.ktype else ()), ""
+            return None, OpContext(names, (g.ktype,) if g.ktype else (), annotation=self._annotation(g)), ""
         index = self.workspace.index(choice.path)
         scope = ""
         if index is not None:
@@ -367,7 +386,7 @@ class Attributor:
                     modules, known = (), False  # the frame's class is not in the chain: unknown
         else:
             modules, known = (), False
-        ctx = OpContext(names, (g.ktype,) if g.ktype else (), tuple(modules), known)
+        ctx = OpContext(names, (g.ktype,) if g.ktype else (), tuple(modules), known, self._annotation(g))
         return choice, ctx, scope
 
     def _decide(self) -> None:
@@ -383,13 +402,14 @@ class Attributor:
                 prepared.append(("stack", choice, ctx))
             elif g.modpath >= 0:
                 chain = self.chains[g.modpath]
-                ctx = OpContext(names, (g.ktype,) if g.ktype else (), (), True)
+                ctx = OpContext(names, (g.ktype,) if g.ktype else (), (), True, self._annotation(g))
                 ms = a.module_scope(chain)
                 if ms is not None:
                     a.observe(ms[0], ms[1], ms[2])
                 prepared.append(("module", chain, ctx))
             else:
-                prepared.append(("inferred", None, OpContext(names, (g.ktype,) if g.ktype else ())))
+                prepared.append(("inferred", None, OpContext(names, (g.ktype,) if g.ktype else (),
+                                                             annotation=self._annotation(g))))
         cache: dict[tuple, Anchor | None] = {}
         # pass 1: undoubted stack anchors, grouped per function for the drift alignment
         per_scope: dict[tuple[str, str], list[tuple[_Group, Any, OpContext]]] = {}
@@ -703,7 +723,7 @@ class Attributor:
             lh.fwd_ns += sh.fwd_ns
             lh.bwd_ns += sh.bwd_ns
             line_ops[key].extend(sh.ops)
-            fkey = (sh.site.span.path, sh.site.function)
+            fkey = (sh.site.span.path, self._heat_function(sh.site))
             fh = functions.get(fkey)
             if fh is None:
                 index = self.workspace.index(fkey[0])
@@ -739,6 +759,16 @@ class Attributor:
             fwd_ns=sum(s.fwd_ns for s in spans),
             bwd_ns=sum(s.bwd_ns for s in spans),
         )
+
+    def _heat_function(self, site: Site) -> str:
+        """Function whose heat a site counts in: a container element (``nn.ReLU()`` inside
+        ``nn.Sequential`` in ``__init__``) runs in its owner's ``forward``."""
+        if site.kind == "element" and site.function.endswith(".__init__"):
+            fwd = site.function[: -len("__init__")] + "forward"
+            index = self.workspace.index(site.span.path)
+            if index is not None and fwd in index.functions:
+                return fwd
+        return site.function
 
     # -- per keystroke -------------------------------------------------------------------------
 
@@ -840,4 +870,4 @@ def reanchor(attribution: Attribution, path: str | Path, index: SourceIndex | No
     return state.update_file(path)
 
 
-__all__ = ["Attributor", "attribute", "reanchor", "reanchor_site", "MODULE_SCOPE", "chain_keys"]
+__all__ = ["Attributor", "attribute", "reanchor", "reanchor_site"]

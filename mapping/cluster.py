@@ -20,6 +20,7 @@ import pandas as pd
 
 from .discover import WHAT_WE_LOOK_FOR, discover
 from .errors import Issue, NoProfileFound, ProfileError
+from .cache import default_cache_dir
 from .load import load_location
 from .locations import ProfileLocation, Progress, no_progress
 from .model import ClusterSummary, Profile, RankSummary
@@ -68,6 +69,10 @@ def load_profile(
         profile = load_location(loc, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
         return LoadResult(profile, loc, None, locations)
 
+    # Resolve the cache folder here: pool workers come from a forkserver started earlier, with
+    # the environment (XDG_CACHE_HOME) of that moment, not of this call.
+    if use_cache and cache_dir is None:
+        cache_dir = default_cache_dir()
     profiles, failures = _load_ranks(locations, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
     if not profiles:
         loc, err = failures[0]

@@ -152,6 +152,22 @@ def kernel_type_keys(op_type: str) -> frozenset[str]:
     return frozenset()
 
 
+_ANNOTATION_KEYS = (
+    ("Optimizer.step#", frozenset({"optimizer_step"})),
+    ("Optimizer.zero_grad#", frozenset({"zero_grad"})),
+    ("enumerate(DataLoader)#", frozenset({"dataloader"})),
+)
+_OPTIMIZER_NAMES = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)$", re.I)
+
+
+def annotation_keys(annotation: str) -> frozenset[str]:
+    """Keys of a record_function scope whose ops the user launched with one call."""
+    for prefix, keys in _ANNOTATION_KEYS:
+        if annotation.startswith(prefix):
+            return keys
+    return frozenset()
+
+
 def chain_keys(op_names: tuple[str, ...], kernel_types: tuple[str, ...] = ()) -> frozenset[str]:
     """Keys of an op context: every op name of the chain, else the kernel types."""
     keys: frozenset[str] = frozenset()
@@ -205,6 +221,7 @@ _q("mul", "torch.mul")
 _q("div", "torch.div", "torch.true_divide")
 _q("nonzero", "torch.nonzero", "torch.masked_select")
 _q("cat", "torch.cat", "torch.concat", "torch.stack")
+_q("zero_grad", "torch.optim.Optimizer.zero_grad")
 # Python conversions of a tensor read its value: aten::item / _local_scalar_dense
 _q("item", "builtins.float", "builtins.int", "builtins.bool", "builtins.print")
 
@@ -238,7 +255,7 @@ _METHOD_KEYS: dict[str, frozenset[str]] = {
         "cpu": "to", "cuda": "to", "npu": "to", "long": "to", "int": "to", "bool": "to", "copy_": "to",
         "permute": "layout", "transpose": "layout", "t": "layout", "contiguous": "layout",
         "transpose_": "layout", "mT": "layout", "clone": "layout",
-        "item": "item", "tolist": "item",
+        "item": "item", "tolist": "item", "zero_grad": "zero_grad",
         "mm": "matmul", "bmm": "matmul", "matmul": "matmul", "addmm": "matmul",
         "softmax": "softmax", "log_softmax": "log_softmax", "sigmoid": "sigmoid", "tanh": "tanh",
         "add": "add", "add_": "add", "sub": "add", "sub_": "add",
@@ -305,6 +322,15 @@ def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
         if call.qualname.startswith("torch.nn.") and last in MODULE_CLASS_KEYS:
             return MODULE_CLASS_KEYS[last]  # nn.ReLU()(x), or a constructor
         return frozenset()
+    if call.name in ("step", "zero_grad") and call.receiver:
+        # optimizer.step() / .zero_grad(): the receiver is bound to torch.optim.* or named so
+        head = call.receiver.rsplit(".", 1)[-1]
+        b = index.binding_for(call.function, head)
+        optim = (b is not None and b.ctor_qualname.startswith(("torch.optim.", "torch_npu.optim.", "apex.optimizers.")))
+        if optim or (b is None and _OPTIMIZER_NAMES.search(head)):
+            return frozenset({"optimizer_step"}) if call.name == "step" else frozenset({"zero_grad"})
+        if call.name == "step":
+            return frozenset()  # scheduler.step(), prof.step()
     if call.receiver == "self" or call.receiver.startswith("super"):
         return frozenset()  # self.helper(): a method of the model itself
     if call.receiver or not call.callee:

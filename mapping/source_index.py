@@ -22,7 +22,7 @@ from __future__ import annotations
 import builtins
 import bisect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1174,7 +1174,3 @@ class SourceIndex:
             return c.span
         n = self.lines.line_count
         return Span(self.path, 1, 0, n, len(self.lines.line_text(n)))
-
-
-def iter_calls(index: SourceIndex, indices: Iterable[int]) -> list[CallSite]:
-    return [index.calls[i] for i in indices]

@@ -13,7 +13,7 @@ import hashlib
 import io
 import os
 import tokenize
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -347,7 +347,3 @@ def _read_source(path: str) -> str | None:
             return data.decode("utf-8", "replace")
         except Exception:  # pragma: no cover - decode with "replace" does not raise
             return None
-
-
-def iter_user_frames(workspace: SourceWorkspace, frames: Iterable[Frame]) -> Iterable[Frame]:
-    return (f for f in frames if workspace.is_user_frame(f))

@@ -13,7 +13,7 @@ from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping.attribute import attribute
 from msprof_lsp.mapping.cluster import LoadResult, load_profile
-from msprof_lsp.mapping.discover import discover
+from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR, find_all
 from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.heat import Attribution
 from msprof_lsp.mapping.jobs import Job, group_jobs, source_root_for
@@ -72,14 +72,12 @@ def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Set
 
 
 def find_jobs(paths: Sequence[Path]) -> list[Job]:
-    locations = discover(list(paths))
+    # Every run first, then jobs by folder: newest-run-per-rank selection happens inside a job
+    # (load_profile), so two samples' rank-0 profiles never compete with each other.
+    locations = find_all(list(paths))
     if not locations:
         looked = ", ".join(str(p) for p in paths)
-        raise NoProfileFound(
-            looked,
-            "no profile found (looked for *_ascend_pt, ASCEND_PROFILER_OUTPUT, PROF_*, "
-            "ascend_pytorch_profiler*.db and *.pt.trace.json[.gz])",
-        )
+        raise NoProfileFound(looked, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
     return group_jobs(locations)
 
 

@@ -1,0 +1,103 @@
+"""Quick fixes as libcst transforms, one module per fix family.
+
+Every transform is a pure function ``(source, anchor, *, path=None, why=None, **options) ->
+FixResult | None``. ``CATALOG`` lists them per rule code so rules, the server and the docs agree on
+what is offered where; ``suppression_edit`` (hints.suppress) is the extra "Disable <CODE> for this
+line" action every rule offers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import (
+    aicpu,
+    dataloader,
+    empty_cache,
+    env_vars,
+    fused_api,
+    gc_freeze,
+    grad_accum,
+    host_sync,
+    inference,
+    npu_switches,
+    optimizer,
+    relu_dropout,
+)
+from .edits import apply_edits, minimal_edits
+from .result import Anchor, FixResult
+
+__all__ = ["CATALOG", "Anchor", "FixResult", "FixSpec", "apply_edits", "fixes_for", "minimal_edits", "offer"]
+
+log = logging.getLogger("msprof_lsp.hints.fixes")
+
+
+@dataclass(frozen=True, slots=True)
+class FixSpec:
+    code: str  # rule code the fix belongs to
+    transform: Callable[..., FixResult | None]
+    safety: str  # "safe", "review", or "safe|review" (decided per match, see the transform)
+    options: tuple[str, ...]  # keyword options beyond path/why, with the setting that feeds them
+    summary: str
+
+
+CATALOG: tuple[FixSpec, ...] = (
+    FixSpec("NPU101", relu_dropout.compile_pair, "review", ("backend: compileBackend / profile backend",), "torch.compile the ReLU->Dropout pair"),
+    FixSpec("NPU101", relu_dropout.inplace_relu, "review", (), "inplace=True when the ReLU input is dead"),
+    FixSpec("NPU101", relu_dropout.drop_zero_dropout, "safe", (), "delete a dropout with literal p=0"),
+    FixSpec("NPU102", grad_accum.accumulate_gradients, "review", ("accum_steps: accumSteps",), "gradient accumulation with no_sync()"),
+    FixSpec("NPU103", npu_switches.disable_internal_format, "review", (), "allow_internal_format = False"),
+    FixSpec("NPU104", dataloader.tune_dataloader, "review", ("workers: dataloaderWorkers",), "workers and pinned memory"),
+    FixSpec("NPU104", dataloader.non_blocking_copies, "review", (), ".to(device, non_blocking=True)"),
+    FixSpec("NPU107", npu_switches.disable_jit_compile, "safe|review", (), "set_compile_mode(jit_compile=False)"),
+    FixSpec("NPU108", host_sync.defer_loss_item, "review", ("every",), "accumulate loss.detach(); log every N"),
+    FixSpec("NPU108", host_sync.remove_synchronize, "review", (), "delete synchronize() in the loop"),
+    FixSpec("NPU109", empty_cache.remove_empty_cache, "safe", (), "delete empty_cache() in the loop"),
+    FixSpec("NPU201", aicpu.double_to_float, "review", (), ".double() -> .float()"),
+    FixSpec("NPU201", aicpu.masked_fill, "review", (), "t[mask] = v -> t.masked_fill_(mask, v)"),
+    FixSpec("NPU201", aicpu.index_select, "review", (), "t[idx] -> torch.index_select(t, 0, idx)"),
+    FixSpec("NPU210", fused_api.rms_norm, "review", (), "torch_npu.npu_rms_norm"),
+    FixSpec("NPU211", fused_api.swiglu, "review", (), "torch_npu.npu_swiglu"),
+    FixSpec("NPU212", fused_api.rotary_mul, "review", (), "torch_npu.npu_rotary_mul"),
+    FixSpec("NPU213", fused_api.attention, "review", ("backend: ascend | cuda | cpu",), "npu_fusion_attention / SDPA"),
+    FixSpec("NPU214", fused_api.fast_gelu, "review", ("backend: ascend | cuda | cpu",), "torch_npu.fast_gelu / tanh GELU"),
+    FixSpec("NPU215", fused_api.confusion_transpose, "review", (), "torch_npu.npu_confusion_transpose"),
+    FixSpec("NPU216", fused_api.scaled_masked_softmax, "review", (), "torch_npu.npu_scaled_masked_softmax"),
+    FixSpec("NPU217", fused_api.add_layer_norm, "review", (), "torch_npu.npu_add_layer_norm"),
+    FixSpec("NPU220", optimizer.fused_optimizer, "review", (), "fused=True"),
+    FixSpec("NPU220", optimizer.npu_fused_optimizer, "review", (), "torch_npu.optim.NpuFused<Name>"),
+    FixSpec("NPU221", optimizer.fused_grad_clip, "review", (), "clip_grad_norm_fused_ / foreach=True"),
+    FixSpec("NPU230", gc_freeze.freeze_before_loop, "review", (), "gc.freeze() before the loop"),
+    *(
+        FixSpec(code, env_vars.set_env_value, "review", ("name", "value"), "edit os.environ in the script")
+        for code in ("NPU241", "NPU243", "NPU244", "NPU245", "NPU246", "NPU247")  # NPU242 is informational
+    ),
+    FixSpec("NPU250", inference.eval_before_loop, "safe", (), "model.eval() before the loop"),
+    FixSpec("NPU250", inference.inference_mode, "review", (), "with torch.inference_mode():"),
+)
+
+
+def fixes_for(code: str) -> list[FixSpec]:
+    """The fixes a rule code offers, preferred first."""
+    return [f for f in CATALOG if f.code == code.upper()]
+
+
+def offer(
+    transform: Callable[..., FixResult | None],
+    source: str,
+    anchor: Anchor,
+    *,
+    why: list[str] | None = None,
+    **options: object,
+) -> FixResult | None:
+    """Run a transform for a code action: an unexpected error is logged and means "no fix",
+    never a failed request (the user's buffer may hold anything mid-edit)."""
+    try:
+        return transform(source, anchor, why=why, **options)
+    except (RecursionError, MemoryError, ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration) as exc:
+        log.exception("fix %s failed", getattr(transform, "__qualname__", transform))
+        if why is not None:
+            why.append(f"the fix could not be computed ({type(exc).__name__}: {exc})")
+        return None

@@ -573,3 +573,15 @@ def drop_zero_dropout(source: str, anchor: Anchor, *, path: str | None = None, w
         return decline(why, "no dropout with a literal p=0 here")
     module = src.rewrite(replacements)
     return result(source, module.code, "Remove the dropout with p=0 (it only copies its input)", safe=True, path=anchor_path(anchor, path))
+
+
+def compile_backend(setting: str, profile_backend: str) -> str:
+    """The ``backend=`` for ``compile_pair`` from the ``compileBackend`` setting.
+
+    ``auto`` follows the profile: ``npu`` for Ascend captures, ``inductor`` for CUDA/CPU ones.
+    """
+    if setting in BACKENDS:
+        return setting
+    if setting != "auto":
+        raise ValueError(f"compileBackend must be auto, npu or inductor, not {setting!r}")
+    return "npu" if profile_backend == "ascend" else "inductor"

@@ -65,6 +65,8 @@ def review_title(text: str, safe: bool) -> str:
 
 def result(old: str, new: str, title: str, *, safe: bool, path: str, notes: tuple[str, ...] = ()) -> FixResult | None:
     """Build a FixResult, or None when the rewrite changed nothing (idempotence)."""
+    if old.startswith("\ufeff") and not new.startswith("\ufeff"):
+        new = "\ufeff" + new  # libcst drops a byte-order mark; the document keeps it
     if new == old:
         return None
     return FixResult(review_title(title, safe), safe, minimal_edits(old, new, path), new, notes)

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from msprof_lsp.mapping.discover import find_all
-from msprof_lsp.mapping.jobs import group_jobs, source_root_for
+from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.jobs import source_root_for
 from msprof_lsp.mapping.model import ProfileKind
+
+from .. import pipeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +36,11 @@ def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
     """Every job under the folders, with the source folder each belongs to."""
     out: list[JobChoice] = []
     for folder in folders:
-        locations = find_all([folder])
-        for job in group_jobs(locations):
+        try:
+            jobs = pipeline.find_jobs([folder])  # the grouping --check uses
+        except NoProfileFound:
+            continue
+        for job in jobs:
             out.append(
                 JobChoice(
                     folder=job.folder.resolve(),

@@ -46,13 +46,22 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     p = job.profile
     meta = p.meta
     step_ns, source = p.step_time()
-    lines = [style(f"{meta.kind.value} profile {document.rel_path(meta.path, run.cwd)}", _BOLD)]
+    title = f"{meta.kind.value} profile"
+    path = document.rel_path(meta.path, run.cwd)
+    if len(title) + 1 + len(path) <= WIDTH:
+        lines = [style(f"{title} {path}", _BOLD)]
+    else:  # long run-directory names: the path on its own line, cut in the middle if need be
+        room = WIDTH - 2
+        if len(path) > room:
+            path = path[: room // 2 - 1] + "…" + path[-(room - room // 2):]
+        lines = [style(title, _BOLD), style(f"  {path}", _BOLD)]
     facts = []
     if meta.rank is not None:
         facts.append(f"rank {meta.rank}" + (f" of {len(job.ranks)}" if len(job.ranks) > 1 else ""))
     facts.append(f"{p.num_steps} step{'s' if p.num_steps != 1 else ''}")
     facts.append(f"step {format_us(step_ns / 1000)}")
-    facts.append(f"{_pct(job.heat.mapped_share)} of device time mapped to code")
+    what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
+    facts.append(f"{_pct(job.heat.mapped_share)} of {what} time mapped to code")
     lines += _wrap(" · ".join(facts), 2)
     if job.cluster is not None and len(job.cluster.ranks) > 1:
         c = job.cluster
@@ -110,6 +119,16 @@ def findings_by_file(findings: Iterable[Finding], run: CheckRun, style: _Style) 
     return out
 
 
+def _ops_by_type(ops) -> list[tuple[str, int]]:
+    """Forward and backward kernels of one type shown once, most time first."""
+    totals: dict[str, list[int]] = {}
+    for o in ops:
+        t = totals.setdefault(o.type or o.name, [0, 0])
+        t[0] += o.total_ns
+        t[1] += o.count
+    return [(name, c) for name, (_, c) in sorted(totals.items(), key=lambda kv: -kv[1][0])]
+
+
 def hotspots(job: JobReport, run: CheckRun) -> list[str]:
     spans = job.heat.spans[:TOP_HOTSPOTS]
     if not spans:
@@ -122,7 +141,7 @@ def hotspots(job: JobReport, run: CheckRun) -> list[str]:
         code = " ".join(h.site.call_text.split())
         if code:
             out.append(f"{'':23}{textwrap.shorten(code, WIDTH - 23, placeholder='…')}")
-        ops = ", ".join(f"{o.type or o.name} ×{o.count}" for o in h.ops[:3])
+        ops = ", ".join(f"{name} ×{count}" for name, count in _ops_by_type(h.ops)[:3])
         if ops:
             out.append(f"{'':23}{textwrap.shorten(ops, WIDTH - 23, placeholder='…')}")
     return out

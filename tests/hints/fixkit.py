@@ -34,7 +34,7 @@ def check_fix(before: str, res: FixResult | None, *, allowed_lines: set[int], sa
     only ``allowed_lines`` of the original are touched, the title says (review) iff not safe."""
     assert res is not None, "expected a fix"
     assert apply_edits(before, res.edits) == res.new_source
-    ast.parse(res.new_source)
+    ast.parse(res.new_source.encode("utf-8"))  # bytes: a BOM is legal, as in a file
     touched = edited_lines(res.edits)
     assert touched <= allowed_lines, f"touched {sorted(touched)} outside {sorted(allowed_lines)}"
     assert res.fix.edits == res.edits and res.fix.safe == res.safe

@@ -263,3 +263,11 @@ def test_nonzero_dropout_is_not_removed():
     inline = "import torch.nn.functional as F\n\ndef f(h):\n    return F.dropout(h, 0.)  # 关闭\n"
     res = rd.drop_zero_dropout(inline, 4)
     assert check_fix(inline, res, allowed_lines={4}).endswith("    return h  # 关闭\n")
+
+
+def test_compile_backend_setting():
+    assert rd.compile_backend("auto", "ascend") == "npu"
+    assert rd.compile_backend("auto", "cuda") == "inductor" == rd.compile_backend("auto", "cpu")
+    assert rd.compile_backend("inductor", "ascend") == "inductor"
+    with pytest.raises(ValueError):
+        rd.compile_backend("tvm", "cpu")

@@ -278,13 +278,18 @@ def test_a_removed_call_is_dropped_never_moved_to_an_unrelated_line(tmp_path):
 
 
 def test_unknown_ops_take_the_statement_and_library_only_stacks_stay_unmapped(tmp_path):
-    line = line_of(MODEL, "opt.step()")
     b = ProfileBuilder()
     b.step(1, 0, 10_000)
     st = b.op("ProfilerStep#1", 0, 10_000)
+    # ops inside an optimizer step belong to the .step() call, whatever they are
+    line = line_of(MODEL, "opt.step()")
     opt = b.op("Optimizer.step#AdamW.step", 100, 5000, parent=st, stack=ascend_stack(line, "train"))
-    foreach, k1 = op_with_kernel(b, "aten::_foreach_add_", "aclnnForeachAddList", "ForeachAddList", 200,
-                                 parent=opt, stack=ascend_stack(line, "train"))
+    _, k1 = op_with_kernel(b, "aten::_foreach_add_", "aclnnForeachAddList", "ForeachAddList", 200,
+                           parent=opt, stack=ascend_stack(line, "train"))
+    # an op no construct is known for: the statement on its line
+    bline = line_of(MODEL, "loss.backward()")
+    _, k0 = op_with_kernel(b, "aten::ones_like", "aclnnInplaceOne", "Fills", 250, parent=st,
+                           stack=ascend_stack(bline, "train"))
     lib_only = ["/usr/lib/python3.9/site-packages/torch/optim/adamw.py(160): step", LIB]
     _, k2 = op_with_kernel(b, "aten::mul", "aclnnMul", "Mul", 300, parent=st, stack=lib_only)
     elsewhere = ["/home/ma-user/work/other/utils.py(3): helper", TRAIN]
@@ -292,8 +297,10 @@ def test_unknown_ops_take_the_statement_and_library_only_stacks_stay_unmapped(tm
     _, k4 = op_with_kernel(b, "aten::add", "aclnnAdd", "Add", 500, parent=st, stack=elsewhere)
     a = attribute(b.build(), workspace(tmp_path))
     site = a.site_of_kernel(k1)
-    assert site.kind == "statement" and span_tuple(site.span) == locate(MODEL, "opt.step()")
+    assert site.kind == "call" and span_tuple(site.span) == locate(MODEL, "opt.step()")
     assert site.confidence is Confidence.STACK
+    site = a.site_of_kernel(k0)
+    assert site.kind == "statement" and span_tuple(site.span) == locate(MODEL, "loss.backward()")
     assert a.site_of_kernel(k2) is None and a.site_of_kernel(k3) is None and a.site_of_kernel(k4) is None
     assert "no user frame in the call stack" in a.heat.notes
     assert a.heat.unmapped_files == ["/home/ma-user/work/other/utils.py", "/home/ma-user/work/proj/train.py"]

@@ -237,12 +237,15 @@ def test_cpu_profile_uses_host_self_time(tmp_path):
     b = ProfileBuilder(kind=ProfileKind.KINETO)
     b.step(1, 0, 10_000)
     st = b.op("ProfilerStep#1", 0, 10_000, cat="user_annotation")
-    line_stack = stack_at("x = F.dropout(F.relu(self.fc1(x))")
-    relu = b.op("aten::relu", 100, 500, parent=st, stack=line_stack)
-    b.op("aten::clamp_min", 150, 300, parent=relu, stack=line_stack)
-    drop = b.op("aten::dropout", 1000, 900, parent=st, stack=line_stack)
+    # Kineto verbose stacks: def-line frames, nn.Module entries, ';'-joined with a trailing ';'
+    fwd = f"model.py({locate(MODEL, 'def forward', 1)[0]}): forward;nn.Module: Net_0;train.py(30): main;"
+    relu_stack = "<built-in method relu of type object at 0x7f>;torch/nn/functional.py(1760): relu;" + fwd
+    drop_stack = "<built-in method dropout of type object at 0x7f>;torch/nn/functional.py(1467): dropout;" + fwd
+    relu = b.op("aten::relu", 100, 500, parent=st, stack=relu_stack)
+    b.op("aten::clamp_min", 150, 300, parent=relu, stack=relu_stack)
+    drop = b.op("aten::dropout", 1000, 900, parent=st, stack=drop_stack)
     for i, name in enumerate(("aten::empty_like", "aten::bernoulli_", "aten::div_", "aten::mul")):
-        b.op(name, 1010 + 200 * i, 100 + 10 * i, parent=drop, stack=line_stack)
+        b.op(name, 1010 + 200 * i, 100 + 10 * i, parent=drop, stack=drop_stack)
     b.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 3000, 2000, parent=st,
          cat="user_annotation")
     p = b.build()

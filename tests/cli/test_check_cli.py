@@ -1,0 +1,212 @@
+"""`msprof-lsp --check`: the command-line contract of design.md — flags, formats, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.synth import truth
+from tests.synth.sample_runs import cnn_runs
+
+from cli_support import isolated_cache  # noqa: F401 - autouse fixture
+from cli_support import CnnKnobs, copy_sample_sources, run_cli, single_rank, write_cnn_profiles
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch):
+    """A project folder: the CNN sample's sources plus a generated 2-rank torch_npu profile."""
+    proj = tmp_path / "proj"
+    src = copy_sample_sources(proj / "cnn_classifier")
+    write_cnn_profiles(src, proj / "cnn_classifier" / "prof")
+    monkeypatch.chdir(proj)
+    return proj
+
+
+def one_line(err: str) -> str:
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_version(capsys):
+    r = run_cli(["--version"], capsys)
+    assert r.code == 0
+    assert r.out.startswith("msprof-lsp ")
+
+
+def test_text_report_names_profile_ranks_and_hotspot_lines(project, capsys):
+    r = run_cli(["--check", ".", "--fail-on", "never"], capsys)
+    assert r.code == 0, r.err
+    assert "torch_npu profile" in r.out and "cnn_classifier/prof/ma-node-0_" in r.out
+    assert "rank 0 of 2" in r.out and "cluster: 2 ranks" in r.out
+    model_lines = (project / "cnn_classifier" / "model.py").read_text().splitlines()
+    conv_line = next(i for i, l in enumerate(model_lines, 1) if "self.conv(x)" in l)
+    assert f"cnn_classifier/model.py:{conv_line}" in r.out
+    assert all(len(line) <= 80 for line in r.out.splitlines()), "text output must fit 80 columns"
+    assert "\x1b[" not in r.out, "no colour when stdout is not a terminal"
+
+
+def test_json_follows_schema(project, capsys):
+    r = run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["version"] == 1
+    prof = doc["profile"]
+    for key in ("path", "kind", "rank", "ranks", "steps", "step_time_us", "device_time_us", "has_call_stacks"):
+        assert key in prof
+    assert prof["kind"] == "torch_npu" and prof["ranks"] == [0, 1] and prof["has_call_stacks"] is True
+    assert doc["hotspots"], "hotspots expected on a profile with stacks"
+    for h in doc["hotspots"]:
+        assert set(h) >= {"path", "line", "end_line", "device_time_us", "share", "calls", "ops"}
+        assert "/" in h["path"] and not h["path"].startswith("/")
+        for op in h["ops"]:
+            assert set(op) >= {"name", "type", "core", "time_us", "count"}
+    assert doc["baseline"] is None
+    for f in doc["findings"]:
+        assert set(f) >= {"code", "name", "severity", "path", "line", "column", "end_line", "end_column",
+                          "message", "share", "device_time_us", "confidence", "evidence", "fixes"}
+
+
+def test_hotspot_shares_match_the_profile(project, capsys):
+    """share = per-step device time of the span / step time, as the JSON states both."""
+    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    step_us = doc["profile"]["step_time_us"]
+    for h in doc["hotspots"]:
+        assert h["share"] == pytest.approx(h["device_time_us"] / step_us, rel=1e-3, abs=1e-6)
+        assert h["device_time_us"] == pytest.approx(sum(o["time_us"] for o in h["ops"]), rel=1e-3, abs=0.01)
+
+
+def test_output_file(project, tmp_path, capsys):
+    target = tmp_path / "report.json"
+    r = run_cli(["--check", ".", "--format", "json", "--output", str(target), "--fail-on", "never"], capsys)
+    assert r.code == 0 and r.out == ""
+    assert json.loads(target.read_text())["version"] == 1
+
+
+def test_rank_flag_and_wrong_rank(project, capsys):
+    r = run_cli(["--check", ".", "--format", "json", "--rank", "1", "--fail-on", "never"], capsys)
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["profile"]["rank"] == 1
+    r = run_cli(["--check", ".", "--rank", "7"], capsys)
+    assert r.code == 2
+    line = one_line(r.err)
+    assert "rank 7" in line and "0" in line and "1" in line
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--check", "does-not-exist"], "does-not-exist: no such file or directory"),
+        (["--check", ".", "--profile", "nope"], "nope: no such file or directory"),
+        (["--check", ".", "--rank", "-1"], "--rank"),
+        (["--check", ".", "--fail-on-regression", "5"], "--fail-on-regression needs --baseline"),
+        (["--check", ".", "--path-map", "no-equals-sign"], "--path-map"),
+        (["--check", ".", "--format", "xml"], "invalid choice"),
+        (["somewhere"], "needs --check"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(project, capsys, argv, needle):
+    r = run_cli(argv, capsys)
+    assert r.code == 2
+    assert needle in one_line(r.err)
+
+
+def test_no_profile_found(tmp_path, monkeypatch, capsys):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(["--check", "."], capsys)
+    assert r.code == 2
+    assert "no profile found" in one_line(r.err)
+
+
+def test_unreadable_profile_names_the_file(project, capsys):
+    trace = next((project / "cnn_classifier" / "prof").glob("*rank*" if False else "*_ascend_pt")) / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace.write_bytes(b"\x00\x01binary garbage")
+    for other in (project / "cnn_classifier" / "prof").glob("*_ascend_pt"):
+        (other / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_bytes(b"\x00\x01binary garbage")
+    r = run_cli(["--check", ".", "--no-cache"], capsys)
+    assert r.code == 2
+    line = one_line(r.err)
+    assert "trace_view.json" in line
+
+
+def test_no_cache_writes_no_cache(project, capsys):
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "msprof-lsp"
+    assert run_cli(["--check", ".", "--no-cache", "--fail-on", "never"], capsys).code == 0
+    assert not cache.exists() or not any(cache.rglob("*.pkl*")), "--no-cache must not write the cache"
+    assert run_cli(["--check", ".", "--fail-on", "never"], capsys).code == 0
+    assert cache.exists() and any(p.is_file() for p in cache.rglob("*"))
+
+
+def test_path_map_points_frames_at_another_tree(tmp_path, monkeypatch, capsys):
+    """Profile frames name /home/ma-user/work/cnn_classifier/…. With two local copies of the
+    sources (a/ and b/) the suffix match is ambiguous and maps nothing; --path-map decides."""
+    proj = tmp_path / "proj"
+    a = copy_sample_sources(proj / "a")
+    copy_sample_sources(proj / "b")
+    write_cnn_profiles(a, proj / "prof", single_rank())
+    monkeypatch.chdir(proj)
+    base = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    assert not any(h["path"].startswith(("a/", "b/")) for h in base["hotspots"])
+    mapped = json.loads(
+        run_cli(
+            ["--check", ".", "--format", "json", "--fail-on", "never",
+             "--path-map", f"/home/ma-user/work/cnn_classifier={proj / 'b'}"],
+            capsys,
+        ).out
+    )
+    assert mapped["hotspots"] and all(h["path"].startswith("b/") for h in mapped["hotspots"])
+
+
+def test_console_script_runs_as_a_subprocess(project):
+    proc = subprocess.run(
+        [sys.executable, "-m", "msprof_lsp.server", "--check", ".", "--format", "json", "--fail-on", "never"],
+        capture_output=True, text=True, cwd=project, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["version"] == 1
+
+
+def test_baseline_reports_improvement_and_regression(tmp_path, monkeypatch, capsys):
+    """Two profiles of the same code: conv slower, dropout/relu faster in the new one."""
+    proj = tmp_path / "proj"
+    src = copy_sample_sources(proj / "cnn_classifier")
+    before = single_rank(CnnKnobs())
+    # conv five times slower (the device no longer hides it: the step grows), relu/dropout faster
+    after = replace(before, conv_us=(before.conv_us[0] * 5, before.conv_us[1] * 5), relu_us=1.0,
+                    genmask_us=2.0, domask_us=2.0)
+    write_cnn_profiles(src, proj / "old" , before)
+    write_cnn_profiles(src, proj / "cnn_classifier" / "prof", after)
+    monkeypatch.chdir(proj)
+    old = str(next((proj / "old").glob("*_ascend_pt")))
+    r = run_cli(["--check", "cnn_classifier", "--baseline", old, "--format", "json", "--fail-on", "never"], capsys)
+    assert r.code == 0, r.err
+    bl = json.loads(r.out)["baseline"]
+    lines = (src / "model.py").read_text().splitlines()
+    conv = next(i for i, l in enumerate(lines, 1) if "self.conv(x)" in l)
+    changes = {(c["path"], c["line"]): c for c in bl["changes"]}
+    c = changes[("cnn_classifier/model.py", conv)]
+    assert c["after_us"] > c["before_us"], "the conv line regressed"
+    improved = [c for c in bl["changes"] if c["after_us"] < c["before_us"]]
+    assert improved, "the relu/dropout lines improved"
+    text = run_cli(["--check", "cnn_classifier", "--baseline", old, "--fail-on", "never"], capsys).out
+    assert "improved" in text and "regressed" in text and "Compared with old/" in text
+    # Step times as the run descriptions lay them out (Computing + Comm not overlapped + Free):
+    def mean_step_us(knobs):
+        steps = truth(cnn_runs(src, knobs)[0]).steps
+        return sum(st.step_time_ns for st in steps) / len(steps) / 1000
+
+    assert bl["step_time_us"] == pytest.approx(mean_step_us(before), abs=0.01)
+    assert bl["current_step_time_us"] == pytest.approx(mean_step_us(after), abs=0.01)
+    assert bl["current_step_time_us"] > bl["step_time_us"]  # so --fail-on-regression bites
+    assert run_cli(["--check", "cnn_classifier", "--baseline", old, "--fail-on", "never",
+                    "--fail-on-regression", "0.1"], capsys).code == 1
+    assert run_cli(["--check", "cnn_classifier", "--baseline", old, "--fail-on", "never",
+                    "--fail-on-regression", "1000"], capsys).code == 0
