@@ -235,7 +235,8 @@ async def bench(blocks: int, repeat: int) -> None:
                                  "codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix"]}}}},
                 "window": {"workDoneProgress": False}}
         await s.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": caps,
-                                       "initializationOptions": {"cacheDir": str(Path(tmp) / "cache"), "minShare": 0.0}})
+                                       "initializationOptions": {"cacheDir": str(Path(tmp) / "cache"), "minShare": 0.0,
+                                                                         "select": ["BNC"]}})
         loaded = s.expect("msprof-lsp/profileStatus", lambda p: p["state"] in ("loaded", "error", "none"))
         t_load = time.perf_counter()
         s.notify("initialized", {})

@@ -30,7 +30,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=S.SERVER_COMMAND), params=S.PROFILES)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")
-    lsp_client.seen = await S.start_session(lsp_client, request.param, root, S.init_options(root.parent))
+    lsp_client.options = S.init_options(root.parent)
+    lsp_client.seen = await S.start_session(lsp_client, request.param, root, lsp_client.options)
     lsp_client.profile, lsp_client.root = request.param, root
     lsp_client.status = await S.wait_loaded(lsp_client.seen)
     lsp_client.truth = S.cnn_truth(S.status_value(lsp_client.status, "rank"))
@@ -58,8 +59,10 @@ async def command(client: LanguageClient, name: str, *args):  # noqa: ANN002, AN
     return await client.workspace_execute_command_async(types.ExecuteCommandParams(command=name, arguments=list(args)))
 
 
-async def set_settings(client: LanguageClient, values: dict) -> None:
-    """VS Code answers workspace/configuration; Neovim 0.7 has none and pushes the settings."""
+async def set_settings(client: LanguageClient, changes: dict) -> None:
+    """VS Code answers workspace/configuration; Neovim 0.7 has none and pushes the settings (the
+    whole client layer, so the initial options go along)."""
+    values = {**client.options, **changes}
     if client.profile == "visual-studio-code":
         client.set_configuration(values, section="msprof-lsp")
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))

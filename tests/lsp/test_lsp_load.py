@@ -173,36 +173,78 @@ async def test_a_failing_handler_is_logged_and_answered_empty(client: LanguageCl
     assert lens  # the server is alive and serving
 
 
-def test_stdout_carries_only_jsonrpc(tmp_path: Path) -> None:
-    """A rule prints to stdout during the analysis; the bytes on stdout must still be nothing but
-    well-formed JSON-RPC frames, and the print must land on stderr."""
-    root = S.cnn_workspace(tmp_path / "ws")
-    proc = subprocess.Popen(S.SERVER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _raw_session(command: list[str], root: Path, tmp: Path, then) -> tuple[list[dict], bytes]:  # noqa: ANN001
+    """Run one stdio session: initialize, initialized, ``then(send, received)``, shutdown, exit."""
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     chunks: list[bytes] = []
     errs: list[bytes] = []
     readers = [threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read1(65536), b""))),
                threading.Thread(target=lambda: errs.extend(iter(lambda: proc.stderr.read1(65536), b"")))]
     for t in readers:
         t.start()
-    uri = (root / "model.py").as_uri()
-    send = lambda m: (proc.stdin.write(S.frame(m)), proc.stdin.flush())  # noqa: E731
+
+    def send(message: dict) -> None:
+        proc.stdin.write(S.frame(message))
+        proc.stdin.flush()
+
     send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {},
-        "initializationOptions": {"cacheDir": str(tmp_path / "cache")}}})
+        "initializationOptions": S.init_options(tmp)}})
     send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-        "uri": uri, "languageId": "python", "version": 1, "text": (root / "model.py").read_text()}}})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and b"TST101" not in b"".join(chunks):
-        time.sleep(0.05)
-    send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
+    then(send, lambda: b"".join(chunks))
+    send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
     send({"jsonrpc": "2.0", "method": "exit"})
     proc.wait(30)
     for t in readers:
         t.join(10)
-    frames = S.parse_frames(b"".join(chunks))
+    assert proc.returncode == 0
+    return S.parse_frames(b"".join(chunks)), b"".join(errs)
+
+
+def _wait_bytes(received, needle: bytes, timeout: float = 60) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while needle not in received():
+        assert time.monotonic() < deadline, f"no {needle!r} from the server"
+        time.sleep(0.05)
+
+
+def test_the_plain_entry_point_serves(tmp_path: Path) -> None:
+    """``python -m msprof_lsp.server`` (no test rules): loads the sample and answers a hover."""
+    root = S.cnn_workspace(tmp_path / "ws")
+    model = root / "model.py"
+    line0 = S.line_of(model.read_text(), "return self.pool(F.relu(self.bn(self.conv(x))))") - 1
+
+    def then(send, received):  # noqa: ANN001, ANN202
+        _wait_bytes(received, b'"state": "loaded"')
+        send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": model.as_uri(), "languageId": "python", "version": 1, "text": model.read_text()}}})
+        send({"jsonrpc": "2.0", "id": 2, "method": "textDocument/hover", "params": {
+            "textDocument": {"uri": model.as_uri()}, "position": {"line": line0, "character": 20}}})
+        _wait_bytes(received, b'"id": 2')
+
+    frames, _ = _raw_session([sys.executable, "-m", "msprof_lsp.server"], root, tmp_path, then)
+    init = next(f for f in frames if f.get("id") == 1)["result"]
+    assert init["serverInfo"]["name"] == "msprof-lsp"
+    assert set(init["capabilities"]["executeCommandProvider"]["commands"]) == {
+        "msprof-lsp.reloadProfile", "msprof-lsp.selectProfile", "msprof-lsp.showHotspots",
+        "msprof-lsp.setBaseline", "msprof-lsp.lineHeat", "msprof-lsp.showOperators"}
+    hover = next(f for f in frames if f.get("id") == 2)["result"]
+    assert "Conv2D" in hover["contents"]["value"]
+
+
+def test_stdout_carries_only_jsonrpc(tmp_path: Path) -> None:
+    """A rule prints to stdout during the analysis; the bytes on stdout must still be nothing but
+    well-formed JSON-RPC frames, and the print must land on stderr."""
+    root = S.cnn_workspace(tmp_path / "ws")
+    uri = (root / "model.py").as_uri()
+
+    def then(send, received):  # noqa: ANN001, ANN202
+        send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": (root / "model.py").read_text()}}})
+        _wait_bytes(received, b"TST101")
+
+    frames, errs = _raw_session(S.SERVER_COMMAND, root, tmp_path, then)
     published = [f for f in frames if f.get("method") == "textDocument/publishDiagnostics" and f["params"]["uri"] == uri]
     assert published and any(d["code"] == "TST101" for d in published[-1]["params"]["diagnostics"])
-    assert any(f.get("id") == 2 and "result" in f for f in frames)  # shutdown answered
-    assert b"TST900: this line goes to stdout" in b"".join(errs)
-    assert proc.returncode == 0
+    assert any(f.get("id") == 99 and "result" in f for f in frames)  # shutdown answered
+    assert b"TST900: this line goes to stdout" in errs

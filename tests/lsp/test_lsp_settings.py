@@ -31,7 +31,9 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
         (root / "pyproject.toml").write_text(pyproject, encoding="utf-8")
     if configuration is not None:
         lsp_client.set_configuration(configuration, section="msprof-lsp")
-    lsp_client.seen = await S.start_session(lsp_client, profile, root, {**S.init_options(tmp), **options})
+    # no select in the options here: the pyproject layer's select is under test
+    lsp_client.seen = await S.start_session(lsp_client, profile, root,
+                                            {**S.init_options(tmp, only_test_rules=False), **options})
     lsp_client.profile, lsp_client.root = profile, root
     await S.wait_loaded(lsp_client.seen)
     lsp_client.doc = S.Doc(lsp_client, root / "model.py")
