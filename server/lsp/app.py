@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -189,3 +190,12 @@ def serve() -> None:
     sys.stdout = sys.stderr
     server = create_server()
     server.start_io(sys.stdin.buffer, rpc_out)
+    # The editor is gone. A load still running on the analysis thread (a GB profile) would keep
+    # the process alive until it finished -- interpreter exit joins executor threads -- so leave now.
+    server.worker.shutdown(wait=False, cancel_futures=True)
+    busy = [t for t in threading.enumerate() if t.name.startswith("msprof-analysis")]
+    for t in busy:
+        t.join(0.2)  # an idle worker leaves at once
+    if any(t.is_alive() for t in busy):
+        sys.stderr.flush()
+        os._exit(0)
