@@ -16,7 +16,7 @@ from msprof_lsp.mapping.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US, format_us
 
-from . import suppress
+from . import gating, suppress
 from .config import RuleConfig
 from .finding import Finding, Fix, Related, Severity
 
@@ -78,6 +78,8 @@ class RuleContext:
         self._step_time_ns: float | None = None
         self._texts: dict[str, str | None] = {}
         self._suppressions: dict[str, dict[int, frozenset[str]]] = {}
+        self._level1_gap: str | None | bool = False  # False: not computed yet
+        self.level1_skips: dict[str, str] = {}  # rule code -> the Level1 data it went without (NPU901)
 
     # -- numbers ------------------------------------------------------------------------------
 
@@ -103,10 +105,27 @@ class RuleContext:
     def per_step_us(self, total_ns: float) -> float:
         return self.per_step_ns(total_ns) / NS_PER_US
 
-    def share(self, per_step_ns: float) -> float:
-        """Per-step time as a share of the step (0 when the step time is unknown)."""
-        st = self.step_time_ns
+    def share(self, per_step_ns: float, *, wall: bool = False, step_ns: float | None = None) -> float:
+        """Per-step time as a share of the step (0 when the step time is unknown).
+
+        ``wall``: of the wall-clock step instead (host-side costs: DataLoader, host syncs, API time);
+        ``step_ns``: of a step time the rule corrected itself (e.g. without a one-off init collective).
+        """
+        st = step_ns if step_ns is not None else (self.wall_step_time_ns if wall else self.step_time_ns)
         return per_step_ns / st if st > 0 else 0.0
+
+    @property
+    def wall_step_time_ns(self) -> float:
+        """Mean ``ProfilerStep#N`` duration: the step as the host lives it.
+
+        The step time of §0.2 (1) is the device's Computing + Communication(Not Overlapped) + Free;
+        it leaves out the Preparing phase before a step's first device task, which is exactly where
+        a slow DataLoader spends its time. Host-side costs are therefore measured against the
+        ProfilerStep range (the step time itself when the profile has no ranges, or a shorter one).
+        """
+        steps = self.profile.steps
+        host = sum(s.dur_ns for s in steps) / len(steps) if steps else 0.0
+        return max(host, self.step_time_ns)
 
     def threshold(self, key: str) -> Any:
         return self.config.threshold(key)
@@ -118,15 +137,32 @@ class RuleContext:
             return Severity.HINT
         return sev
 
+    # -- capture gating -------------------------------------------------------------------------
+
+    @property
+    def level1_gap(self) -> str | None:
+        """Why this profile has no Level1 data (CANN API events, statistics), None if it has."""
+        if self._level1_gap is False:
+            self._level1_gap = gating.level1_missing(self.profile)
+        return self._level1_gap  # type: ignore[return-value]
+
+    def needs_level1(self, code: str, reason: str) -> bool:
+        """True when the profile lacks the Level1 data ``reason`` names: the rule must then yield
+        nothing (absence of data is not absence of the problem); NPU901 reports the skip."""
+        if self.level1_gap is None:
+            return False
+        self.level1_skips.setdefault(code.upper(), reason)
+        return True
+
     # -- findings -----------------------------------------------------------------------------
 
-    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "") -> str:
+    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "", wall: bool = False, step_ns: float | None = None) -> str:
         """``format_message`` with the time and share computed from a capture total."""
         per = self.per_step_ns(total_ns)
         return format_message(
             short,
             per_step_us=per / NS_PER_US,
-            share=self.share(per),
+            share=self.share(per, wall=wall, step_ns=step_ns),
             diagnosis=diagnosis,
             fix=fix,
             count=count,
@@ -146,14 +182,18 @@ class RuleContext:
         fixes: Sequence[Fix] = (),
         related: Iterable[Related] = (),
         severity: Severity | None = None,
+        wall: bool = False,
+        step_ns: float | None = None,
     ) -> Finding:
         """A finding with per-step time, share and severity filled in.
 
         ``severity`` may only lower the computed one (e.g. a weak variant of a rule); fixed-severity
-        rules get their ``default_severity``.
+        rules get their ``default_severity``. ``wall``: the share is of the wall-clock step
+        (``wall_step_time_ns``), for costs the host pays; ``step_ns``: of a step time the rule
+        corrected (see ``share``).
         """
         per = self.per_step_ns(total_ns)
-        share = self.share(per)
+        share = self.share(per, wall=wall, step_ns=step_ns)
         if rule.default_severity is not None:
             sev = self.config.severity_override(rule.code) or rule.default_severity
         else:

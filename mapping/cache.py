@@ -20,7 +20,7 @@ from pathlib import Path
 from .locations import ProfileLocation
 from .model import Profile, ProfileKind
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bump when the model or the readers change what a cached Profile means."""
 
 # Directories no reader of ours reads: torch_npu's raw TLV/logs, and under a torch_npu root the

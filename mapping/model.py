@@ -240,6 +240,7 @@ class StepBreakdown:
     bubble_ns: int = -1
     comm_not_overlapped_excl_receive_ns: int = -1
     preparing_ns: int = -1
+    derived: bool = False  # recomputed from Overlap Analysis slices (no step_trace_time.csv / DB table)
 
     @property
     def step_time_ns(self) -> int:
@@ -353,17 +354,18 @@ class Profile:
 
         (1) step_trace_time Computing + Communication(Not Overlapped) + Free, averaged per step;
         (2) ProfilerStep#N durations; (3) device span per Step Id; (4) capture length / steps.
+        A breakdown only recomputed from Overlap Analysis (``derived``) is not (1): it covers the
+        device span of the step, not the Preparing phase before its first task, so it is used
+        only where there are no ProfilerStep ranges.
         """
         rows = [b for b in self.step_breakdown if b.step_time_ns > 0]
-        if rows:
-            per_step: dict[int, list[int]] = {}
-            for b in rows:
-                per_step.setdefault(b.step, []).append(b.step_time_ns)
-            # Several devices in one file: a step lasts as long as its slowest device.
-            values = [max(v) for v in per_step.values()]
-            return sum(values) / len(values), "step_trace_time"
+        written = [b for b in rows if not b.derived]
+        if written:
+            return _mean_breakdown(written), "step_trace_time"
         if self.steps:
             return sum(s.dur_ns for s in self.steps) / len(self.steps), "ProfilerStep"
+        if rows:  # only recomputed from Overlap Analysis, and no step ranges to prefer
+            return _mean_breakdown(rows), "Overlap Analysis"
         k = self.kernels
         if len(k):
             in_step = k[k["step"] >= 0]
@@ -409,6 +411,15 @@ class Profile:
 
     def stack_of(self, stack_id: int) -> Stack:
         return self.stacks[stack_id] if stack_id >= 0 else ()
+
+
+def _mean_breakdown(rows: list[StepBreakdown]) -> float:
+    per_step: dict[int, list[int]] = {}
+    for b in rows:
+        per_step.setdefault(b.step, []).append(b.step_time_ns)
+    # Several devices in one file: a step lasts as long as its slowest device.
+    values = [max(v) for v in per_step.values()]
+    return sum(values) / len(values)
 
 
 @dataclass(slots=True)

@@ -80,6 +80,7 @@ def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd
                     comm_ns=comm,
                     free_ns=free,
                     preparing_ns=int(preparing[i]),
+                    derived=True,
                 )
             )
     return out

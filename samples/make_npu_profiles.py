@@ -94,14 +94,15 @@ SUMMARIES = {
   `F.dropout(F.relu(self.fc2(x)), ...)`): Relu, mask generation (second stream) and DropOutDoMask
   kernels, each well under 50 µs; after the short fc1/fc2 matmuls the device waits on their
   launches (mean Wait Time over 5 µs: dispatch-bound) (NPU101);
-* one DDP bucket all-reduce (`hcom_allReduce_`) after the backward pass that nothing overlaps,
-  about a fifth of the step (NPU102);
+* one DDP bucket all-reduce (`hcom_allReduce_`, a slow link) after the backward pass that nothing
+  overlaps, over a third of the step (NPU102);
 * `trans_TransData_*` around every Conv2D and `aclnnAddmm_TransData_TransData` around the embed
   block's Linear, over 5 % of the step (NPU103);
 * `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` over 10 ms per step, the slower on
   rank 1 (NPU104);
-* `torch.npu.synchronize()` (`AscendCL@aclrtSynchronizeDevice`) and `loss.item()`
-  (`aten::item` with `AscendCL@aclrtSynchronizeStream`) every step (NPU108);
+* `torch.npu.synchronize()` (`AscendCL@aclrtSynchronizeDevice`), which waits for that all-reduce
+  and the optimizer's kernels, and `loss.item()` (`aten::item` with
+  `AscendCL@aclrtSynchronizeStream`) every step (NPU108);
 * single-tensor SGD with momentum: three small kernels per parameter.""",
     "tiny_transformer": """\
 * RMSNorm written out (`pow-mean-add-rsqrt-mul-mul`, NPU210), SwiGLU via `chunk-silu-mul` (NPU211),

@@ -134,7 +134,7 @@ def test_cnn_shows_the_seed_problems():
             stage = ns(row["Stage"])
             assert stage == ns(row["Computing"]) + ns(row["Communication(Not Overlapped)"]) + ns(row["Free"])
             share = ns(row["Communication(Not Overlapped)"]) / stage
-            assert 0.15 <= share <= 0.25, share  # NPU102: HCCL not overlapped ~20 %
+            assert 0.3 <= share <= 0.45, share  # NPU102: HCCL not overlapped over a third of the step
             step_kernels = [k for k in kernels if k["Step Id"] == row["Step"]]
             transdata = sum(ns(k["Duration(us)"]) for k in step_kernels if k["Type"] == "TransData")
             assert transdata / stage >= 0.05  # NPU103

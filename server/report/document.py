@@ -34,6 +34,13 @@ def _us(ns: float) -> float:
     return round(ns / 1000, 3)
 
 
+def fix_label(fix: Fix) -> str:
+    """The fix title, marked "(review)" when it changes behaviour (fix titles often say so already)."""
+    if fix.safe or "review" in fix.title.lower():
+        return fix.title
+    return f"{fix.title} (review)"
+
+
 def fix_dict(fix: Fix, cwd: Path) -> dict[str, Any]:
     return {
         "title": fix.title,
@@ -130,6 +137,13 @@ def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
     }
 
 
+def wall_step_ns(profile: Profile) -> float | None:
+    """Mean ProfilerStep duration: the wall-clock step, host-bound phases included."""
+    if not profile.steps:
+        return None
+    return sum(s.dur_ns for s in profile.steps) / len(profile.steps)
+
+
 def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, mapped_share: float) -> dict[str, Any]:
     meta = profile.meta
     steps = profile.num_steps
@@ -143,6 +157,7 @@ def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequen
         "steps": steps,
         "step_time_us": _us(step_ns),
         "step_time_source": step_source,
+        "wall_step_time_us": None if (wall := wall_step_ns(profile)) is None else _us(wall),
         "device_time_us": _us(profile.kernels_in_steps()["dur_ns"].sum() / max(steps, 1)),
         "has_call_stacks": profile.has_call_stacks,
         "mapped_share": round(mapped_share, 6),

@@ -32,7 +32,7 @@ def annotation(f: Finding, run: CheckRun) -> str:
     props.append(f"title={_escape_property(f'{f.code} {f.name}')}")
     message = f.message
     if f.fixes:
-        message += "\nFix: " + "; ".join(x.title + ("" if x.safe else " (review)") for x in f.fixes)
+        message += "\nFix: " + "; ".join(document.fix_label(x) for x in f.fixes)
     return f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape_data(message)}"
 
 

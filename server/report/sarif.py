@@ -99,7 +99,7 @@ def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str) -> dict[
                 )
             r["fixes"].append(
                 {
-                    "description": {"text": fix.title + ("" if fix.safe else " (changes behaviour: review)")},
+                    "description": {"text": document.fix_label(fix)},
                     "artifactChanges": [
                         {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"}, "replacements": reps}
                         for uri, reps in by_file.items()

@@ -60,6 +60,9 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
         facts.append(f"rank {meta.rank}" + (f" of {len(job.ranks)}" if len(job.ranks) > 1 else ""))
     facts.append(f"{p.num_steps} step{'s' if p.num_steps != 1 else ''}")
     facts.append(f"step {format_us(step_ns / 1000)}")
+    wall = document.wall_step_ns(p)
+    if wall and wall > step_ns * 1.1:  # host-bound phases (data loading) lie outside the device step
+        facts[-1] += f" on device, {format_us(wall / 1000)} wall"
     what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
     facts.append(f"{_pct(job.heat.mapped_share)} of {what} time mapped to code")
     lines += _wrap(" · ".join(facts), 2)
@@ -91,17 +94,22 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     return lines
 
 
+_SEV_WIDTH = max(len(x.value) for x in Severity)
+
+
 def _finding_lines(f: Finding, style: _Style) -> list[str]:
+    """``  line:col severity CODE message`` with the message wrapped under itself."""
     s = f.span
     where = f"{s.line}:{s.col + 1}" if s else "-"
-    sev = style(f.severity.value, _COLORS[f.severity])
-    head = f"  {where:>7} {sev} {style(f.code, _BOLD)} "
-    visible = len(f"  {where:>7} {f.severity.value} {f.code} ")
-    body = textwrap.wrap(f.message, width=WIDTH - visible, break_on_hyphens=False) or [""]
-    lines = [head + body[0]] + [" " * visible + b for b in body[1:]]
+    sev = style(f.severity.value.ljust(_SEV_WIDTH), _COLORS[f.severity])
+    prefix = f"  {where:>7} {f.severity.value.ljust(_SEV_WIDTH)} {f.code:<6} "
+    indent = len(prefix)
+    body = textwrap.wrap(f.message, width=WIDTH - indent, break_on_hyphens=False) or [""]
+    lines = [f"  {where:>7} {sev} {style(f.code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
     for fix in f.fixes[:2]:
-        kind = "fix" if fix.safe else "fix (review)"
-        lines += [style(x, _DIM) for x in _wrap(f"{kind}: {fix.title}", visible)]
+        lines += [style(x, _DIM) for x in _wrap(f"fix: {document.fix_label(fix)}", indent)]
+    if len(f.fixes) > 2:
+        lines.append(style(" " * indent + f"… and {len(f.fixes) - 2} more fixes", _DIM))
     return lines
 
 
@@ -133,7 +141,8 @@ def hotspots(job: JobReport, run: CheckRun) -> list[str]:
     spans = job.heat.spans[:TOP_HOTSPOTS]
     if not spans:
         return []
-    out = ["Hotspots (device time per step)", "   share    time/step  location / top operators"]
+    what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
+    out = [f"Hotspots ({what} time per step)", "   share    time/step  location / top operators"]
     for h in spans:
         span = h.site.span
         loc = f"{document.rel_path(span.path, run.cwd)}:{span.line}"

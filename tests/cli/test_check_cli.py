@@ -179,9 +179,10 @@ def test_baseline_reports_improvement_and_regression(tmp_path, monkeypatch, caps
     proj = tmp_path / "proj"
     src = copy_sample_sources(proj / "cnn_classifier")
     before = single_rank(CnnKnobs())
-    # conv five times slower (the device no longer hides it: the step grows), relu/dropout faster
+    # conv five times slower (a line regression), relu/dropout faster (line improvements), and a
+    # longer all-reduce on the critical path (the step grows whatever the other knobs hide)
     after = replace(before, conv_us=(before.conv_us[0] * 5, before.conv_us[1] * 5), relu_us=1.0,
-                    genmask_us=2.0, domask_us=2.0)
+                    genmask_us=2.0, domask_us=2.0, allreduce_us=before.allreduce_us * 1.5)
     write_cnn_profiles(src, proj / "old" , before)
     write_cnn_profiles(src, proj / "cnn_classifier" / "prof", after)
     monkeypatch.chdir(proj)

@@ -133,7 +133,7 @@ def test_text_groups_by_file_and_fits_80_columns(run):
     out = text.render(run, color=False)
     # Profile-level findings (no source line) come first, then one group per file.
     assert out.index("(profile)") < out.index("\npkg/model.py\n")
-    assert "warning NPU101" in out and "fix (review): Compile ReLU+Dropout" in out
+    assert "warning NPU101" in out and "fix: Compile ReLU+Dropout with torch.compile (review)" in out
     assert all(len(l) <= 80 for l in out.splitlines())
     assert "Found 3 findings (1 warning, 1 info, 1 hint) in 1 file." in out
     coloured = text.render(run, color=True)

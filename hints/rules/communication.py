@@ -1,0 +1,244 @@
+"""NPU102 grad-accumulation (hint-rules §2 NPU102).
+
+Evidence: ``Communication(Not Overlapped)`` of step_trace_time.csv (or the Overlap Analysis
+lanes) per step, as a share of the step time. Without those, the fallback recomputes it from the
+kernels: the union of the gradient collectives' intervals (all-reduce, reduce-scatter,
+all-gather on the HCCL/COMMUNICATION core; NCCL kernels on CUDA) minus the part that compute
+kernels overlap. One-off collectives that are not gradient synchronisation -- the parameter
+broadcast DDP issues at construction (the 2023 fixture opens with a 309 ms ``hcom_broadcast_``)
+-- are left out and listed. Small packets in communication.json's Size Distribution (SDMA < 16 MB
+or RDMA < 1 MB for more than 20 % of the packets, advisor ``packet_analysis``) strengthen it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from msprof_lsp.mapping.model import Backend, CommOp, Profile
+from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.units import NS_PER_US
+
+from ..context import RuleContext
+from ..finding import Finding, Related
+from ..fixes import grad_accum
+from ..registry import Rule, register
+from . import _facts, _places
+
+GRADIENT = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
+COMM_CORES = frozenset({"HCCL", "COMMUNICATION"})
+NCCL = re.compile(r"nccl", re.I)
+# advisor packet_analysis: intra-node (SDMA: HCCS, PCIE, SIO) packets < 16 MB, inter-node RDMA < 1 MB
+SMALL_PACKET_MB = {"SDMA": 16.0, "RDMA": 1.0}
+SMALL_PACKET_RATIO = 0.2
+SDMA_LINKS = frozenset({"SDMA", "HCCS", "PCIE", "SIO"})
+DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+FSDP = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+)
+
+
+@dataclass(slots=True)
+class _Comm:
+    not_overlapped_ns: float  # per step
+    source: str
+    collectives: Counter = field(default_factory=Counter)  # kind -> count over the capture
+    comm_ns: float = 0.0  # per step, overlapped or not
+    ignored: list[dict] = field(default_factory=list)
+    ignored_ns: float = 0.0  # per step: device time only the ignored (init) collectives occupied
+
+
+@register
+class GradAccumulation(Rule):
+    code = "NPU102"
+    name = "grad-accumulation"
+    summary = "Gradient communication that compute does not hide takes a large share of each step."
+    rationale = (
+        "Data-parallel training all-reduces the gradients after every backward pass; when compute cannot hide it, "
+        "the device waits for the network every step. Accumulating gradients over several micro-batches (with DDP's "
+        "no_sync() on the others) synchronises once per optimizer step instead."
+    )
+    thresholds = ("commMaxPercent", "accumSteps")
+    backends = ("ascend", "cuda")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        comm = _from_breakdown(ctx) or _from_kernels(ctx)
+        if comm is None or comm.not_overlapped_ns <= 0:
+            return
+        # A step time measured as the kernels' span includes a one-off init collective (the 2023
+        # fixture's 309 ms broadcast opens its only step): leave that time out of the step too.
+        step_ns = None
+        if comm.ignored_ns > 0 and ctx.profile.step_time()[1] in ("kernel step span", "capture length"):
+            step_ns = ctx.step_time_ns - comm.ignored_ns
+        share = ctx.share(comm.not_overlapped_ns, step_ns=step_ns)
+        limit = float(ctx.threshold("commMaxPercent"))
+        if share * 100 < limit:
+            return
+        total_ns = comm.not_overlapped_ns * ctx.num_steps
+        steps = ctx.num_steps
+        kinds = _kernel_collectives(ctx.profile)
+        if not kinds and ctx.profile.comm_ops:
+            kinds = Counter(_kind(op.name) for op in ctx.profile.comm_ops if GRADIENT.search(op.name))
+        packets = _packets(ctx.profile.comm_ops)
+        small = [link for link, p in packets.items() if p["small_ratio"] > SMALL_PACKET_RATIO]
+        qual = ", ".join(f"{round(n / steps)} {k}" for k, n in kinds.most_common(2) if round(n / steps))
+        if small:
+            qual = f"{qual}, small packets" if qual else "small packets"
+        wrapper = _wrapper(ctx)
+        accum = int(ctx.threshold("accumSteps"))
+        fix_text = (
+            f"Accumulate gradients with {'model.no_sync()' if wrapper else f'{accum} micro-batches per step'}"
+        )
+        lib = "NCCL" if ctx.backend == Backend.CUDA.value else "HCCL"
+        message = ctx.message(
+            f"{lib} not overlapped", total_ns=total_ns, diagnosis="communication-bound", fix=fix_text, qualifier=qual,
+            step_ns=step_ns,
+        )
+        evidence = {
+            "backend": ctx.backend,
+            "source": comm.source,
+            "not_overlapped_us_per_step": round(comm.not_overlapped_ns / NS_PER_US, 3),
+            "communication_us_per_step": round(comm.comm_ns / NS_PER_US, 3),
+            "collectives_per_step": {k: n / steps for k, n in kinds.items()},
+            "ignored_collectives": comm.ignored,
+            "step_us": round((step_ns if step_ns is not None else ctx.step_time_ns) / NS_PER_US, 3),
+            "step_without_ignored": step_ns is not None,
+            "packets": packets,
+            "small_packets": small,
+            "wrapper": wrapper,
+            "thresholds": {"commMaxPercent": limit},
+        }
+        found = _places.backward_call(ctx)
+        if found is None:
+            yield ctx.finding(self, span=None, message=message, total_ns=total_ns, evidence=evidence,
+                              confidence=Confidence.MODULE, step_ns=step_ns)
+            return
+        index, call, loop, conf = found
+        related: list[Related] = []
+        opt = _places.optimizer_step_call(index, loop)
+        if opt is not None:
+            related.append(Related(opt.span, f"{opt.text}: with accumulation it runs once every {accum} micro-batches"))
+        fixes = _places.fixes(ctx, (grad_accum.accumulate_gradients, call.span, index.path, {"accum_steps": accum}))
+        yield ctx.finding(self, span=call.span, message=message, total_ns=total_ns, confidence=conf,
+                          evidence=evidence, fixes=fixes, related=related, step_ns=step_ns)
+
+
+def _from_breakdown(ctx: RuleContext) -> _Comm | None:
+    rows = [b for b in ctx.profile.step_breakdown if b.step_time_ns > 0]
+    if not rows or not any(b.comm_ns > 0 or b.comm_not_overlapped_ns > 0 for b in rows):
+        return None
+    per_step: dict[int, tuple[int, int]] = {}
+    for b in rows:  # several devices: the slowest one's figures, as for the step time
+        old = per_step.get(b.step, (0, 0))
+        per_step[b.step] = (max(old[0], b.comm_not_overlapped_ns), max(old[1], b.comm_ns))
+    n = len(per_step)
+    src = "Overlap Analysis" if all(b.derived for b in rows) else "step_trace_time"
+    return _Comm(
+        sum(v[0] for v in per_step.values()) / n,
+        src,
+        comm_ns=sum(v[1] for v in per_step.values()) / n,
+    )
+
+
+def _is_comm(profile: Profile) -> np.ndarray:
+    k = profile.kernels
+    core = _facts.mask(k["core"], COMM_CORES.__contains__)
+    typ = _facts.mask(k["type"], lambda t: t.startswith("hcom_"))
+    named = _facts.mask(k["name"], lambda n: n.startswith("hcom_") or NCCL.search(n))
+    return core | typ | named
+
+
+def _kind(text: str) -> str:
+    """``hcom_allReduce__428_0_1`` / ``hcom_allReduce_`` -> allReduce; NCCL names -> AllReduce."""
+    m = re.search(r"hcom_([A-Za-z]+)", text)
+    if m:
+        return m.group(1)
+    m = GRADIENT.search(text)
+    return m.group(0) if m else text
+
+
+def _kernel_collectives(profile: Profile) -> Counter:
+    k = profile.kernels
+    if not len(k):
+        return Counter()
+    sel = _is_comm(profile) & _facts.kernels_in_steps_mask(profile)
+    types = _facts.kernel_types(profile)[sel]
+    return Counter(_kind(str(t)) for t in types if GRADIENT.search(str(t)))
+
+
+def _from_kernels(ctx: RuleContext) -> _Comm | None:
+    prof = ctx.profile
+    k = prof.kernels
+    if not len(k):
+        return None
+    comm = _is_comm(prof)
+    if not comm.any():
+        return None
+    in_steps = _facts.kernels_in_steps_mask(prof)
+    tasks = _facts.is_task(prof)
+    types = _facts.kernel_types(prof)
+    grad = comm & in_steps & _facts.matches(types, GRADIENT)
+    start = k["start_ns"].to_numpy(np.int64)
+    end = start + k["dur_ns"].to_numpy(np.int64)
+    device = k["device"].to_numpy(np.int64)
+    ignored = []
+    for r in np.flatnonzero(comm & ~grad):
+        ignored.append({"name": str(k["name"].iloc[r]), "type": str(types[r]), "us": round(float(k["dur_ns"].iloc[r]) / NS_PER_US, 3)})
+    if not grad.any():
+        return None
+    other = comm & ~grad & in_steps
+    not_ov = busy = alone = 0
+    for dev in np.unique(device[grad]):
+        on = device == dev
+        g = grad & on
+        c = tasks & ~comm & in_steps & on
+        cs, ce = _facts.merge_intervals(start[g], end[g])
+        ks, ke = _facts.merge_intervals(start[c], end[c])
+        length = int((ce - cs).sum())
+        # several devices in one file: the slowest device, as for the step time
+        not_ov = max(not_ov, length - _facts.overlap_ns(cs, ce, ks, ke))
+        busy = max(busy, length)
+        os_, oe = _facts.merge_intervals(start[other & on], end[other & on])
+        rest_s, rest_e = _facts.merge_intervals(start[(c | g)], end[(c | g)])
+        alone = max(alone, int((oe - os_).sum()) - _facts.overlap_ns(os_, oe, rest_s, rest_e))
+    steps = ctx.num_steps
+    return _Comm(not_ov / steps, "HCCL kernels" if ctx.backend == Backend.ASCEND.value else "NCCL kernels",
+                 comm_ns=busy / steps, ignored=ignored, ignored_ns=alone / steps)
+
+
+def _packets(ops: list[CommOp]) -> dict[str, dict]:
+    """Packet counts per link group from communication.json Size Distribution."""
+    out: dict[str, dict] = {}
+    for op in ops:
+        if not GRADIENT.search(op.name):
+            continue
+        for link, info in op.bandwidth.items():
+            group = "SDMA" if link in SDMA_LINKS else link
+            if group not in SMALL_PACKET_MB:
+                continue
+            dist = info.get("Size Distribution") or {}
+            e = out.setdefault(group, {"packets": 0, "small": 0, "limit_mb": SMALL_PACKET_MB[group]})
+            for size, val in dist.items():
+                try:
+                    mb, count = float(size), int(val[0])
+                except (TypeError, ValueError, IndexError):
+                    continue
+                e["packets"] += count
+                if mb < SMALL_PACKET_MB[group]:
+                    e["small"] += count
+    for e in out.values():
+        e["small_ratio"] = e["small"] / e["packets"] if e["packets"] else 0.0
+    return {k: v for k, v in out.items() if v["packets"]}
+
+
+def _wrapper(ctx: RuleContext) -> str | None:
+    if _places.constructed(ctx, *DDP):
+        return "DistributedDataParallel"
+    if _places.constructed(ctx, *FSDP):
+        return "FullyShardedDataParallel"
+    return None

@@ -1,0 +1,175 @@
+"""NPU104 dataloader-input (hint-rules §2 NPU104).
+
+Evidence: the per-step time of the DataLoader fetch scopes (``enumerate(DataLoader)#_Single
+ProcessDataLoaderIter.__next__`` / ``..._MultiProcessingDataLoaderIter.__next__``; advisor:
+any event whose name contains "dataloader"), against ``dataloaderMaxUs`` and, as a share of the
+wall-clock step (the fetch runs before the step's first device task, outside the device's
+Computing + Communication + Free), ``dataloaderMaxPercent``; host-to-device copies
+(``MEMCPY_ASYNC`` tasks, Kineto ``Memcpy HtoD``) as a share of the step against ``h2dMaxPercent``.
+
+Anchor: with a call stack the ``for ... in loader`` line the fetch ran for, related information
+at the ``DataLoader(...)`` construction; without one, the construction when it is the only one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from msprof_lsp.mapping.model import Backend
+from msprof_lsp.mapping.source_index import CallSite, SourceIndex
+from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.units import NS_PER_US
+
+from ..context import RuleContext
+from ..finding import Finding, Related
+from ..fixes import dataloader as fx
+from ..registry import Rule, register
+from . import _facts, _places
+
+DATALOADER = re.compile(r"dataloader", re.I)
+MEMCPY_H2D = re.compile(r"^MEMCPY_ASYNC$|Memcpy HtoD", re.I)
+PAGEABLE = re.compile(r"Pageable", re.I)
+
+
+@register
+class DataloaderInput(Rule):
+    code = "NPU104"
+    name = "dataloader-input"
+    summary = "The input pipeline (DataLoader fetch, host-to-device copies) holds up each step."
+    rationale = (
+        "A single-process DataLoader loads and collates every batch on the training thread while the device "
+        "waits; unpinned host memory makes the copy to the device synchronous. Worker processes prefetch batches "
+        "in parallel, and pinned memory with non_blocking copies overlaps the transfer with compute."
+    )
+    thresholds = ("dataloaderMaxUs", "dataloaderMaxPercent", "h2dMaxPercent", "dataloaderWorkers")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        prof = ctx.profile
+        h = prof.host_ops
+        steps = ctx.num_steps
+        rows = np.zeros(0, np.int64)
+        if len(h):
+            is_dl = _facts.mask(h["name"], DATALOADER.search)
+            par = _facts.parents(prof)
+            nested = np.zeros(len(h), dtype=bool)
+            has = par >= 0
+            nested[has] = is_dl[par[has]]
+            rows = np.flatnonzero(is_dl & ~nested & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
+        dl_ns = float(h["dur_ns"].to_numpy(np.int64)[rows].sum()) if len(rows) else 0.0
+        dl_per = dl_ns / steps
+        dl_share = ctx.share(dl_per, wall=True)
+        max_us = float(ctx.threshold("dataloaderMaxUs"))
+        max_pct = float(ctx.threshold("dataloaderMaxPercent"))
+        h2d_pct = float(ctx.threshold("h2dMaxPercent"))
+        h2d_rows, pageable = _h2d(ctx)
+        h2d_ns = float(prof.kernels["dur_ns"].to_numpy(np.int64)[h2d_rows].sum()) if len(h2d_rows) else 0.0
+        h2d_share = ctx.share(h2d_ns / steps)
+        dl_hit = len(rows) > 0 and (dl_per >= max_us * NS_PER_US or dl_share * 100 >= max_pct)
+        h2d_hit = h2d_share * 100 >= h2d_pct
+        if not dl_hit and not h2d_hit:
+            return
+        names = sorted(set(_facts.strs(h["name"])[rows].tolist())) if len(rows) else []
+        multi = any("MultiProcessing" in n for n in names)
+        evidence = {
+            "backend": ctx.backend,
+            "fetch_scopes": names,
+            "fetches_per_step": len(rows) / steps,
+            "dataloader_us_per_step": round(dl_per / NS_PER_US, 3),
+            "dataloader_share_of_wall_step": dl_share,
+            "wall_step_us": round(ctx.wall_step_time_ns / NS_PER_US, 3),
+            "worker_processes": multi,
+            "h2d_copies_per_step": len(h2d_rows) / steps,
+            "h2d_us_per_step": round(h2d_ns / steps / NS_PER_US, 3),
+            "h2d_share": h2d_share,
+            "h2d_pageable": pageable,
+            "thresholds": {"dataloaderMaxUs": max_us, "dataloaderMaxPercent": max_pct, "h2dMaxPercent": h2d_pct},
+            "crossed": [t for t, hit in (("dataloader", dl_hit), ("h2d", h2d_hit)) if hit],
+        }
+        fix_text = "Use DataLoader workers, pinned memory and non-blocking copies"
+        if dl_hit:
+            qual = ["worker processes" if multi else "single process"]
+            if h2d_hit:
+                qual.append(f"H2D copies {h2d_share * 100:.1f}% of step")
+            message = ctx.message(
+                "DataLoader", total_ns=dl_ns, count=round(len(rows) / steps), unit="fetch" if round(len(rows) / steps) == 1 else "fetches",
+                qualifier=", ".join(qual), diagnosis=f"the {_waiter(ctx)} waits for the next batch", fix=fix_text, wall=True,
+            )
+            total, wall = dl_ns, True
+        else:
+            message = ctx.message(
+                "H2D copies", total_ns=h2d_ns, count=round(len(h2d_rows) / steps), unit="copies",
+                qualifier="pageable memory" if pageable else "", diagnosis="input transfers are synchronous",
+                fix="Pin memory in the DataLoader and copy with non_blocking=True",
+            )
+            total, wall = h2d_ns, False
+        yield self._anchored(ctx, rows, message, total, wall, evidence)
+
+    def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict) -> Finding:
+        workers = int(ctx.threshold("dataloaderWorkers"))
+        for r in rows[:8]:
+            place = _places.op_place(ctx, int(r))
+            if place is None:
+                continue
+            found = _loop_of(place)
+            if found is None:
+                continue
+            loop_span, ctor = found
+            index = place.index
+            related = [Related(ctor, f"the DataLoader is built here: {_places.text(index, ctor)}")] if ctor else []
+            cands = []
+            if ctor is not None:
+                cands.append((fx.tune_dataloader, ctor, index.path, {"workers": workers}))
+            cands.append((fx.non_blocking_copies, loop_span, index.path, {}))
+            return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall, evidence=evidence,
+                               confidence=place.confidence, related=related, fixes=_places.fixes(ctx, *cands))
+        built = _constructions(ctx)
+        if len(built) == 1:
+            index, call = built[0]
+            fixes = _places.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
+                                  (fx.non_blocking_copies, call.span, index.path, {}))
+            return ctx.finding(self, span=call.span, message=message, total_ns=total, wall=wall, evidence=evidence,
+                               confidence=Confidence.INFERRED, fixes=fixes)
+        conf = Confidence.MODULE if len(rows) else Confidence.INFERRED
+        return ctx.finding(self, span=None, message=message, total_ns=total, wall=wall, evidence=evidence, confidence=conf)
+
+
+def _waiter(ctx: RuleContext) -> str:
+    return {"ascend": "NPU", "cuda": "GPU"}.get(ctx.backend, "step")
+
+
+def _h2d(ctx: RuleContext) -> tuple[np.ndarray, bool]:
+    prof = ctx.profile
+    k = prof.kernels
+    if not len(k):
+        return np.zeros(0, np.int64), False
+    sel = _facts.mask(k["name"], MEMCPY_H2D.search) & _facts.kernels_in_steps_mask(prof)
+    if ctx.backend != Backend.ASCEND.value:
+        sel &= _facts.mask(k["name"], lambda n: "HtoD" in n)
+    rows = np.flatnonzero(sel)
+    pageable = bool(_facts.mask(k["name"], PAGEABLE.search)[rows].any()) if len(rows) else False
+    return rows, pageable
+
+
+def _loop_of(place: _places.Place) -> tuple[Span, Span | None] | None:
+    """The ``for`` loop over a DataLoader the frame belongs to, and the loader's construction."""
+    index = place.index
+    loops = _places.loops_iterating_loader(index, place.function)
+    if not loops:
+        return None
+    on_line = [(lp, b) for lp, b in loops if lp.header.line <= place.line <= lp.header.end_line]
+    inside = [(lp, b) for lp, b in loops if lp.span.line <= place.line <= lp.span.end_line]
+    for cands in (on_line, inside[-1:], loops if len(loops) == 1 else []):
+        if cands:
+            lp, b = cands[0]
+            return lp.header, (b.span if b is not None else None)
+    return None
+
+
+def _constructions(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite]]:
+    def is_loader(ix: SourceIndex, c: CallSite) -> bool:
+        return c.qualname in fx.DATALOADER or (not c.qualname and c.callee.rsplit(".", 1)[-1] == "DataLoader")
+
+    return _places.calls_where(ctx, is_loader)

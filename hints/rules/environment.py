@@ -1,0 +1,178 @@
+"""NPU241-NPU247: environment variables recorded with the profile (``profiler_metadata.json``
+``ENV_VARIABLES``, the advisor's ``environment_variable_analysis``; hint-rules §3). ``""`` means
+unset; a profile without the file (or without the variable) gives no finding.
+
+Fixed severity Information. Anchored where the script itself sets the variable
+(``os.environ["X"] = ...``, ``os.environ.setdefault("X", ...)``, ``os.putenv("X", ...)``), with a
+fix that edits or deletes that statement; else on line 1 of the entry script; else a
+profile-level finding (no span) for ``--check``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.hints.fixes import env_vars, offer
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.spans import Confidence, Span
+
+from . import _ops
+
+
+def _int_below(limit: int) -> Callable[[str], bool]:
+    def check(v: str) -> bool:
+        if v == "":
+            return True
+        try:
+            return int(v.strip()) < limit
+        except ValueError:
+            return False  # not a number: CANN's own parse decides; do not guess
+    return check
+
+
+def _lacks_expandable(v: str) -> bool:
+    parts = {p.strip().replace(" ", "") for p in v.split(",")}
+    return "expandable_segments:True" not in parts
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSpec:
+    code: str
+    name: str
+    variables: tuple[str, ...]
+    fires: Callable[[str], bool]  # on the recorded value ("" = unset)
+    short: str
+    diagnosis: str
+    advice: str  # <= 12 words
+    value: env_vars.Value | str = ""  # what the fix writes (None: delete the statement); "" = no fix
+    summary: str = ""
+    rationale: str = ""
+
+
+SPECS: tuple[EnvSpec, ...] = (
+    EnvSpec("NPU241", "env-log-level", ("ASCEND_GLOBAL_LOG_LEVEL",), lambda v: v != "" and v.strip() != "3",
+            "Verbose CANN logging", "logging below ERROR level slows every API call",
+            "export ASCEND_GLOBAL_LOG_LEVEL=3", "3",
+            "CANN logs at INFO/DEBUG/WARNING level during the run.",
+            "Below level 3 (ERROR) CANN writes log records on the hot path of every API call."),
+    EnvSpec("NPU242", "env-hccl-rdma-qos", ("HCCL_RDMA_TC", "HCCL_RDMA_SL"), lambda v: v != "",
+            "RDMA QoS set", "HCCL traffic class / service level differs from the defaults",
+            "Review the network QoS settings with your cluster admin", "",
+            "HCCL_RDMA_TC / HCCL_RDMA_SL are set (informational).",
+            "A traffic class or service level that does not match the switch configuration can throttle collective bandwidth."),
+    EnvSpec("NPU243", "env-aclnn-cache", ("ACLNN_CACHE_LIMIT",), _int_below(10000),
+            "Small aclnn cache", "op executors are rebuilt when the cache overflows",
+            "export ACLNN_CACHE_LIMIT=100000", "100000",
+            "ACLNN_CACHE_LIMIT is unset or below 10000.",
+            "aclnn caches compiled op executors per shape; a small cache makes models with many shapes rebuild them on the host."),
+    EnvSpec("NPU244", "env-host-cache", ("HOST_CACHE_CAPACITY",), lambda v: v.strip() in ("", "0"),
+            "Host op cache off", "op host information is recomputed on every launch",
+            "export HOST_CACHE_CAPACITY=20", "20",
+            "HOST_CACHE_CAPACITY is unset or 0.",
+            "With the host cache off, torch_npu rebuilds the host-side description of every op launch instead of reusing it."),
+    EnvSpec("NPU245", "env-alloc-conf", ("PYTORCH_NPU_ALLOC_CONF",), _lacks_expandable,
+            "No expandable segments", "the caching allocator fragments device memory",
+            "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True", env_vars.merge_setting("expandable_segments:True"),
+            "PYTORCH_NPU_ALLOC_CONF lacks expandable_segments:True.",
+            "Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees, re-allocations and out-of-memory retries."),
+    EnvSpec("NPU246", "env-launch-blocking", ("ASCEND_LAUNCH_BLOCKING",), lambda v: v.strip() == "1",
+            "Synchronous launches", "every op waits for the device to finish",
+            "unset ASCEND_LAUNCH_BLOCKING", None,
+            "ASCEND_LAUNCH_BLOCKING=1 makes every launch synchronous.",
+            "A debugging switch: the host blocks after each kernel launch, so host and device never overlap."),
+    EnvSpec("NPU247", "env-hccl-algo", ("HCCL_ALGO",), lambda v: v != "",
+            "HCCL algorithm forced", "a fixed collective algorithm overrides HCCL's per-size choice",
+            "unset HCCL_ALGO unless it was tuned for this cluster", None,
+            "HCCL_ALGO forces a collective algorithm.",
+            "HCCL picks an algorithm per message size and topology; a forced one is slower unless tuned for this cluster."),
+)
+
+
+def _setter_re(var: str) -> re.Pattern[str]:
+    v = re.escape(var)
+    return re.compile(
+        rf"os\.environ\s*\[\s*['\"]{v}['\"]\s*\]\s*=(?!=)|os\.environ\.setdefault\(\s*['\"]{v}['\"]|os\.putenv\(\s*['\"]{v}['\"]"
+    )
+
+
+def setter_statements(ctx: RuleContext, var: str) -> list[Span]:
+    """Statements of the workspace that set ``var`` in ``os.environ`` (entry scripts first)."""
+    key = _setter_re(var)
+    out: list[Span] = []
+    seen: set[str] = set()
+    for path in [*_ops.entry_scripts(ctx), *_ops.python_files(ctx)]:
+        if path in seen:
+            continue
+        seen.add(path)
+        text = ctx.source_text(path)
+        if text is None or var not in text:
+            continue  # read, not parsed: only files naming the variable get indexed
+        index = _ops.index_of(ctx, path)
+        if index is None:
+            continue
+        out += [st.span for st in index.statements if key.search(st.text)]
+    return out
+
+
+class EnvRule(Rule):
+    spec: ClassVar[EnvSpec]
+    default_severity = Severity.INFO
+    backends = ("ascend",)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        env = ctx.profile.meta.env
+        spec = self.spec
+        present = [v for v in spec.variables if v in env]
+        firing = [v for v in present if spec.fires(env[v])]
+        if not firing:
+            return
+        for var in firing:
+            value = env[var]
+            evidence = {
+                "variable": var,
+                "value": value,
+                "unset": value == "",
+                "advice": spec.advice,
+                "source": "profiler_metadata.json ENV_VARIABLES",
+            }
+            span, conf, fixes = None, Confidence.MODULE, []
+            sites = setter_statements(ctx, var)
+            if sites:
+                span = sites[0]
+                index = _ops.index_of(ctx, span.path)
+                imp = index.torch_npu_import if index is not None else None
+                if imp is not None and imp.span.line < span.line:
+                    evidence["note"] = f"set after `import torch_npu` (line {imp.span.line}): too late to take effect"
+                if spec.value != "":
+                    text = ctx.source_text(span.path)
+                    why: list[str] = []
+                    res = offer(env_vars.set_env_value, text, span, why=why, path=span.path, name=var, value=spec.value) if text else None
+                    if res is not None:
+                        fixes.append(res.fix)
+                        evidence["fix_notes"] = list(res.notes)
+                    elif why:
+                        evidence["no_fix"] = "; ".join(why)
+            else:
+                entries = _ops.entry_scripts(ctx)
+                if entries:
+                    span = _ops.file_start(entries[0])
+                    evidence["anchor"] = "entry script (the variable belongs in the launcher)"
+            shown = f"{var}={value}" if value else f"{var} unset"
+            msg = f"{spec.short}: {shown} when profiled: {spec.diagnosis}. {spec.advice}."
+            yield ctx.finding(self, span=span, message=msg, confidence=conf, evidence=evidence, fixes=fixes)
+
+
+def _make(spec: EnvSpec) -> type[EnvRule]:
+    cls = type("Rule" + spec.code, (EnvRule,), {
+        "code": spec.code, "name": spec.name, "summary": spec.summary, "rationale": spec.rationale,
+        "spec": spec, "__module__": __name__, "__qualname__": "Rule" + spec.code,
+    })
+    return register(cls)  # type: ignore[return-value]
+
+
+RULES = {s.code: _make(s) for s in SPECS}

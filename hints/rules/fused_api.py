@@ -1,0 +1,362 @@
+"""NPU210-NPU217: hand-written operator sequences that one fused torch_npu API replaces
+(the advisor's "Affinity API" analysis, hint-rules §3; CUDA/CPU analogues for Kineto traces).
+
+Detection is the advisor's (see ``_sequences``): outermost aten ops per thread, joined with
+``-``, regex-searched with the catalog's patterns, each pattern gated on the profile's CANN
+version (unknown version: 8.0.0, every set). Matches are grouped by where they start in the
+source; each group is one finding whose impact is the device time of the matched ops (host time
+on CPU-only traces). Profiles without framework ops use the legacy kernel ``Type`` sequences,
+anchored by inference only.
+
+The quick fix is the ``hints.fixes.fused_api`` transform, offered only when it recognises the
+anchored expression exactly; otherwise ``evidence["snippet"]`` carries the replacement to show
+in the hover.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding, Fix, Related
+from msprof_lsp.hints.fixes import fused_api as fx
+from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.spans import Confidence, Span
+
+from . import _ops
+from ._sequences import Place, Tokens, host_tokens, kernel_tokens, literal_regex, pattern_regex, place_kernels, place_ops
+
+DEFAULT_CANN = "8.0.0"  # the advisor's default rule set (sets 0-3)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedSpec:
+    code: str
+    name: str
+    short: str  # message short name
+    api: str  # the torch_npu API
+    patterns: tuple[tuple[str, str], ...]  # (aten pattern, minimum CANN version)
+    kernel_types: str  # legacy Type sequence ("" none)
+    transform: Callable[..., object]
+    fix_npu: str  # <= 12 words
+    fix_cuda: str  # <= 12 words
+    snippet_cuda: str
+    backend_fix: bool = False  # the transform takes backend= and has a CUDA/CPU form
+    keywords: str = ""  # regex over statement text: where in a function the sequence can start
+    summary: str = ""
+    rationale: str = ""
+
+
+SPECS: tuple[FusedSpec, ...] = (
+    FusedSpec(
+        "NPU210", "fused-api-rms-norm", "RMSNorm written out", "torch_npu.npu_rms_norm",
+        (("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}", "7.0.0"),),
+        "Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", fx.rms_norm,
+        "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
+        "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
+        keywords=r"\brsqrt\b",
+        summary="RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.",
+        rationale="Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole activation; npu_rms_norm does it in one pass.",
+    ),
+    FusedSpec(
+        "NPU211", "fused-api-swiglu", "SwiGLU written out", "torch_npu.npu_swiglu",
+        tuple((p, "7.0.0") for p in (
+            "(slice|chunk)-silu-mul", "(slice|chunk)-mul-silu", "(slice|chunk)-sigmoid-mul-mul",
+            "(slice|chunk)-mul-sigmoid-mul", "(slice|chunk)-mul-mul-sigmoid",
+        )),
+        "Slice-Slice-Swish-Mul", fx.swiglu,
+        "Use torch_npu.npu_swiglu", "torch.compile the gated MLP",
+        "mlp = torch.compile(mlp)  # fuses chunk-silu-mul into one kernel",
+        keywords=r"\bsilu\b|\bsigmoid\b|\bchunk\(",
+        summary="SwiGLU as chunk-silu-mul: one fused npu_swiglu kernel instead.",
+        rationale="The split, the SiLU and the product are three kernels with two intermediate tensors; npu_swiglu computes silu(a) * b in one kernel.",
+    ),
+    FusedSpec(
+        "NPU212", "fused-api-rotary-mul", "Rotary embedding written out", "torch_npu.npu_rotary_mul",
+        (("(chunk)-neg-cat-(mul){0,2}-add", "7.0.RC1"), ("(slice)-neg-cat-(mul){0,2}-add", "7.0.RC1")),
+        "Mul-Slice-Neg-Slice-ConcatD-Mul", fx.rotary_mul,
+        "Use torch_npu.npu_rotary_mul", "torch.compile the rotary embedding",
+        "apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
+        keywords=r"rotate_half|cat\(\s*[(\[]\s*-",
+        summary="Rotary embedding as chunk-neg-cat-mul-add: one fused npu_rotary_mul kernel instead.",
+        rationale="rotate_half and the two products launch five or more small kernels per tensor; npu_rotary_mul applies the rotation in one.",
+    ),
+    FusedSpec(
+        "NPU213", "fused-api-attention", "Attention written out", "torch_npu.npu_fusion_attention",
+        (
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+        ),
+        "", fx.attention,
+        "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
+        "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
+        backend_fix=True,
+        keywords=r"@|\bmatmul\(|\bbmm\(|softmax",
+        summary="Attention as matmul-softmax-matmul: one fused attention kernel instead.",
+        rationale="The score matrix (batch x heads x seq x seq) is written and read by every step of the hand-written attention; the fused kernel keeps it on chip.",
+    ),
+    FusedSpec(
+        "NPU214", "fused-api-fast-gelu", "Exact GELU", "torch_npu.fast_gelu",
+        (("gelu", "6.3.RC2"),),
+        "", fx.fast_gelu,
+        "Use torch_npu.fast_gelu (approximation)", "Use the tanh GELU approximation",
+        'y = F.gelu(x, approximate="tanh")',
+        backend_fix=True,
+        keywords=r"\bgelu\b|GELU",
+        summary="Exact GELU where the faster approximation would do.",
+        rationale="The erf-based GELU is slower than its approximation; fast_gelu (tanh GELU on CUDA) changes numerics slightly, so it is opt-in.",
+    ),
+    FusedSpec(
+        "NPU215", "fused-api-confusion-transpose", "Transpose and reshape", "torch_npu.npu_confusion_transpose",
+        (("(permute|transpose)-(contiguous){0,1}-(reshape|view)", "6.3.RC2"), ("(reshape|view)-(contiguous){0,1}-(permute|transpose)", "6.3.RC2")),
+        "", fx.confusion_transpose,
+        "Use torch_npu.npu_confusion_transpose", "Drop .contiguous() where the consumer accepts strides",
+        "out = out.transpose(1, 2).reshape(b, s, h)  # reshape copies only when it must",
+        keywords=r"\.(permute|transpose)\(.*\.(view|reshape)\(|\.(view|reshape)\(.*\.(permute|transpose)\(",
+        summary="permute/transpose + contiguous + view: one npu_confusion_transpose instead.",
+        rationale="The explicit contiguous() copy and the layout change are separate kernels; npu_confusion_transpose moves the data once.",
+    ),
+    FusedSpec(
+        "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
+        (("softmax-(mul){0,1}-(masked_fill_)", "6.3.RC2"), ("softmax-(mul){0,1}-(add)", "6.3.RC2")),
+        "Cast-Mul-MaskedFill-SoftmaxV2-Cast", fx.scaled_masked_softmax,
+        "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
+        "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
+        keywords=r"softmax",
+        summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
+        rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
+    ),
+    FusedSpec(
+        "NPU217", "fused-api-add-layer-norm", "Residual add then LayerNorm", "torch_npu.npu_add_layer_norm",
+        (("add-layer_norm", "8.0.RC1"),),
+        "Add-LayerNorm", fx.add_layer_norm,
+        "Use torch_npu.npu_add_layer_norm", "torch.compile the residual add and LayerNorm",
+        "block = torch.compile(block)  # fuses the residual add into the LayerNorm",
+        keywords=r"\+.*\bnorm|\bnorm\w*\(|layer_norm",
+        summary="Residual add followed by LayerNorm: one npu_add_layer_norm kernel instead.",
+        rationale="The sum is written to memory only to be read back by the LayerNorm; npu_add_layer_norm returns both from one kernel.",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matching (computed once per context for all eight codes)
+
+
+@dataclass(slots=True)
+class Group:
+    """Matches of one code that start at the same place."""
+
+    place: Place
+    matches: list[tuple[int, int]]  # token ranges
+    pattern: str
+
+
+_MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
+_DEVICE: weakref.WeakKeyDictionary[RuleContext, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def cann_version(ctx: RuleContext) -> str:
+    return ctx.profile.meta.cann_version or DEFAULT_CANN
+
+
+def _device_per_root(ctx: RuleContext) -> np.ndarray:
+    hit = _DEVICE.get(ctx)
+    if hit is None:
+        hit = _ops.kernel_time_per_root(ctx.profile, _ops.outermost_framework_ops(ctx.profile))
+        _DEVICE[ctx] = hit
+    return hit
+
+
+def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, Tokens, list[Group], dict]:
+    """(variant "host"/"kernel", tokens, groups, gating info) for one code."""
+    cache = _MATCHES.setdefault(ctx, {})
+    if spec.code in cache:
+        return cache[spec.code]
+    ascend = ctx.backend == "ascend"
+    version = cann_version(ctx)
+    active = [(p, v) for p, v in spec.patterns if not ascend or _ops.cann_at_least(version, v)]
+    gating = {"cann_version": ctx.profile.meta.cann_version or f"unknown (default {DEFAULT_CANN})",
+              "patterns_gated_off": [p for p, v in spec.patterns if (p, v) not in active]}
+    toks = host_tokens(ctx)
+    variant = "host"
+    found: list[tuple[tuple[int, int], str]] = []
+    if len(toks.rows):
+        for pattern, _v in active:
+            found += [(m, pattern) for m in toks.find(pattern_regex(pattern))]
+    elif ascend and spec.kernel_types and len(ctx.profile.kernels):
+        variant = "kernel"
+        toks = kernel_tokens(ctx)
+        found = [(m, spec.kernel_types) for m in toks.find(literal_regex(spec.kernel_types))]
+    # Two patterns of one code can match the same ops: keep each start once (longest match).
+    best: dict[int, tuple[tuple[int, int], str]] = {}
+    for (a, b), pat in found:
+        if a not in best or b > best[a][0][1]:
+            best[a] = ((a, b), pat)
+    groups: dict[Span | None, Group] = {}
+    for a in sorted(best):
+        (a, b), pat = best[a]
+        rows = toks.rows[a:b]
+        place = place_ops(ctx, rows.tolist()) if variant == "host" else place_kernels(ctx, rows.tolist())
+        g = groups.get(place.span)
+        if g is None:
+            groups[place.span] = g = Group(place, [], pat)
+        g.matches.append((a, b))
+    out = (variant, toks, list(groups.values()), gating)
+    cache[spec.code] = out
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules
+
+
+def _already_tanh(ctx: RuleContext, rows: np.ndarray) -> bool:
+    """Kineto records the GELU approximate argument in Concrete Inputs (["", "tanh"])."""
+    ci = ctx.profile.host_ops["concrete_inputs"].to_numpy(dtype=object)
+    return bool(len(rows)) and all("tanh" in str(ci[int(r)]) for r in rows)
+
+
+class FusedApiRule(Rule):
+    spec: ClassVar[FusedSpec]
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        spec = self.spec
+        variant, toks, groups, gating = find(ctx, spec)
+        ascend = ctx.backend == "ascend"
+        per_root = _device_per_root(ctx) if variant == "host" else None
+        kernels = ctx.profile.kernels
+        for g in groups:
+            rows = np.concatenate([toks.rows[a:b] for a, b in g.matches])
+            firsts = np.array([toks.rows[a] for a, _ in g.matches], dtype=np.int64)
+            if spec.code == "NPU214" and not ascend and variant == "host" and _already_tanh(ctx, firsts):
+                continue
+            if variant == "host":
+                total = _ops.op_time_ns(ctx.profile, rows.tolist(), per_root)
+                under = _ops.kernels_under(ctx.profile, rows.tolist())
+            else:
+                under = kernels.loc[rows]
+                total = int(under["dur_ns"].sum())
+            ktypes = Counter(_ops.kernel_types(under)) if len(under) else Counter()
+            a0, b0 = g.matches[0]
+            sequence = toks.sequence(a0, b0)
+            n = len(g.matches)
+            evidence = {
+                "backend": ctx.backend,
+                "api": spec.api if ascend else spec.fix_cuda,
+                "pattern": g.pattern,
+                "sequence": sequence,
+                "matches": n,
+                "matches_per_step": round(n / ctx.num_steps, 2),
+                "matched_in": "host ops" if variant == "host" else "kernel types",
+                "first_op": str(ctx.profile.host_ops["name"].iloc[int(firsts[0])]) if variant == "host" else sequence.split("-")[0],
+                "first_op_stack": [fr.raw for fr in ctx.profile.stack_of(int(ctx.profile.host_ops["stack"].iloc[int(firsts[0])]))][:12]
+                if variant == "host" else [],
+                "kernels": len(under),
+                "kernel_types": dict(ktypes.most_common(8)),
+                "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
+                "time_source": "device" if len(kernels) else "host",
+                "snippet": fx.SNIPPETS[spec.code] if ascend else spec.snippet_cuda,
+                **(gating if ascend else {}),
+            }
+            conf = g.place.confidence if variant == "host" else Confidence.INFERRED
+            span, candidates = g.place.span, []
+            if g.place.site is not None and g.place.site.kind == "function":
+                # Kineto def-line frames name the function, not the line: search its body.
+                candidates = self._statements(ctx, g.place.site.span.path, g.place.site.function, spec)
+                if candidates:
+                    span, conf = candidates[0], Confidence.MODULE
+                    evidence["located"] = f"statically in {g.place.site.function}()"
+            per = len(under) // n
+            qualifier = "inferred from kernel types" if variant == "kernel" else (
+                f"{per} kernel{'s' if per != 1 else ''} each" if per and len(kernels) else "")
+            per_step = max(1, round(n / ctx.num_steps))
+            msg = ctx.message(
+                spec.short,
+                total_ns=total,
+                count=per_step,
+                unit="match" if per_step == 1 else "matches",
+                qualifier=qualifier,
+                diagnosis=f"{sequence} runs as separate ops",
+                fix=spec.fix_npu if ascend else spec.fix_cuda,
+            )
+            related = self._related(ctx, g, toks, variant) if not candidates else [
+                Related(c, "also matches the sequence's start") for c in candidates[1:4]]
+            tries = [span, *reversed([r.span for r in related])] if not candidates else candidates
+            fixes = self._fixes(ctx, spec, evidence, tries)
+            yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
+                              evidence=evidence, fixes=fixes, related=related)
+
+    @staticmethod
+    def _statements(ctx: RuleContext, path: str, function: str, spec: FusedSpec) -> list[Span]:
+        index = _ops.index_of(ctx, path)
+        if index is None or not spec.keywords:
+            return []
+        key = re.compile(spec.keywords)
+        return [st.span for st in index.statements_in(function) if key.search(st.text)]
+
+    def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[Fix]:
+        """The transform at the first statement it recognises. The anchor is where the sequence
+        starts; the expression may end further down (SwiGLU's product after the chunk,
+        attention's final matmul), so the other statements of the match are tried too."""
+        tries = [t for t in tries if t is not None]
+        if not tries or (ctx.backend != "ascend" and not spec.backend_fix):
+            return []
+        text = ctx.source_text(tries[0].path)
+        if text is None:
+            return []
+        why: list[str] = []
+        opts = {"backend": ctx.backend} if spec.backend_fix else {}
+        for where in tries[:6]:
+            res = offer(spec.transform, text, where, why=why, path=where.path, **opts)
+            if res is not None:
+                if res.notes:
+                    evidence["fix_notes"] = list(res.notes)
+                return [res.fix]
+        evidence["no_fix"] = "; ".join(dict.fromkeys(why)) or "the expression is not recognised exactly"
+        return []
+
+    def _related(self, ctx: RuleContext, g: Group, toks: Tokens, variant: str) -> list[Related]:
+        if variant != "host" or g.place.span is None:
+            return []
+        a, b = g.matches[0]
+        out: list[Related] = []
+        seen = {g.place.span.line}
+        for r in toks.rows[a:b]:
+            site = _ops.site_of_op(ctx, int(r))
+            if site is None or site.span.path != g.place.span.path:
+                continue
+            stmt = _ops.site_statement(ctx, site)
+            if stmt.line in seen or g.place.span.line <= stmt.line <= g.place.span.end_line:
+                continue
+            seen.add(stmt.line)
+            out.append(Related(stmt, f"part of the matched sequence ({ctx.profile.host_ops['name'].iloc[int(r)]})"))
+        return out
+
+
+def _make(spec: FusedSpec) -> type[FusedApiRule]:
+    cls = type(
+        "Rule" + spec.code,
+        (FusedApiRule,),
+        {
+            "code": spec.code,
+            "name": spec.name,
+            "summary": spec.summary,
+            "rationale": spec.rationale,
+            "spec": spec,
+            "__module__": __name__,
+            "__qualname__": "Rule" + spec.code,
+        },
+    )
+    return register(cls)  # type: ignore[return-value]
+
+
+RULES = {s.code: _make(s) for s in SPECS}

@@ -1,0 +1,171 @@
+"""NPU250 dropout-in-inference: dropout still draws masks in a run without any backward pass or
+optimizer step -- the model was left in training mode (hint-rules §3).
+
+Dropout work: Ascend mask-generation / ``DropOutDoMask`` kernels (names or types containing
+dropout, genmask, genbitmask, domask); Kineto ``aten::dropout`` / ``aten::native_dropout`` /
+``aten::feature_dropout`` ops whose ``Concrete Inputs`` third entry (``train``) is ``"True"``.
+In ``eval()`` mode ``F.dropout`` returns its input without launching anything, so any such work
+means training mode. Anchored on the model call inside the inference loop (found through the
+dropout op's recorded frames), else on the dropout call; fixes ``model.eval()`` before the loop
+(safe when the model variable is known) and ``torch.inference_mode()``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding, Fix, Related
+from msprof_lsp.hints.fixes import inference as fx
+from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.spans import Confidence, Span
+
+from . import _ops
+
+DROPOUT_KERNEL = re.compile(r"dropout|genmask|genbitmask|domask", re.IGNORECASE)
+DROPOUT_OPS = ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::dropout_", "aten::feature_dropout_")
+
+
+def _train_flag(concrete: str) -> bool | None:
+    """The ``train`` argument from Kineto's Concrete Inputs (``["", "0.1", "True"]``)."""
+    try:
+        values = json.loads(concrete) if concrete else None
+    except ValueError:
+        return None
+    if not isinstance(values, list) or len(values) < 3:
+        return None
+    return {"True": True, "False": False}.get(str(values[2]))
+
+
+GRAD_KERNEL = re.compile(r"Grad(V\d+)?$|Backward|^Apply[A-Z]")
+
+
+def _training_kernels(k) -> bool:  # noqa: ANN001
+    """Kernel-only profiles (no host ops): gradient or optimizer-update kernels mean training."""
+    return bool(_ops.cat_mask(k["type"], lambda t: bool(GRAD_KERNEL.search(t))).any()
+                or _ops.cat_mask(k["name"], lambda t: bool(GRAD_KERNEL.search(t))).any())
+
+
+def _is_inference_loop(index, loop) -> bool:  # noqa: ANN001
+    return "backward" not in {index.calls[i].name for i in loop.calls}
+
+
+@register
+class DropoutInInference(Rule):
+    code = "NPU250"
+    name = "dropout-in-inference"
+    summary = "Dropout runs in a profile without backward or optimizer: the model is still in training mode."
+    rationale = (
+        "In training mode every dropout generates a random mask and applies it; in an inference "
+        "run that is wasted device time and changes the outputs. model.eval() turns dropout into "
+        "the identity (and batch norm to its running statistics)."
+    )
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        p = ctx.profile
+        h = p.host_ops
+        if len(h):
+            if _ops.cat_mask(h["name"], lambda n: _ops.is_backward_node(n) or n.startswith("Optimizer.step#")).any():
+                return
+        k = p.kernels_in_steps()
+        if len(k) and (k["backward"].to_numpy(dtype=bool).any() or (not len(h) and _training_kernels(k))):
+            return
+        ops = np.zeros(0, dtype=np.int64)
+        if ctx.backend == "ascend":
+            sel = _ops.cat_mask(k["name"], lambda n: bool(DROPOUT_KERNEL.search(n))) | _ops.cat_mask(k["type"], lambda n: bool(DROPOUT_KERNEL.search(n))) if len(k) else np.zeros(0, dtype=bool)
+            if not sel.any():
+                return
+            work = k[sel]
+            total = int(work["dur_ns"].sum())
+            launched = work["host_op"].to_numpy(np.int64)
+            ops = np.unique(launched[launched >= 0])
+            count, unit = len(work), "kernels"
+            names = Counter(_ops.text_values(work["name"]))
+        else:
+            if not len(h):
+                return
+            cand = np.flatnonzero(_ops.cat_mask(h["name"], lambda n: n in DROPOUT_OPS) & _ops.in_steps(p, h["start_ns"].to_numpy(np.int64)))
+            ci = h["concrete_inputs"].to_numpy(dtype=object)
+            ops = np.array([r for r in cand if _train_flag(str(ci[r])) is True], dtype=np.int64)
+            # aten::dropout calls aten::native_dropout on CUDA: count the outermost only
+            if len(ops):
+                outer = _ops.strict_ancestor(_ops.mask_of(len(h), ops.tolist()), h["parent"].to_numpy(np.int64))
+                ops = ops[outer[ops] < 0]
+            if not len(ops):
+                return
+            work = _ops.kernels_under(p, ops.tolist())
+            total = int(work["dur_ns"].sum()) if len(p.kernels) else int(h["dur_ns"].to_numpy(np.int64)[ops].sum())
+            count, unit = len(ops), "dropout calls"
+            names = Counter(_ops.text_values(h["name"])[ops])
+        span, conf, related = self._anchor(ctx, ops)
+        evidence = {
+            "backend": ctx.backend,
+            "dropout": dict(names.most_common(6)),
+            "count": count,
+            "backward_ops": 0,
+            "optimizer_steps": 0,
+            "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
+        }
+        fixes = self._fixes(ctx, span, evidence)
+        n = max(1, round(count / ctx.num_steps))
+        msg = ctx.message(
+            "Dropout in inference",
+            total_ns=total,
+            count=n,
+            unit=unit if n != 1 else unit.rstrip("s"),
+            qualifier="no backward pass or optimizer step",
+            diagnosis="the model runs in training mode",
+            fix="Call model.eval() before the loop",
+        )
+        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence,
+                          fixes=fixes, related=related)
+
+    @staticmethod
+    def _anchor(ctx: RuleContext, ops: np.ndarray) -> tuple[Span | None, Confidence, list[Related]]:
+        h = ctx.profile.host_ops
+        sid = h["stack"].to_numpy(np.int64) if len(h) else np.zeros(0, dtype=np.int64)
+        site = None
+        for r in ops.tolist():
+            site = site or _ops.site_of_op(ctx, int(r))
+            chain = list(ctx.profile.host_op_chain(int(r)))
+            stack = next((int(sid[c]) for c in chain if sid[c] >= 0), -1)
+            if stack < 0:
+                continue
+            hit = _ops.loop_with_frame(ctx, ctx.profile.stack_of(stack), _is_inference_loop)
+            if hit is None:
+                continue
+            header, path = hit
+            # the model call: the frame's line inside that loop
+            for p, f in _ops.user_frames(ctx, ctx.profile.stack_of(stack)):
+                if p == path and header.line <= f.line:
+                    stmt = _ops.statement_span(ctx, path, f.line)
+                    if stmt is not None and stmt.line != header.line:
+                        conf = site.confidence if site is not None else Confidence.STACK
+                        related = [Related(_ops.site_statement(ctx, site), "dropout called here")] if site is not None else []
+                        return stmt, conf, related
+            break
+        if site is not None:
+            return _ops.site_statement(ctx, site), site.confidence, []
+        return None, Confidence.MODULE, []
+
+    @staticmethod
+    def _fixes(ctx: RuleContext, span: Span | None, evidence: dict) -> list[Fix]:
+        if span is None:
+            return []
+        text = ctx.source_text(span.path)
+        if text is None:
+            return []
+        out, why = [], []
+        for t in (fx.eval_before_loop, fx.inference_mode):
+            res = offer(t, text, span, why=why, path=span.path)
+            if res is not None:
+                out.append(res.fix)
+        if not out and why:
+            evidence["no_fix"] = "; ".join(dict.fromkeys(why))
+        return out

@@ -1,0 +1,202 @@
+"""NPU900-NPU903: notices about the profile itself (fixed severity Information; hint-rules §3).
+
+* NPU900 no call stacks: every anchor is approximate; the capture advice of ascend-formats §2.
+* NPU901 Level0 capture: the rules that needed Level1 data (CANN API events, statistics) and were
+  skipped, by name -- they recorded the skip through ``ctx.needs_level1``.
+* NPU902 a source file changed after the profile was captured (``end_info.collectionTimeEnd``) and
+  recorded lines in it moved or vanished (a fresh checkout alone stays quiet):
+  recorded lines may have moved.
+* NPU903 hot device time that reached no user frame: how much and which kernels.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from msprof_lsp.hints import gating
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.hints.registry import Rule, register, rule
+from msprof_lsp.mapping.model import ProfileKind
+from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.units import format_us
+
+from . import _ops
+
+ASCEND_CAPTURE = (
+    "torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.CPU, "
+    "torch_npu.profiler.ProfilerActivity.NPU], with_stack=True, record_shapes=True, "
+    "experimental_config=torch_npu.profiler._ExperimentalConfig(profiler_level=torch_npu.profiler.ProfilerLevel.Level1, "
+    "aic_metrics=torch_npu.profiler.AiCMetrics.PipeUtilization), "
+    "schedule=torch_npu.profiler.schedule(wait=1, warmup=1, active=2), "
+    "on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\"./prof\"))"
+)
+"""ascend-formats §2, verbatim."""
+
+KINETO_CAPTURE = (
+    "torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA], "
+    "with_stack=True, record_shapes=True, with_modules=True, "
+    "schedule=torch.profiler.schedule(wait=1, warmup=1, active=2), "
+    "on_trace_ready=torch.profiler.tensorboard_trace_handler(\"./prof\"))"
+)
+LEVEL1 = "experimental_config=torch_npu.profiler._ExperimentalConfig(profiler_level=torch_npu.profiler.ProfilerLevel.Level1)"
+HOT_SHARE = 0.05  # NPU903: unattributed device time per step worth a notice (the warning share)
+TOP_KERNELS = 5
+
+
+class Notice(Rule):
+    default_severity = Severity.INFO
+
+
+@register
+class NoCallStacks(Notice):
+    code = "NPU900"
+    name = "no-call-stacks"
+    summary = "The profile has no Python call stacks: findings are anchored by op type and module names only."
+    rationale = (
+        "Without with_stack=True the profiler does not record which line launched an op; hints "
+        "are then placed by pattern search (inferred confidence) or not at all."
+    )
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        p = ctx.profile
+        if not len(p.host_ops) and not len(p.kernels):
+            return
+        if p.has_call_stacks and p.meta.with_stack is not False:
+            return
+        kineto = p.meta.kind is ProfileKind.KINETO
+        advice = KINETO_CAPTURE if kineto else ASCEND_CAPTURE
+        why = "with_stack=False" if p.meta.with_stack is False else "no Call stack in the trace"
+        msg = f"No call stacks ({why}): findings are approximate; capture with `with_stack=True`: {advice}"
+        yield ctx.finding(self, span=None, message=msg, confidence=Confidence.MODULE,
+                          evidence={"with_stack": p.meta.with_stack, "stacks": len(p.stacks), "capture": advice})
+
+
+@register
+class NeedsLevel1(Notice):
+    code = "NPU901"
+    name = "needs-level1"
+    summary = "Captured at profiler level Level0: the rules that need Level1 data were skipped (named)."
+    rationale = (
+        "Level0 drops the CANN layer (AscendCL/Runtime API events) and the op/api statistics; "
+        "rules built on them cannot tell a clean run from a missing record, so they skip and "
+        "this notice says which."
+    )
+    backends = ("ascend",)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        gap = ctx.level1_gap
+        skipped = dict(ctx.level1_skips)
+        if gap is None or not skipped:
+            return
+        named = []
+        for code in sorted(skipped):
+            try:
+                named.append(f"{code} {rule(code).name}")
+            except KeyError:
+                named.append(code)
+        needs = "; ".join(f"{c}: {skipped[c]}" for c in sorted(skipped))
+        msg = (f"Profile {gap}: {', '.join(named)} skipped, they need Level1 data ({needs}). "
+               f"Capture with {LEVEL1}.")
+        yield ctx.finding(self, span=None, message=msg, confidence=Confidence.MODULE,
+                          evidence={"level": ctx.profile.meta.level, "reason": gap, "skipped": skipped, "capture": LEVEL1,
+                                    "may_need_level1": gating.declared_level1()})
+
+
+def _iso(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@register
+class StaleSource(Notice):
+    code = "NPU902"
+    name = "stale-source"
+    summary = "A source file changed after the profile was captured: recorded lines may have moved."
+    rationale = (
+        "Stacks record line numbers; an edit after the capture shifts them. The mapping "
+        "re-anchors by call text where it can, but a re-profile gives exact lines."
+    )
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        end = ctx.profile.meta.collection_end_ns
+        a = ctx.attribution
+        if end is None or end <= 0 or a is None:
+            return
+        per_file: dict[str, list] = {}
+        for site in a.sites:
+            if site.frame is not None:
+                per_file.setdefault(site.span.path, []).append(site)
+        for path in sorted(per_file):
+            try:
+                mtime = os.stat(path).st_mtime_ns
+            except OSError:
+                continue
+            if mtime <= end:
+                continue
+            sites = per_file[path]
+            moved = sum(1 for s in sites if "re-anchored" in s.note)
+            dropped = sum(1 for n in a.heat.notes if path in n or os.path.basename(path) in n)
+            if not moved and not dropped:
+                # Newer but every recorded line still holds its call (a fresh checkout, an edit
+                # elsewhere in the file): nothing to warn about.
+                continue
+            msg = (f"{_ops.path_name(path)} changed after the profile was captured "
+                   f"(profile ended {_iso(end)}, file saved {_iso(mtime)}): lines may have moved"
+                   f"{f'; {moved} of {len(sites)} anchors re-found by their call text' if moved else ''}"
+                   f"{f'; {dropped} dropped' if dropped else ''}. Re-profile for exact lines.")
+            yield ctx.finding(self, span=_ops.file_start(path), message=msg, confidence=Confidence.MODULE,
+                              evidence={"collection_end": _iso(end), "file_modified": _iso(mtime),
+                                        "collection_end_ns": end, "file_mtime_ns": mtime,
+                                        "anchors": len(sites), "re_anchored": moved, "dropped": dropped})
+
+
+@register
+class UnattributedTime(Notice):
+    code = "NPU903"
+    name = "unattributed-time"
+    summary = "Hot device time that reached no line of the workspace: how much, and which kernels."
+    rationale = (
+        "Kernels whose call stack has no frame in the workspace (library-only stacks, files "
+        "that are not checked out here, ops outside any recorded stack) cannot be shown on a "
+        "line; their total says how much of the step the line hints do not cover."
+    )
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        p = ctx.profile
+        a = ctx.attribution
+        if a is None or not p.has_call_stacks or not len(p.kernels):
+            return  # no stacks at all: NPU900 says so
+        k = p.kernels_in_steps()
+        rows = p.kernels.index.get_indexer(k.index)
+        site = a.kernel_site[rows] if len(a.kernel_site) else np.full(len(k), -1)
+        lost = site < 0
+        if not lost.any():
+            return
+        sub = k[lost]
+        total = int(sub["dur_ns"].sum())
+        per = ctx.per_step_ns(total)
+        share = ctx.share(per)
+        if share < max(HOT_SHARE, ctx.config.min_share):
+            return
+        with_stack = sub["stack"].to_numpy(np.int64) >= 0
+        names = _ops.text_values(sub["name"])
+        by = sub.groupby(names, observed=True)["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(TOP_KERNELS)
+        top = {str(n): {"count": int(r["count"]), "us_per_step": _ops.format_ns_us(ctx.per_step_ns(int(r["sum"])))} for n, r in by.iterrows()}
+        shown = ", ".join(f"{n} ({format_us(v['us_per_step'])})" for n, v in list(top.items())[:3])
+        unmapped = list(a.heat.unmapped_files)[:5]
+        tail = f"; frames in files not found locally ({', '.join(unmapped)}): use pathMappings" if unmapped else ""
+        msg = (f"Unattributed device time: {format_us(per / 1000)}/step ({share * 100:.1f}% of step) in "
+               f"{len(sub)} kernels reached no workspace line, mostly {shown}{tail}.")
+        yield ctx.finding(self, span=None, message=msg, total_ns=total, confidence=Confidence.MODULE, evidence={
+            "time_us_per_step": _ops.format_ns_us(per),
+            "share": round(share, 4),
+            "kernels": len(sub),
+            "with_stack_no_user_frame": int(with_stack.sum()),
+            "without_stack": int((~with_stack).sum()),
+            "top_kernels": top,
+            "unmapped_files": unmapped,
+        })

@@ -1,0 +1,277 @@
+"""NPU220 fused-optimizer and NPU221 fused-grad-clip (hint-rules §3).
+
+NPU220: an ``Optimizer.step#<Name>.step`` scope whose update runs per parameter (no ``_fused_``
+or ``_foreach_`` op inside): its host time is the cost (one small kernel launch per parameter and
+tensor op, ``aten::item`` syncs on the step counters). Profiles without host ops show it as
+per-parameter ``Apply<Name>`` kernels. Anchored on the ``torch.optim.<Name>(...)`` construction,
+with ``optimizer.step()`` as related information; fixes ``fused=True`` (preferred) and, on Ascend,
+``torch_npu.optim.NpuFused<Name>``.
+
+NPU221: gradient clipping as per-tensor norms: the advisor's ``add-reciprocal-mul`` sequence
+(``max_norm / (total + eps)`` inside ``clip_grad_norm_``) with per-tensor ``LpNormReduceV2`` /
+``LpNormUpdateV2`` kernels on Ascend, per-tensor ``linalg_vector_norm`` on CUDA. Fix:
+``clip_grad_norm_fused_`` for an NpuFused optimizer, else ``foreach=True``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding, Fix, Related
+from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.fixes import optimizer as fx
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.spans import Confidence, Span
+
+from . import _ops
+from ._sequences import host_tokens, pattern_regex, place_ops
+
+OPTIMIZERS = ("AdamW", "Adam", "SGD", "Adadelta", "Lamb", "AdamP", "BertAdam", "RMSprop", "RMSpropTF")
+STEP_RE = re.compile(r"^Optimizer\.step#(?P<name>\w+)\.step$")
+# Per-parameter update kernels of the stock optimizers (acl_op era names, Type column).
+APPLY_KERNELS = {
+    "ApplyAdamW": "AdamW", "ApplyAdamWD": "AdamW", "ApplyAdam": "Adam", "ApplyAdamD": "Adam",
+    "ApplyMomentum": "SGD", "ApplyMomentumD": "SGD", "ApplyRMSProp": "RMSprop", "ApplyRMSPropD": "RMSprop",
+    "ApplyAdadelta": "Adadelta", "ApplyAdadeltaD": "Adadelta",
+}
+MULTI_TENSOR = ("_fused_", "_foreach_")
+CLIP_CALLS = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_")
+CLIP_PATTERN = "add-reciprocal-mul"
+NORM_KERNELS = ("LpNormReduceV2", "LpNormUpdateV2")
+PER_TENSOR_NORMS = ("linalg_vector_norm", "norm")
+
+
+def _optimizer_construction(ctx: RuleContext, name: str, step_site) -> tuple[Span | None, Confidence]:  # noqa: ANN001
+    """``torch.optim.<Name>(...)``: the binding of the receiver of the profiled ``x.step()`` call,
+    else the workspace's one construction of that class (several: the first, inferred)."""
+    qualnames = (f"torch.optim.{name}", f"torch.optim.{name.lower()}.{name}")
+    if step_site is not None:
+        m = re.match(r"^\s*([\w.]+)\.step\s*\(", step_site.call_text)
+        index = _ops.index_of(ctx, step_site.span.path)
+        if m and index is not None:
+            b = index.binding_for(step_site.function, m.group(1))
+            if b is not None and b.ctor_qualname in qualnames:
+                return b.span, step_site.confidence
+    found = list(_ops.calls_named(ctx, qualnames))
+    if found:
+        return found[0][1].span, Confidence.MODULE if len(found) == 1 else Confidence.INFERRED
+    return None, Confidence.MODULE
+
+
+def _step_site(ctx: RuleContext, rows: np.ndarray):  # noqa: ANN202 - Site | None
+    """Where ``optimizer.step()`` is called (the site of a step scope, or of an op inside it)."""
+    for r in rows:
+        s = _ops.site_of_op(ctx, int(r))
+        if s is not None and ".step" in s.call_text:
+            return s
+    return None
+
+
+def _fix_list(ctx: RuleContext, span: Span | None, transforms, evidence: dict) -> list[Fix]:  # noqa: ANN001
+    if span is None:
+        return []
+    text = ctx.source_text(span.path)
+    if text is None:
+        return []
+    out, why = [], []
+    for t in transforms:
+        res = offer(t, text, span, why=why, path=span.path)
+        if res is not None:
+            out.append(res.fix)
+            evidence.setdefault("fix_notes", []).extend(res.notes)
+    if not out and why:
+        evidence["no_fix"] = "; ".join(dict.fromkeys(why))
+    return out
+
+
+@register
+class FusedOptimizer(Rule):
+    code = "NPU220"
+    name = "fused-optimizer"
+    summary = "The optimizer updates parameters one at a time: use its fused (or NpuFused) form."
+    rationale = (
+        "A per-parameter optimizer step launches several small kernels for every parameter tensor "
+        "and reads its step counter with aten::item; the host spends the step dispatching. A fused "
+        "optimizer updates all parameters with a few multi-tensor kernels."
+    )
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        h = ctx.profile.host_ops
+        if len(h):
+            names = _ops.text_values(h["name"])
+            steps = _ops.cat_mask(h["name"], lambda n: bool(STEP_RE.match(n)) and STEP_RE.match(n).group("name") in OPTIMIZERS)
+            steps &= _ops.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
+            rows = np.flatnonzero(steps)
+            for name in sorted({STEP_RE.match(names[r]).group("name") for r in rows}):
+                yield from self._host(ctx, name, np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name]))
+            if len(rows):
+                return
+        if ctx.backend == "ascend":
+            yield from self._kernels_only(ctx)
+
+    def _host(self, ctx: RuleContext, name: str, rows: np.ndarray) -> Iterator[Finding]:
+        p = ctx.profile
+        h = p.host_ops
+        inside = _ops.descendants(p, rows.tolist())
+        inner_names = _ops.text_values(h["name"])[inside]
+        if any(any(m in n for m in MULTI_TENSOR) for n in inner_names):
+            return  # already fused / multi-tensor
+        total = int(h["dur_ns"].to_numpy(np.int64)[rows].sum())
+        k = _ops.kernels_under(p, rows.tolist())
+        items_all = _ops.cat_mask(h["name"], lambda n: n == "aten::item") & _ops.in_steps(p, h["start_ns"].to_numpy(np.int64))
+        items_in = int((items_all & inside).sum())
+        ktypes = Counter(_ops.kernel_types(k)) if len(k) else Counter()
+        apply_k = sum(c for t, c in ktypes.items() if t in APPLY_KERNELS)
+        site = _step_site(ctx, np.flatnonzero(inside))
+        span, conf = _optimizer_construction(ctx, name, site)
+        related = [Related(_ops.site_statement(ctx, site), f"{name}.step(): {ctx.per_step_us(total):.1f} µs/step on the host")] if site is not None else []
+        if span is None and site is not None:
+            span, conf = _ops.site_statement(ctx, site), site.confidence
+        evidence = {
+            "backend": ctx.backend,
+            "optimizer": name,
+            "scope": f"Optimizer.step#{name}.step",
+            "calls": len(rows),
+            "step_time_us": _ops.format_ns_us(total / max(len(rows), 1)),
+            "kernels": len(k),
+            "kernels_per_step": round(len(k) / ctx.num_steps, 1),
+            "device_time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(int(k["dur_ns"].sum()) if len(k) else 0)),
+            "kernel_types": dict(ktypes.most_common(8)),
+            "apply_kernels": apply_k,
+            "item_in_step": items_in,
+            "item_total": int(items_all.sum()),
+        }
+        per_step_k = round(len(k) / ctx.num_steps)
+        calls = max(1, round(len(rows) / ctx.num_steps))
+        qual = f"{items_in} of {int(items_all.sum())} aten::item inside" if items_in else ""
+        if ctx.backend == "ascend":
+            transforms, fix = (fx.fused_optimizer, fx.npu_fused_optimizer), f"Pass fused=True or use torch_npu.optim.NpuFused{name}"
+        elif ctx.backend == "cuda":
+            transforms, fix = (fx.fused_optimizer,), "Pass fused=True (or foreach=True)"
+        else:
+            transforms, fix = (fx.fused_optimizer,), "Pass fused=True"
+        evidence["fix_api"] = f"torch.optim.{name}(..., fused=True)" + (f" / torch_npu.optim.NpuFused{name}" if ctx.backend == "ascend" else "")
+        fixes = _fix_list(ctx, span, transforms, evidence)
+        msg = ctx.message(
+            f"Unfused {name}",
+            total_ns=total,
+            count=per_step_k if len(k) else calls,
+            unit="kernels" if len(k) else ("call" if calls == 1 else "calls"),
+            qualifier=qual,
+            diagnosis="the optimizer updates one parameter at a time",
+            fix=fix,
+            wall=True,  # the step scope's host time: a share of the wall-clock step
+        )
+        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
+                          evidence=evidence, fixes=fixes, related=related, wall=True)
+
+    def _kernels_only(self, ctx: RuleContext) -> Iterator[Finding]:
+        k = ctx.profile.kernels_in_steps()
+        if not len(k):
+            return
+        types = _ops.kernel_types(k)
+        per: dict[str, list[int]] = {}
+        for i, t in enumerate(types):
+            if t in APPLY_KERNELS:
+                per.setdefault(APPLY_KERNELS[t], []).append(i)
+        for name, idx in sorted(per.items()):
+            n = len(idx)
+            if n < 2 * ctx.num_steps:  # one kernel per step is already a fused update
+                continue
+            sub = k.iloc[idx]
+            total = int(sub["dur_ns"].sum())
+            span, conf = _optimizer_construction(ctx, name, None)
+            conf = Confidence.INFERRED
+            evidence = {
+                "backend": ctx.backend, "optimizer": name, "apply_kernels": n,
+                "apply_kernels_per_step": round(n / ctx.num_steps, 1),
+                "kernel_types": dict(Counter(types[idx]).most_common(4)),
+                "matched_in": "kernel types",
+            }
+            transforms = (fx.fused_optimizer, fx.npu_fused_optimizer)
+            fixes = _fix_list(ctx, span, transforms, evidence)
+            msg = ctx.message(
+                f"Unfused {name}",
+                total_ns=total,
+                count=round(n / ctx.num_steps),
+                unit=f"{sorted(set(types[idx]))[0]} kernels",
+                qualifier="one per parameter",
+                diagnosis="the optimizer updates one parameter at a time",
+                fix=f"Use torch_npu.optim.NpuFused{name} or fused=True",
+            )
+            yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes)
+
+
+@register
+class FusedGradClip(Rule):
+    code = "NPU221"
+    name = "fused-grad-clip"
+    summary = "Gradient clipping computes one norm per tensor: clip with the fused or foreach form."
+    rationale = (
+        "clip_grad_norm_ without the multi-tensor path launches a norm kernel per gradient tensor, "
+        "then add, reciprocal and mul for the coefficient and a mul_ per tensor; NpuFused "
+        "optimizers clip their combined gradient buffer in one pass, foreach=True batches the rest."
+    )
+    backends = ("ascend", "cuda")
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        p = ctx.profile
+        toks = host_tokens(ctx)
+        matches = toks.find(pattern_regex(CLIP_PATTERN)) if len(toks.rows) else []
+        ascend = ctx.backend == "ascend"
+        k = p.kernels_in_steps()
+        types = _ops.kernel_types(k) if len(k) else np.zeros(0, dtype=object)
+        norm_k = np.isin(types, NORM_KERNELS) if len(k) else np.zeros(0, dtype=bool)
+        per_tensor = 0
+        if not ascend:
+            # CUDA: only the per-tensor path is worth a hint (foreach is the CUDA default).
+            for a, _b in matches:
+                i = a - 1
+                while i >= 0 and toks.names[i] in (*PER_TENSOR_NORMS, "stack"):
+                    per_tensor += toks.names[i] in PER_TENSOR_NORMS
+                    i -= 1
+            if per_tensor < 2 * max(len(matches), 1):
+                return
+        n_norm = int(norm_k.sum())
+        if not matches and not (ascend and n_norm >= 2 * ctx.num_steps):
+            return
+        rows = np.concatenate([toks.rows[a:b] for a, b in matches]) if matches else np.zeros(0, dtype=np.int64)
+        matched_ns = _ops.op_time_ns(p, rows.tolist()) if len(rows) else 0
+        norm_ns = int(k["dur_ns"].to_numpy(np.int64)[norm_k].sum()) if n_norm else 0
+        total = matched_ns + norm_ns
+        if matches:
+            place = place_ops(ctx, toks.rows[matches[0][0]:matches[0][1]].tolist())
+            span, conf = place.span, place.confidence
+        else:
+            span, conf = None, Confidence.INFERRED
+        if span is None:
+            found = list(_ops.calls_named(ctx, CLIP_CALLS))
+            if found:
+                span = found[0][1].span
+                conf = Confidence.MODULE if len(found) == 1 and matches else Confidence.INFERRED
+        evidence = {
+            "backend": ctx.backend,
+            "sequence": CLIP_PATTERN if matches else "",
+            "matches": len(matches),
+            "norm_kernels": dict(Counter(types[norm_k]).most_common()) if n_norm else {},
+            "norm_kernels_per_step": round(n_norm / ctx.num_steps, 1),
+            "per_tensor_norm_ops": per_tensor,
+            "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
+        }
+        fixes = _fix_list(ctx, span, (fx.fused_grad_clip,), evidence)
+        count = round(n_norm / ctx.num_steps) if n_norm else round(per_tensor / ctx.num_steps)
+        msg = ctx.message(
+            "Per-tensor grad clipping",
+            total_ns=total,
+            count=count or len(matches),
+            unit="norm kernels" if count else "clips",
+            qualifier=CLIP_PATTERN if matches else "",
+            diagnosis="clip_grad_norm_ computes one norm per gradient tensor",
+            fix="Use clip_grad_norm_fused_ (NpuFused optimizers) or foreach=True" if ascend else "Pass foreach=True to clip_grad_norm_",
+        )
+        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes)

@@ -1,0 +1,241 @@
+"""NPU106 cube-shape-alignment (hint-rules §2 NPU106; manual fix).
+
+Ascend (advisor ``ai_core_performance_analysis``): MatMul kernels (``Type`` containing "matmul")
+that move at least ``cubeMinBytes`` (inputs + outputs) and whose inner axis -- the last dim of
+each 2-D ND input; ``dims[1] x dims[2]`` of a 4-D FRACTAL_NZ one -- is not a multiple of
+``cubeAlign``; ``FlashAttentionScore[Grad]`` whose query/key/value last axis (head dim, or hidden
+size in BSH/SBH layouts) is not a multiple of ``faAlign``. The sequence axis is not checked: the
+kernel row does not say which axis it is. CUDA: fp16/bf16 GEMM dims not a multiple of 8.
+
+One finding per launching call and shape; related information at integer literals in the
+workspace equal to the unaligned dim (``nn.Linear(4096, 15365)``, ``vocab_size = 32003``).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.mapping.shapes import Shape, numel, parse_shapes
+from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.units import NS_PER_US
+
+from ..context import RuleContext
+from ..finding import Finding, Related
+from ..registry import Rule, register
+from . import _facts
+
+DTYPE_BYTES = {
+    "DT_BF16": 2, "BF16": 2, "FLOAT16": 2, "DT_FLOAT16": 2, "FLOAT": 4, "DT_FLOAT": 4, "FLOAT32": 4,
+    "INT8": 1, "UINT8": 1, "BOOL": 1, "DT_BOOL": 1, "INT32": 4, "DT_INT32": 4, "INT64": 8, "DT_INT64": 8,
+    "DOUBLE": 8, "INT16": 2,
+}
+MATMUL = re.compile(r"matmul", re.I)
+FLASH = re.compile(r"^FlashAttentionScore", re.I)
+HALF_TYPES = re.compile(r"Half|BFloat16", re.I)
+CUDA_GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+CUDA_ALIGN = 8
+MAX_RELATED = 3
+PLURAL = {"inner axis": "inner axes", "head dim": "head dims", "GEMM dim": "GEMM dims"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Bad:
+    kind: str  # matmul | flash | gemm
+    op_type: str
+    shapes: str
+    dims: tuple[int, ...]  # the unaligned values
+    align: int
+    axis: str  # "inner axis" | "head dim"
+    nbytes: int
+
+
+@register
+class CubeShapeAlignment(Rule):
+    code = "NPU106"
+    name = "cube-shape-alignment"
+    summary = "MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower."
+    rationale = (
+        "The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128 for "
+        "FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same FLOPs take "
+        "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
+    )
+    thresholds = ("cubeAlign", "faAlign", "cubeMinBytes")
+    backends = ("ascend", "cuda")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        rows, bad = (_cuda(ctx) if ctx.backend == "cuda" else _ascend(ctx))
+        if not rows:
+            return
+        dur = ctx.profile.kernels["dur_ns"].to_numpy(np.int64)
+        att = ctx.attribution
+        # one finding per launching call: its forward and backward shapes together
+        groups: dict[object, list[tuple[int, _Bad]]] = defaultdict(list)
+        sites: dict[object, object] = {}
+        for r, b in zip(rows, bad):
+            site = att.site_of_kernel(r) if att is not None and r < len(att.kernel_site) else None
+            key = site.span if site is not None else b  # no call site: one finding per shape
+            groups[key].append((r, b))
+            if key not in sites or (site is not None and site.confidence.rank < sites[key].confidence.rank):
+                sites[key] = site
+        literal_cache: dict[int, list[Related]] = {}
+        for key, members in groups.items():
+            yield self._finding(ctx, members, dur, sites[key], literal_cache)
+
+    def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site, cache) -> Finding:
+        steps = ctx.num_steps
+        by_shape: dict[_Bad, list[int]] = defaultdict(list)
+        for r, b in members:
+            by_shape[b].append(r)
+        ranked = sorted(by_shape.items(), key=lambda kv: -int(dur[kv[1]].sum()))
+        top = ranked[0][0]
+        total = float(sum(int(dur[rows].sum()) for _, rows in ranked))
+        dims = tuple(dict.fromkeys(d for b, _ in ranked for d in b.dims))
+        d = max(dims)
+        align = top.align
+        down, up = d // align * align, -(-d // align) * align
+        fix = f"Pad {d} to {up} and mask the padding" if not down else f"Pad {d} to {up} (or {down}); mask the padding"
+        more = f" (+{len(ranked) - 1} more)" if len(ranked) > 1 else ""
+        n = round(len(members) / steps)
+        axis = top.axis if len(dims) == 1 else PLURAL.get(top.axis, top.axis)
+        verb = "is not a multiple" if len(dims) == 1 else "are not multiples"
+        message = ctx.message(
+            f"Unaligned {top.op_type}", total_ns=total, count=n, unit="kernel" if n == 1 else "kernels",
+            qualifier=f"shapes {top.shapes}{more}",
+            diagnosis=f"{axis} {', '.join(str(x) for x in dims)} {verb} of {align}", fix=fix,
+        )
+        evidence = {
+            "backend": ctx.backend,
+            "shapes": [
+                {"op_type": b.op_type, "input_shapes": b.shapes, "unaligned": list(b.dims), "alignment": b.align,
+                 "axis": b.axis, "bytes_in_out": b.nbytes, "kernels": len(rows),
+                 "us_per_step": round(int(dur[rows].sum()) / steps / NS_PER_US, 3)}
+                for b, rows in ranked
+            ],
+            "unaligned": list(dims),
+            "nearest_aligned": {str(x): {"down": x // align * align, "up": -(-x // align) * align} for x in dims},
+            "manual_fix": [
+                "pad hidden / vocab / intermediate sizes to multiples of 256 and mask the padded logits",
+                "keep tensor-parallel shards aligned; head_dim a multiple of 128; pad_to_multiple_of=128 for sequences",
+                "changes the checkpoint layout: never applied automatically",
+            ],
+            "thresholds": {"cubeAlign": int(ctx.threshold("cubeAlign")), "faAlign": int(ctx.threshold("faAlign")),
+                           "cubeMinBytes": int(ctx.threshold("cubeMinBytes"))},
+        }
+        related = [r for x in sorted(dims, reverse=True) for r in _literals(ctx, x, up=-(-x // align) * align, cache=cache)]
+        related = related[:MAX_RELATED]
+        if site is None:
+            return ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
+                               confidence=Confidence.MODULE, related=related)
+        return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
+                           confidence=site.confidence, related=related)
+
+
+def _dtype_bytes(types: str, n: int) -> list[int]:
+    parts = [t.strip().upper() for t in types.split(";")] if types else []
+    return [DTYPE_BYTES.get(parts[i], 2) if i < len(parts) else 2 for i in range(n)]
+
+
+def _bytes(shapes: list[Shape | None], types: str) -> int:
+    sizes = _dtype_bytes(types, len(shapes))
+    return sum(numel(s) * b for s, b in zip(shapes, sizes) if s is not None)
+
+
+def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
+    prof = ctx.profile
+    k = prof.kernels
+    if not len(k):
+        return [], []
+    align = int(ctx.threshold("cubeAlign"))
+    fa_align = int(ctx.threshold("faAlign"))
+    min_bytes = int(ctx.threshold("cubeMinBytes"))
+    types = _facts.kernel_types(prof)
+    cols = {c: _facts.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats",
+                                                     "output_shapes", "output_dtypes")}
+    kind = _facts.matches(types, MATMUL) | _facts.matches(types, FLASH, full_start=True)
+    sel = np.flatnonzero(kind & _facts.kernels_in_steps_mask(prof) & (cols["input_shapes"] != ""))
+    if not len(sel):
+        return [], []
+    # judge each distinct (type, shapes, dtypes, formats) once: millions of kernels, few shapes
+    keys = [types[sel]] + [cols[c][sel] for c in cols]
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays(keys))
+    verdicts = [_judge(*u, align=align, fa_align=fa_align, min_bytes=min_bytes) for u in uniques]
+    hit = np.array([v is not None for v in verdicts], dtype=bool)[codes]
+    return sel[hit].tolist(), [verdicts[c] for c in codes[hit]]
+
+
+def _judge(t: str, shapes: str, dtypes: str, formats: str, out_shapes: str, out_dtypes: str, *,
+           align: int, fa_align: int, min_bytes: int) -> _Bad | None:
+    ins = parse_shapes(shapes)
+    fmts = [f.strip() for f in formats.split(";")] if formats else []
+    nbytes = _bytes(ins, dtypes) + _bytes(parse_shapes(out_shapes), out_dtypes)
+    if FLASH.match(t):
+        dims = tuple(s[-1] for s in ins[:3] if s and s[-1] % fa_align)
+        return _Bad("flash", t, shapes, tuple(dict.fromkeys(dims)), fa_align, "head dim", nbytes) if dims else None
+    if nbytes < min_bytes:
+        return None
+    inner = []
+    for i, s in enumerate(ins[:2]):
+        if not s:
+            continue
+        nz = i < len(fmts) and fmts[i] == "FRACTAL_NZ" and len(s) == 4
+        inner.append(s[1] * s[2] if nz else s[-1])
+    dims = tuple(dict.fromkeys(d for d in inner if d % align))
+    return _Bad("matmul", t, shapes, dims, align, "inner axis", nbytes) if dims else None
+
+
+def _cuda(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
+    """fp16/bf16 GEMMs whose dims are not multiples of 8 (TorchTidy MatMulDimInFP16): their kernels."""
+    prof = ctx.profile
+    h = prof.host_ops
+    k = prof.kernels
+    if not len(h) or not len(k):
+        return [], []
+    gemm = _facts.rows_named(prof, CUDA_GEMMS) & _facts.mask(h["input_types"], HALF_TYPES.search)
+    if not gemm.any():
+        return [], []
+    owner = _facts.nearest_marked(_facts.parents(prof), gemm)
+    host = k["host_op"].to_numpy(np.int64)
+    ok = (host >= 0) & (host < len(h))
+    krow_owner = np.full(len(k), -1, np.int64)
+    krow_owner[ok] = owner[host[ok]]
+    rows, bad = [], []
+    dims_col = _facts.strs(h["input_dims"])
+    names = _facts.strs(h["name"])
+    for r in np.flatnonzero((krow_owner >= 0) & _facts.kernels_in_steps_mask(prof)):
+        op = int(krow_owner[r])
+        shapes = [s for s in parse_shapes(dims_col[op].replace("[", "").replace("]", "")) if s]
+        dims = tuple(dict.fromkeys(d for s in shapes for d in s[-2:] if d % CUDA_ALIGN))
+        if dims:
+            rows.append(int(r))
+            bad.append(_Bad("gemm", str(names[op]), dims_col[op], dims, CUDA_ALIGN, "GEMM dim", 0))
+    return rows, bad
+
+
+def _literals(ctx: RuleContext, value: int, *, up: int, cache: dict[int, list[Related]]) -> list[Related]:
+    """Integer literals equal to ``value`` in the workspace's Python files."""
+    if value in cache:
+        return cache[value]
+    out: list[Related] = []
+    for path in (ctx.workspace.python_files() if ctx.workspace is not None else []):
+        text = ctx.source_text(path)
+        if text is None or str(value) not in text:
+            continue
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            continue
+        for tok in tokens:
+            if tok.type == tokenize.NUMBER and tok.string.replace("_", "").isdigit() and int(tok.string.replace("_", "")) == value:
+                (line, col), (end_line, end_col) = tok.start, tok.end
+                out.append(Related(Span(path, line, col, end_line, end_col),
+                                   f"{value} here: {up} would be aligned (pad and mask the extra part)"))
+    cache[value] = out
+    return out

@@ -1,0 +1,113 @@
+"""NPU106 cube-shape-alignment: MatMul inner axes against cubeAlign (from cubeMinBytes of input +
+output) and FlashAttention head dims against faAlign; the 2025 kernel fixture."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from conftest import shared_fixture
+from seedkit import L, Launch, UserCall, analyse, backward, fwd, span_text, step_run
+
+from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.registry import rule
+from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+
+KD_2025 = "Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv"
+BYTES = {"DT_BF16": 2, "FLOAT": 4, "FLOAT16": 2}
+MIB100 = 100 * 1024 * 1024
+
+
+def _shapes(text: str):
+    return [tuple(int(d) for d in s.split(",")) if s else None for s in text.strip('"').split(";")] if text.strip('"') else []
+
+
+def _nbytes(shapes, dtypes):
+    total = 0
+    for s, t in zip(shapes, dtypes.split(";")):
+        if s:
+            n = 1
+            for d in s:
+                n *= d
+            total += n * BYTES.get(t, 2)
+    return total
+
+
+def _expected(rows, align=256):
+    """Rows the advisor's rule flags, by (Type, Input Shapes): MatMul >= 100 MiB with a last dim of
+    an input not a multiple of 256; FlashAttention with a q/k/v last dim not a multiple of 128."""
+    out = {}
+    for r in rows:
+        ins = _shapes(r["Input Shapes"])
+        if "matmul" in r["Type"].lower():
+            size = _nbytes(ins, r["Input Data Types"]) + _nbytes(_shapes(r["Output Shapes"]), r["Output Data Types"])
+            bad = size >= MIB100 and any(s and s[-1] % align for s in ins[:2])
+        elif r["Type"].startswith("FlashAttentionScore"):
+            bad = any(s and s[-1] % 128 for s in ins[:3])
+        else:
+            bad = False
+        if bad:
+            key = (r["Type"], r["Input Shapes"].strip('"'))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_2025_fixture_unaligned_matmul_and_flash_attention():
+    path = shared_fixture(KD_2025)
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    expected = _expected(rows)
+    assert expected == {("MatMulV3", "8192,15365;8192,4096"): 4,
+                        ("FlashAttentionScore", "4096,2,511;4096,2,512;4096,2,512;;;;4096,4096;;;;;"): 1}
+    big = next(r for r in rows if r["Input Shapes"].strip('"') == "8192,15365;8192,4096")
+    assert _nbytes(_shapes(big["Input Shapes"]), big["Input Data Types"]) + 1536 * 4096 * 2 == 331_431_936  # ~331 MB
+    prof = Profile(ProfileMeta(ProfileKind.TORCH_NPU, str(path)), kernels=read_kernel_table(path).to_frame())
+    found = list(rule("NPU106").check(RuleContext(prof, None, None, RuleConfig())))
+    got = {(s["op_type"], s["input_shapes"]): s["kernels"] for f in found for s in f.evidence["shapes"]}
+    assert got == expected
+    mm = next(f for f in found if f.evidence["shapes"][0]["op_type"] == "MatMulV3")
+    assert "inner axis 15365 is not a multiple of 256. Pad 15365 to 15616 (or 15360); mask the padding." in mm.message
+    fa = next(f for f in found if f.evidence["shapes"][0]["op_type"] == "FlashAttentionScore")
+    assert "head dim 511 is not a multiple of 128" in fa.message
+    # 81920,4096;8192,512 moves more than 100 MiB but is aligned: not reported
+    assert not any("81920,4096;8192,512" in f.message for f in found)
+    assert all(f.fixes == [] for f in found)  # manual: never auto-edited
+
+
+def _run(tokens: int, fout: int):
+    head = L.linear_nd(tokens, 256, fout, mm_us=300.0, matmul_type="MatMulV3")
+    return step_run([UserCall(fwd("return self.head(h), c"), (Launch(head.op, head.frames),), label="head"), backward()])
+
+
+def test_anchor_related_literal_and_the_byte_limit(tmp_path):
+    # bf16 (t,256) @ (256,15365) -> (t,15365): 2 * (15621 t + 256 * 15365) bytes; 100 MiB from t = 3105
+    at, below = 3105, 3104
+    assert 2 * (15621 * at + 256 * 15365) >= MIB100 > 2 * (15621 * below + 256 * 15365)
+    a = analyse(_run(at, 15365), tmp_path / "at")
+    flagged = _expected(a.kernel_rows())
+    [f] = a.run("NPU106", min_share=0.0)
+    assert {(s["op_type"], s["input_shapes"]): s["kernels"] for s in f.evidence["shapes"]} == flagged
+    assert span_text(f.span) == "self.head(h)"
+    dims = {s[-1] for (_, shapes) in flagged for s in _shapes(shapes)[:2] if s and s[-1] % 256}
+    assert set(f.evidence["unaligned"]) == dims and 15365 in dims  # backward: the token count too
+    # related information: the literal 15365 in the source (the vocab size default)
+    assert [span_text(r.span) for r in f.related] == ["15365"]
+    assert "vocab: int = 15365" in open(f.related[0].span.path, encoding="utf-8").read()
+    b = analyse(_run(below, 15365), tmp_path / "below")
+    assert _expected(b.kernel_rows()) == {} and b.run("NPU106", min_share=0.0) == []
+
+
+def test_aligned_vocab_is_not_reported(tmp_path):
+    a = analyse(_run(4096, 15360), tmp_path)
+    assert _expected(a.kernel_rows()) == {}
+    assert a.run("NPU106", min_share=0.0) == []
+
+
+def test_the_alignment_setting_is_read(tmp_path):
+    a = analyse(_run(4096, 15360), tmp_path)  # aligned to 256; with cubeAlign 512 the 256-wide axis is not
+    flagged = _expected(a.kernel_rows(), align=512)
+    [f] = a.run("NPU106", min_share=0.0, thresholds={"cubeAlign": 512})
+    assert {(s["op_type"], s["input_shapes"]): s["kernels"] for s in f.evidence["shapes"]} == flagged
+    assert "not a multiple of 512" in f.message and f.evidence["unaligned"] == [256]

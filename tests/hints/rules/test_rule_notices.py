@@ -1,0 +1,181 @@
+"""NPU900-NPU903 notices and the needs-Level1 helper: the real 2024 trace (no stacks), the real
+Level0 profiler_info.json, file times around end_info.collectionTimeEnd, and unattributed time
+around the 5 % mark."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import SHARED, shared_fixture
+from rulekit import LIB, ProfileBuilder, findings, frame, only
+
+from msprof_lsp.hints import registry
+from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.engine import run_rules
+from msprof_lsp.hints.finding import Severity
+from msprof_lsp.hints.registry import Rule, rule
+from msprof_lsp.mapping.locations import ProfileLocation
+from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.readers.ascend_json import read_profiler_info
+from msprof_lsp.mapping.readers.torch_npu import read
+from msprof_lsp.mapping.spans import Span
+
+TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"
+INFO_LEVEL0 = "verl-project-rl-insight/data/recipe/memory_data/20260526_085155_ascend_pt/profiler_info_0.json"
+INFO_LEVEL1 = "verl-project-rl-insight/data/recipe/mstx_data/mstx_profile/agent_loop_rollout_replica_0/xxx_ascend_pt/profiler_info_0.json"
+
+
+def _capture_advice() -> str:
+    ref = SHARED / "reference" / "ascend-formats.md"
+    if not ref.exists():
+        pytest.skip("../shared/reference is absent")
+    m = re.search(r"Capture advice to print when data is missing \[code\]:\s*`([^`]+)`", ref.read_text(encoding="utf-8"))
+    assert m
+    return m.group(1)
+
+
+# -- NPU900 -----------------------------------------------------------------------------------
+
+
+def test_no_stacks_in_the_real_trace_gives_the_capture_advice():
+    profile = read(ProfileLocation(ProfileKind.TORCH_NPU, shared_fixture(TRACE_2024)))
+    assert not profile.stacks
+    (f,) = only(findings(profile, ["NPU900"]), "NPU900")
+    assert _capture_advice() in f.message and "with_stack=True" in f.message
+    assert f.severity is Severity.INFO and f.span is None
+
+
+def test_stacks_present_no_notice_and_kineto_advice(tmp_path):
+    b = ProfileBuilder()
+    b.op("aten::add", 10, 5, stack=[frame(tmp_path / "a.py", 3, "f")])
+    assert not findings(b.build(), ["NPU900"])
+    k = ProfileBuilder(backend=Backend.CPU, kind=ProfileKind.KINETO)
+    k.op("aten::add", 10, 5)
+    (f,) = findings(k.build(), ["NPU900"])
+    assert "torch.profiler.profile(" in f.message and "torch_npu" not in f.message
+
+
+# -- NPU901 and ctx.needs_level1 -----------------------------------------------------------------
+
+
+def _level_profile(info: Path | None, *, free_us: float = 0) -> Profile:
+    meta = ProfileMeta(ProfileKind.TORCH_NPU, "/prof")
+    if info is not None:
+        assert read_profiler_info(info, meta) == []
+    b = ProfileBuilder(step_us=400_000)
+    b.meta = meta
+    b.kernel("k", 10, 100)
+    if free_us:
+        b.lane("Free", 1000, free_us)
+    return b.build()
+
+
+def _recording_rule(code: str, reason: str) -> Rule:
+    cls = type(f"Rec{code}", (Rule,), {
+        "code": code, "name": "needs-api-events", "summary": "s.", "rationale": "r.",
+        "check": lambda self, ctx: [] if ctx.needs_level1(code, reason) else [],
+    })
+    registry.validate(cls)
+    return cls()
+
+
+def test_level0_fixture_names_the_skipped_rules():
+    profile = _level_profile(shared_fixture(INFO_LEVEL0), free_us=300_000)
+    assert profile.meta.level == "Level0"
+    ctx = RuleContext(profile, None, None, RuleConfig(min_share=0.0))
+    probe = _recording_rule("TST107", "AscendCL@aclopCompileAndExecute events")
+    fs = run_rules(ctx, [probe, rule("NPU230"), rule("NPU901")])
+    (f,) = only(fs, "NPU901")
+    assert ctx.level1_skips == {"TST107": "AscendCL@aclopCompileAndExecute events",
+                                "NPU230": "AscendCL@ API events (GC conjectured from long device-idle gaps)"}
+    assert "NPU230 gc-pauses" in f.message and "TST107" in f.message and "Level0" in f.message
+    assert "ProfilerLevel.Level1" in f.message and f.severity is Severity.INFO
+    assert not only(fs, "NPU230")  # skipped, not "no problem"
+
+
+def test_level1_fixture_needs_nothing():
+    profile = _level_profile(shared_fixture(INFO_LEVEL1), free_us=300_000)
+    assert profile.meta.level == "Level1"
+    ctx = RuleContext(profile, None, None, RuleConfig())
+    assert ctx.needs_level1("TST107", "x") is False and ctx.level1_skips == {}
+    assert not only(run_rules(ctx, [rule("NPU901")]), "NPU901")
+
+
+def test_lone_trace_without_cann_events_counts_as_level0():
+    ctx = RuleContext(_level_profile(None), None, None, RuleConfig())
+    assert ctx.level1_gap is not None and "no CANN API events" in ctx.level1_gap
+    real = read(ProfileLocation(ProfileKind.TORCH_NPU, shared_fixture(TRACE_2024)))  # has AscendCL@ events
+    assert RuleContext(real, None, None, RuleConfig()).level1_gap is None
+
+
+def test_no_skip_no_notice():
+    ctx = RuleContext(_level_profile(None), None, None, RuleConfig())
+    assert not run_rules(ctx, [rule("NPU901")])
+
+
+# -- NPU902 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offset_s", "edited", "fires"),
+    [(-1, True, True), (-1, False, False), (1, True, False)],
+    ids=["newer-and-moved", "newer-lines-intact", "older"],
+)
+def test_source_newer_than_the_capture(tmp_path, offset_s, edited, fires):
+    """Fires for a file saved after the capture whose recorded call moved (line 5 -> 7); a
+    newer file whose recorded lines still hold their calls (a fresh checkout) stays quiet."""
+    src = tmp_path / "train.py"
+    body = "import torch\n\n\ndef f(x):\n    return torch.relu(x)\n"
+    src.write_text("# added\n# lines\n" + body if edited else body)
+    mtime_ns = 1_750_000_000 * 10**9
+    os.utime(src, ns=(mtime_ns, mtime_ns))
+    b = ProfileBuilder(collection_end_ns=mtime_ns + offset_s * 10**9)
+    op = b.op("aten::relu", 10, 20, stack=[frame(src, 5, "f")])
+    sc = b.op("aclnnRelu", 12, 10)
+    b.kernel("aclnnRelu_Relu_Relu", 14, 5, op=sc, type="Relu")
+    del op
+    fs = only(findings(b.build(), ["NPU902"], [tmp_path]), "NPU902")
+    assert bool(fs) is fires
+    if fires:
+        assert fs[0].span == Span(str(src), 1, 0, 1, 0)
+        assert fs[0].evidence["file_mtime_ns"] == mtime_ns and "lines may have moved" in fs[0].message
+        assert fs[0].evidence["re_anchored"] >= 1
+
+
+# -- NPU903 ------------------------------------------------------------------------------------
+
+
+def _unattributed(tmp_path: Path, lost_us: float) -> Profile:
+    src = tmp_path / "train.py"
+    src.write_text("import torch\n\n\ndef f(x):\n    return torch.relu(x)\n")
+    b = ProfileBuilder()
+    mine = b.op("aten::relu", 10, 20, stack=[frame(src, 5, "f")])
+    b.kernel("aclnnRelu_Relu_Relu", 14, 100, op=mine, type="Relu")
+    lib = b.op("aten::mm", 100, 900, stack=[frame(f"{LIB}/deepspeed/runtime/engine.py", 1200, "step")])
+    b.kernel("aclnnMm_MatMulCommon_MatMulV2", 110, lost_us * 0.75, op=lib, type="MatMulV2")
+    b.kernel("aclnnMm_TransData_TransData", 110 + lost_us, lost_us * 0.25, op=lib, type="TransData")
+    return b.build()
+
+
+@pytest.mark.parametrize(("lost_us", "fires"), [(499.0, False), (500.0, True)])
+def test_unattributed_time_at_five_percent(tmp_path, lost_us, fires):
+    fs = only(findings(_unattributed(tmp_path, lost_us), ["NPU903"], [tmp_path]), "NPU903")
+    assert bool(fs) is fires
+    if fires:
+        f = fs[0]
+        assert f.evidence["time_us_per_step"] == pytest.approx(lost_us)
+        assert f.evidence["kernels"] == 2 and f.evidence["with_stack_no_user_frame"] == 2
+        assert list(f.evidence["top_kernels"]) == ["aclnnMm_MatMulCommon_MatMulV2", "aclnnMm_TransData_TransData"]
+        assert "5.0% of step" in f.message and f.severity is Severity.INFO
+
+
+def test_declared_level1_rules():
+    from msprof_lsp.hints import gating
+    from msprof_lsp.hints.registry import all_rules
+
+    all_rules()  # imports every rule module
+    assert "NPU230" in gating.declared_level1()

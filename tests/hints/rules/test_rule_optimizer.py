@@ -1,0 +1,198 @@
+"""NPU220 fused-optimizer and NPU221 fused-grad-clip: the real 2024 trace and 2023 kernel table
+(figures from the json/csv modules), the tiny_transformer sample (anchors and fixes on the
+lines found in its source), the Kineto CPU trace, and built profiles for the boundaries."""
+
+from __future__ import annotations
+
+import csv
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from conftest import shared_fixture
+from rulekit import LIB, ProfileBuilder, applied, findings, frame, line_of, only
+
+from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.mapping.load import load_location, locate
+from msprof_lsp.mapping.locations import ProfileLocation
+from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.readers.torch_npu import read
+from msprof_lsp.mapping.spans import Confidence
+
+TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"
+KERNELS_2023 = "Ascend-msprof-analyze/test/ut/advisor/advisor_backend/compute_advice/kernel_details.csv"
+REPO = Path(__file__).resolve().parents[3]
+TINY = REPO / "samples" / "tiny_transformer"
+
+
+def _ts(e: dict) -> Decimal:
+    return Decimal(str(e["ts"]))
+
+
+def test_real_2024_adam_step():
+    path = shared_fixture(TRACE_2024)
+    ev = json.loads(path.read_text(encoding="utf-8"))
+    (step,) = [e for e in ev if e.get("name") == "Optimizer.step#Adam.step"]
+    (pstep,) = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")]
+    t0, t1 = _ts(step), _ts(step) + Decimal(str(step["dur"]))
+    items = [e for e in ev if e.get("name") == "aten::item" and e.get("ph") == "X"]
+    inside = [e for e in items if e["tid"] == step["tid"] and t0 <= _ts(e) and _ts(e) + Decimal(str(e["dur"])) <= t1]
+    assert (len(inside), len(items)) == (40, 45)
+    # no step_trace_time.csv: the step is the ProfilerStep range (hint-rules §0.2 (2)); the catalog's 17.1 %
+    assert round(100 * step["dur"] / pstep["dur"], 1) == 17.1
+
+    (f,) = only(findings(read(ProfileLocation(ProfileKind.TORCH_NPU, path)), ["NPU220"]), "NPU220")
+    assert f.evidence["optimizer"] == "Adam"
+    assert f.evidence["step_time_us"] == round(step["dur"], 1) == 2410.8
+    assert (f.evidence["item_in_step"], f.evidence["item_total"]) == (40, 45)
+    assert f.time_per_step_us == pytest.approx(step["dur"], abs=1e-3)
+    assert f.share == pytest.approx(step["dur"] / pstep["dur"], rel=1e-9)
+    assert "2,411 µs/step (17.1% of step)" in f.message
+    assert "40 of 45 aten::item inside" in f.message and "NpuFusedAdam" in f.message
+    assert f.span is None and f.fixes == []
+
+
+def test_real_2023_kernels_apply_adamw_and_lp_norms():
+    path = shared_fixture(KERNELS_2023)
+    with open(path, newline="", encoding="utf-8") as fh:
+        types = [r["Type"] for r in csv.DictReader(fh)]
+    profile = Profile(ProfileMeta(ProfileKind.TORCH_NPU, str(path)), kernels=read_kernel_table(path).to_frame())
+    fs = findings(profile, ["NPU22"])
+    (opt,) = only(fs, "NPU220")
+    assert opt.evidence["apply_kernels"] == types.count("ApplyAdamW") == 28
+    assert opt.confidence is Confidence.INFERRED and "28 ApplyAdamW kernels" in opt.message
+    (clip,) = only(fs, "NPU221")
+    assert clip.evidence["norm_kernels"] == {"LpNormReduceV2": types.count("LpNormReduceV2"), "LpNormUpdateV2": types.count("LpNormUpdateV2")}
+    assert clip.evidence["norm_kernels"] == {"LpNormReduceV2": 28, "LpNormUpdateV2": 28}
+
+
+def _tiny_npu():
+    roots = sorted((TINY / "npu_profile").glob("*_ascend_pt"))
+    return load_location(locate(roots[0]), use_cache=False)
+
+
+def test_tiny_transformer_adamw_anchor_and_fixes():
+    train = (TINY / "train.py").read_text(encoding="utf-8")
+    fs = findings(_tiny_npu(), ["NPU22"], [TINY], config=RuleConfig())
+    (opt,) = only(fs, "NPU220")
+    assert opt.span.path.endswith("train.py") and opt.span.line == line_of(train, "optimizer = torch.optim.AdamW(")
+    assert [r.span.line for r in opt.related] == [line_of(train, "optimizer.step()")]
+    a, b = opt.fixes
+    assert "torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, fused=True)" in applied(train, a)
+    new_b = applied(train, b)
+    assert "torch_npu.optim.NpuFusedAdamW(model.parameters(), lr=args.lr, weight_decay=0.1)" in new_b
+
+
+def test_tiny_transformer_grad_clip():
+    train = (TINY / "train.py").read_text(encoding="utf-8")
+    (clip,) = only(findings(_tiny_npu(), ["NPU221"], [TINY]), "NPU221")
+    assert clip.span.line == line_of(train, "torch.nn.utils.clip_grad_norm_(")
+    assert clip.evidence["sequence"] == "add-reciprocal-mul"
+    assert "foreach=True" in applied(train, clip.fixes[0])
+
+
+def test_kineto_cpu_adamw_fused_only():
+    traces = sorted((TINY / "kineto").glob("*.pt.trace.json.gz"))
+    profile = load_location(locate(traces[0]), use_cache=False)
+    train = (TINY / "train.py").read_text(encoding="utf-8")
+    fs = findings(profile, ["NPU22"], [TINY])
+    (opt,) = only(fs, "NPU220")
+    assert opt.span.line == line_of(train, "optimizer = torch.optim.AdamW(")
+    assert [fx.title for fx in opt.fixes] == ["Use the fused AdamW kernel: fused=True (review)"]
+    assert "NpuFused" not in opt.message and "foreach" not in opt.message
+    assert not only(fs, "NPU221")  # CPU: no foreach clip advice (the trace already uses _foreach_norm)
+
+
+OPT_SRC = '''import torch
+
+
+def main(model, loader):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+'''
+
+
+def _step_profile(tmp_path: Path, inner: list[str]) -> tuple[Profile, Path]:
+    src = tmp_path / "train.py"
+    src.write_text(OPT_SRC)
+    b = ProfileBuilder()
+    st = b.op("Optimizer.step#AdamW.step", 1000, 900, stack=[frame(f"{LIB}/torch/optim/optimizer.py", 487, "wrapper"), frame(src, line_of(OPT_SRC, "opt.step()"), "main")])
+    for i, name in enumerate(inner):
+        op = b.op(name, 1010 + 100 * i, 80)
+        sc = b.op("aclnnX", 1020 + 100 * i, 40)
+        b.kernel("aclnnX_X_X", 1030 + 100 * i, 20, op=sc, type="X")
+    del st
+    return b.build(), src
+
+
+def test_per_parameter_step_fires_with_binding_anchor(tmp_path):
+    profile, src = _step_profile(tmp_path, ["aten::add_", "aten::mul_", "aten::addcdiv_"])
+    (f,) = only(findings(profile, ["NPU220"], [tmp_path]), "NPU220")
+    assert f.span.line == line_of(OPT_SRC, "opt = torch.optim.AdamW(") and f.confidence is Confidence.STACK
+    assert f.time_per_step_us == pytest.approx(900) and f.evidence["kernels"] == 3
+    assert "fused=True" in applied(OPT_SRC, f.fixes[0])
+
+
+@pytest.mark.parametrize("multi", ["aten::_fused_adamw_", "aten::_foreach_add_"])
+def test_fused_or_foreach_step_is_quiet(tmp_path, multi):
+    profile, _ = _step_profile(tmp_path, [multi])
+    assert not only(findings(profile, ["NPU220"], [tmp_path]), "NPU220")
+
+
+@pytest.mark.parametrize(("per_step", "fires"), [(1, False), (2, True)])
+def test_kernel_only_apply_kernels_per_step(per_step, fires):
+    b = ProfileBuilder(steps=2)
+    for s in range(2):
+        for i in range(per_step):
+            b.kernel(f"ApplyAdamW{s}{i}", s * 10_000 + 100 + 50 * i, 30, type="ApplyAdamW")
+    assert bool(only(findings(b.build(), ["NPU220"]), "NPU220")) is fires
+
+
+CLIP_SRC = '''import torch
+
+
+def step(model):
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+'''
+
+
+def _clip_profile(tmp_path: Path, norms: list[str], backend=Backend.CUDA):
+    src = tmp_path / "clip.py"
+    src.write_text(CLIP_SRC)
+    stack = [frame(f"{LIB}/torch/nn/utils/clip_grad.py", 30, "clip_grad_norm_"), frame(src, line_of(CLIP_SRC, "clip_grad_norm_("), "step")]
+    b = ProfileBuilder(backend=backend, kind=ProfileKind.KINETO if backend is not Backend.ASCEND else ProfileKind.TORCH_NPU)
+    t = 100
+    durs = {}
+    for name in [*norms, "aten::stack", "aten::linalg_vector_norm", "aten::add", "aten::reciprocal", "aten::mul"]:
+        op = b.op(name, t, 40, stack=stack)
+        b.kernel(f"k_{name}_{t}", t + 5, 10 + t / 100, op=op, core="GPU")
+        durs[t] = (name, 10 + t / 100)
+        t += 50
+    return b.build(), durs
+
+
+def test_cuda_per_tensor_clip_fires(tmp_path):
+    profile, durs = _clip_profile(tmp_path, ["aten::linalg_vector_norm"] * 3)
+    (f,) = only(findings(profile, ["NPU221"], [tmp_path]), "NPU221")
+    assert f.evidence["per_tensor_norm_ops"] == 4  # three per-tensor norms + the norm of the stacked norms
+    matched = sum(d for n, d in durs.values() if n in ("aten::add", "aten::reciprocal", "aten::mul"))
+    assert f.time_per_step_us == pytest.approx(matched)
+    assert f.span.line == line_of(CLIP_SRC, "clip_grad_norm_(")
+    assert "foreach=True" in applied(CLIP_SRC, f.fixes[0])
+
+
+def test_cuda_foreach_clip_is_quiet(tmp_path):
+    profile, _ = _clip_profile(tmp_path, ["aten::_foreach_norm"])
+    assert not only(findings(profile, ["NPU221"], [tmp_path]), "NPU221")
+
+
+@pytest.mark.parametrize(("per_step", "fires"), [(1, False), (2, True)])
+def test_ascend_lp_norm_kernels_per_step(per_step, fires):
+    b = ProfileBuilder()
+    for i in range(per_step):
+        b.kernel(f"LpNormReduceV2{i}", 100 + 40 * i, 12, type="LpNormReduceV2", core="AI_VECTOR_CORE")
+    assert bool(only(findings(b.build(), ["NPU221"]), "NPU221")) is fires
