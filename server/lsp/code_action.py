@@ -106,7 +106,13 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                 fixes, line0 = _fixes_of(d), line - 1  # the edits were made for exactly this text
             else:
                 # published for an older text: follow its line to now and use today's diagnostic
-                now_line = doc.line_now(data.get("version"), line) if doc is not None else None
+                now_line = None
+                if doc is not None and data.get("version") is None:
+                    # published before the file was opened: lines of the analysed text
+                    if data.get("generation") == ls.snapshot.generation and doc.linemap is not None:
+                        now_line = doc.linemap.line(line)
+                elif doc is not None:
+                    now_line = doc.line_now(data.get("version"), line)
                 now = _match(current, code, now_line - 1) if now_line is not None else None
                 if now is None:
                     continue

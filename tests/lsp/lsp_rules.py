@@ -1,8 +1,8 @@
-"""Rules registered by the test launcher (serve_with_test_rules.py) while hints/rules/ is empty.
+"""Rules registered by the test launcher (serve_with_test_rules.py) for the server's plumbing tests.
 
 They are genuine rules over the real attribution -- real numbers, real spans, and where they apply
-the real NPU101 fix transforms of hints.fixes -- so the server is exercised end to end. When the
-catalog lands on main, the end-to-end tests switch to NPU101 (see lsp_support.RULES).
+the real NPU101 fix transforms of hints.fixes -- with behaviour fixed here, so the end-to-end
+expectations do not move when the catalog's rules are tuned (test_lsp_catalog.py covers those).
 
 * TST101 relu-dropout-pair: a line whose heat holds both ReLU and dropout kernels (hint-rules
   NPU101); anchored on the dropout span; fixes from hints.fixes.relu_dropout (review; the p=0 one

@@ -20,9 +20,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SAMPLES = REPO / "samples"
 
-# The rule catalog is not on this branch yet: the launcher registers the test rules of lsp_rules.py
-# and runs the real server entry point. Once hints/rules/ has NPU101, point SERVER_COMMAND at
-# [sys.executable, "-m", "msprof_lsp.server"] and PAIR at "NPU101".
+# The plumbing tests run the real server entry point with the test rules of lsp_rules.py registered
+# (serve_with_test_rules.py) and select only them: their findings are fixed by the tests' own
+# description, while the catalog's rules are tuned on their own branches. test_lsp_catalog.py runs
+# the plain `python -m msprof_lsp.server` with the catalog (NPU101 on the sample's pairs).
 SERVER_COMMAND = [sys.executable, str(HERE / "serve_with_test_rules.py")]
 PAIR = "TST101"  # ReLU -> Dropout on one line (NPU101's trigger)
 HOT = "TST102"  # a line with >= 5 % of the step, with a safe fix

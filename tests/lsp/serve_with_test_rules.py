@@ -1,6 +1,6 @@
 """Start the real server (msprof_lsp.server.__main__) with the test rules of lsp_rules.py registered.
 
-Used as the server command of the end-to-end tests until the rule catalog is on main.
+Used as the server command of the end-to-end plumbing tests (they select only the TST rules).
 """
 
 from __future__ import annotations
