@@ -18,6 +18,7 @@ from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.heat import Attribution
 from msprof_lsp.mapping.jobs import Job, group_jobs, source_root_for
 from msprof_lsp.mapping.locations import Progress, no_progress
+from msprof_lsp.mapping.model import Profile
 from msprof_lsp.mapping.workspace import SourceWorkspace
 
 from .settings import Settings
@@ -59,10 +60,14 @@ def load(
     )
 
 
+def findings_for(profile: Profile, attribution: Attribution, workspace: SourceWorkspace, settings: Settings) -> list[Finding]:
+    """Run the rules (selection, severities, min_share and suppressions from ``settings``)."""
+    return run_rules(RuleContext(profile, attribution, workspace, settings.rule_config()))
+
+
 def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Settings) -> Analysis:
     attribution = attribute(loaded.profile, workspace)
-    ctx = RuleContext(loaded.profile, attribution, workspace, settings.rule_config())
-    findings = run_rules(ctx)
+    findings = findings_for(loaded.profile, attribution, workspace, settings)
     return Analysis(loaded, workspace, attribution, findings)
 
 

@@ -1,0 +1,201 @@
+"""The msprof-lsp language server: state, feature registration, and ``serve()`` on stdio.
+
+One module per LSP feature (text_sync, publish/pull, code_action(+_resolve), code_lens, hover,
+inlay_hints, commands, watch, lifecycle); this module wires them to pygls behind the ``guarded``
+decorator, so no handler exception ever ends the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from ..cli import version
+from ..protocol import (
+    CMD_LINE_HEAT,
+    CMD_RELOAD,
+    CMD_SELECT_PROFILE,
+    CMD_SET_BASELINE,
+    CMD_SHOW_HOTSPOTS,
+    CMD_SHOW_OPERATORS,
+    FIX_ALL_KIND,
+    SERVER_NAME,
+)
+from ..settings import Settings
+from . import commands, lifecycle, text_sync, watch
+from .capabilities import ClientCaps
+from .code_action import code_action
+from .code_action_resolve import resolve as resolve_code_action
+from .code_lens import code_lens
+from .documents import DocumentStore, path_of
+from .engine import Engine
+from .guard import guarded, report, spawn
+from .hover import hover
+from .linemap import split_lines
+from .loading import Loader
+from .publish import Publisher
+from .snapshot import Snapshot, empty
+
+log = logging.getLogger("msprof_lsp.server")
+
+
+class MsprofLanguageServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(SERVER_NAME, version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.caps = ClientCaps()
+        self.client_settings: dict[str, Any] | None = None  # initializationOptions, later pushes
+        self.settings_pushed = False
+        self.startup_warnings: list[str] = []
+        self.settings = Settings()
+        self.documents = DocumentStore()
+        self.engine = Engine()
+        # one thread: loads, re-anchoring and rule runs mutate the same analysis state
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprof-analysis")
+        self.snapshot: Snapshot = empty(0, self.settings)
+        self.loader = Loader(self)
+        self.publisher = Publisher(self)
+        self.poller: watch.Poller | None = None
+        self.heat_cache: dict[tuple, Any] = {}
+        self.analysed_lines_cache: dict[str, list[str]] = {}
+        self.diagnostics_cache: dict[tuple, Any] = {}
+
+    def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
+        """pygls pops up "Error in server" for failures outside request handlers; a log line is
+        enough (request failures already go back to the client as JSON-RPC errors)."""
+        from pygls.exceptions import FeatureRequestError
+
+        if source is FeatureRequestError:
+            return
+        report(self, f"pygls ({getattr(source, '__name__', source)})", error)
+
+    # -- where things are ----------------------------------------------------------------------
+
+    def folders(self) -> list[Path]:
+        """Workspace folders; without any, the folders of the open files."""
+        out: list[Path] = []
+        try:
+            ws = self.workspace
+        except RuntimeError:  # before initialize
+            return out
+        for folder in ws.folders.values():
+            p = path_of(folder.uri)
+            if p:
+                out.append(Path(p))
+        if not out and ws.root_path:
+            out.append(Path(ws.root_path).resolve())
+        if not out:
+            out = sorted({Path(p).parent for p in self.documents.paths_newest_last()})
+        return out
+
+    def primary_folder(self) -> Path | None:
+        folders = self.folders()
+        return folders[0] if folders else None
+
+    def resolve_user_path(self, raw: str) -> Path:
+        p = Path(raw).expanduser()
+        if not p.is_absolute():
+            base = self.primary_folder() or Path.cwd()
+            p = base / p
+        return p.resolve()
+
+    def analysed_lines(self, path: str) -> list[str] | None:
+        hit = self.analysed_lines_cache.get(path)
+        if hit is None:
+            text = self.snapshot.texts.get(path)
+            if text is None:
+                return None
+            hit = self.analysed_lines_cache[path] = split_lines(text)
+        return hit
+
+    # -- asking the client to re-query ---------------------------------------------------------
+
+    def fire(self, request: Callable[[], Awaitable[Any]], what: str) -> None:
+        async def run() -> None:
+            try:
+                await request()
+            except Exception as exc:  # noqa: BLE001 - a client may not implement a refresh
+                log.info("%s: %s", what, exc)
+
+        spawn(self, run(), what)
+
+    def refresh_views(self) -> None:
+        caps = self.caps
+        if caps.code_lens_refresh:
+            self.fire(lambda: self.workspace_code_lens_refresh_async(None), "workspace/codeLens/refresh")
+        if caps.inlay_hints and caps.inlay_hint_refresh:
+            self.fire(lambda: self.workspace_inlay_hint_refresh_async(None), "workspace/inlayHint/refresh")
+        if caps.pull_diagnostics and caps.diagnostic_refresh:
+            self.fire(lambda: self.workspace_diagnostic_refresh_async(None), "workspace/diagnostic/refresh")
+
+
+def create_server() -> MsprofLanguageServer:
+    ls = MsprofLanguageServer()
+    feature = ls.feature
+    feature(types.INITIALIZE)(guarded(name="initialize")(lifecycle.initialize))
+    feature(types.INITIALIZED)(guarded(name="initialized")(lifecycle.initialized))
+    feature(types.SHUTDOWN)(guarded(name="shutdown")(lifecycle.shutdown))
+    feature(types.TEXT_DOCUMENT_DID_OPEN)(guarded(name="didOpen")(text_sync.did_open))
+    feature(types.TEXT_DOCUMENT_DID_CHANGE)(guarded(name="didChange")(text_sync.did_change))
+    feature(types.TEXT_DOCUMENT_DID_CLOSE)(guarded(name="didClose")(text_sync.did_close))
+    feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(
+        guarded(name="didChangeConfiguration")(lifecycle.did_change_configuration))
+    feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)(
+        guarded(name="didChangeWorkspaceFolders")(lifecycle.did_change_workspace_folders))
+    feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)(
+        guarded(name="didChangeWatchedFiles")(watch.did_change_watched_files))
+    feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND],  # type: ignore[list-item]
+            resolve_provider=True,
+        ),
+    )(guarded(list, name="textDocument/codeAction")(code_action))
+    feature(types.CODE_ACTION_RESOLVE)(guarded(name="codeAction/resolve")(resolve_code_action))
+    feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))(
+        guarded(list, name="textDocument/codeLens")(code_lens))
+    feature(types.TEXT_DOCUMENT_HOVER)(guarded(name="textDocument/hover")(hover))
+    for name, handler in (
+        (CMD_RELOAD, commands.reload_profile),
+        (CMD_SELECT_PROFILE, commands.select_profile),
+        (CMD_SHOW_HOTSPOTS, commands.show_hotspots),
+        (CMD_SET_BASELINE, commands.set_baseline),
+        (CMD_LINE_HEAT, commands.line_heat),
+        (CMD_SHOW_OPERATORS, commands.show_operators),
+    ):
+        ls.command(name)(guarded(name=name)(handler))
+    return ls
+
+
+def serve() -> None:
+    """Serve LSP on stdio. The JSON-RPC stream gets a private copy of fd 1; fd 1 itself (and
+    ``sys.stdout``) then point at stderr, so a stray print -- ours, a library's, a worker
+    process's -- can never corrupt the protocol."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("MSPROF_LSP_LOG_LEVEL", "WARNING").upper(),
+        format="msprof-lsp %(levelname)s %(name)s: %(message)s",
+    )
+    rpc_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    server = create_server()
+    server.start_io(sys.stdin.buffer, rpc_out)
+    # The editor is gone. A load still running on the analysis thread (a GB profile) would keep
+    # the process alive until it finished -- interpreter exit joins executor threads -- so leave now.
+    server.worker.shutdown(wait=False, cancel_futures=True)
+    busy = [t for t in threading.enumerate() if t.name.startswith("msprof-analysis")]
+    for t in busy:
+        t.join(0.2)  # an idle worker leaves at once
+    if any(t.is_alive() for t in busy):
+        sys.stderr.flush()
+        os._exit(0)

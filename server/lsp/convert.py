@@ -1,0 +1,240 @@
+"""The one adapter from core results (findings, fixes, spans: 1-based lines, code-point columns)
+to LSP types (0-based lines, columns in the negotiated encoding).
+
+Conversion goes through ``mapping.positions`` on LSP's own line split (``\\r\\n``, ``\\r``, ``\\n``);
+pygls's document lines come from ``str.splitlines``, which also breaks on ``\\f``, ``\\x1c`` and
+U+2028 and would put positions on the wrong line after such a character.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+
+from msprof_lsp.hints.finding import Finding, Fix, Severity, TextEdit
+from msprof_lsp.mapping.positions import col_from_units, col_to_units
+
+from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
+from .capabilities import ClientCaps
+from .linemap import LineMap
+
+SEVERITY = {
+    Severity.ERROR: types.DiagnosticSeverity.Error,
+    Severity.WARNING: types.DiagnosticSeverity.Warning,
+    Severity.INFO: types.DiagnosticSeverity.Information,
+    Severity.HINT: types.DiagnosticSeverity.Hint,
+}
+
+
+@dataclass(slots=True)
+class FileView:
+    """One file as the client sees it now: its lines, its version, and the map from analysed lines."""
+
+    uri: str
+    path: str
+    version: int | None  # None: not open in the editor
+    lines: Sequence[str]
+    linemap: LineMap
+
+
+# -- positions -----------------------------------------------------------------------------------
+
+
+def position(lines: Sequence[str], line: int, col: int, encoding: str) -> types.Position:
+    """(1-based line, code-point column) -> LSP position, clamped into the document."""
+    i = line - 1
+    if i < 0:
+        return types.Position(line=0, character=0)
+    if i >= len(lines):
+        last = len(lines) - 1
+        return types.Position(line=last, character=col_to_units(lines[last], len(lines[last]), encoding))
+    return types.Position(line=i, character=col_to_units(lines[i], col, encoding))
+
+
+def range_of(lines: Sequence[str], line: int, col: int, end_line: int, end_col: int, encoding: str) -> types.Range:
+    return types.Range(start=position(lines, line, col, encoding), end=position(lines, end_line, end_col, encoding))
+
+
+def from_position(lines: Sequence[str], pos: types.Position, encoding: str) -> tuple[int, int]:
+    """LSP position -> (1-based line, code-point column)."""
+    i = max(0, pos.line)
+    if i >= len(lines):
+        return len(lines), len(lines[-1]) if lines else 0
+    return i + 1, col_from_units(lines[i], pos.character, encoding)
+
+
+def range_dict(r: types.Range) -> dict[str, Any]:
+    return {
+        "start": {"line": r.start.line, "character": r.start.character},
+        "end": {"line": r.end.line, "character": r.end.character},
+    }
+
+
+def range_from_dict(d: dict[str, Any]) -> types.Range:
+    s, e = d["start"], d["end"]
+    return types.Range(
+        start=types.Position(line=int(s["line"]), character=int(s["character"])),
+        end=types.Position(line=int(e["line"]), character=int(e["character"])),
+    )
+
+
+# -- fixes ---------------------------------------------------------------------------------------
+
+
+def fix_payload(fix: Fix, views: dict[str, FileView | None], encoding: str) -> dict[str, Any] | None:
+    """A fix's edits in client units for the files as they are now; None when any edit's lines
+    changed since the analysis (the fix was computed on text that is no longer there)."""
+    per_file: dict[str, dict[str, Any]] = {}
+    for e in fix.edits:
+        view = views.get(e.path)
+        if view is None:
+            return None
+        moved = view.linemap.untouched(e.line, e.end_line)
+        if moved is None:
+            return None
+        rng = range_of(view.lines, moved[0], e.col, moved[1], e.end_col, encoding)
+        entry = per_file.setdefault(view.uri, {"uri": view.uri, "version": view.version, "edits": []})
+        entry["edits"].append({"range": range_dict(rng), "newText": e.new_text})
+    if not per_file:
+        return None
+    return {"title": fix.title, "safe": fix.safe, "changes": list(per_file.values())}
+
+
+def local_edit_payload(view: FileView, edit: TextEdit, encoding: str) -> dict[str, Any]:
+    """An edit computed on the current text (no line map), e.g. a suppression comment."""
+    rng = range_of(view.lines, edit.line, edit.col, edit.end_line, edit.end_col, encoding)
+    return {"uri": view.uri, "version": view.version, "edits": [{"range": range_dict(rng), "newText": edit.new_text}]}
+
+
+Point = tuple[int, int]
+
+
+def _span(d: dict[str, Any]) -> tuple[Point, Point]:
+    s, e = d["range"]["start"], d["range"]["end"]
+    return (s["line"], s["character"]), (e["line"], e["character"])
+
+
+def _clashes(a: tuple[Point, Point], b: tuple[Point, Point]) -> bool:
+    if a[0] == a[1] == b[0] == b[1]:
+        return True  # two insertions at one point: their order would be arbitrary
+    return a[0] < b[1] and b[0] < a[1]
+
+
+class _Taken:
+    """Edited ranges of one file, sorted by start; overlap checks look at the neighbours only."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[Point, Point]] = []
+
+    def clashes(self, span: tuple[Point, Point]) -> bool:
+        i = bisect.bisect_left(self.spans, span)
+        return any(_clashes(span, self.spans[j]) for j in (i - 1, i) if 0 <= j < len(self.spans))
+
+    def add(self, span: tuple[Point, Point]) -> None:
+        bisect.insort(self.spans, span)
+
+
+def merge_changes(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+    """Combine several fixes' ``changes``; a fix overlapping an earlier one is left out.
+
+    Returns the merged changes and how many fixes were left out.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    taken: dict[str, _Taken] = {}
+    skipped = 0
+    for changes in groups:
+        new = sorted((c["uri"], _span(e)) for c in changes for e in c["edits"])
+        clash = any(taken.setdefault(uri, _Taken()).clashes(span) for uri, span in new)
+        clash = clash or any(u1 == u2 and _clashes(a, b) for (u1, a), (u2, b) in zip(new, new[1:]))
+        if clash:
+            skipped += 1
+            continue
+        for c in changes:
+            entry = merged.setdefault(c["uri"], {"uri": c["uri"], "version": c["version"], "edits": []})
+            entry["edits"].extend(c["edits"])
+        for uri, span in new:
+            taken[uri].add(span)
+    return list(merged.values()), skipped
+
+
+def workspace_edit(changes: Sequence[dict[str, Any]], caps: ClientCaps) -> types.WorkspaceEdit:
+    """Versioned ``documentChanges`` when the client takes them (stale edits are then refused by
+    the client), else a plain ``changes`` map."""
+    if caps.document_changes:
+        return types.WorkspaceEdit(
+            document_changes=[
+                types.TextDocumentEdit(
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=c["uri"], version=c["version"]),
+                    edits=[types.TextEdit(range=range_from_dict(e["range"]), new_text=e["newText"]) for e in c["edits"]],
+                )
+                for c in changes
+            ]
+        )
+    out: dict[str, list[types.TextEdit]] = {}
+    for c in changes:
+        out.setdefault(c["uri"], []).extend(
+            types.TextEdit(range=range_from_dict(e["range"]), new_text=e["newText"]) for e in c["edits"]
+        )
+    return types.WorkspaceEdit(changes=out)
+
+
+# -- diagnostics ---------------------------------------------------------------------------------
+
+
+def diagnostic(
+    f: Finding,
+    view: FileView,
+    views: dict[str, FileView | None],
+    caps: ClientCaps,
+    generation: int,
+) -> types.Diagnostic | None:
+    """The LSP diagnostic of an anchored finding in ``view`` (None when its lines were edited away)."""
+    span = f.span
+    assert span is not None
+    moved = view.linemap.lines(span.line, span.end_line)
+    if moved is None:
+        return None
+    enc = caps.position_encoding
+    rng = range_of(view.lines, moved[0], span.col, moved[1], span.end_col, enc)
+    fixes = [p for p in (fix_payload(x, views, enc) for x in f.fixes) if p is not None]
+    data: dict[str, Any] = {
+        "code": f.code,
+        "uri": view.uri,
+        "version": view.version,
+        "generation": generation,
+        "line": moved[0],
+        "fixes": fixes,
+    }
+    related: list[types.DiagnosticRelatedInformation] | None = None
+    if caps.related_information and f.related:
+        related = []
+        for r in f.related:
+            rv = views.get(r.span.path)
+            if rv is None:
+                continue
+            rm = rv.linemap.lines(r.span.line, r.span.end_line)
+            if rm is None:
+                continue
+            related.append(
+                types.DiagnosticRelatedInformation(
+                    location=types.Location(
+                        uri=rv.uri, range=range_of(rv.lines, rm[0], r.span.col, rm[1], r.span.end_col, enc)
+                    ),
+                    message=r.message,
+                )
+            )
+        related = related or None
+    return types.Diagnostic(
+        range=rng,
+        message=f.message,
+        severity=SEVERITY[f.severity],
+        code=f.code,
+        code_description=types.CodeDescription(href=rule_doc_url(f.code)) if caps.code_description else None,
+        source=DIAGNOSTIC_SOURCE,
+        related_information=related,
+        data=data,
+    )

@@ -1,0 +1,145 @@
+"""The diagnostics of one file, computed from the current snapshot and the buffer as it is now.
+
+Shared by push (publish.py), pull (pull.py) and code actions (which read the fixes back from the
+diagnostics' ``data``). Profile-level findings (no source line) are not diagnostics: loading.py
+shows them once as a message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from msprof_lsp.hints import suppress
+
+from .convert import FileView, diagnostic
+from .documents import OpenDocument, path_of, uri_of
+from .linemap import LineMap
+
+if TYPE_CHECKING:
+    from .app import MsprofLanguageServer
+
+
+class Views:
+    """FileView per path, fetched once per request (open buffer, else the analysed text)."""
+
+    def __init__(self, ls: MsprofLanguageServer) -> None:
+        self.ls = ls
+        self._cache: dict[str, FileView | None] = {}
+
+    def get(self, path: str) -> FileView | None:
+        if path not in self._cache:
+            self._cache[path] = file_view(self.ls, path)
+        return self._cache[path]
+
+
+def file_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
+    snap = ls.snapshot
+    doc = ls.documents.by_path(path)
+    if doc is not None:
+        if doc.linemap is None or doc.base_generation != snap.generation:
+            return None
+        return FileView(doc.uri, path, doc.version, doc.lines, doc.linemap)
+    lines = ls.analysed_lines(path)
+    if lines is None:
+        return None
+    return FileView(uri_of(path), path, None, lines, LineMap.identity())
+
+
+def doc_path(ls: MsprofLanguageServer, uri: str) -> str | None:
+    doc = ls.documents.get(uri)
+    if doc is not None:
+        return doc.path
+    return path_of(uri)
+
+
+def _suppressions(doc: OpenDocument) -> dict[int, frozenset[str]]:
+    cached = doc.suppress_cache
+    if cached is not None and cached[0] == doc.version:
+        return cached[1]
+    table = suppress.suppressions(doc.text)
+    doc.suppress_cache = (doc.version, table)
+    return table
+
+
+def compute(ls: MsprofLanguageServer, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
+    """Diagnostics of ``path`` now; also the view they were computed for.
+
+    Cached per (snapshot, buffer version): push, pull and code actions for one version share one
+    computation (callers must not mutate the list).
+    """
+    if path is None:
+        return None, []
+    doc = ls.documents.by_path(path)
+    key = (path, ls.snapshot.generation, doc.version if doc is not None else None)
+    hit = ls.diagnostics_cache.get(key)
+    if hit is not None:
+        return hit
+    result = _compute(ls, path)
+    if len(ls.diagnostics_cache) > 256:
+        ls.diagnostics_cache.clear()
+    ls.diagnostics_cache[key] = result
+    return result
+
+
+def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list[types.Diagnostic]]:
+    snap = ls.snapshot
+    findings = snap.findings.get(path)
+    views = Views(ls)
+    view = views.get(path)
+    if view is None or not findings:
+        return view, []
+    doc = ls.documents.by_path(path)
+    out: list[types.Diagnostic] = []
+    for f in findings:
+        d = diagnostic(f, view, views, ls.caps, snap.generation)  # type: ignore[arg-type]
+        if d is None:
+            continue
+        if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, d):  # type: ignore[union-attr]
+            continue
+        out.append(d)
+    return view, out
+
+
+def _newly_suppressed(doc: OpenDocument, d: types.Diagnostic) -> bool:
+    """A ``# msprof: ignore`` typed since the analysis (the rules already honoured older ones)."""
+    first, last = d.range.start.line, d.range.end.line
+    if not any(0 <= i < len(doc.lines) and "msprof" in doc.lines[i] for i in {first, last}):
+        return False  # the cheap test: no directive text on the diagnostic's lines
+    table = _suppressions(doc)
+    code = str(d.code)
+    return suppress.is_suppressed(table, first + 1, code) or suppress.is_suppressed(table, last + 1, code)
+
+
+def digest(view: FileView | None, diags: list[types.Diagnostic]) -> str:
+    """A short id of what the client would see (for resultId and skipping identical publishes)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr(view.version if view else None).encode())
+    for d in diags:
+        r = d.range
+        h.update(
+            repr((r.start.line, r.start.character, r.end.line, r.end.character, d.code, d.severity, d.message,
+                  _fix_key(d.data))).encode()
+        )
+    return h.hexdigest()
+
+
+def _fix_key(data: Any) -> Any:
+    if isinstance(data, dict):
+        return repr(data.get("fixes"))
+    return None
+
+
+def all_paths(ls: MsprofLanguageServer) -> list[str]:
+    """Files that have (or may need clearing of) diagnostics: findings plus open buffers."""
+    paths = set(ls.snapshot.findings)
+    paths.update(d.path for d in ls.documents.all() if d.path)
+    return sorted(paths)
+
+
+def uri_for(ls: MsprofLanguageServer, path: str) -> str:
+    doc = ls.documents.by_path(path)
+    return doc.uri if doc is not None else uri_of(path)
+

@@ -1,0 +1,110 @@
+"""Open editor buffers as the server tracks them: text, version, lines, and the line map from the
+text the current analysis saw to the buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pygls import uris
+
+from .linemap import LineMap, split_lines
+
+
+def path_of(uri: str) -> str | None:
+    """The resolved local path of a ``file:`` URI (the key the source workspace uses), else None."""
+    fs = uris.to_fs_path(uri)
+    if not fs:
+        return None
+    try:
+        return str(Path(fs).expanduser().resolve())
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def uri_of(path: str) -> str:
+    return uris.from_fs_path(path) or Path(path).as_uri()
+
+
+HISTORY = 32  # versions a stale diagnostic can still be traced from
+
+
+@dataclass(slots=True)
+class OpenDocument:
+    uri: str
+    path: str | None  # None: not a file (untitled buffer, notebook cell)
+    version: int
+    text: str
+    lines: list[str]
+    linemap: LineMap | None = None  # analysed text of ``path`` -> ``text``; None: nothing analysed
+    base_generation: int = -1  # the snapshot the line map starts from
+    opened_seq: int = 0  # order of opening (the newest open file picks the job)
+    suppress_cache: tuple[int, dict[int, frozenset[str]]] | None = field(default=None, repr=False)
+    # recent versions -> map from that version's lines to the current ones (stale code actions)
+    history: dict[int, LineMap] = field(default_factory=dict, repr=False)
+
+    def update(self, version: int, text: str) -> None:
+        """The buffer changed: extend the line maps by this edit."""
+        lines = split_lines(text)
+        step = LineMap.diff(self.lines, lines)
+        if self.linemap is not None:
+            self.linemap = self.linemap.then(step)
+        self.history = {v: m.then(step) for v, m in self.history.items()}
+        self.history[self.version] = step
+        if len(self.history) > HISTORY:
+            for v in sorted(self.history)[: len(self.history) - HISTORY]:
+                del self.history[v]
+        self.version = version
+        self.text = text
+        self.lines = lines
+        self.suppress_cache = None
+
+    def line_now(self, version: int | None, line: int) -> int | None:
+        """Where 1-based ``line`` of an earlier ``version`` of this buffer is now (None: edited
+        away, or too old to tell)."""
+        if version == self.version:
+            return line
+        m = self.history.get(version) if version is not None else None
+        return m.line(line) if m is not None else None
+
+    def rebase(self, generation: int, analysed_text: str | None) -> None:
+        """A new analysis arrived: map from the text it saw to the buffer."""
+        self.base_generation = generation
+        if analysed_text is None:
+            self.linemap = None
+        elif analysed_text == self.text:
+            self.linemap = LineMap.identity()
+        else:
+            self.linemap = LineMap.diff(split_lines(analysed_text), self.lines)
+
+
+class DocumentStore:
+    def __init__(self) -> None:
+        self._docs: dict[str, OpenDocument] = {}
+        self._seq = 0
+
+    def open(self, uri: str, version: int, text: str) -> OpenDocument:
+        self._seq += 1
+        doc = OpenDocument(uri, path_of(uri), version, text, split_lines(text), opened_seq=self._seq)
+        self._docs[uri] = doc
+        return doc
+
+    def close(self, uri: str) -> OpenDocument | None:
+        return self._docs.pop(uri, None)
+
+    def get(self, uri: str) -> OpenDocument | None:
+        return self._docs.get(uri)
+
+    def by_path(self, path: str) -> OpenDocument | None:
+        for doc in self._docs.values():
+            if doc.path == path:
+                return doc
+        return None
+
+    def all(self) -> list[OpenDocument]:
+        return list(self._docs.values())
+
+    def paths_newest_last(self) -> list[str]:
+        docs = sorted(self._docs.values(), key=lambda d: d.opened_seq)
+        return [d.path for d in docs if d.path]

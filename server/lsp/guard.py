@@ -1,0 +1,86 @@
+"""Handlers never take the server down: an exception becomes a logged error and an empty result.
+
+Deliberate protocol errors (``JsonRpcException``, e.g. "content modified" for a stale code action)
+pass through to the client; everything else is written to ``window/logMessage`` (with the
+traceback on stderr) and the request is answered with its empty value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+log = logging.getLogger("msprof_lsp.server")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def report(ls: Any, where: str, exc: BaseException) -> None:
+    """Log an internal error to stderr and to the client's log (never raises)."""
+    log.error("%s failed:\n%s", where, "".join(traceback.format_exception(exc)))
+    try:
+        ls.window_log_message(
+            types.LogMessageParams(
+                type=types.MessageType.Error,
+                message=f"msprof-lsp: {where} failed: {type(exc).__name__}: {exc} (the server keeps running)",
+            )
+        )
+    except Exception:  # noqa: BLE001 - the transport may be gone; stderr has it
+        pass
+
+
+def guarded(default: Callable[[], Any] | None = None, *, name: str | None = None) -> Callable[[F], F]:
+    """Wrap a handler ``(ls, ...)``: on an exception log it and return ``default()`` (or None)."""
+
+    def wrap(fn: F) -> F:
+        where = name or fn.__name__
+
+        if asyncio.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(ls: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(ls, *args, **kwargs)
+                except (JsonRpcException, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the contract of this decorator
+                    report(ls, where, exc)
+                    return default() if default is not None else None
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(ls: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(ls, *args, **kwargs)
+            except JsonRpcException:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                report(ls, where, exc)
+                return default() if default is not None else None
+
+        return wrapper  # type: ignore[return-value]
+
+    return wrap
+
+
+def spawn(ls: Any, coro: Any, where: str) -> asyncio.Task[Any]:
+    """Run a background coroutine whose failure is reported, never lost or fatal."""
+    task = asyncio.ensure_future(coro)
+
+    def done(t: asyncio.Task[Any]) -> None:
+        if t.cancelled():
+            return
+        exc = t.exception()
+        if exc is not None:
+            report(ls, where, exc)
+
+    task.add_done_callback(done)
+    return task

@@ -1,0 +1,174 @@
+"""Device time per line and per function of one open file, at the buffer's current lines.
+
+Shared by code lens, hover, inlay hints and the ``lineHeat`` / ``showOperators`` commands, with
+the labels they all show ("MatMulV2 · 412 µs/step · 18.7% of step", "412 → 198 µs/step (−52%)").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from msprof_lsp.mapping.compare import LineChange
+from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, OpHeat
+from msprof_lsp.mapping.units import format_us
+
+from .convert import FileView
+from .diagnostics import file_view
+from .documents import path_of
+
+if TYPE_CHECKING:
+    from .app import MsprofLanguageServer
+
+
+@dataclass(slots=True)
+class HotLine:
+    line: int  # current, 1-based
+    heat: LineHeat | None  # None: only the baseline had time here
+    change: LineChange | None
+
+    @property
+    def per_step_us(self) -> float:
+        return self.heat.per_step_ns / 1000 if self.heat else 0.0
+
+    @property
+    def share(self) -> float:
+        return self.heat.share if self.heat else 0.0
+
+
+@dataclass(slots=True)
+class HotFunction:
+    line: int  # current line of the def, 1-based
+    end_line: int
+    heat: FunctionHeat
+
+
+@dataclass(slots=True)
+class FileHeat:
+    view: FileView
+    lines: dict[int, HotLine]
+    functions: list[HotFunction]
+    num_steps: int
+
+
+def share_text(share: float) -> str:
+    return f"{share * 100:.1f}%"
+
+
+def change_text(change: LineChange) -> str:
+    """``412 → 198 µs/step (−52%)``; a line new since the baseline has no ratio."""
+    before, after = change.before_us, change.after_us
+    ratio = change.ratio
+    pct = "" if ratio is None else f" ({'+' if ratio >= 0 else '−'}{abs(ratio) * 100:.0f}%)"
+    return f"{format_us(before)} → {format_us(after)}/step{pct}"
+
+
+def top_op(ops: list[OpHeat]) -> str:
+    if not ops:
+        return "host time"
+    op = ops[0]
+    return op.type or op.name
+
+
+def line_label(h: HotLine) -> str:
+    parts = []
+    if h.heat is not None:
+        parts.append(f"{top_op(h.heat.ops)} · {format_us(h.per_step_us)}/step · {share_text(h.share)} of step")
+    if h.change is not None:
+        parts.append(change_text(h.change))
+    return " · ".join(parts)
+
+
+def function_label(f: FunctionHeat) -> str:
+    return f"{f.function} · {format_us(f.per_step_ns / 1000)}/step · {share_text(f.share)} of step"
+
+
+def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = False) -> FileHeat | None:
+    """The heat of one file at its current lines (None when nothing is known about it)."""
+    snap = ls.snapshot
+    if by_path:
+        path: str | None = uri_or_path
+    else:
+        doc = ls.documents.get(uri_or_path)
+        path = doc.path if doc is not None else path_of(uri_or_path)
+    if path is None:
+        return None
+    view = file_view(ls, path)
+    if view is None:
+        return None
+    cache_key = (snap.generation, path, view.version)
+    cached = ls.heat_cache.get(cache_key)
+    if cached is not None:
+        return cached
+    lm = view.linemap
+    lines: dict[int, HotLine] = {}
+    for lh in snap.lines.get(path, ()):
+        cur = lm.line(lh.line)
+        if cur is not None:
+            lines[cur] = HotLine(cur, lh, None)
+    for old_line, change in snap.changes.get(path, {}).items():
+        cur = lm.line(old_line)
+        if cur is None:
+            continue
+        hot = lines.get(cur)
+        if hot is None:
+            lines[cur] = HotLine(cur, None, change)
+        else:
+            hot.change = change
+    functions = []
+    for fh in snap.functions.get(path, ()):
+        moved = lm.lines(fh.span.line, fh.span.end_line)
+        if moved is not None:
+            functions.append(HotFunction(moved[0], moved[1], fh))
+    result = FileHeat(view, lines, functions, snap.num_steps)
+    if len(ls.heat_cache) > 64:
+        ls.heat_cache.clear()
+    ls.heat_cache[cache_key] = result
+    return result
+
+
+def ops_dicts(ops: list[OpHeat], num_steps: int, step_time_us: float) -> list[dict[str, Any]]:
+    steps = max(num_steps, 1)
+    out = []
+    for o in ops:
+        per_step = o.total_ns / steps / 1000
+        out.append(
+            {
+                "name": o.name,
+                "type": o.type,
+                "core": o.core,
+                "time_us": round(per_step, 3),
+                "count": o.count,
+                "share": round(per_step / step_time_us, 6) if step_time_us > 0 else 0.0,
+                "shapes": list(o.shapes),
+                "backward": o.backward,
+            }
+        )
+    return out
+
+
+def ops_at(heat: FileHeat, line: int) -> list[OpHeat]:
+    """Operators of a hot line, or of a whole function when ``line`` is its def line."""
+    hot = heat.lines.get(line)
+    if hot is not None and hot.heat is not None:
+        return hot.heat.ops
+    for fn in heat.functions:
+        if fn.line == line:
+            inner = [h.heat for n, h in heat.lines.items() if fn.line <= n <= fn.end_line and h.heat is not None]
+            return merge_ops([op for lh in inner for op in lh.ops])
+    return []
+
+
+def merge_ops(ops: list[OpHeat]) -> list[OpHeat]:
+    """One row per (type, core, direction) over several lines, most time first."""
+    merged: dict[tuple[str, str, bool], OpHeat] = {}
+    for op in ops:
+        key = (op.type, op.core, op.backward)
+        cur = merged.get(key)
+        if cur is None:
+            merged[key] = OpHeat(op.name, op.type, op.core, op.count, op.total_ns, op.shapes, op.backward)
+        else:
+            cur.count += op.count
+            cur.total_ns += op.total_ns
+            cur.shapes = tuple(dict.fromkeys(cur.shapes + op.shapes))[:3]
+    return sorted(merged.values(), key=lambda o: (-o.total_ns, o.type, o.backward))

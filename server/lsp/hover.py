@@ -1,0 +1,94 @@
+"""``textDocument/hover`` on a hot line: the operators behind it (Markdown table, or aligned plain
+text for clients without Markdown), the baseline change, and the hints on that line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from msprof_lsp.mapping.units import format_us
+
+from .convert import from_position, range_of
+from .heat_view import FileHeat, HotLine, change_text, file_heat, ops_at, share_text
+
+if TYPE_CHECKING:
+    from .app import MsprofLanguageServer
+
+COLUMNS = ("operator", "type", "core", "count", "µs/step", "share", "shapes")
+MAX_ROWS = 12
+
+
+def _rows(ls: MsprofLanguageServer, heat: FileHeat, line: int) -> list[tuple[str, ...]]:
+    steps = max(heat.num_steps, 1)
+    step_us = ls.snapshot.info.step_time_us if ls.snapshot.info else 0.0
+    rows = []
+    for op in ops_at(heat, line)[:MAX_ROWS]:
+        per_step = op.total_ns / steps / 1000
+        share = per_step / step_us if step_us > 0 else 0.0
+        direction = " (bwd)" if op.backward else ""
+        rows.append((op.name + direction, op.type, op.core, str(op.count), f"{per_step:,.1f}", share_text(share),
+                     "; ".join(op.shapes)))
+    return rows
+
+
+def _headline(hot: HotLine | None, heat: FileHeat, line: int) -> str:
+    if hot is not None and hot.heat is not None:
+        h = hot.heat
+        steps = max(heat.num_steps, 1)
+        split = ""
+        if h.fwd_ns or h.bwd_ns:
+            split = f" (forward {format_us(h.fwd_ns / steps / 1000)}, backward {format_us(h.bwd_ns / steps / 1000)})"
+        return f"{format_us(hot.per_step_us)}/step · {share_text(hot.share)} of step{split}"
+    for fn in heat.functions:
+        if fn.line == line:
+            f = fn.heat
+            return f"{f.function}: {format_us(f.per_step_ns / 1000)}/step · {share_text(f.share)} of step"
+    return ""
+
+
+def _markdown(headline: str, rows: list[tuple[str, ...]], extra: list[str]) -> str:
+    out = [f"**msprof-lsp** · {headline}" if headline else "**msprof-lsp**", ""]
+    if rows:
+        out.append("| " + " | ".join(COLUMNS) + " |")
+        out.append("|" + "---|" * len(COLUMNS))
+        for r in rows:
+            out.append("| " + " | ".join(c.replace("|", "\\|") or " " for c in r) + " |")
+        out.append("")
+    out.extend(extra)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _plain(headline: str, rows: list[tuple[str, ...]], extra: list[str]) -> str:
+    table = [COLUMNS, *rows] if rows else []
+    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))] if table else []
+    out = [f"msprof-lsp: {headline}" if headline else "msprof-lsp"]
+    for r in table:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    out.extend(extra)
+    return "\n".join(out) + "\n"
+
+
+def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | None:
+    heat = file_heat(ls, params.text_document.uri)
+    if heat is None:
+        return None
+    line, _ = from_position(heat.view.lines, params.position, ls.caps.position_encoding)
+    hot = heat.lines.get(line)
+    rows = _rows(ls, heat, line)
+    headline = _headline(hot, heat, line)
+    if not rows and not headline and (hot is None or hot.change is None):
+        return None
+    extra: list[str] = []
+    if hot is not None and hot.change is not None:
+        extra.append(f"Baseline: {change_text(hot.change)}")
+    if not ls.snapshot.info or not ls.snapshot.info.has_call_stacks:
+        extra.append("Anchored by operator and module names (the profile has no call stacks).")
+    markdown = ls.caps.hover_markdown
+    value = _markdown(headline, rows, extra) if markdown else _plain(headline, rows, extra)
+    n = line - 1
+    text = heat.view.lines[n] if 0 <= n < len(heat.view.lines) else ""
+    rng = range_of(heat.view.lines, line, 0, line, len(text), ls.caps.position_encoding)
+    kind = types.MarkupKind.Markdown if markdown else types.MarkupKind.PlainText
+    return types.Hover(contents=types.MarkupContent(kind=kind, value=value), range=rng)

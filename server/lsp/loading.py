@@ -1,0 +1,297 @@
+"""Loading and refreshing the analysis without ever blocking the event loop.
+
+Every job runs on the single analysis worker thread (engine.py); the loop keeps answering
+requests from the snapshot it has. A load reports work-done progress and ``msprof-lsp/profileStatus``
+(loading/loaded/error/none); a failed or missing profile is ONE ``window/showMessage`` and the
+server keeps serving. Edits are folded into debounced refreshes (re-anchoring + rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from lsprotocol import types
+
+from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
+
+from ..protocol import NOTIFY_PROFILE_STATUS
+from .engine import LoadRequest
+from .guard import spawn
+from .progress import LoadProgress
+from .snapshot import Snapshot, empty
+from .targets import better_job_for
+
+if TYPE_CHECKING:
+    from .app import MsprofLanguageServer
+
+T = TypeVar("T")
+
+REFRESH_DELAY_S = 0.3  # quiet time after the last keystroke before re-anchoring + rules
+RELOAD_DELAY_S = 1.0  # profile files still being written: wait for the writer to settle
+_UNSET: Any = object()
+
+
+class Loader:
+    def __init__(self, ls: MsprofLanguageServer) -> None:
+        self.ls = ls
+        self.epoch = 0  # bumped by every load; results of older epochs are dropped
+        self.explicit: Path | None = None  # msprof-lsp.selectProfile
+        self.explicit_rank: int | None = None
+        self.baseline_override: Any = _UNSET  # msprof-lsp.setBaseline (None: cleared by the user)
+        self.status: dict[str, Any] = {"state": "none", "kind": "", "path": "", "rank": None, "ranks": [],
+                                       "steps": None, "stepTimeUs": None, "mappedShare": None, "message": ""}
+        self._dirty: dict[str, str | None] = {}
+        self._refresh_sleeper: asyncio.Task[None] | None = None
+        self._reload_sleeper: asyncio.Task[None] | None = None
+        self._shown: set[str] = set()  # messages already shown for the current profile
+        self._last_problem = ""
+        self._problems_shown: set[str] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+        self.loading = False
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.ls.worker, fn, *args)
+
+    def next_snapshot(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        return fut
+
+    def notify_status(self, state: str, message: str = "") -> None:
+        info = self.ls.snapshot.info if state == "loaded" else None
+        self.status = {
+            "state": state,
+            "kind": info.kind if info else "",
+            "path": info.path if info else (str(self.explicit) if self.explicit else ""),
+            "rank": info.rank if info else None,
+            "ranks": list(info.ranks) if info else [],
+            "steps": info.steps if info else None,
+            "stepTimeUs": round(info.step_time_us, 3) if info else None,
+            "mappedShare": round(info.mapped_share, 6) if info else None,
+            "message": message,
+        }
+        self.ls.protocol.notify(NOTIFY_PROFILE_STATUS, self.status)
+
+    def _message(self, kind: types.MessageType, text: str) -> None:
+        self.ls.window_show_message(types.ShowMessageParams(type=kind, message=text))
+
+    def _log(self, kind: types.MessageType, text: str) -> None:
+        self.ls.window_log_message(types.LogMessageParams(type=kind, message=text))
+
+    # -- what to load ------------------------------------------------------------------------
+
+    def folders(self) -> list[Path]:
+        return self.ls.folders()
+
+    def follow_baseline_setting(self) -> None:
+        """Forget a baseline chosen with the command: the ``baseline`` setting decides again."""
+        self.baseline_override = _UNSET
+
+    def baseline_path(self) -> Path | None:
+        value = self.baseline_override
+        if value is _UNSET:
+            setting = self.ls.settings.baseline
+            return self.ls.settings.resolve_path(setting) if setting else None
+        return Path(value) if value else None
+
+    def request(self) -> LoadRequest:
+        settings = self.ls.settings
+        explicit = self.explicit
+        if explicit is None and settings.profile:
+            explicit = settings.resolve_path(settings.profile)
+        docs = [d for d in self.ls.documents.all() if d.path and d.path.endswith(".py")]
+        return LoadRequest(
+            folders=self.folders(),
+            settings=settings,
+            explicit=explicit,
+            rank=self.explicit_rank if self.explicit is not None else None,
+            open_texts={d.path: d.text for d in docs},  # type: ignore[misc]
+            open_paths=self.ls.documents.paths_newest_last(),
+            baseline=self.baseline_path(),
+        )
+
+    # -- loads -------------------------------------------------------------------------------
+
+    async def load(self, reason: str = "") -> bool:
+        """(Re)load the profile; True when a profile is loaded afterwards."""
+        self.epoch += 1
+        epoch = self.epoch
+        self._cancel_reload()
+        self._dirty.clear()  # the load reads every open buffer
+        req = self.request()
+        self.loading = True
+        self.notify_status("loading", reason)
+        progress = LoadProgress(self.ls, "msprof-lsp: loading profile")
+        await progress.begin()
+        try:
+            snap = await self._run(self.ls.engine.load, req, progress)
+        except NoProfileFound as exc:
+            progress.end("no profile found")
+            if epoch == self.epoch:
+                self._failed("none", types.MessageType.Info, f"msprof-lsp: {exc}. Record one, or choose one with "
+                             "\"msprof-lsp: Select profile\" or the msprof-lsp.profile setting.")
+            return False
+        except ProfileError as exc:
+            progress.end("the profile cannot be read")
+            if epoch == self.epoch:
+                self._failed("error", types.MessageType.Error, f"msprof-lsp: cannot read the profile: {exc}")
+            return False
+        except Exception as exc:  # noqa: BLE001 - an internal error is a message too, never a dead server
+            progress.end("failed")
+            if epoch == self.epoch:
+                self._failed("error", types.MessageType.Error,
+                             f"msprof-lsp: loading the profile failed: {type(exc).__name__}: {exc}")
+                from .guard import report
+
+                report(self.ls, "loading the profile", exc)
+            return False
+        finally:
+            if epoch == self.epoch:
+                self.loading = False
+        progress.end("loaded")
+        if epoch != self.epoch:
+            return self.ls.snapshot.loaded  # a newer load is on its way
+        self._last_problem = ""
+        self._shown.clear()
+        self.apply(snap)
+        self._announce(snap)
+        self.notify_status("loaded")
+        self._follow_open_file()
+        return True
+
+    def _follow_open_file(self) -> None:
+        """A file opened while loading may belong to another job of the workspace: switch once."""
+        if self.explicit is not None or self.ls.settings.profile:
+            return
+        paths = self.ls.documents.paths_newest_last()
+        if not paths:
+            return
+        other = better_job_for(paths[-1], self.ls.engine.job, self.ls.engine.jobs)
+        if other is not None:
+            self.schedule_reload(f"{paths[-1]} belongs to the profile in {other.folder}", delay=0.2)
+
+    def _failed(self, state: str, kind: types.MessageType, text: str) -> None:
+        self._log(kind, text)
+        if text != self._last_problem:  # a watcher reloading a half-written profile says it once
+            self._last_problem = text
+            self._message(kind, text)
+        self.notify_status(state, text)  # last: whoever reacts to the status has the message
+        if state == "none" and not self.ls.engine.attribution:
+            self.apply(empty(self.ls.snapshot.generation + 1, self.ls.settings))
+
+    def _announce(self, snap: Snapshot) -> None:
+        """Log what was loaded; profile-level findings become one message, not a diagnostic."""
+        info = snap.info
+        if info is None:
+            return
+        self._log(types.MessageType.Info,
+                  f"msprof-lsp: loaded {info.kind} profile {info.path} (rank {info.rank}, {info.steps} steps, "
+                  f"{info.step_time_us:,.1f} µs/step, {info.mapped_share * 100:.1f}% of device time mapped to source)")
+        for issue in info.issues:
+            self._log(types.MessageType.Warning, f"msprof-lsp: {issue}")
+        if info.issues or not info.complete:
+            # a half-written or damaged profile: said once, the rest of it is still used
+            head = info.issues[0] if info.issues else f"{info.path}: still being written (no analyse.done yet)"
+            more = f" (and {len(info.issues) - 1} more problems in the log)" if len(info.issues) > 1 else ""
+            text = f"msprof-lsp: the profile loaded with problems: {head}{more}"
+            if text not in self._problems_shown:  # a watcher reloading the same damage says it once
+                self._problems_shown.add(text)
+                self._message(types.MessageType.Warning, text)
+        for path in info.unmapped_files:
+            self._log(types.MessageType.Warning, f"msprof-lsp: profile file {path} matches no local file "
+                      "(set msprof-lsp.pathMappings)")
+        self._show_profile_findings(snap)
+
+    def _show_profile_findings(self, snap: Snapshot) -> None:
+        new = [f for f in snap.profile_findings if f"{f.code}:{f.message}" not in self._shown]
+        if not new:
+            return
+        for f in new:
+            self._shown.add(f"{f.code}:{f.message}")
+            self._log(types.MessageType.Info, f"msprof-lsp {f.code}: {f.message}")
+        head = "; ".join(f"{f.code}: {f.message}" for f in new[:3])
+        more = f" (and {len(new) - 3} more in the log)" if len(new) > 3 else ""
+        self._message(types.MessageType.Info, f"msprof-lsp profile notes: {head}{more}")
+
+    def schedule_reload(self, reason: str, delay: float = RELOAD_DELAY_S) -> None:
+        self._cancel_reload()
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            self._reload_sleeper = None
+            await self.load(reason)
+
+        self._reload_sleeper = spawn(self.ls, later(), "reloading the profile")
+
+    def _cancel_reload(self) -> None:
+        if self._reload_sleeper is not None and not self._reload_sleeper.done():
+            self._reload_sleeper.cancel()
+        self._reload_sleeper = None
+
+    # -- edits and settings ------------------------------------------------------------------
+
+    def mark_dirty(self, path: str, text: str | None) -> None:
+        """A buffer changed (or closed: None); re-anchor it after a quiet moment."""
+        if not path.endswith(".py"):
+            return
+        self._dirty[path] = text
+        if self._refresh_sleeper is not None and not self._refresh_sleeper.done():
+            self._refresh_sleeper.cancel()
+        self._refresh_sleeper = spawn(self.ls, self._refresh_later(REFRESH_DELAY_S), "re-analysing edited files")
+
+    async def _refresh_later(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._refresh_sleeper = None  # past this point the refresh is never cancelled (its result counts)
+        if not self._dirty or not self.ls.snapshot.loaded:
+            return
+        texts, self._dirty = self._dirty, {}
+        epoch = self.epoch
+        snap = await self._run(self.ls.engine.update, texts)
+        if snap is not None and epoch == self.epoch:
+            self.apply(snap)
+            self._show_profile_findings(snap)
+
+    async def reconfigure(self) -> None:
+        """Rule settings changed: re-run the rules on the loaded profile."""
+        epoch = self.epoch
+        snap = await self._run(self.ls.engine.reconfigure, self.ls.settings)
+        if snap is not None and epoch == self.epoch:
+            self.apply(snap)
+            self._show_profile_findings(snap)
+
+    async def set_baseline(self, path: str | None) -> Snapshot | None:
+        """Compare against ``path`` (None: stop comparing); raises ProfileError."""
+        self.baseline_override = path
+        epoch = self.epoch
+        snap = await self._run(self.ls.engine.set_baseline, Path(path) if path else None)
+        if snap is not None and epoch == self.epoch:
+            self.apply(snap)
+        return snap
+
+    # -- a new snapshot ----------------------------------------------------------------------
+
+    def apply(self, snap: Snapshot) -> None:
+        ls = self.ls
+        ls.snapshot = snap
+        ls.heat_cache.clear()
+        ls.analysed_lines_cache.clear()
+        ls.diagnostics_cache.clear()
+        for doc in ls.documents.all():
+            doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None)
+        ls.publisher.publish_all()
+        ls.refresh_views()
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def cancel_all(self) -> None:
+        self._cancel_reload()
+        if self._refresh_sleeper is not None:
+            self._refresh_sleeper.cancel()

@@ -1,0 +1,78 @@
+"""Which profile the editor session analyses.
+
+Order: a profile chosen with ``msprof-lsp.selectProfile`` -> the ``profile`` setting -> discovery
+under the workspace folders. A folder can hold several jobs (one per sample, one per training
+script); the job whose source folder contains the most recently opened file wins, else the
+newest job (ties: Ascend profiles before Kineto traces, which carry less).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.jobs import source_root_for
+from msprof_lsp.mapping.model import ProfileKind
+
+from .. import pipeline
+
+
+@dataclass(frozen=True, slots=True)
+class JobChoice:
+    folder: Path  # where the job's profiles are (what load_profile is given)
+    source_root: Path  # the source folder its frames resolve against
+    newest: float  # newest input file mtime of its profiles
+    kinds: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+    def contains(self, path: str) -> bool:
+        p = Path(path)
+        return p == self.source_root or self.source_root in p.parents
+
+
+def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
+    """Every job under the folders, with the source folder each belongs to."""
+    out: list[JobChoice] = []
+    for folder in folders:
+        try:
+            jobs = pipeline.find_jobs([folder])  # the grouping --check uses
+        except NoProfileFound:
+            continue
+        for job in jobs:
+            out.append(
+                JobChoice(
+                    folder=job.folder.resolve(),
+                    source_root=source_root_for(job.folder, folder).resolve(),
+                    newest=max((loc.mtime for loc in job.locations), default=0.0),
+                    kinds=tuple(sorted({loc.kind.value for loc in job.locations})),
+                    ranks=tuple(sorted({loc.rank for loc in job.locations if loc.rank is not None})),
+                )
+            )
+    return out
+
+
+def _ascend(job: JobChoice) -> bool:
+    return any(k != ProfileKind.KINETO.value for k in job.kinds)
+
+
+def choose_job(jobs: Sequence[JobChoice], open_paths_newest_last: Sequence[str]) -> JobChoice | None:
+    if not jobs:
+        return None
+    for path in reversed(open_paths_newest_last):
+        owning = [j for j in jobs if j.contains(path)]
+        if owning:
+            # the deepest source folder is the most specific owner
+            return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, _ascend(j), str(j.folder)))
+    return max(jobs, key=lambda j: (j.newest, _ascend(j), str(j.folder)))
+
+
+def better_job_for(path: str, current: JobChoice | None, jobs: Sequence[JobChoice]) -> JobChoice | None:
+    """Another job that owns ``path`` when the current one does not (None: keep the current one)."""
+    if current is None or current.contains(path):
+        return None
+    owning = [j for j in jobs if j.contains(path)]
+    if not owning:
+        return None
+    return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, _ascend(j), str(j.folder)))

@@ -1,0 +1,51 @@
+"""``textDocument/didOpen``, ``didChange``, ``didClose``: keep the buffers, follow edits at once
+(line maps), re-analyse after a quiet moment, and switch jobs when a file of another job opens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types
+
+from .targets import better_job_for
+
+if TYPE_CHECKING:
+    from .app import MsprofLanguageServer
+
+
+def did_open(ls: MsprofLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+    item = params.text_document
+    doc = ls.documents.open(item.uri, item.version, item.text)
+    snap = ls.snapshot
+    analysed = snap.texts.get(doc.path) if doc.path else None
+    doc.rebase(snap.generation, analysed)
+    if doc.path and analysed is not None and analysed != doc.text:
+        ls.loader.mark_dirty(doc.path, doc.text)
+    ls.publisher.schedule(item.uri, 0.0)
+    if doc.path and ls.loader.explicit is None and not ls.settings.profile and not ls.loader.loading:
+        other = better_job_for(doc.path, ls.engine.job, ls.engine.jobs)
+        if other is not None:
+            ls.loader.schedule_reload(f"{doc.path} belongs to the profile in {other.folder}", delay=0.2)
+
+
+def did_change(ls: MsprofLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    doc = ls.documents.get(uri)
+    if doc is None:
+        return
+    text = ls.workspace.get_text_document(uri).source  # pygls applied the changes already
+    doc.update(params.text_document.version, text)
+    if doc.path:
+        ls.loader.mark_dirty(doc.path, text)
+    ls.publisher.schedule(uri)
+
+
+def did_close(ls: MsprofLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    doc = ls.documents.close(uri)
+    ls.publisher.forget(uri)
+    if doc is not None and doc.path:
+        if doc.path in ls.snapshot.paths():
+            ls.loader.mark_dirty(doc.path, None)  # back to the file on disk
+        ls.publisher.publish(uri)

@@ -1,0 +1,82 @@
+"""LineMap: analysed line -> current line through any sequence of edits (server/lsp/linemap.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msprof_lsp.server.lsp.linemap import LineMap, split_lines
+
+# An edit: replace lines [start, start + removed) by `added` new lines (positions as fractions of
+# the current length, so every drawn edit is valid).
+edits = st.lists(
+    st.tuples(st.floats(0, 1), st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=40
+)
+
+
+def _apply(lines: list[str], origin: list[int | None], edit, serial: list[int]):  # noqa: ANN001
+    where, removed, added = edit
+    start = int(where * len(lines))
+    removed = min(removed, len(lines) - start)
+    new = []
+    for _ in range(added):
+        serial[0] += 1
+        new.append(f"new {serial[0]}")
+    return (lines[:start] + new + lines[start + removed:],
+            origin[:start] + [None] * added + origin[start + removed:],
+            (start, removed, added))
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 30), script=edits)
+def test_every_surviving_line_is_found_and_no_other(n: int, script) -> None:  # noqa: ANN001
+    old = [f"old {i}" for i in range(1, n + 1)]
+    lines, origin, serial = list(old), list(range(1, n + 1)), [0]
+    lm = LineMap.identity()
+    broken: set[int] = set()  # x: an edit happened between old lines x and x + 1 at some point
+    for edit in script:
+        before, before_origin = lines, origin
+        lines, origin, (start, removed, added) = _apply(lines, origin, edit, serial)
+        if not removed and not added:
+            continue  # a no-op edit
+        index = {o: i for i, o in enumerate(before_origin) if o is not None}
+        for x in range(1, n):
+            if x in index and x + 1 in index and index[x + 1] >= start and start + removed >= index[x] + 1:
+                broken.add(x)
+        lm = lm.then(LineMap.diff(before, lines))
+    where_now = {o: i + 1 for i, o in enumerate(origin) if o is not None}
+    for line in range(1, n + 1):
+        assert lm.line(line) == where_now.get(line)  # exact: every line text is unique
+    for a in range(1, n + 1):
+        for b in range(a, n + 1):
+            intact = all(x in where_now for x in range(a, b + 1)) and not any(x in broken for x in range(a, b))
+            assert lm.untouched(a, b) == ((where_now[a], where_now[b]) if intact else None), (a, b)
+
+
+def test_runs_stay_few_under_a_burst_of_keystrokes() -> None:
+    text = [f"line {i}" for i in range(3000)]
+    lm = LineMap.identity()
+    cur = list(text)
+    for i in range(500):  # typing on one line
+        nxt = list(cur)
+        nxt[1500] = cur[1500] + "x"
+        lm = lm.then(LineMap.diff(cur, nxt))
+        cur = nxt
+    assert len(lm._runs) == 2
+    assert lm.line(1500) == 1500 and lm.line(1501) is None and lm.line(1502) == 1502
+
+
+def test_identity_and_equal_texts() -> None:
+    a = split_lines("x = 1\r\ny = 2\rz = 3\n")
+    assert a == ["x = 1", "y = 2", "z = 3", ""]
+    lm = LineMap.diff(a, list(a))
+    assert lm.is_identity and lm.line(2) == 2 and lm.untouched(1, 4) == (1, 4)
+
+
+def test_insertion_between_lines_touches_a_range_across_it() -> None:
+    old = ["a", "b", "c", "d"]
+    lm = LineMap.diff(old, ["a", "b", "NEW", "c", "d"])
+    assert lm.line(2) == 2 and lm.line(3) == 4
+    assert lm.lines(2, 3) == (2, 4)  # a diagnostic spanning the insertion grows
+    assert lm.untouched(2, 3) is None  # an edit computed across it would be wrong now
+    assert lm.untouched(3, 4) == (4, 5)
