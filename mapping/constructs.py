@@ -70,6 +70,7 @@ _ops("mul", "mul")
 _ops("div", "div", "true_divide")
 _ops("nonzero", "nonzero", "masked_select")
 _ops("cat", "cat", "concat", "stack")
+_ops("neg", "neg", "neg_")
 
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -267,6 +268,7 @@ _OPERATOR_KEYS: dict[str, frozenset[str]] = {
     "@": frozenset({"matmul"}), "@=": frozenset({"matmul"}),
     "+": frozenset({"add"}), "+=": frozenset({"add"}), "-": frozenset({"add"}), "-=": frozenset({"add"}),
     "*": frozenset({"mul"}), "*=": frozenset({"mul"}), "/": frozenset({"div"}), "/=": frozenset({"div"}),
+    "u-": frozenset({"neg"}),  # unary minus of a tensor
 }
 
 

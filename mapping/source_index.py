@@ -715,6 +715,13 @@ class _Collector(cst.CSTVisitor):
         self._add_call(self.span(node), callee, name, receiver, self_attr=self_attr, element=element,
                        loop_attr=loop_attr)
 
+    def leave_UnaryOperation(self, node: cst.UnaryOperation) -> None:
+        # ``-x`` launches aten::neg; ``-1`` (a literal) launches nothing.
+        if isinstance(node.operator, cst.Minus) and not isinstance(
+            node.expression, (cst.Integer, cst.Float, cst.Imaginary)
+        ):
+            self._add_call(self.span(node), "u-", "u-", "", operator=True)
+
     def leave_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         sym = _OPERATORS.get(type(node.operator))
         if sym:

@@ -243,3 +243,16 @@ def test_scanner_keeps_strings_brackets_and_decorators_together():
             "z = 1 + \\\n2\n")
     starts = [line for line, _ in si._split_chunks(text)]
     assert starts == [1, 4, 7, 11, 15]
+
+
+def test_unary_minus_of_a_tensor_is_an_operator_site_literals_are_not():
+    text = "import torch\n\n\ndef rotate_half(x):\n    x1, x2 = x.chunk(2, dim=-1)\n    return torch.cat((-x2, x1), dim=-1)\n"
+    idx = SourceIndex.build("/w/rot.py", text)
+    negs = [c for c in idx.calls if c.operator and c.callee == "u-"]
+    assert [c.text for c in negs] == ["-x2"]  # not the two `-1` literals
+    (neg,) = negs
+    line = text.splitlines()[5]
+    assert (neg.span.line, neg.span.col, neg.span.end_col) == (6, line.index("-x2"), line.index("-x2") + 3)
+    from msprof_lsp.mapping.constructs import call_keys, op_keys
+
+    assert op_keys("aten::neg") & call_keys(idx, neg.idx)  # aten::neg anchors on it
