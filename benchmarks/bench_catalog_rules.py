@@ -37,7 +37,7 @@ from msprof_lsp.hints.config import RuleConfig  # noqa: E402
 from msprof_lsp.hints.context import RuleContext  # noqa: E402
 from msprof_lsp.hints.engine import run_rules  # noqa: E402
 from msprof_lsp.hints.registry import rules_matching  # noqa: E402
-from msprof_lsp.hints.rules import _ops  # noqa: E402
+from msprof_lsp.hints.rules import _facts, _ops  # noqa: E402
 from msprof_lsp.mapping.attribute import attribute  # noqa: E402
 from msprof_lsp.mapping.load import load_location, locate  # noqa: E402
 from msprof_lsp.mapping.workspace import SourceWorkspace  # noqa: E402
@@ -62,7 +62,7 @@ def outermost_python(profile) -> np.ndarray:  # noqa: ANN001
                 break
             p = parent[p]
         out[i] = ok
-    return out & _ops.in_steps(profile, h["start_ns"].to_numpy(np.int64))
+    return out & _facts.in_steps(profile, h["start_ns"].to_numpy(np.int64))
 
 
 def best(fn, repeat: int) -> float:  # noqa: ANN001

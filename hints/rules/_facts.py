@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping import step_windows
 from msprof_lsp.mapping.model import Profile
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
@@ -83,17 +84,7 @@ def kernels_in_steps_mask(profile: Profile) -> np.ndarray:
 
 def in_steps(profile: Profile, starts: np.ndarray) -> np.ndarray:
     """Which start times (ns) fall inside a ProfilerStep range (all, when there are none)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    if not profile.steps:
-        return np.ones(len(starts), dtype=bool)
-    lo = np.array([s.start_ns for s in profile.steps], dtype=np.int64)
-    hi = np.array([s.end_ns for s in profile.steps], dtype=np.int64)
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    i = np.searchsorted(lo, starts, side="right") - 1
-    ok = i >= 0
-    ok[ok] = starts[ok] < hi[i[ok]]
-    return ok & (starts >= 0)
+    return step_windows.in_steps(profile.steps, starts)
 
 
 def host_scope_mask(profile: Profile) -> np.ndarray:

@@ -22,6 +22,8 @@ from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping.model import Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 
+from . import _facts
+
 # ---------------------------------------------------------------------------------------------
 # Columns
 
@@ -40,23 +42,6 @@ def text_values(col: pd.Series) -> np.ndarray:
         cats = np.array([str(c) for c in col.cat.categories] + [""], dtype=object)
         return cats[col.cat.codes.to_numpy(np.int64)]
     return col.astype(str).to_numpy(dtype=object)
-
-
-def in_steps(profile: Profile, starts: np.ndarray) -> np.ndarray:
-    """Rows whose start lies inside a profiled step (every row when the profile has no steps)."""
-    if not profile.steps or not len(starts):
-        return np.ones(len(starts), dtype=bool)
-    steps = sorted(profile.steps, key=lambda s: s.start_ns)
-    s0 = np.array([s.start_ns for s in steps], dtype=np.int64)
-    s1 = np.array([s.end_ns for s in steps], dtype=np.int64)
-    i = np.searchsorted(s0, starts, side="right") - 1
-    ii = np.where(i >= 0, i, 0)
-    return (i >= 0) & (starts < s1[ii]) & (starts >= 0)
-
-
-def step_kernels(profile: Profile) -> pd.DataFrame:
-    """Device kernels of the profiled steps (all of them when steps are unknown)."""
-    return profile.kernels_in_steps()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +107,7 @@ def outermost_framework_ops(profile: Profile, *, forward_only: bool = True) -> n
     top = fw & (strict_ancestor(fw, parent) < 0)
     if forward_only:
         top &= ~backward_mask(profile)
-    return top & in_steps(profile, h["start_ns"].to_numpy(np.int64))
+    return top & _facts.in_steps(profile, h["start_ns"].to_numpy(np.int64))
 
 
 def kernel_time_per_root(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame | None = None) -> np.ndarray:
@@ -413,7 +398,7 @@ def training_loop(ctx: RuleContext) -> tuple[Span | None, Confidence]:
     (inferred)."""
     h = ctx.profile.host_ops
     if len(h) and ctx.profile.stacks:
-        ids = h["stack"].to_numpy(np.int64)[in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))]
+        ids = h["stack"].to_numpy(np.int64)[_facts.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))]
         for sid in list(dict.fromkeys(int(s) for s in ids if s >= 0))[:200]:
             hit = loop_with_frame(ctx, ctx.profile.stack_of(sid), _is_training_loop)
             if hit is not None:

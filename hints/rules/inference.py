@@ -26,7 +26,7 @@ from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _ops
+from . import _facts, _ops
 
 DROPOUT_KERNEL = re.compile(r"dropout|genmask|genbitmask|domask", re.IGNORECASE)
 DROPOUT_OPS = ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::dropout_", "aten::feature_dropout_")
@@ -90,7 +90,7 @@ class DropoutInInference(Rule):
         else:
             if not len(h):
                 return
-            cand = np.flatnonzero(_ops.cat_mask(h["name"], lambda n: n in DROPOUT_OPS) & _ops.in_steps(p, h["start_ns"].to_numpy(np.int64)))
+            cand = np.flatnonzero(_ops.cat_mask(h["name"], lambda n: n in DROPOUT_OPS) & _facts.in_steps(p, h["start_ns"].to_numpy(np.int64)))
             ci = h["concrete_inputs"].to_numpy(dtype=object)
             ops = np.array([r for r in cand if _train_flag(str(ci[r])) is True], dtype=np.int64)
             # aten::dropout calls aten::native_dropout on CUDA: count the outermost only

@@ -51,6 +51,7 @@ from ..linking import (
     match_rows,
     resolve_kernel_links,
 )
+from ..step_windows import step_ids
 from .kineto_json import Event, KinetoFile, decode, read_bytes
 from .kineto_stacks import PythonCalls, PythonTree
 
@@ -525,27 +526,13 @@ def _kernels(
             "dur_ns": k_dur,
             "device": device,
             "stream": stream,
-            "step": _step_of(when, steps),
+            "step": step_ids(when, steps),
             "host_op": host_op,
         },
         n,
     )
     resolve_kernel_links(table, host_ops)
     return table, int((~linked).sum()), biggest
-
-
-def _step_of(when: np.ndarray, steps: list[Step]) -> np.ndarray:
-    """ProfilerStep number whose range holds each time, -1 outside every step."""
-    out = np.full(len(when), -1, dtype=np.int64)
-    if not steps or not len(when):
-        return out
-    starts = np.asarray([s.start_ns for s in steps], dtype=np.int64)
-    ends = np.asarray([s.end_ns for s in steps], dtype=np.int64)
-    ids = np.asarray([s.id for s in steps], dtype=np.int64)
-    idx = np.searchsorted(starts, when, side="right") - 1
-    ok = (idx >= 0) & (when < ends[np.maximum(idx, 0)])
-    out[ok] = ids[idx[ok]]
-    return out
 
 
 def _int_or_none(value: Any) -> int | None:

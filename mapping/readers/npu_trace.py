@@ -41,6 +41,7 @@ from ..model import (
     empty_table,
     make_table,
 )
+from ..step_windows import step_ids
 from .trace_json import NO_INT, TraceEvents
 
 HARDWARE = "Ascend Hardware"
@@ -398,17 +399,10 @@ def _intervals(ev: TraceEvents, rows: np.ndarray, *, same_pid: bool) -> pd.DataF
 def kernel_steps(kernels: pd.DataFrame, host_ops: pd.DataFrame, steps: list[Step]) -> np.ndarray:
     """Step of each kernel: the ProfilerStep around its launching op, else around its own start."""
     n = len(kernels)
-    out = np.full(n, -1, dtype=np.int64)
     if not steps or not n:
-        return out
-    starts = np.array([s.start_ns for s in steps], dtype=np.int64)
-    ends = np.array([s.end_ns for s in steps], dtype=np.int64)
-    ids = np.array([s.id for s in steps], dtype=np.int64)
+        return np.full(n, -1, dtype=np.int64)
     op = kernels["host_op"].to_numpy(dtype=np.int64)
     op_start = host_ops["start_ns"].to_numpy(dtype=np.int64)
     when = np.where(op >= 0, op_start[np.maximum(op, 0)] if len(op_start) else -1, kernels["start_ns"].to_numpy())
-    pos = np.searchsorted(starts, when, side="right") - 1
-    inside = (pos >= 0) & (when < ends[np.maximum(pos, 0)]) & (when >= 0)
-    out[inside] = ids[pos[inside]]
-    return out
+    return step_ids(when, steps)
 
