@@ -29,7 +29,7 @@ from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import format_us
 
-from . import _ops
+from . import _facts, _ops
 
 COMM_SUFFIX = "AicpuKernel"
 DOUBLE_TYPES = frozenset({"DOUBLE", "DT_DOUBLE", "FLOAT64", "DT_FLOAT64", "DOUBLE_T"})
@@ -118,7 +118,7 @@ class AicpuFallback(Rule):
         if not len(k):
             return
         if ctx.backend == "ascend":
-            core = _ops.text_values(k["core"])
+            core = _facts.strs(k["core"])
             sel = (core == "AI_CPU") & ~_ops.cat_mask(k["name"], lambda n: n.endswith(COMM_SUFFIX))
             yield from self._groups(ctx, k, np.flatnonzero(sel), cuda=False)
         else:
@@ -149,7 +149,7 @@ class AicpuFallback(Rule):
 
     def _finding(self, ctx: RuleContext, g: _Group, sub: pd.DataFrame, *, cuda: bool) -> Finding:
         total = int(sub["dur_ns"].sum())
-        names = _ops.text_values(sub["name"])
+        names = _facts.strs(sub["name"])
         types = Counter(_ops.kernel_types(sub))
         dt_in, dt_out = _tokens(sub["input_dtypes"].to_numpy(dtype=object)), _tokens(sub["output_dtypes"].to_numpy(dtype=object))
         dtypes = Counter(dt_in + dt_out)

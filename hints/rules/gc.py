@@ -112,7 +112,7 @@ class GcPauses(Rule):
         ov = ctx.profile.overlap
         if not len(ov):
             return
-        free = (_ops.text_values(ov["lane"]) == "Free") & (ov["dur_ns"].to_numpy(np.int64) > FREE_MIN_NS)
+        free = (_facts.strs(ov["lane"]) == "Free") & (ov["dur_ns"].to_numpy(np.int64) > FREE_MIN_NS)
         free &= _facts.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
         if not free.any():
             return

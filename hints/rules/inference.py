@@ -86,7 +86,7 @@ class DropoutInInference(Rule):
             launched = work["host_op"].to_numpy(np.int64)
             ops = np.unique(launched[launched >= 0])
             count, unit = len(work), "kernels"
-            names = Counter(_ops.text_values(work["name"]))
+            names = Counter(_facts.strs(work["name"]))
         else:
             if not len(h):
                 return
@@ -102,7 +102,7 @@ class DropoutInInference(Rule):
             work = _ops.kernels_under(p, ops.tolist())
             total = int(work["dur_ns"].sum()) if len(p.kernels) else int(h["dur_ns"].to_numpy(np.int64)[ops].sum())
             count, unit = len(ops), "dropout calls"
-            names = Counter(_ops.text_values(h["name"])[ops])
+            names = Counter(_facts.strs(h["name"])[ops])
         span, conf, related = self._anchor(ctx, ops)
         evidence = {
             "backend": ctx.backend,

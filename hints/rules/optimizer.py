@@ -103,7 +103,7 @@ class FusedOptimizer(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         h = ctx.profile.host_ops
         if len(h):
-            names = _ops.text_values(h["name"])
+            names = _facts.strs(h["name"])
             steps = _ops.cat_mask(h["name"], lambda n: bool(STEP_RE.match(n)) and STEP_RE.match(n).group("name") in OPTIMIZERS)
             steps &= _facts.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
             rows = np.flatnonzero(steps)
@@ -118,7 +118,7 @@ class FusedOptimizer(Rule):
         p = ctx.profile
         h = p.host_ops
         inside = _ops.descendants(p, rows.tolist())
-        inner_names = _ops.text_values(h["name"])[inside]
+        inner_names = _facts.strs(h["name"])[inside]
         if any(any(m in n for m in MULTI_TENSOR) for n in inner_names):
             return  # already fused / multi-tensor
         total = int(h["dur_ns"].to_numpy(np.int64)[rows].sum())
