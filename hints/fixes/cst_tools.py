@@ -182,6 +182,16 @@ class Source:
         found.sort(key=key)
         return found
 
+    def call_statements(self, anchor: Where, *apis: str) -> Iterator[tuple[cst.SimpleStatementLine, cst.Call]]:
+        """Statements at the anchor that are one bare call to one of ``apis``
+        (``torch.npu.synchronize()``), innermost first, with their call: what a fix deletes."""
+        for line in self.at(anchor, cst.SimpleStatementLine):
+            if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
+                continue
+            call = line.body[0].value
+            if isinstance(call, cst.Call) and self.is_api(call.func, *apis):
+                yield line, call
+
     def top_text(self, i: int) -> str:
         first, last, _ = self.tops[i]
         if self._line_starts is None:
