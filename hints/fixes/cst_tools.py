@@ -798,6 +798,12 @@ def module_assignment_index(module: cst.Module, name: str) -> int | None:
     return None
 
 
+def insert_before(statement: cst.BaseStatement, new: cst.BaseStatement) -> cst.FlattenSentinel:
+    """The replacement for ``statement`` that puts ``new`` right above it; the blank lines and
+    comments that were above ``statement`` stay above both."""
+    return cst.FlattenSentinel([new.with_changes(leading_lines=statement.leading_lines), statement.with_changes(leading_lines=())])
+
+
 def removal(src: Source, line: cst.BaseStatement) -> dict[cst.CSTNode, Replacement]:
     """Replacements that delete one statement (see ``remove_statements``)."""
     return remove_statements(src, [line])

@@ -80,8 +80,7 @@ def eval_before_loop(source: str, anchor: Anchor, *, path: str | None = None, wh
             return decline(why, f"{model}.eval() is already called before the loop")
     if src.block_of(loop) is None:  # type: ignore[arg-type]
         return decline(why, "the loop is not a plain statement of a block")
-    new = ct.stmt(f"{model}.eval()").with_changes(leading_lines=loop.leading_lines)
-    module = src.rewrite({loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
+    module = src.rewrite({loop: ct.insert_before(loop, ct.stmt(f"{model}.eval()"))})
     return result(
         source,
         module.code,
