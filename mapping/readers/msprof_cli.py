@@ -272,35 +272,20 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
         profile.overlap = _concat_schema(overlap, OVERLAP_SCHEMA)
 
     # -- steps (graph-mode iterations) -------------------------------------------------------------
-    iterations = []
-    for path, _ in lay.get("step_trace"):
-        its = optional(path, issues, ascend_csv.read_msprof_step_trace)
-        if its is not None:
-            meta.files.append(str(path))
-            iterations.extend(its)
+    iterations = [it for its in _each(lay, "step_trace", ascend_csv.read_msprof_step_trace, profile, issues) for it in its]
     _name_runtime_tasks(kernels)
     profile.steps = _steps_from_iterations(iterations)
     attach_kernels(profile, kernels)
 
     # -- statistics, memory, communication ----------------------------------------------------------
-    op_stats = []
-    for path, _ in lay.get("op_statistic"):
-        rows = optional(path, issues, ascend_csv.read_op_statistic)
-        if rows is not None:
-            meta.files.append(str(path))
-            op_stats.extend(rows)
-    profile.op_statistic = op_stats
+    profile.op_statistic = [r for rows in _each(lay, "op_statistic", ascend_csv.read_op_statistic, profile, issues) for r in rows]
     api = [f for f in (optional(p, issues, ascend_csv.read_api_statistic) for p, _ in lay.get("api_statistic"))
            if f is not None]
     if api:
         profile.api_statistic = pd.concat(api, ignore_index=True)
         meta.files.extend(str(p) for p, _ in lay.get("api_statistic"))
-    comm_stats = []
-    for path, _ in lay.get("communication_statistic"):
-        rows = optional(path, issues, ascend_csv.read_communication_statistic)
-        if rows is not None:
-            meta.files.append(str(path))
-            comm_stats.extend(asdict(r) for r in rows)
+    comm_stats = [asdict(r) for rows in _each(lay, "communication_statistic", ascend_csv.read_communication_statistic,
+                                                 profile, issues) for r in rows]
     if comm_stats:
         meta.extra["communication_statistic"] = comm_stats
     records = [f for f in (optional(p, issues, ascend_csv.read_memory_record)
@@ -338,6 +323,17 @@ def _name_runtime_tasks(kernels: pd.DataFrame) -> None:
 def _kernel_table(path: Path) -> tuple[pd.DataFrame, list[Issue]]:
     table = ascend_csv.read_kernel_table(path, producer="msprof")
     return table.to_frame(), table.issues
+
+
+def _each(lay: MsprofLayout, base: str, fn, profile: Profile, issues: list[Issue]) -> list:  # noqa: ANN001
+    """What ``fn`` reads from every ``base`` file, each file that reads recorded in meta.files."""
+    out = []
+    for path, _ in lay.get(base):
+        value = optional(path, issues, fn)
+        if value is not None:
+            profile.meta.files.append(str(path))
+            out.append(value)
+    return out
 
 
 def _read_analyze(lay: MsprofLayout, profile: Profile, issues: list[Issue]) -> None:
