@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _common import best  # noqa: E402
 from gen_large_trace import generate  # noqa: E402
 
 from msprof_lsp.hints.config import RuleConfig  # noqa: E402
@@ -63,15 +63,6 @@ def outermost_python(profile) -> np.ndarray:  # noqa: ANN001
             p = parent[p]
         out[i] = ok
     return out & _facts.in_steps(profile, h["start_ns"].to_numpy(np.int64))
-
-
-def best(fn, repeat: int) -> float:  # noqa: ANN001
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:
