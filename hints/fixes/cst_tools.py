@@ -192,6 +192,19 @@ class Source:
             if isinstance(call, cst.Call) and self.is_api(call.func, *apis):
                 yield line, call
 
+    def adjacent_pairs(self, anchor: Where) -> Iterator[tuple[cst.BaseStatement, cst.BaseStatement]]:
+        """Two consecutive statements of a block, one of them at the anchor: (it, the next), then
+        (the previous, it), innermost statements first -- where a two-statement construct
+        (``h = x + r`` then ``y = norm(h)``) can be anchored on either line."""
+        for line in self.at(anchor, cst.SimpleStatementLine):
+            block = self.block_of(line)
+            if block is None:
+                continue
+            i = statement_index(block, line)
+            for a, b in ((i, i + 1), (i - 1, i)):
+                if 0 <= a and b < len(block.body):
+                    yield block.body[a], block.body[b]
+
     def top_text(self, i: int) -> str:
         first, last, _ = self.tops[i]
         if self._line_starts is None:
@@ -795,6 +808,15 @@ def module_assignment_index(module: cst.Module, name: str) -> int | None:
                     return i
         if isinstance(node, (cst.ClassDef, cst.FunctionDef)) and node.name.value == name:
             return i
+    return None
+
+
+def single_assign(s: cst.CSTNode) -> cst.Assign | None:
+    """The assignment of a statement that is only ``name = <value>``."""
+    if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign):
+        a = s.body[0]
+        if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
+            return a
     return None
 
 
