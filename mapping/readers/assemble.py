@@ -29,6 +29,16 @@ def optional(path: Path, issues: list[Issue], fn: Callable[[Path], tuple[T, list
     return value
 
 
+def read_into(profile: Profile, attr: str, path: Path, fn: Callable[[Path], tuple[object, list[Issue]]],
+              issues: list[Issue]) -> None:
+    """An optional file's value stored as ``profile.<attr>``, the file recorded in meta.files,
+    when it reads (see ``optional``)."""
+    value = optional(path, issues, fn)
+    if value is not None:
+        setattr(profile, attr, value)
+        profile.meta.files.append(str(path))
+
+
 def attach_kernels(profile: Profile, kernels: pd.DataFrame) -> None:
     """Kernels without a step id take the step around their launching op (else their own
     start); then their host-op links are resolved and they become the profile's kernels."""
@@ -39,4 +49,4 @@ def attach_kernels(profile: Profile, kernels: pd.DataFrame) -> None:
     profile.kernels = kernels
 
 
-__all__ = ["attach_kernels", "optional"]
+__all__ = ["attach_kernels", "optional", "read_into"]

@@ -43,7 +43,7 @@ from ..model import (
 from ..overlap import breakdown_from_overlap
 from . import ascend_csv, ascend_json
 from .cann_db import read_cann
-from .assemble import attach_kernels, optional
+from .assemble import attach_kernels, optional, read_into
 from .npu_trace import tables_from_trace
 from .sqlite_db import SqliteDb
 from .torch_npu import join_kernel_details
@@ -340,18 +340,11 @@ def _read_analyze(lay: MsprofLayout, profile: Profile, issues: list[Issue]) -> N
     """``analyze/`` (``msprof --analyze=on``): communication.json / communication_matrix.json."""
     if lay.analyze is None:
         return
-    comm = lay.analyze / "communication.json"
-    if comm.is_file():
-        ops = optional(comm, issues, ascend_json.read_communication)
-        if ops is not None:
-            profile.comm_ops = ops
-            profile.meta.files.append(str(comm))
-    matrix = lay.analyze / "communication_matrix.json"
-    if matrix.is_file():
-        value = optional(matrix, issues, ascend_json.read_communication_matrix)
-        if value is not None:
-            profile.comm_matrix = value
-            profile.meta.files.append(str(matrix))
+    for name, reader, attr in (("communication.json", ascend_json.read_communication, "comm_ops"),
+                               ("communication_matrix.json", ascend_json.read_communication_matrix, "comm_matrix")):
+        path = lay.analyze / name
+        if path.is_file():
+            read_into(profile, attr, path, reader, issues)
 
 
 def _steps_from_iterations(iterations: list) -> list[Step]:

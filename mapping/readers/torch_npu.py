@@ -33,7 +33,7 @@ from ..model import (
     make_table,
 )
 from ..overlap import breakdown_from_overlap
-from .assemble import attach_kernels, optional
+from .assemble import attach_kernels, optional, read_into
 from .npu_trace import tables_from_trace
 from .trace_json import read_trace_events
 
@@ -286,12 +286,8 @@ def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> 
 
     def simple(name: str, reader, attr: str) -> None:  # noqa: ANN001
         path = lay.out(name)
-        if path is None:
-            return
-        value = optional(path, issues, reader)
-        if value is not None:
-            setattr(profile, attr, value)
-            profile.meta.files.append(str(path))
+        if path is not None:
+            read_into(profile, attr, path, reader, issues)
 
     simple("step_trace_time.csv", ascend_csv.read_step_trace_time, "step_breakdown")
     simple("op_statistic.csv", ascend_csv.read_op_statistic, "op_statistic")
