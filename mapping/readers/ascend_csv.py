@@ -196,16 +196,21 @@ def _per_category(values: pd.Categorical, fn: Any, dtype: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # op_statistic.csv / op_statistic_*.csv (§7, §12.4)
 
-_OP_STAT_COLS = [
-    Col("device", ("Device_id",), "int"),
-    Col("op_type", ("OP Type", "Op Type", "Type"), "text", required=True),
-    Col("core", ("Core Type", "Task Type", "Accelerator Core"), "text"),
+# The per-type totals op_statistic and communication_statistic share (after their type columns).
+_STAT_TOTAL_COLS = [
     Col("count", ("Count",), "int", sentinels=False),
     Col("total_ns", ("Total Time(us)",), "dur", required=True),
     Col("min_ns", ("Min Time(us)",), "dur"),
     Col("avg_ns", ("Avg Time(us)",), "dur"),
     Col("max_ns", ("Max Time(us)",), "dur"),
     Col("ratio", ("Ratio(%)",), "float"),
+]
+
+_OP_STAT_COLS = [
+    Col("device", ("Device_id",), "int"),
+    Col("op_type", ("OP Type", "Op Type", "Type"), "text", required=True),
+    Col("core", ("Core Type", "Task Type", "Accelerator Core"), "text"),
+    *_STAT_TOTAL_COLS,
 ]
 
 
@@ -417,12 +422,7 @@ class CommStatistic:
 _COMM_STAT_COLS = [
     Col("device", ("Device_id",), "int"),
     Col("op_type", ("OP Type",), "text", required=True),
-    Col("count", ("Count",), "int", sentinels=False),
-    Col("total_ns", ("Total Time(us)",), "dur", required=True),
-    Col("min_ns", ("Min Time(us)",), "dur"),
-    Col("avg_ns", ("Avg Time(us)",), "dur"),
-    Col("max_ns", ("Max Time(us)",), "dur"),
-    Col("ratio", ("Ratio(%)",), "float"),
+    *_STAT_TOTAL_COLS,
 ]
 
 
