@@ -7,11 +7,27 @@ it is answered here once, vectorised with one ``searchsorted`` per call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from .model import Step
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def profiler_steps(names: Sequence[str], starts: np.ndarray, ends: np.ndarray) -> list[Step]:
+    """Steps from torch.profiler's ``ProfilerStep#N`` host ops (name, start and end per op), sorted
+    by start, then number; an op with a missing (negative) start makes no step."""
+    steps = []
+    for i, name in enumerate(names):
+        if name.startswith("ProfilerStep#"):
+            m = _PROFILER_STEP.match(name)
+            if m and starts[i] >= 0:
+                steps.append(Step(int(m.group(1)), int(starts[i]), int(ends[i])))
+    steps.sort(key=lambda s: (s.start_ns, s.id))
+    return steps
 
 
 def _position(times: np.ndarray, steps: Sequence[Step], *, closed: bool) -> np.ndarray:
@@ -49,4 +65,4 @@ def step_ids(times: np.ndarray, steps: Sequence[Step], *, closed: bool = False) 
     return out
 
 
-__all__ = ["in_steps", "step_ids"]
+__all__ = ["in_steps", "profiler_steps", "step_ids"]

@@ -33,7 +33,7 @@ from ..model import (
     StepBreakdown,
     make_table,
 )
-from ..step_windows import step_ids
+from ..step_windows import profiler_steps, step_ids
 from ..units import ms_to_ns, us_to_ns
 from .ascend_json import read_profiler_info, read_profiler_metadata
 from .cann_db import api_type_names, read_cann
@@ -46,7 +46,6 @@ ANALYSIS_DB = "analysis.db"
 
 OP, QUEUE, TRACE, MSTX = "op", "queue", "trace", "mstx"
 _MODULE_RE = re.compile(r"^nn\.Module:\s*(?P<cls>[A-Za-z_][\w.]*?)_(?P<k>\d+)$")
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _DIGITS_RE = re.compile(r"(\d+)")
 
 _INT, _ANY, _REAL = "int", "any", "real"
@@ -419,10 +418,8 @@ def _read_steps(db: SqliteDb, host_ops: pd.DataFrame) -> list[Step]:
             if s >= 0 and e >= s:
                 steps.append(Step(num, int(s), int(e)))
     if not steps and len(host_ops):  # older exports: ProfilerStep#N ops
-        for name, s, d in zip(host_ops["name"].astype(str), host_ops["start_ns"], host_ops["dur_ns"]):
-            m = _STEP_RE.match(name)
-            if m and s >= 0:
-                steps.append(Step(int(m.group(1)), int(s), int(s + d)))
+        start = host_ops["start_ns"].to_numpy(np.int64)
+        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64))
     steps.sort(key=lambda s: s.start_ns)
     return steps
 
