@@ -208,6 +208,15 @@ def statement_span(ctx: RuleContext, path: str, line: int) -> Span | None:
     return stmt.span if stmt is not None else None
 
 
+def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:
+    """Statements of the site's function whose text ``pattern`` finds: where a construct is
+    looked for when the frame names only the function (Kineto def-line frames)."""
+    index = index_of(ctx, site.span.path)
+    if index is None:
+        return []
+    return [st.span for st in index.statements_in(site.function) if pattern.search(st.text)]
+
+
 def site_statement(ctx: RuleContext, site: Site) -> Span:
     """The statement holding a site (the site's own span when the file has no index)."""
     return statement_span(ctx, site.span.path, site.span.line) or site.span

@@ -181,7 +181,7 @@ class AicpuFallback(Rule):
             tries = [span]
             if cause.pattern is not None:
                 # float64 is often made a few lines earlier in the same function (x.double()).
-                extra = self._in_function(ctx, g.site, cause.pattern)
+                extra = _ops.statements_matching(ctx, g.site, cause.pattern)
                 tries += [s for s in extra if s != span]
                 related += [Related(s, "float64 made here" if cause.key == "double" else "candidate construct") for s in extra[:3] if s != span]
         elif cause.pattern is not None:
@@ -204,13 +204,6 @@ class AicpuFallback(Rule):
         )
         return ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence,
                            fixes=fixes, related=related, severity=Severity.HINT if cuda else None)
-
-    @staticmethod
-    def _in_function(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:
-        index = _ops.index_of(ctx, site.span.path)
-        if index is None:
-            return []
-        return [st.span for st in index.statements_in(site.function) if pattern.search(st.text)]
 
     @staticmethod
     def _static(ctx: RuleContext, cause: Cause) -> list[Span]:
