@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +30,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _common import best  # noqa: E402
 from gen_large_trace import generate  # noqa: E402
 
 from msprof_lsp.hints.config import RuleConfig  # noqa: E402
 from msprof_lsp.hints.context import RuleContext  # noqa: E402
 from msprof_lsp.hints.engine import run_rules  # noqa: E402
 from msprof_lsp.hints.registry import rules_matching  # noqa: E402
-from msprof_lsp.hints.rules import _ops  # noqa: E402
+from msprof_lsp.hints.rules import _facts, _ops  # noqa: E402
 from msprof_lsp.mapping.attribute import attribute  # noqa: E402
 from msprof_lsp.mapping.load import load_location, locate  # noqa: E402
 from msprof_lsp.mapping.workspace import SourceWorkspace  # noqa: E402
@@ -62,16 +62,7 @@ def outermost_python(profile) -> np.ndarray:  # noqa: ANN001
                 break
             p = parent[p]
         out[i] = ok
-    return out & _ops.in_steps(profile, h["start_ns"].to_numpy(np.int64))
-
-
-def best(fn, repeat: int) -> float:  # noqa: ANN001
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    return out & _facts.in_steps(profile, h["start_ns"].to_numpy(np.int64))
 
 
 def main() -> None:

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import random
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import ChildFailed, measure_child, report_usage
 
 HEADER = [
     "Step Id", "Device_id", "Model ID", "Task ID", "Stream ID", "Name", "Type", "OP State",
@@ -196,9 +194,7 @@ def main() -> None:
     ap.add_argument("--candidate", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.candidate:  # child mode
-        secs = run_candidate(args.candidate, str(args.file))
-        use = resource.getrusage(resource.RUSAGE_SELF)
-        print(f"{secs:.6f} {use.ru_utime + use.ru_stime:.6f} {use.ru_maxrss}")
+        report_usage(run_candidate(args.candidate, str(args.file)))
         return
 
     tmp = None
@@ -214,13 +210,12 @@ def main() -> None:
     names = args.only.split(",") if args.only else PLAIN + TYPED + ["product"]
     results: dict[str, tuple[float, float, float]] = {}
     for name in names:
-        proc = subprocess.run([sys.executable, __file__, "--candidate", name, "--file", str(path)],
-                              capture_output=True, text=True, env={**os.environ})
-        if proc.returncode:
-            print(f"{name:14s} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        try:
+            use = measure_child([__file__, "--candidate", name, "--file", str(path)])
+        except ChildFailed as exc:
+            print(f"{name:14s} failed: {exc.stderr.strip().splitlines()[-1:]}")
             continue
-        secs, cpu, rss_kb = proc.stdout.strip().splitlines()[-1].split()
-        results[name] = (float(secs), float(cpu), int(rss_kb) / 1024)  # Linux reports KiB
+        results[name] = (use.seconds, use.cpu_seconds, use.peak_rss_mib)
     plain = [results[n][0] for n in results if n in PLAIN]
     base = min(plain) if plain else min(r[0] for r in results.values())
     # CPU seconds (user+sys, whole process incl. interpreter start) are less sensitive than wall

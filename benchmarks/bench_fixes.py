@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import time
 from pathlib import Path
+
+from _common import best
 
 from msprof_lsp.hints import suppress
 from msprof_lsp.hints.fixes import cst_tools
@@ -46,15 +47,6 @@ def build(lines: int) -> str:
         parts.append(f"class MLP{i}(" + body + "\n")
         i += 1
     return "".join(parts)
-
-
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def linescan(text: str) -> int:

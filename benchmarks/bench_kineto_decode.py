@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import ChildFailed, measure_child, report_usage
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = next((REPO / "samples" / "tiny_transformer" / "kineto").glob("*.pt.trace.json.gz"))
@@ -106,14 +107,12 @@ def run_one(name: str, path: Path) -> float:
 
 def measure(name: str, path: Path) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of one candidate in a fresh process."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--run-one", name, str(path)], stdout=subprocess.PIPE, text=True
-    )
-    out, _ = proc.communicate()
-    if proc.returncode:
-        raise SystemExit(f"{name} failed")
-    seconds, rss_kib = out.split()
-    return float(seconds), float(rss_kib) / 1024
+    try:
+        use = measure_child([__file__, "--run-one", name, str(path)])
+    except ChildFailed as exc:
+        sys.stderr.write(exc.stderr)
+        raise SystemExit(f"{name} failed") from None
+    return use.seconds, use.peak_rss_mib
 
 
 def main() -> None:
@@ -123,10 +122,7 @@ def main() -> None:
     parser.add_argument("--candidates", default="json,orjson,orjson-nogc,ijson,msgspec,reader")
     args = parser.parse_args()
     if args.run_one:
-        import resource
-
-        seconds = run_one(args.run_one[0], Path(args.run_one[1]))
-        print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        report_usage(run_one(args.run_one[0], Path(args.run_one[1])))
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.pt.trace.json"

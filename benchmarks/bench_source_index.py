@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from _common import best
 
 import libcst
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
@@ -66,15 +66,6 @@ def model_source(lines: int) -> str:
         text += BLOCK.format(k=k)
         k += 1
     return text
-
-
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def profile_for(index: SourceIndex, n_kernels: int, remote: str) -> Profile:

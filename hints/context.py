@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from msprof_lsp.mapping.heat import Attribution
 from msprof_lsp.mapping.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
-from msprof_lsp.mapping.units import NS_PER_US, format_us
+from msprof_lsp.mapping.units import NS_PER_US, format_share, format_us
 
 from . import gating, suppress
 from .config import RuleConfig
@@ -26,11 +26,6 @@ if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access i
     from .registry import Rule
 
 MAX_FIX_WORDS = 12
-
-
-def format_share(share: float) -> str:
-    """Impact as shown in messages: one decimal, percent."""
-    return f"{share * 100:.1f}%"
 
 
 def format_message(

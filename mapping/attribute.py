@@ -31,6 +31,7 @@ from .heat import Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat,
 from .model import Profile, ProfileKind
 from .source_index import SourceIndex
 from .spans import Span
+from .step_windows import in_steps
 from .workspace import SourceWorkspace
 
 MAX_SHAPES = 3
@@ -68,19 +69,6 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
         return col.cat.codes.to_numpy(np.int64), [str(c) for c in col.cat.categories]
     codes, uniques = pd.factorize(col.astype(str))
     return codes.astype(np.int64), [str(u) for u in uniques]
-
-
-def _in_steps(starts: np.ndarray, profile: Profile) -> np.ndarray:
-    """Rows whose start lies inside a profiled step (all rows when steps are unknown)."""
-    if not profile.steps or not len(starts):
-        return np.ones(len(starts), dtype=bool)
-    steps = sorted(profile.steps, key=lambda s: s.start_ns)
-    s0 = np.array([s.start_ns for s in steps], dtype=np.int64)
-    s1 = np.array([s.end_ns for s in steps], dtype=np.int64)
-    i = np.searchsorted(s0, starts, side="right") - 1
-    ok = i >= 0
-    ii = np.where(ok, i, 0)
-    return ok & (starts < s1[ii]) & (starts >= 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,9 +260,9 @@ class Attributor:
             self.i_name = self.i_type
             self.i_core = np.full(len(rows), "CPU", dtype=object)
             self.i_shapes = self.profile.host_ops["input_dims"].to_numpy()[rows] if len(rows) else np.zeros(0, object)
-            self.i_in_step = _in_steps(self.h_start[rows], self.profile)
+            self.i_in_step = in_steps(self.profile.steps, self.h_start[rows])
             self.i_host = rows
-        self.h_in_step = _in_steps(self.h_start, self.profile) if n else np.zeros(0, bool)
+        self.h_in_step = in_steps(self.profile.steps, self.h_start) if n else np.zeros(0, bool)
 
     # -- 3. groups -----------------------------------------------------------------------------
 

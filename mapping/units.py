@@ -64,3 +64,8 @@ def format_us(us: float) -> str:
             return f"{us:,.0f} µs"
         return f"{us:.1f} µs"
     return f"{us / 1000:,.1f} ms"
+
+
+def format_share(share: float) -> str:
+    """A share of the step as shown in messages, hovers and reports: percent, one decimal."""
+    return f"{share * 100:.1f}%"

@@ -182,6 +182,29 @@ class Source:
         found.sort(key=key)
         return found
 
+    def call_statements(self, anchor: Where, *apis: str) -> Iterator[tuple[cst.SimpleStatementLine, cst.Call]]:
+        """Statements at the anchor that are one bare call to one of ``apis``
+        (``torch.npu.synchronize()``), innermost first, with their call: what a fix deletes."""
+        for line in self.at(anchor, cst.SimpleStatementLine):
+            if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
+                continue
+            call = line.body[0].value
+            if isinstance(call, cst.Call) and self.is_api(call.func, *apis):
+                yield line, call
+
+    def adjacent_pairs(self, anchor: Where) -> Iterator[tuple[cst.BaseStatement, cst.BaseStatement]]:
+        """Two consecutive statements of a block, one of them at the anchor: (it, the next), then
+        (the previous, it), innermost statements first -- where a two-statement construct
+        (``h = x + r`` then ``y = norm(h)``) can be anchored on either line."""
+        for line in self.at(anchor, cst.SimpleStatementLine):
+            block = self.block_of(line)
+            if block is None:
+                continue
+            i = statement_index(block, line)
+            for a, b in ((i, i + 1), (i - 1, i)):
+                if 0 <= a and b < len(block.body):
+                    yield block.body[a], block.body[b]
+
     def top_text(self, i: int) -> str:
         first, last, _ = self.tops[i]
         if self._line_starts is None:
@@ -786,6 +809,21 @@ def module_assignment_index(module: cst.Module, name: str) -> int | None:
         if isinstance(node, (cst.ClassDef, cst.FunctionDef)) and node.name.value == name:
             return i
     return None
+
+
+def single_assign(s: cst.CSTNode) -> cst.Assign | None:
+    """The assignment of a statement that is only ``name = <value>``."""
+    if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign):
+        a = s.body[0]
+        if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
+            return a
+    return None
+
+
+def insert_before(statement: cst.BaseStatement, new: cst.BaseStatement) -> cst.FlattenSentinel:
+    """The replacement for ``statement`` that puts ``new`` right above it; the blank lines and
+    comments that were above ``statement`` stay above both."""
+    return cst.FlattenSentinel([new.with_changes(leading_lines=statement.leading_lines), statement.with_changes(leading_lines=())])
 
 
 def removal(src: Source, line: cst.BaseStatement) -> dict[cst.CSTNode, Replacement]:

@@ -20,12 +20,7 @@ def remove_empty_cache(source: str, anchor: Anchor, *, path: str | None = None, 
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
-    for line in src.at(where(anchor), cst.SimpleStatementLine):
-        if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
-            continue
-        call = line.body[0].value
-        if not (isinstance(call, cst.Call) and src.is_api(call.func, *EMPTY_CACHE)):
-            continue
+    for line, _call in src.call_statements(where(anchor), *EMPTY_CACHE):
         if src.enclosing(line, (cst.For, cst.While)) is None:
             return decline(why, "empty_cache() is not inside a loop")
         module = src.rewrite(ct.removal(src, line))

@@ -615,31 +615,16 @@ def add_layer_norm(source: str, anchor: Anchor, *, path: str | None = None, why:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
-    for line in src.at(where(anchor), cst.SimpleStatementLine):
-        block = src.block_of(line)
-        if block is None:
-            continue
-        i = ct.statement_index(block, line)
-        for a, b in ((i, i + 1), (i - 1, i)):
-            if a < 0 or b >= len(block.body):
-                continue
-            s1, s2 = block.body[a], block.body[b]
-            found = _add_norm_pair(src, s1, s2, why)
-            if found is not None:
-                return _finish(source, src, found, "Use torch_npu.npu_add_layer_norm", anchor, path,
-                               ("affine LayerNorm over the last dim only",), npu=True)
+    for s1, s2 in src.adjacent_pairs(where(anchor)):
+        found = _add_norm_pair(src, s1, s2, why)
+        if found is not None:
+            return _finish(source, src, found, "Use torch_npu.npu_add_layer_norm", anchor, path,
+                           ("affine LayerNorm over the last dim only",), npu=True)
     return decline(why, "no `h = x + r` followed by `y = self.norm(h)` here")
 
 
 def _add_norm_pair(src: Source, s1: cst.CSTNode, s2: cst.CSTNode, why: list[str] | None) -> dict | None:
-    def single(s: cst.CSTNode) -> cst.Assign | None:
-        if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign):
-            a = s.body[0]
-            if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
-                return a
-        return None
-
-    a1, a2 = single(s1), single(s2)
+    a1, a2 = ct.single_assign(s1), ct.single_assign(s2)
     if a1 is None or a2 is None:
         return None
     add = _strip(a1.value)

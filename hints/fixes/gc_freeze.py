@@ -33,8 +33,8 @@ def freeze_before_loop(source: str, anchor: Anchor, *, path: str | None = None, 
     i = ct.statement_index(block, loop)
     if i > 0 and "gc.freeze()" in ct.code(block.body[i - 1]):
         return decline(why, "gc.freeze() already precedes the loop")
-    new = ct.stmt("gc.freeze()  # setup objects leave the collector's scans (msprof-lsp NPU230)").with_changes(leading_lines=loop.leading_lines)
-    module = src.rewrite({loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
+    new = ct.stmt("gc.freeze()  # setup objects leave the collector's scans (msprof-lsp NPU230)")
+    module = src.rewrite({loop: ct.insert_before(loop, new)})
     module = ct.add_stdlib_import(module, "gc")
     return result(
         source,

@@ -104,12 +104,7 @@ def remove_synchronize(source: str, anchor: Anchor, *, path: str | None = None, 
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
-    for line in src.at(where(anchor), cst.SimpleStatementLine):
-        if len(line.body) != 1 or not isinstance(line.body[0], cst.Expr):
-            continue
-        call = line.body[0].value
-        if not (isinstance(call, cst.Call) and src.is_api(call.func, *SYNCS)):
-            continue
+    for line, _call in src.call_statements(where(anchor), *SYNCS):
         loop = src.enclosing(line, (cst.For, cst.While))
         if loop is None:
             return decline(why, "the synchronize is not inside a loop")

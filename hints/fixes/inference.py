@@ -43,7 +43,12 @@ def _is_model_name(src: Source, name: str, classes: set[str]) -> bool:
     return False
 
 
-def _loop_and_model(src: Source, anchor: Anchor, why: list[str] | None) -> tuple[cst.For | cst.While, str] | None:
+def _loop_and_model(source: str, anchor: Anchor, why: list[str] | None) -> tuple[Source, cst.For | cst.While, str] | None:
+    """The parsed file, the inference loop at the anchor and the one model it calls (both fixes
+    start from these)."""
+    src = ct.parse(source)
+    if src is None:
+        return decline(why, "the file does not parse")
     loops = src.at(where(anchor), (cst.For, cst.While))  # type: ignore[arg-type]
     if not loops:
         # anchored on the model call inside a loop body: at() already covers that; nothing else to try
@@ -56,7 +61,7 @@ def _loop_and_model(src: Source, anchor: Anchor, why: list[str] | None) -> tuple
     models = sorted(n for n in called if _is_model_name(src, n, classes))  # type: ignore[arg-type]
     if len(models) != 1:
         return decline(why, "the model called in the loop is not known" if not models else f"several models called: {models}")
-    return loop, models[0]
+    return src, loop, models[0]
 
 
 def _preceding(src: Source, loop: cst.CSTNode) -> list[cst.BaseStatement]:
@@ -68,20 +73,16 @@ def _preceding(src: Source, loop: cst.CSTNode) -> list[cst.BaseStatement]:
 
 
 def eval_before_loop(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    found = _loop_and_model(src, anchor, why)
+    found = _loop_and_model(source, anchor, why)
     if found is None:
         return None
-    loop, model = found
+    src, loop, model = found
     for s in _preceding(src, loop):
         if f"{model}.eval()" in ct.code(s) or f"{model}.train(False)" in ct.code(s):
             return decline(why, f"{model}.eval() is already called before the loop")
     if src.block_of(loop) is None:  # type: ignore[arg-type]
         return decline(why, "the loop is not a plain statement of a block")
-    new = ct.stmt(f"{model}.eval()").with_changes(leading_lines=loop.leading_lines)
-    module = src.rewrite({loop: cst.FlattenSentinel([new, loop.with_changes(leading_lines=())])})
+    module = src.rewrite({loop: ct.insert_before(loop, ct.stmt(f"{model}.eval()"))})
     return result(
         source,
         module.code,
@@ -93,13 +94,10 @@ def eval_before_loop(source: str, anchor: Anchor, *, path: str | None = None, wh
 
 
 def inference_mode(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    found = _loop_and_model(src, anchor, why)
+    found = _loop_and_model(source, anchor, why)
     if found is None:
         return None
-    loop, _model = found
+    src, loop, _model = found
     for p in src.ancestors(loop):
         if isinstance(p, cst.With) and any("inference_mode" in ct.code(i.item) or "no_grad" in ct.code(i.item) for i in p.items):
             return decline(why, "the loop already runs without autograd")

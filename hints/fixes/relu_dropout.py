@@ -279,31 +279,15 @@ def _nested_pairs(src: Source, anchor_line: int) -> list[tuple[cst.Call, _Op, _O
 
 def _consecutive_pair(src: Source, line: int) -> tuple[cst.SimpleStatementLine, cst.SimpleStatementLine, _Op, _Op] | None:
     """``y = relu(x)`` directly followed by ``z = dropout(y, ...)``, either statement on ``line``."""
-    for s in src.at(where(line), cst.SimpleStatementLine):
-        block = src.block_of(s)
-        if block is None:
-            continue
-        i = ct.statement_index(block, s)
-        for a, b in ((i, i + 1), (i - 1, i)):
-            if a < 0 or b >= len(block.body):
-                continue
-            s1, s2 = block.body[a], block.body[b]
-            pair = _assign_pair(src, s1, s2)
-            if pair is not None:
-                return (s1, s2, *pair)  # type: ignore[return-value]
-    return None
-
-
-def _single_assign(s: cst.CSTNode) -> cst.Assign | None:
-    if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign):
-        a = s.body[0]
-        if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name):
-            return a
+    for s1, s2 in src.adjacent_pairs(where(line)):
+        pair = _assign_pair(src, s1, s2)
+        if pair is not None:
+            return (s1, s2, *pair)  # type: ignore[return-value]
     return None
 
 
 def _assign_pair(src: Source, s1: cst.CSTNode, s2: cst.CSTNode) -> tuple[_Op, _Op] | None:
-    a1, a2 = _single_assign(s1), _single_assign(s2)
+    a1, a2 = ct.single_assign(s1), ct.single_assign(s2)
     if a1 is None or a2 is None:
         return None
     attrs = _attrs(src, s1)
@@ -385,7 +369,7 @@ def compile_pair(source: str, anchor: Anchor, *, backend: str = "inductor", path
         s1, s2, r, d = consecutive
         if not _relu_input_ok(src, r, why):
             return None
-        a2 = _single_assign(s2)
+        a2 = ct.single_assign(s2)
         merged = cst.Assign(targets=a2.targets, value=_helper_call(r.input, d.p, d.training))  # type: ignore[union-attr]
         replacements[s1] = s1.with_changes(body=[merged], leading_lines=[*s1.leading_lines, *s2.leading_lines])
         replacements[s2] = cst.RemovalSentinel.REMOVE
@@ -548,7 +532,7 @@ def drop_zero_dropout(source: str, anchor: Anchor, *, path: str | None = None, w
             if op is None or not _zero(ct.argument(call, 1, "p").value if ct.argument(call, 1, "p") else None):
                 continue
             stmt = src.statement(call)
-            assign = _single_assign(stmt) if stmt is not None else None
+            assign = ct.single_assign(stmt) if stmt is not None else None
             if assign is not None and assign.value is call and isinstance(op.input, cst.Name) and op.input.value == assign.targets[0].target.value:  # type: ignore[union-attr]
                 replacements.update(ct.removal(src, stmt))  # x = F.dropout(x, p=0.0): the whole line goes
             else:

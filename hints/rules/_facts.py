@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping import step_windows
 from msprof_lsp.mapping.model import Profile
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
@@ -83,17 +84,7 @@ def kernels_in_steps_mask(profile: Profile) -> np.ndarray:
 
 def in_steps(profile: Profile, starts: np.ndarray) -> np.ndarray:
     """Which start times (ns) fall inside a ProfilerStep range (all, when there are none)."""
-    starts = np.asarray(starts, dtype=np.int64)
-    if not profile.steps:
-        return np.ones(len(starts), dtype=bool)
-    lo = np.array([s.start_ns for s in profile.steps], dtype=np.int64)
-    hi = np.array([s.end_ns for s in profile.steps], dtype=np.int64)
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    i = np.searchsorted(lo, starts, side="right") - 1
-    ok = i >= 0
-    ok[ok] = starts[ok] < hi[i[ok]]
-    return ok & (starts >= 0)
+    return step_windows.in_steps(profile.steps, starts)
 
 
 def host_scope_mask(profile: Profile) -> np.ndarray:
@@ -114,20 +105,21 @@ def parents(profile: Profile) -> np.ndarray:
 
 
 def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
-    """Per row: itself when marked, else its nearest marked ancestor, else -1 (pointer jumping)."""
-    n = len(parent)
-    idx = np.arange(n, dtype=np.int64)
-    found = np.where(marked, idx, -1)
-    cur = np.where(marked, -1, parent)
-    # each round doubles the distance looked at: log2(depth) rounds
+    """Per row: itself when marked, else its nearest marked ancestor, else -1."""
+    return fill_from_ancestors(np.where(marked, np.arange(len(marked), dtype=np.int64), -1), parent)
+
+
+def fill_from_ancestors(values: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each row's value, else its nearest ancestor's (values < 0 mean "none"). Pointer doubling:
+    each round doubles the distance looked at, so log2(depth) array passes."""
+    v = values.astype(np.int64, copy=True)
+    p = parent.astype(np.int64, copy=True)
     while True:
-        todo = (found < 0) & (cur >= 0)
-        if not todo.any():
-            return found
-        c = cur[todo]
-        hit = found[c]
-        found[todo] = hit
-        cur[todo] = np.where(hit >= 0, -1, cur[c])
+        need = (v < 0) & (p >= 0)
+        if not need.any():
+            return v
+        pi = np.where(need, p, 0)
+        v, p = np.where(need, v[pi], v), np.where(need, p[pi], p)
 
 
 def outermost_ops(profile: Profile) -> np.ndarray:

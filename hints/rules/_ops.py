@@ -22,6 +22,8 @@ from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping.model import Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 
+from . import _facts
+
 # ---------------------------------------------------------------------------------------------
 # Columns
 
@@ -34,58 +36,16 @@ def cat_mask(col: pd.Series, pred: Callable[[str], bool]) -> np.ndarray:
     return np.fromiter((bool(pred(str(v))) for v in col), dtype=bool, count=len(col))
 
 
-def text_values(col: pd.Series) -> np.ndarray:
-    """The column as an object array of str."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = np.array([str(c) for c in col.cat.categories] + [""], dtype=object)
-        return cats[col.cat.codes.to_numpy(np.int64)]
-    return col.astype(str).to_numpy(dtype=object)
-
-
-def in_steps(profile: Profile, starts: np.ndarray) -> np.ndarray:
-    """Rows whose start lies inside a profiled step (every row when the profile has no steps)."""
-    if not profile.steps or not len(starts):
-        return np.ones(len(starts), dtype=bool)
-    steps = sorted(profile.steps, key=lambda s: s.start_ns)
-    s0 = np.array([s.start_ns for s in steps], dtype=np.int64)
-    s1 = np.array([s.end_ns for s in steps], dtype=np.int64)
-    i = np.searchsorted(s0, starts, side="right") - 1
-    ii = np.where(i >= 0, i, 0)
-    return (i >= 0) & (starts < s1[ii]) & (starts >= 0)
-
-
-def step_kernels(profile: Profile) -> pd.DataFrame:
-    """Device kernels of the profiled steps (all of them when steps are unknown)."""
-    return profile.kernels_in_steps()
-
-
 # ---------------------------------------------------------------------------------------------
 # Host op trees
-
-
-def fill_from_ancestors(values: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Each row's value, else its nearest ancestor's (values < 0 mean "none"); pointer doubling."""
-    v = values.astype(np.int64, copy=True)
-    p = parent.astype(np.int64, copy=True)
-    while True:
-        need = (v < 0) & (p >= 0)
-        if not need.any():
-            return v
-        pi = np.where(need, p, 0)
-        v, p = np.where(need, v[pi], v), np.where(need, p[pi], p)
 
 
 def strict_ancestor(marked: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Nearest strict ancestor that is ``marked`` (-1 none), per row."""
     if not len(marked):
         return np.empty(0, dtype=np.int64)
-    own = fill_from_ancestors(np.where(marked, np.arange(len(marked)), -1), parent)
+    own = _facts.nearest_marked(parent, marked)
     return np.where(parent >= 0, own[np.where(parent >= 0, parent, 0)], -1)
-
-
-def subtree_root(roots: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Per row: the row itself when it is a root, else its nearest root ancestor (-1 none)."""
-    return fill_from_ancestors(np.where(roots, np.arange(len(roots)), -1), parent)
 
 
 def is_framework_op(name: str) -> bool:
@@ -106,7 +66,7 @@ def backward_mask(profile: Profile) -> np.ndarray:
     if not len(h):
         return np.zeros(0, dtype=bool)
     node = cat_mask(h["name"], is_backward_node)
-    return subtree_root(node, h["parent"].to_numpy(np.int64)) >= 0
+    return _facts.nearest_marked(h["parent"].to_numpy(np.int64), node) >= 0
 
 
 def outermost_framework_ops(profile: Profile, *, forward_only: bool = True) -> np.ndarray:
@@ -122,7 +82,7 @@ def outermost_framework_ops(profile: Profile, *, forward_only: bool = True) -> n
     top = fw & (strict_ancestor(fw, parent) < 0)
     if forward_only:
         top &= ~backward_mask(profile)
-    return top & in_steps(profile, h["start_ns"].to_numpy(np.int64))
+    return top & _facts.in_steps(profile, h["start_ns"].to_numpy(np.int64))
 
 
 def kernel_time_per_root(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame | None = None) -> np.ndarray:
@@ -132,7 +92,7 @@ def kernel_time_per_root(profile: Profile, roots: np.ndarray, kernels: pd.DataFr
     k = profile.kernels_in_steps() if kernels is None else kernels
     if not len(k) or not len(h):
         return out
-    owner = subtree_root(roots, h["parent"].to_numpy(np.int64))
+    owner = _facts.nearest_marked(h["parent"].to_numpy(np.int64), roots)
     launched = k["host_op"].to_numpy(np.int64)
     ok = launched >= 0
     root = np.where(ok, owner[np.where(ok, launched, 0)], -1)
@@ -149,7 +109,7 @@ def kernels_under(profile: Profile, rows: Iterable[int], kernels: pd.DataFrame |
     roots[list(rows)] = True
     if not roots.any() or not len(k):
         return k.iloc[0:0]
-    owner = subtree_root(roots, h["parent"].to_numpy(np.int64))
+    owner = _facts.nearest_marked(h["parent"].to_numpy(np.int64), roots)
     launched = k["host_op"].to_numpy(np.int64)
     ok = launched >= 0
     return k[ok & (owner[np.where(ok, launched, 0)] >= 0)]
@@ -162,7 +122,7 @@ def descendants(profile: Profile, rows: Iterable[int]) -> np.ndarray:
     roots[list(rows)] = True
     if not roots.any():
         return roots
-    return subtree_root(roots, h["parent"].to_numpy(np.int64)) >= 0
+    return _facts.nearest_marked(h["parent"].to_numpy(np.int64), roots) >= 0
 
 
 def op_time_ns(profile: Profile, rows: Sequence[int], per_root_device: np.ndarray | None = None) -> int:
@@ -246,6 +206,15 @@ def statement_span(ctx: RuleContext, path: str, line: int) -> Span | None:
         return None
     stmt = index.statement_at(line)
     return stmt.span if stmt is not None else None
+
+
+def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:
+    """Statements of the site's function whose text ``pattern`` finds: where a construct is
+    looked for when the frame names only the function (Kineto def-line frames)."""
+    index = index_of(ctx, site.span.path)
+    if index is None:
+        return []
+    return [st.span for st in index.statements_in(site.function) if pattern.search(st.text)]
 
 
 def site_statement(ctx: RuleContext, site: Site) -> Span:
@@ -374,8 +343,8 @@ def kernel_type_of(name: str, op_type: str) -> str:
 
 def kernel_types(k: pd.DataFrame) -> np.ndarray:
     """``kernel_type_of`` per kernel row."""
-    names = text_values(k["name"])
-    types = text_values(k["type"])
+    names = _facts.strs(k["name"])
+    types = _facts.strs(k["type"])
     return np.array([kernel_type_of(n, t) for n, t in zip(names, types)], dtype=object)
 
 
@@ -413,7 +382,7 @@ def training_loop(ctx: RuleContext) -> tuple[Span | None, Confidence]:
     (inferred)."""
     h = ctx.profile.host_ops
     if len(h) and ctx.profile.stacks:
-        ids = h["stack"].to_numpy(np.int64)[in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))]
+        ids = h["stack"].to_numpy(np.int64)[_facts.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))]
         for sid in list(dict.fromkeys(int(s) for s in ids if s >= 0))[:200]:
             hit = loop_with_frame(ctx, ctx.profile.stack_of(sid), _is_training_loop)
             if hit is not None:

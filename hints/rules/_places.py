@@ -20,6 +20,7 @@ from msprof_lsp.mapping.spans import Confidence, Span
 
 from ..finding import Fix, Related
 from ..fixes import offer
+from . import _ops
 
 if TYPE_CHECKING:
     from ..context import RuleContext
@@ -86,10 +87,6 @@ def op_place(ctx: RuleContext, row: int) -> Place | None:
 
 def text(index: SourceIndex, span: Span) -> str:
     return index.lines.slice(span.line, span.col, span.end_line, span.end_col)
-
-
-def index_of(ctx: RuleContext, path: str) -> SourceIndex | None:
-    return ctx.workspace.index(path) if ctx.workspace is not None else None
 
 
 def indexes(ctx: RuleContext) -> Iterator[SourceIndex]:
@@ -239,7 +236,7 @@ def backward_call(ctx: RuleContext) -> tuple[SourceIndex, CallSite, LoopInfo, Co
         for site in att.sites:
             if not site.call_text.endswith(".backward()"):
                 continue
-            index = index_of(ctx, site.span.path)
+            index = _ops.index_of(ctx, site.span.path)
             call = call_of_site(index, site.span) if index is not None else None
             loop = innermost_training_loop(index, site.span.line) if call is not None else None
             if call is not None and loop is not None and (best is None or site.confidence.rank > best[3].rank):

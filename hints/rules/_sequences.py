@@ -24,7 +24,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _ops
+from . import _facts, _ops
 
 THREAD_BREAK = "#"
 _ELEMENT_RE = re.compile(r"^\((?P<names>[\w|]+)\)(?P<quant>\{\d*,?\d*\}|[*+?])?$|^(?P<name>\w+)$")
@@ -106,7 +106,7 @@ def host_tokens(ctx: RuleContext) -> Tokens:
         sub = h.iloc[top]
         order = np.lexsort((sub["start_ns"].to_numpy(), sub["tid"].to_numpy(), sub["pid"].to_numpy()))
         rows = top[order]
-        names = _ops.text_values(h["name"])[rows]
+        names = _facts.strs(h["name"])[rows]
         names = np.array([n[6:] if n.startswith("aten::") else n for n in names], dtype=object)
         thread = h["pid"].to_numpy(np.int64)[rows] * (1 << 32) + h["tid"].to_numpy(np.int64)[rows]
         toks = _tokens(rows, names, thread)
@@ -125,7 +125,7 @@ def kernel_tokens(ctx: RuleContext) -> Tokens:
     if len(k):
         order = np.lexsort((k["start_ns"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
         rows = k.index.to_numpy(np.int64)[order]
-        names = _ops.text_values(k["type"])[order]
+        names = _facts.strs(k["type"])[order]
         group = k["device"].to_numpy(np.int64)[order] * (1 << 32) + k["stream"].to_numpy(np.int64)[order]
         toks = _tokens(rows, names, group)
     else:

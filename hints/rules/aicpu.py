@@ -29,7 +29,7 @@ from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import format_us
 
-from . import _ops
+from . import _facts, _ops
 
 COMM_SUFFIX = "AicpuKernel"
 DOUBLE_TYPES = frozenset({"DOUBLE", "DT_DOUBLE", "FLOAT64", "DT_FLOAT64", "DOUBLE_T"})
@@ -118,7 +118,7 @@ class AicpuFallback(Rule):
         if not len(k):
             return
         if ctx.backend == "ascend":
-            core = _ops.text_values(k["core"])
+            core = _facts.strs(k["core"])
             sel = (core == "AI_CPU") & ~_ops.cat_mask(k["name"], lambda n: n.endswith(COMM_SUFFIX))
             yield from self._groups(ctx, k, np.flatnonzero(sel), cuda=False)
         else:
@@ -149,7 +149,7 @@ class AicpuFallback(Rule):
 
     def _finding(self, ctx: RuleContext, g: _Group, sub: pd.DataFrame, *, cuda: bool) -> Finding:
         total = int(sub["dur_ns"].sum())
-        names = _ops.text_values(sub["name"])
+        names = _facts.strs(sub["name"])
         types = Counter(_ops.kernel_types(sub))
         dt_in, dt_out = _tokens(sub["input_dtypes"].to_numpy(dtype=object)), _tokens(sub["output_dtypes"].to_numpy(dtype=object))
         dtypes = Counter(dt_in + dt_out)
@@ -181,7 +181,7 @@ class AicpuFallback(Rule):
             tries = [span]
             if cause.pattern is not None:
                 # float64 is often made a few lines earlier in the same function (x.double()).
-                extra = self._in_function(ctx, g.site, cause.pattern)
+                extra = _ops.statements_matching(ctx, g.site, cause.pattern)
                 tries += [s for s in extra if s != span]
                 related += [Related(s, "float64 made here" if cause.key == "double" else "candidate construct") for s in extra[:3] if s != span]
         elif cause.pattern is not None:
@@ -204,13 +204,6 @@ class AicpuFallback(Rule):
         )
         return ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence,
                            fixes=fixes, related=related, severity=Severity.HINT if cuda else None)
-
-    @staticmethod
-    def _in_function(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:
-        index = _ops.index_of(ctx, site.span.path)
-        if index is None:
-            return []
-        return [st.span for st in index.statements_in(site.function) if pattern.search(st.text)]
 
     @staticmethod
     def _static(ctx: RuleContext, cause: Cause) -> list[Span]:

@@ -23,7 +23,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 from ..context import RuleContext
 from ..finding import Finding, Related
 from ..registry import Rule, register
-from . import _facts, _places
+from . import _facts, _ops, _places
 
 MANUAL = {
     "ascend": [
@@ -170,7 +170,7 @@ def _small_kernel_functions(ctx: RuleContext, small_us: float) -> list[Related]:
     out = []
     steps = ctx.num_steps
     for (path, function), n in counts.most_common(3):
-        index = _places.index_of(ctx, path)
+        index = _ops.index_of(ctx, path)
         info = index.functions.get(function) if index is not None else None
         if info is None:
             continue

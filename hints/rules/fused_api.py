@@ -271,7 +271,7 @@ class FusedApiRule(Rule):
             span, candidates = g.place.span, []
             if g.place.site is not None and g.place.site.kind == "function":
                 # Kineto def-line frames name the function, not the line: search its body.
-                candidates = self._statements(ctx, g.place.site.span.path, g.place.site.function, spec)
+                candidates = _ops.statements_matching(ctx, g.place.site, re.compile(spec.keywords)) if spec.keywords else []
                 if candidates:
                     span, conf = candidates[0], Confidence.MODULE
                     evidence["located"] = f"statically in {g.place.site.function}()"
@@ -294,14 +294,6 @@ class FusedApiRule(Rule):
             fixes = self._fixes(ctx, spec, evidence, tries)
             yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
                               evidence=evidence, fixes=fixes, related=related)
-
-    @staticmethod
-    def _statements(ctx: RuleContext, path: str, function: str, spec: FusedSpec) -> list[Span]:
-        index = _ops.index_of(ctx, path)
-        if index is None or not spec.keywords:
-            return []
-        key = re.compile(spec.keywords)
-        return [st.span for st in index.statements_in(function) if key.search(st.text)]
 
     def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[Fix]:
         """The transform at the first statement it recognises. The anchor is where the sequence

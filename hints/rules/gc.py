@@ -27,7 +27,7 @@ from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 
-from . import _ops
+from . import _facts, _ops
 
 FREE_MIN_NS = 200_000 * 1000  # advisor FREE_DURATION_FOR_GC_ANALYSIS default, 200000 µs
 ACL_PER_10MS = 1  # at most one AscendCL call per 10 ms of the gap
@@ -53,7 +53,7 @@ class GcPauses(Rule):
         he = ctx.profile.host_events
         gc = np.zeros(len(he), dtype=bool)
         if len(he):
-            gc = _ops.cat_mask(he["cat"], lambda c: c.lower() == "gc") & _ops.in_steps(ctx.profile, he["start_ns"].to_numpy(np.int64))
+            gc = _ops.cat_mask(he["cat"], lambda c: c.lower() == "gc") & _facts.in_steps(ctx.profile, he["start_ns"].to_numpy(np.int64))
         if gc.any():
             yield from self._recorded(ctx, he[gc])
             return
@@ -112,8 +112,8 @@ class GcPauses(Rule):
         ov = ctx.profile.overlap
         if not len(ov):
             return
-        free = (_ops.text_values(ov["lane"]) == "Free") & (ov["dur_ns"].to_numpy(np.int64) > FREE_MIN_NS)
-        free &= _ops.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
+        free = (_facts.strs(ov["lane"]) == "Free") & (ov["dur_ns"].to_numpy(np.int64) > FREE_MIN_NS)
+        free &= _facts.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
         if not free.any():
             return
         if ctx.needs_level1(self.code, LEVEL1_NEED):

@@ -25,7 +25,7 @@ from ..context import RuleContext
 from ..finding import Finding
 from ..fixes import host_sync as fx
 from ..registry import Rule, register
-from . import _facts, _places
+from . import _facts, _ops, _places
 
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"})
 # A synchronous aclrtMemcpy alone is left out: torch_npu also uses it for pageable host-to-device
@@ -246,7 +246,7 @@ def _anchor_op(ctx: RuleContext, row: int) -> tuple[SourceIndex, CallSite, Confi
     att = ctx.attribution
     site = att.site_of_op(row) if att is not None and row < len(att.op_site) else None
     if site is not None:
-        index = _places.index_of(ctx, site.span.path)
+        index = _ops.index_of(ctx, site.span.path)
         if index is not None:
             for line in range(site.span.line, site.span.end_line + 1):
                 call = _sync_call(index, line, site.function)
@@ -313,7 +313,7 @@ class _Neighbours:
         before, after = att.site_of_op(int(rows[i])), att.site_of_op(int(rows[j]))
         if before is None or after is None or before.span.path != after.span.path:
             return None
-        index = _places.index_of(self.ctx, before.span.path)
+        index = _ops.index_of(self.ctx, before.span.path)
         if index is None:
             return None
         lo, hi = before.span.line, after.span.end_line

@@ -26,7 +26,7 @@ from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _ops
+from . import _facts, _ops
 
 DROPOUT_KERNEL = re.compile(r"dropout|genmask|genbitmask|domask", re.IGNORECASE)
 DROPOUT_OPS = ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::dropout_", "aten::feature_dropout_")
@@ -86,11 +86,11 @@ class DropoutInInference(Rule):
             launched = work["host_op"].to_numpy(np.int64)
             ops = np.unique(launched[launched >= 0])
             count, unit = len(work), "kernels"
-            names = Counter(_ops.text_values(work["name"]))
+            names = Counter(_facts.strs(work["name"]))
         else:
             if not len(h):
                 return
-            cand = np.flatnonzero(_ops.cat_mask(h["name"], lambda n: n in DROPOUT_OPS) & _ops.in_steps(p, h["start_ns"].to_numpy(np.int64)))
+            cand = np.flatnonzero(_ops.cat_mask(h["name"], lambda n: n in DROPOUT_OPS) & _facts.in_steps(p, h["start_ns"].to_numpy(np.int64)))
             ci = h["concrete_inputs"].to_numpy(dtype=object)
             ops = np.array([r for r in cand if _train_flag(str(ci[r])) is True], dtype=np.int64)
             # aten::dropout calls aten::native_dropout on CUDA: count the outermost only
@@ -102,7 +102,7 @@ class DropoutInInference(Rule):
             work = _ops.kernels_under(p, ops.tolist())
             total = int(work["dur_ns"].sum()) if len(p.kernels) else int(h["dur_ns"].to_numpy(np.int64)[ops].sum())
             count, unit = len(ops), "dropout calls"
-            names = Counter(_ops.text_values(h["name"])[ops])
+            names = Counter(_facts.strs(h["name"])[ops])
         span, conf, related = self._anchor(ctx, ops)
         evidence = {
             "backend": ctx.backend,

@@ -25,7 +25,7 @@ from msprof_lsp.mapping.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 
-from . import _ops
+from . import _facts, _ops
 
 ASCEND_CAPTURE = (
     "torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.CPU, "
@@ -183,7 +183,7 @@ class UnattributedTime(Notice):
         if share < max(HOT_SHARE, ctx.config.min_share):
             return
         with_stack = sub["stack"].to_numpy(np.int64) >= 0
-        names = _ops.text_values(sub["name"])
+        names = _facts.strs(sub["name"])
         by = sub.groupby(names, observed=True)["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(TOP_KERNELS)
         top = {str(n): {"count": int(r["count"]), "us_per_step": _ops.format_ns_us(ctx.per_step_ns(int(r["sum"])))} for n, r in by.iterrows()}
         shown = ", ".join(f"{n} ({format_us(v['us_per_step'])})" for n, v in list(top.items())[:3])

@@ -28,7 +28,7 @@ from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _ops
+from . import _facts, _ops
 from ._sequences import host_tokens, pattern_regex, place_ops
 
 OPTIMIZERS = ("AdamW", "Adam", "SGD", "Adadelta", "Lamb", "AdamP", "BertAdam", "RMSprop", "RMSpropTF")
@@ -103,9 +103,9 @@ class FusedOptimizer(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         h = ctx.profile.host_ops
         if len(h):
-            names = _ops.text_values(h["name"])
+            names = _facts.strs(h["name"])
             steps = _ops.cat_mask(h["name"], lambda n: bool(STEP_RE.match(n)) and STEP_RE.match(n).group("name") in OPTIMIZERS)
-            steps &= _ops.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
+            steps &= _facts.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
             rows = np.flatnonzero(steps)
             for name in sorted({STEP_RE.match(names[r]).group("name") for r in rows}):
                 yield from self._host(ctx, name, np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name]))
@@ -118,12 +118,12 @@ class FusedOptimizer(Rule):
         p = ctx.profile
         h = p.host_ops
         inside = _ops.descendants(p, rows.tolist())
-        inner_names = _ops.text_values(h["name"])[inside]
+        inner_names = _facts.strs(h["name"])[inside]
         if any(any(m in n for m in MULTI_TENSOR) for n in inner_names):
             return  # already fused / multi-tensor
         total = int(h["dur_ns"].to_numpy(np.int64)[rows].sum())
         k = _ops.kernels_under(p, rows.tolist())
-        items_all = _ops.cat_mask(h["name"], lambda n: n == "aten::item") & _ops.in_steps(p, h["start_ns"].to_numpy(np.int64))
+        items_all = _ops.cat_mask(h["name"], lambda n: n == "aten::item") & _facts.in_steps(p, h["start_ns"].to_numpy(np.int64))
         items_in = int((items_all & inside).sum())
         ktypes = Counter(_ops.kernel_types(k)) if len(k) else Counter()
         apply_k = sum(c for t, c in ktypes.items() if t in APPLY_KERNELS)

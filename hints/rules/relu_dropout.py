@@ -34,7 +34,7 @@ from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import relu_dropout as fx
 from ..registry import Rule, register
-from . import _facts, _places
+from . import _facts, _ops, _places
 
 RELU_OPS = frozenset({"aten::relu", "aten::relu_"})
 DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "npu::_npu_dropout", "aten::_npu_dropout"})
@@ -364,7 +364,7 @@ def _construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
             return None
         return _at_line(place.index, place.line, place.function, place.confidence)
     site = ds or rs
-    index = _places.index_of(ctx, site.span.path)
+    index = _ops.index_of(ctx, site.span.path)
     if index is None:
         return None
     conf = min((s.confidence for s in (rs, ds) if s is not None), key=lambda c: c.rank)

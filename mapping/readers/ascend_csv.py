@@ -19,9 +19,9 @@ Error policy (the same for every reader):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,8 @@ from .csv_columns import Col, Columns, read_columns
 from .csv_text import header_key, open_csv
 
 PMU_PREFIX = "pmu:"
+
+R = TypeVar("R")
 
 
 def _sizes(base: str) -> tuple[str, ...]:
@@ -194,10 +196,8 @@ def _per_category(values: pd.Categorical, fn: Any, dtype: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # op_statistic.csv / op_statistic_*.csv (§7, §12.4)
 
-_OP_STAT_COLS = [
-    Col("device", ("Device_id",), "int"),
-    Col("op_type", ("OP Type", "Op Type", "Type"), "text", required=True),
-    Col("core", ("Core Type", "Task Type", "Accelerator Core"), "text"),
+# The per-type totals op_statistic and communication_statistic share (after their type columns).
+_STAT_TOTAL_COLS = [
     Col("count", ("Count",), "int", sentinels=False),
     Col("total_ns", ("Total Time(us)",), "dur", required=True),
     Col("min_ns", ("Min Time(us)",), "dur"),
@@ -206,25 +206,18 @@ _OP_STAT_COLS = [
     Col("ratio", ("Ratio(%)",), "float"),
 ]
 
+_OP_STAT_COLS = [
+    Col("device", ("Device_id",), "int"),
+    Col("op_type", ("OP Type", "Op Type", "Type"), "text", required=True),
+    Col("core", ("Core Type", "Task Type", "Accelerator Core"), "text"),
+    *_STAT_TOTAL_COLS,
+]
+
 
 def read_op_statistic(path: Path) -> tuple[list[OpStatistic], list[Issue]]:
     """op_statistic.csv / op_statistic_*.csv -> one OpStatistic per row (µs -> ns)."""
     cols = read_columns(open_csv(Path(path)), _OP_STAT_COLS)
-    d = _defaults(cols, _OP_STAT_COLS)
-    out = [
-        OpStatistic(
-            op_type=str(d["op_type"][i]),
-            core=str(d["core"][i]),
-            count=int(d["count"][i]),
-            total_ns=int(d["total_ns"][i]),
-            min_ns=int(d["min_ns"][i]),
-            avg_ns=int(d["avg_ns"][i]),
-            max_ns=int(d["max_ns"][i]),
-            ratio=float(d["ratio"][i]),
-        )
-        for i in range(cols.length)
-    ]
-    return out, cols.issues
+    return _records(OpStatistic, cols, _OP_STAT_COLS), cols.issues
 
 
 def _defaults(cols: Columns, spec: Sequence[Col]) -> dict[str, Any]:
@@ -240,6 +233,18 @@ def _defaults(cols: Columns, spec: Sequence[Col]) -> dict[str, Any]:
         else:
             out[col.key] = values.tolist()
     return out
+
+
+_CONVERT = {"int": int, "str": str, "float": float}
+
+
+def _records(cls: type[R], cols: Columns, spec: Sequence[Col]) -> list[R]:
+    """One ``cls`` per row: each dataclass field from the column of the same key (defaults
+    filled in), converted to the field's annotated type. The statistic and iteration readers
+    share it so a new field is one ``Col`` and one annotation, not a third copy of the loop."""
+    d = _defaults(cols, spec)
+    convert = [(f.name, _CONVERT[f.type]) for f in fields(cls)]  # type: ignore[arg-type]
+    return [cls(**{k: conv(d[k][i]) for k, conv in convert}) for i in range(cols.length)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,10 +360,7 @@ def read_msprof_step_trace(path: Path) -> tuple[list[Iteration], list[Issue]]:
     Only the first Reduce Start/Duration pair is kept when a file lists several.
     """
     cols = read_columns(open_csv(Path(path)), _MSPROF_STEP_COLS)
-    d = _defaults(cols, _MSPROF_STEP_COLS)
-    keys = [c.key for c in _MSPROF_STEP_COLS]
-    out = [Iteration(**{k: int(d[k][i]) for k in keys}) for i in range(cols.length)]
-    return out, cols.issues
+    return _records(Iteration, cols, _MSPROF_STEP_COLS), cols.issues
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,32 +422,13 @@ class CommStatistic:
 _COMM_STAT_COLS = [
     Col("device", ("Device_id",), "int"),
     Col("op_type", ("OP Type",), "text", required=True),
-    Col("count", ("Count",), "int", sentinels=False),
-    Col("total_ns", ("Total Time(us)",), "dur", required=True),
-    Col("min_ns", ("Min Time(us)",), "dur"),
-    Col("avg_ns", ("Avg Time(us)",), "dur"),
-    Col("max_ns", ("Max Time(us)",), "dur"),
-    Col("ratio", ("Ratio(%)",), "float"),
+    *_STAT_TOTAL_COLS,
 ]
 
 
 def read_communication_statistic(path: Path) -> tuple[list[CommStatistic], list[Issue]]:
     cols = read_columns(open_csv(Path(path)), _COMM_STAT_COLS)
-    d = _defaults(cols, _COMM_STAT_COLS)
-    out = [
-        CommStatistic(
-            device=int(d["device"][i]),
-            op_type=str(d["op_type"][i]),
-            count=int(d["count"][i]),
-            total_ns=int(d["total_ns"][i]),
-            min_ns=int(d["min_ns"][i]),
-            avg_ns=int(d["avg_ns"][i]),
-            max_ns=int(d["max_ns"][i]),
-            ratio=float(d["ratio"][i]),
-        )
-        for i in range(cols.length)
-    ]
-    return out, cols.issues
+    return _records(CommStatistic, cols, _COMM_STAT_COLS), cols.issues
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,13 +51,13 @@ from ..linking import (
     match_rows,
     resolve_kernel_links,
 )
+from ..step_windows import profiler_steps, step_ids
 from .kineto_json import Event, KinetoFile, decode, read_bytes
 from .kineto_stacks import PythonCalls, PythonTree
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation"})
 KERNEL_CORES = {"kernel": "GPU", "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET"}
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"})
-_STEP_PREFIX = "ProfilerStep#"
 _BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function: "
 _COMM_OP = "record_param_comms"
 _NCCL_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel")
@@ -145,13 +145,6 @@ class _ArgText:
     @staticmethod
     def json_text(raw: msgspec.Raw) -> str:
         return bytes(raw).decode("utf-8", "replace")
-
-
-def _step_number(name: str) -> int | None:
-    if not name.startswith(_STEP_PREFIX):
-        return None
-    number = name[len(_STEP_PREFIX) :]
-    return int(number) if number.isdigit() else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,12 +305,7 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
         )
 
     # -- steps ----------------------------------------------------------------------------------
-    steps = []
-    for i, name in enumerate(names):
-        number = _step_number(name)
-        if number is not None:
-            steps.append(Step(number, int(h_start[i]), int(h_end[i])))
-    steps.sort(key=lambda s: (s.start_ns, s.id))
+    steps = profiler_steps(names, h_start, h_end)
 
     # -- runtime calls and kernels --------------------------------------------------------------
     rt = buckets.runtime
@@ -525,27 +513,13 @@ def _kernels(
             "dur_ns": k_dur,
             "device": device,
             "stream": stream,
-            "step": _step_of(when, steps),
+            "step": step_ids(when, steps),
             "host_op": host_op,
         },
         n,
     )
     resolve_kernel_links(table, host_ops)
     return table, int((~linked).sum()), biggest
-
-
-def _step_of(when: np.ndarray, steps: list[Step]) -> np.ndarray:
-    """ProfilerStep number whose range holds each time, -1 outside every step."""
-    out = np.full(len(when), -1, dtype=np.int64)
-    if not steps or not len(when):
-        return out
-    starts = np.asarray([s.start_ns for s in steps], dtype=np.int64)
-    ends = np.asarray([s.end_ns for s in steps], dtype=np.int64)
-    ids = np.asarray([s.id for s in steps], dtype=np.int64)
-    idx = np.searchsorted(starts, when, side="right") - 1
-    ok = (idx >= 0) & (when < ends[np.maximum(idx, 0)])
-    out[ok] = ids[idx[ok]]
-    return out
 
 
 def _int_or_none(value: Any) -> int | None:

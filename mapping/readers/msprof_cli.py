@@ -43,7 +43,8 @@ from ..model import (
 from ..overlap import breakdown_from_overlap
 from . import ascend_csv, ascend_json
 from .cann_db import read_cann
-from .npu_trace import kernel_steps, tables_from_trace
+from .assemble import attach_kernels, optional, read_into
+from .npu_trace import tables_from_trace
 from .sqlite_db import SqliteDb
 from .torch_npu import join_kernel_details
 from .trace_json import read_trace_events
@@ -197,23 +198,12 @@ def _read_info(lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue]) -> Non
 # CSV / JSON exports
 
 
-def _optional(path: Path, issues: list[Issue], fn):  # noqa: ANN001, ANN202
-    """One optional file: its ProfileError becomes an Issue and the load goes on."""
-    try:
-        value, more = fn(path)
-    except ProfileError as exc:
-        issues.append(Issue(exc.path, exc.message, exc.line))
-        return None
-    issues.extend(more)
-    return value
-
-
 def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress: Progress) -> None:
     meta = profile.meta
     # -- op_summary (+ slices, + one file per device in the 7.0.x layout) ---------------------------
     frames: list[pd.DataFrame] = []
     for path, dev in lay.get("op_summary"):
-        table = _optional(path, issues, _kernel_table)
+        table = optional(path, issues, _kernel_table)
         if table is None:
             continue
         meta.files.append(str(path))
@@ -282,46 +272,27 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
         profile.overlap = _concat_schema(overlap, OVERLAP_SCHEMA)
 
     # -- steps (graph-mode iterations) -------------------------------------------------------------
-    iterations = []
-    for path, _ in lay.get("step_trace"):
-        its = _optional(path, issues, ascend_csv.read_msprof_step_trace)
-        if its is not None:
-            meta.files.append(str(path))
-            iterations.extend(its)
+    iterations = [it for its in _each(lay, "step_trace", ascend_csv.read_msprof_step_trace, profile, issues) for it in its]
     _name_runtime_tasks(kernels)
     profile.steps = _steps_from_iterations(iterations)
-    no_step = kernels["step"].to_numpy() < 0
-    if no_step.any() and profile.steps:
-        kernels.loc[no_step, "step"] = kernel_steps(kernels[no_step], profile.host_ops, profile.steps)
-    resolve_kernel_links(kernels, profile.host_ops)
-    profile.kernels = kernels
+    attach_kernels(profile, kernels)
 
     # -- statistics, memory, communication ----------------------------------------------------------
-    op_stats = []
-    for path, _ in lay.get("op_statistic"):
-        rows = _optional(path, issues, ascend_csv.read_op_statistic)
-        if rows is not None:
-            meta.files.append(str(path))
-            op_stats.extend(rows)
-    profile.op_statistic = op_stats
-    api = [f for f in (_optional(p, issues, ascend_csv.read_api_statistic) for p, _ in lay.get("api_statistic"))
+    profile.op_statistic = [r for rows in _each(lay, "op_statistic", ascend_csv.read_op_statistic, profile, issues) for r in rows]
+    api = [f for f in (optional(p, issues, ascend_csv.read_api_statistic) for p, _ in lay.get("api_statistic"))
            if f is not None]
     if api:
         profile.api_statistic = pd.concat(api, ignore_index=True)
         meta.files.extend(str(p) for p, _ in lay.get("api_statistic"))
-    comm_stats = []
-    for path, _ in lay.get("communication_statistic"):
-        rows = _optional(path, issues, ascend_csv.read_communication_statistic)
-        if rows is not None:
-            meta.files.append(str(path))
-            comm_stats.extend(asdict(r) for r in rows)
+    comm_stats = [asdict(r) for rows in _each(lay, "communication_statistic", ascend_csv.read_communication_statistic,
+                                                 profile, issues) for r in rows]
     if comm_stats:
         meta.extra["communication_statistic"] = comm_stats
-    records = [f for f in (_optional(p, issues, ascend_csv.read_memory_record)
+    records = [f for f in (optional(p, issues, ascend_csv.read_memory_record)
                            for p, _ in lay.get("memory_record") + lay.get("ge_memory_record")) if f is not None]
     if records:
         profile.memory_record = pd.concat(records, ignore_index=True)
-    op_mem = [f for f in (_optional(p, issues, ascend_csv.read_operator_memory)
+    op_mem = [f for f in (optional(p, issues, ascend_csv.read_operator_memory)
                           for p, _ in lay.get("operator_memory") + lay.get("ge_operator_memory")) if f is not None]
     if op_mem:
         profile.op_memory = pd.concat(op_mem, ignore_index=True)
@@ -354,22 +325,26 @@ def _kernel_table(path: Path) -> tuple[pd.DataFrame, list[Issue]]:
     return table.to_frame(), table.issues
 
 
+def _each(lay: MsprofLayout, base: str, fn, profile: Profile, issues: list[Issue]) -> list:  # noqa: ANN001
+    """What ``fn`` reads from every ``base`` file, each file that reads recorded in meta.files."""
+    out = []
+    for path, _ in lay.get(base):
+        value = optional(path, issues, fn)
+        if value is not None:
+            profile.meta.files.append(str(path))
+            out.append(value)
+    return out
+
+
 def _read_analyze(lay: MsprofLayout, profile: Profile, issues: list[Issue]) -> None:
     """``analyze/`` (``msprof --analyze=on``): communication.json / communication_matrix.json."""
     if lay.analyze is None:
         return
-    comm = lay.analyze / "communication.json"
-    if comm.is_file():
-        ops = _optional(comm, issues, ascend_json.read_communication)
-        if ops is not None:
-            profile.comm_ops = ops
-            profile.meta.files.append(str(comm))
-    matrix = lay.analyze / "communication_matrix.json"
-    if matrix.is_file():
-        value = _optional(matrix, issues, ascend_json.read_communication_matrix)
-        if value is not None:
-            profile.comm_matrix = value
-            profile.meta.files.append(str(matrix))
+    for name, reader, attr in (("communication.json", ascend_json.read_communication, "comm_ops"),
+                               ("communication_matrix.json", ascend_json.read_communication_matrix, "comm_matrix")):
+        path = lay.analyze / name
+        if path.is_file():
+            read_into(profile, attr, path, reader, issues)
 
 
 def _steps_from_iterations(iterations: list) -> list[Step]:

@@ -41,6 +41,7 @@ from ..model import (
     empty_table,
     make_table,
 )
+from ..step_windows import profiler_steps, step_ids
 from .trace_json import NO_INT, TraceEvents
 
 HARDWARE = "Ascend Hardware"
@@ -58,7 +59,6 @@ CANN_LEVELS = {
     "Communication": "communication",
     "Hccl": "communication",
 }
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _MODULE_RE = re.compile(r"^nn\.Module:\s*(?P<cls>.+?)_(?P<k>\d+)$")
 _NPU_LABEL_RE = re.compile(r"^NPU\s*(\d+)?$")
 _SHAPE_SEP_RE = re.compile(r";\r?\n")
@@ -171,13 +171,8 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     assign_parents(host_ops)
     depth = host_ops["depth"].to_numpy()
 
-    steps = []
-    for row, name in enumerate(host_ops["name"].astype(str).tolist()):
-        m = _STEP_RE.match(name) if name.startswith("ProfilerStep#") else None
-        if m:
-            start = int(host_ops["start_ns"].iat[row])
-            steps.append(Step(int(m.group(1)), start, start + int(host_ops["dur_ns"].iat[row])))
-    steps.sort(key=lambda s: (s.start_ns, s.id))
+    h_start = host_ops["start_ns"].to_numpy(np.int64)
+    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64))
 
     # -- modules (python_function "nn.Module: <Class>_<k>") -------------------------------------
     py_rows = np.flatnonzero(X & (ev.cat == ev.code("python_function")))
@@ -398,17 +393,10 @@ def _intervals(ev: TraceEvents, rows: np.ndarray, *, same_pid: bool) -> pd.DataF
 def kernel_steps(kernels: pd.DataFrame, host_ops: pd.DataFrame, steps: list[Step]) -> np.ndarray:
     """Step of each kernel: the ProfilerStep around its launching op, else around its own start."""
     n = len(kernels)
-    out = np.full(n, -1, dtype=np.int64)
     if not steps or not n:
-        return out
-    starts = np.array([s.start_ns for s in steps], dtype=np.int64)
-    ends = np.array([s.end_ns for s in steps], dtype=np.int64)
-    ids = np.array([s.id for s in steps], dtype=np.int64)
+        return np.full(n, -1, dtype=np.int64)
     op = kernels["host_op"].to_numpy(dtype=np.int64)
     op_start = host_ops["start_ns"].to_numpy(dtype=np.int64)
     when = np.where(op >= 0, op_start[np.maximum(op, 0)] if len(op_start) else -1, kernels["start_ns"].to_numpy())
-    pos = np.searchsorted(starts, when, side="right") - 1
-    inside = (pos >= 0) & (when < ends[np.maximum(pos, 0)]) & (when >= 0)
-    out[inside] = ids[pos[inside]]
-    return out
+    return step_ids(when, steps)
 

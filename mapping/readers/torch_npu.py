@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import Issue, ProfileError
 from ..frames import StackTable
-from ..linking import match_rows, resolve_kernel_links
+from ..linking import match_rows
 from ..locations import Progress, ProfileLocation, no_progress
 from ..model import (
     HOST_OP_SCHEMA,
@@ -33,7 +33,8 @@ from ..model import (
     make_table,
 )
 from ..overlap import breakdown_from_overlap
-from .npu_trace import kernel_steps, tables_from_trace
+from .assemble import attach_kernels, optional, read_into
+from .npu_trace import tables_from_trace
 from .trace_json import read_trace_events
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -145,7 +146,7 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
     # -- kernel_details.csv ----------------------------------------------------------------------
     kd_path = lay.out("kernel_details.csv")
     if kd_path is not None:
-        details = _optional(kd_path, issues, _read_kernel_details)
+        details = optional(kd_path, issues, _read_kernel_details)
         if details is not None:
             meta.files.append(str(kd_path))
             kernels, matched = join_kernel_details(kernels, details)
@@ -167,11 +168,7 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
             )
         )
 
-    no_step = kernels["step"].to_numpy() < 0
-    if no_step.any() and profile.steps:
-        kernels.loc[no_step, "step"] = kernel_steps(kernels[no_step], profile.host_ops, profile.steps)
-    resolve_kernel_links(kernels, profile.host_ops)
-    profile.kernels = kernels
+    attach_kernels(profile, kernels)
 
     # -- the other files ---------------------------------------------------------------------------
     _read_other_files(lay, profile, issues)
@@ -194,21 +191,11 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
     return profile
 
 
-def _optional(path: Path, issues: list[Issue], fn):  # noqa: ANN001, ANN202
-    """Run one optional file's reader; its ProfileError becomes an Issue (the load goes on)."""
-    try:
-        return fn(path, issues)
-    except ProfileError as exc:
-        issues.append(Issue(exc.path, exc.message, exc.line))
-        return None
-
-
-def _read_kernel_details(path: Path, issues: list[Issue]) -> pd.DataFrame:
+def _read_kernel_details(path: Path) -> tuple[pd.DataFrame, list[Issue]]:
     from .ascend_csv import read_kernel_table
 
     table = read_kernel_table(path, producer="torch_npu")
-    issues.extend(table.issues)
-    return table.to_frame()
+    return table.to_frame(), table.issues
 
 
 def join_kernel_details(trace_kernels: pd.DataFrame, details: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -256,14 +243,12 @@ def _host_ops_without_trace(
     if path is None:
         return
 
-    def read_ops(p: Path, found: list[Issue]) -> pd.DataFrame:
+    def read_ops(p: Path) -> tuple[pd.DataFrame, list[Issue]]:
         from .ascend_csv import read_operator_details
 
-        frame, more = read_operator_details(p, stacks)
-        found.extend(more)
-        return frame
+        return read_operator_details(p, stacks)
 
-    ops = _optional(path, issues, read_ops)
+    ops = optional(path, issues, read_ops)
     if ops is None:
         return
     meta.files.append(str(path))
@@ -288,10 +273,10 @@ def _read_meta(lay: NpuLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
         if meta.rank is not None:
             pick = next((p for p in infos if p.name == f"profiler_info_{meta.rank}.json"), pick)
         # (these two readers record the file in meta.files themselves)
-        _optional(pick, issues, lambda p, found: found.extend(read_profiler_info(p, meta)))
+        optional(pick, issues, lambda p: (None, read_profiler_info(p, meta)))
     md = lay.root / "profiler_metadata.json"
     if md.is_file():
-        _optional(md, issues, lambda p, found: found.extend(read_profiler_metadata(p, meta)))
+        optional(md, issues, lambda p: (None, read_profiler_metadata(p, meta)))
 
 
 def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None:
@@ -301,18 +286,8 @@ def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> 
 
     def simple(name: str, reader, attr: str) -> None:  # noqa: ANN001
         path = lay.out(name)
-        if path is None:
-            return
-
-        def run(p: Path, found: list[Issue]):  # noqa: ANN202
-            value, more = reader(p)
-            found.extend(more)
-            return value
-
-        value = _optional(path, issues, run)
-        if value is not None:
-            setattr(profile, attr, value)
-            profile.meta.files.append(str(path))
+        if path is not None:
+            read_into(profile, attr, path, reader, issues)
 
     simple("step_trace_time.csv", ascend_csv.read_step_trace_time, "step_breakdown")
     simple("op_statistic.csv", ascend_csv.read_op_statistic, "op_statistic")

@@ -33,6 +33,7 @@ from ..model import (
     StepBreakdown,
     make_table,
 )
+from ..step_windows import profiler_steps, step_ids
 from ..units import ms_to_ns, us_to_ns
 from .ascend_json import read_profiler_info, read_profiler_metadata
 from .cann_db import api_type_names, read_cann
@@ -45,7 +46,6 @@ ANALYSIS_DB = "analysis.db"
 
 OP, QUEUE, TRACE, MSTX = "op", "queue", "trace", "mstx"
 _MODULE_RE = re.compile(r"^nn\.Module:\s*(?P<cls>[A-Za-z_][\w.]*?)_(?P<k>\d+)$")
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _DIGITS_RE = re.compile(r"(\d+)")
 
 _INT, _ANY, _REAL = "int", "any", "real"
@@ -418,10 +418,8 @@ def _read_steps(db: SqliteDb, host_ops: pd.DataFrame) -> list[Step]:
             if s >= 0 and e >= s:
                 steps.append(Step(num, int(s), int(e)))
     if not steps and len(host_ops):  # older exports: ProfilerStep#N ops
-        for name, s, d in zip(host_ops["name"].astype(str), host_ops["start_ns"], host_ops["dur_ns"]):
-            m = _STEP_RE.match(name)
-            if m and s >= 0:
-                steps.append(Step(int(m.group(1)), int(s), int(s + d)))
+        start = host_ops["start_ns"].to_numpy(np.int64)
+        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64))
     steps.sort(key=lambda s: s.start_ns)
     return steps
 
@@ -433,28 +431,14 @@ def _step_number(value: object) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _step_at(times: np.ndarray, steps: list[Step]) -> np.ndarray:
-    """Step id of each time (inside [start, end]), -1 outside every step."""
-    out = np.full(len(times), -1, dtype=np.int64)
-    if not steps or not len(times):
-        return out
-    starts = np.array([s.start_ns for s in steps], dtype=np.int64)
-    ends = np.array([s.end_ns for s in steps], dtype=np.int64)
-    ids = np.array([s.id for s in steps], dtype=np.int64)
-    i = np.searchsorted(starts, times, side="right") - 1
-    ok = (i >= 0) & (times >= 0)
-    ok[ok] &= times[ok] <= ends[i[ok]]
-    out[ok] = ids[i[ok]]
-    return out
-
-
 def _assign_comm_steps(ops: list[CommOp], steps: list[Step]) -> list[CommOp]:
     if not steps:
         return ops
     missing = [i for i, o in enumerate(ops) if o.step < 0]
     if not missing:
         return ops
-    ids = _step_at(np.array([ops[i].start_ns for i in missing], dtype=np.int64), steps)
+    # a communication op ending its step still belongs to it: the range is closed
+    ids = step_ids(np.array([ops[i].start_ns for i in missing], dtype=np.int64), steps, closed=True)
     out = list(ops)
     for i, sid in zip(missing, ids):
         o = ops[i]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.mapping.compare import LineChange
 from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, OpHeat
-from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import FileView
 from .diagnostics import file_view
@@ -51,10 +51,6 @@ class FileHeat:
     num_steps: int
 
 
-def share_text(share: float) -> str:
-    return f"{share * 100:.1f}%"
-
-
 def change_text(change: LineChange) -> str:
     """``412 → 198 µs/step (−52%)``; a line new since the baseline has no ratio."""
     before, after = change.before_us, change.after_us
@@ -73,14 +69,14 @@ def top_op(ops: list[OpHeat]) -> str:
 def line_label(h: HotLine) -> str:
     parts = []
     if h.heat is not None:
-        parts.append(f"{top_op(h.heat.ops)} · {format_us(h.per_step_us)}/step · {share_text(h.share)} of step")
+        parts.append(f"{top_op(h.heat.ops)} · {format_us(h.per_step_us)}/step · {format_share(h.share)} of step")
     if h.change is not None:
         parts.append(change_text(h.change))
     return " · ".join(parts)
 
 
 def function_label(f: FunctionHeat) -> str:
-    return f"{f.function} · {format_us(f.per_step_ns / 1000)}/step · {share_text(f.share)} of step"
+    return f"{f.function} · {format_us(f.per_step_ns / 1000)}/step · {format_share(f.share)} of step"
 
 
 def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = False) -> FileHeat | None:

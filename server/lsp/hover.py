@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import from_position, range_of
-from .heat_view import FileHeat, HotLine, change_text, file_heat, ops_at, share_text
+from .heat_view import FileHeat, HotLine, change_text, file_heat, ops_at
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -28,7 +28,7 @@ def _rows(ls: MsprofLanguageServer, heat: FileHeat, line: int) -> list[tuple[str
         per_step = op.total_ns / steps / 1000
         share = per_step / step_us if step_us > 0 else 0.0
         direction = " (bwd)" if op.backward else ""
-        rows.append((op.name + direction, op.type, op.core, str(op.count), f"{per_step:,.1f}", share_text(share),
+        rows.append((op.name + direction, op.type, op.core, str(op.count), f"{per_step:,.1f}", format_share(share),
                      "; ".join(op.shapes)))
     return rows
 
@@ -40,11 +40,11 @@ def _headline(hot: HotLine | None, heat: FileHeat, line: int) -> str:
         split = ""
         if h.fwd_ns or h.bwd_ns:
             split = f" (forward {format_us(h.fwd_ns / steps / 1000)}, backward {format_us(h.bwd_ns / steps / 1000)})"
-        return f"{format_us(hot.per_step_us)}/step · {share_text(hot.share)} of step{split}"
+        return f"{format_us(hot.per_step_us)}/step · {format_share(hot.share)} of step{split}"
     for fn in heat.functions:
         if fn.line == line:
             f = fn.heat
-            return f"{f.function}: {format_us(f.per_step_ns / 1000)}/step · {share_text(f.share)} of step"
+            return f"{f.function}: {format_us(f.per_step_ns / 1000)}/step · {format_share(f.share)} of step"
     return ""
 
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from msprof_lsp.mapping.positions import col_to_units
-from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.units import format_share, format_us
 
-from .heat_view import change_text, file_heat, share_text
+from .heat_view import change_text, file_heat
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -36,7 +36,7 @@ def inlay_hints(ls: MsprofLanguageServer, params: types.InlayHintParams) -> list
             continue
         parts = []
         if hot.heat is not None:
-            parts.append(f"{share_text(hot.share)} · {format_us(hot.per_step_us)}/step")
+            parts.append(f"{format_share(hot.share)} · {format_us(hot.per_step_us)}/step")
         if hot.change is not None:
             parts.append(change_text(hot.change))
         text = lines[line - 1]

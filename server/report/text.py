@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Iterable
 
 from msprof_lsp.hints.finding import Finding, Severity
-from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.units import format_share, format_us
 
 from . import document
 from .run import CheckRun, JobReport
@@ -31,10 +31,6 @@ class _Style:
 
     def __call__(self, text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if self.color else text
-
-
-def _pct(share: float) -> str:
-    return f"{share * 100:.1f}%"
 
 
 def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
@@ -64,7 +60,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     if wall and wall > step_ns * 1.1:  # host-bound phases (data loading) lie outside the device step
         facts[-1] += f" on device, {format_us(wall / 1000)} wall"
     what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
-    facts.append(f"{_pct(job.heat.mapped_share)} of {what} time mapped to code")
+    facts.append(f"{format_share(job.heat.mapped_share)} of {what} time mapped to code")
     lines += _wrap(" · ".join(facts), 2)
     if job.cluster is not None and len(job.cluster.ranks) > 1:
         c = job.cluster
@@ -81,7 +77,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
             for r in c.ranks:
                 lines.append(
                     f"    rank {r.rank:>3}  step {format_us(r.step_time_ns / 1000):>10}  "
-                    f"comm not overlapped {_pct(r.comm_share):>6}"
+                    f"comm not overlapped {format_share(r.comm_share):>6}"
                 )
     if not p.has_call_stacks:
         lines += _wrap("no Python call stacks in this profile: locations are approximate", 2)
@@ -146,7 +142,7 @@ def hotspots(job: JobReport, run: CheckRun) -> list[str]:
     for h in spans:
         span = h.site.span
         loc = f"{document.rel_path(span.path, run.cwd)}:{span.line}"
-        out.append(f"  {_pct(h.share):>6} {format_us(h.per_step_ns / 1000):>12}  {loc}")
+        out.append(f"  {format_share(h.share):>6} {format_us(h.per_step_ns / 1000):>12}  {loc}")
         code = " ".join(h.site.call_text.split())
         if code:
             out.append(f"{'':23}{textwrap.shorten(code, WIDTH - 23, placeholder='…')}")

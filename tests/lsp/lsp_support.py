@@ -136,6 +136,14 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: 
         await asyncio.sleep(0.05)
 
 
+async def open_session(client: LanguageClient, profile: str, root: Path, options: dict[str, Any]) -> None:
+    """Start a session as client ``profile`` on ``root`` and wait for the profile to load; the
+    client keeps ``seen``, ``profile``, ``root`` and the final ``status`` for the tests."""
+    client.seen = await start_session(client, profile, root, options)
+    client.profile, client.root = profile, root
+    client.status = await wait_loaded(client.seen)
+
+
 async def wait_loaded(seen: dict[str, list[Any]], count: int = 1, timeout: float = 60.0) -> Any:
     """Wait for the ``count``-th profileStatus that is final (loaded/error/none)."""
     def final() -> list[Any]:
@@ -263,13 +271,7 @@ def cnn_truth(rank: int, **knobs: Any):  # noqa: ANN201
 def cnn_truth_shares(rank: int) -> dict[tuple[str, int], float]:
     """Share of step time per (file name, line) from the sample's run description (tests.synth),
     not from the server's mapping code."""
-    from tests.synth import truth
-    from tests.synth.sample_runs import cnn_runs
-
-    run = cnn_runs(SAMPLES / "cnn_classifier")[rank]
-    t = truth(run)
-    steps = len(t.steps)
-    return {(Path(f).name, line): ns / steps / t.mean_step_time_ns for (f, line), ns in t.kernel_ns_by_line.items()}
+    return truth_shares(cnn_truth(rank))
 
 
 # The calls the ReLU -> Dropout rule must flag in cnn_classifier/model.py: the dropout call of each
@@ -295,6 +297,7 @@ def hot_model_lines(text: str, shares: dict[tuple[str, int], float]) -> list[str
 
 
 def truth_shares(t) -> dict[tuple[str, int], float]:  # noqa: ANN001
+    """Share of step time per (file name, line) of a run description's ground truth."""
     steps = len(t.steps)
     return {(Path(f).name, line): ns / steps / t.mean_step_time_ns for (f, line), ns in t.kernel_ns_by_line.items()}
 

@@ -29,9 +29,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")
     options = S.init_options(root.parent, only_test_rules=False, select=["NPU1"])
-    lsp_client.seen = await S.start_session(lsp_client, request.param, root, options)
-    lsp_client.profile, lsp_client.root = request.param, root
-    await S.wait_loaded(lsp_client.seen)
+    await S.open_session(lsp_client, request.param, root, options)
     yield
     await lsp_client.shutdown_session()
 

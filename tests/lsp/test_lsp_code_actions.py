@@ -30,10 +30,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=S.SERVER_COMMAND), params=PROFILES)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")
-    lsp_client.seen = await S.start_session(lsp_client, request.param, root, S.init_options(root.parent))
-    lsp_client.profile = request.param
-    lsp_client.root = root
-    lsp_client.status = await S.wait_loaded(lsp_client.seen)
+    await S.open_session(lsp_client, request.param, root, S.init_options(root.parent))
     yield
     await lsp_client.shutdown_session()
 
@@ -47,8 +44,7 @@ async def open_with_diagnostics(client: LanguageClient) -> tuple[S.Doc, list[typ
     settling in the server: the file was closed, so it converges back to the disk text)."""
     doc = S.Doc(client, client.root / "model.py")
     rank = S.status_value(client.status, "rank")
-    hot = [doc.text.split("\n")[line - 1].strip() for (name, line), share in S.cnn_truth_shares(rank).items()
-           if name == "model.py" and share >= 0.05]
+    hot = S.hot_model_lines(doc.text, S.cnn_truth_shares(rank))
     want = S.expected_cnn(doc.text, hot)
     diags = await S.wait_diagnostics(
         client, client.profile, doc.uri,

@@ -27,10 +27,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=S.SERVER_COMMAND), params=S.PROFILES)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")
-    lsp_client.seen = await S.start_session(lsp_client, request.param, root, S.init_options(root.parent))
-    lsp_client.profile = request.param
-    lsp_client.root = root
-    lsp_client.status = await S.wait_loaded(lsp_client.seen)
+    await S.open_session(lsp_client, request.param, root, S.init_options(root.parent))
     yield
     await lsp_client.shutdown_session()
 
@@ -38,9 +35,7 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
 def hot_lines(client: LanguageClient) -> list[str]:
     """Contents of the model.py lines with >= 5 % of the step in the run description."""
     rank = S.status_value(client.status, "rank")
-    text = (client.root / "model.py").read_text(encoding="utf-8").split("\n")
-    shares = S.cnn_truth_shares(rank)
-    lines = [text[line - 1].strip() for (name, line), share in shares.items() if name == "model.py" and share >= 0.05]
+    lines = S.hot_model_lines((client.root / "model.py").read_text(encoding="utf-8"), S.cnn_truth_shares(rank))
     assert sorted(lines) == ["return self.pool(F.relu(self.bn(self.conv(x))))", "x = self.embed(x)"], lines
     return lines
 

@@ -31,9 +31,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")
     lsp_client.options = S.init_options(root.parent)
-    lsp_client.seen = await S.start_session(lsp_client, request.param, root, lsp_client.options)
-    lsp_client.profile, lsp_client.root = request.param, root
-    lsp_client.status = await S.wait_loaded(lsp_client.seen)
+    await S.open_session(lsp_client, request.param, root, lsp_client.options)
     lsp_client.truth = S.cnn_truth(S.status_value(lsp_client.status, "rank"))
     lsp_client.doc = S.Doc(lsp_client, root / "model.py")
     await S.wait_diagnostics(lsp_client, request.param, lsp_client.doc.uri, lambda d: len(d) == 5)

@@ -45,9 +45,8 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     profile, name = request.param
     tmp = request.getfixturevalue("tmp_path")
     root = WORKSPACES[name](tmp / "ws")
-    lsp_client.seen = await S.start_session(lsp_client, profile, root, S.init_options(tmp))
-    lsp_client.profile, lsp_client.root, lsp_client.tmp = profile, root, tmp
-    lsp_client.status = await S.wait_loaded(lsp_client.seen)
+    lsp_client.tmp = tmp
+    await S.open_session(lsp_client, profile, root, S.init_options(tmp))
     yield
     await lsp_client.shutdown_session()
 

@@ -32,10 +32,7 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     if configuration is not None:
         lsp_client.set_configuration(configuration, section="msprof-lsp")
     # no select in the options here: the pyproject layer's select is under test
-    lsp_client.seen = await S.start_session(lsp_client, profile, root,
-                                            {**S.init_options(tmp, only_test_rules=False), **options})
-    lsp_client.profile, lsp_client.root = profile, root
-    await S.wait_loaded(lsp_client.seen)
+    await S.open_session(lsp_client, profile, root, {**S.init_options(tmp, only_test_rules=False), **options})
     lsp_client.doc = S.Doc(lsp_client, root / "model.py")
     yield
     await lsp_client.shutdown_session()

@@ -1,0 +1,57 @@
+"""Timing and fresh-process measurement helpers the benchmark scripts share.
+
+The scripts run as ``python benchmarks/<name>.py``, so this folder is on ``sys.path`` and they
+import it as ``_common``.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+def best(fn: Callable[[], object], repeat: int) -> float:
+    """The fastest of ``repeat`` runs of ``fn`` (seconds): the least disturbed by other load."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+# -- one candidate per fresh interpreter: its peak RSS is its own --------------------------------
+
+
+def report_usage(seconds: float) -> None:
+    """Child side: one line with wall seconds, CPU seconds (user + sys) and peak RSS (KiB, as
+    Linux reports ``ru_maxrss``)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"{seconds:.6f} {use.ru_utime + use.ru_stime:.6f} {use.ru_maxrss}")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    seconds: float
+    cpu_seconds: float
+    peak_rss_mib: float
+
+
+class ChildFailed(Exception):
+    def __init__(self, stderr: str) -> None:
+        super().__init__(stderr)
+        self.stderr = stderr
+
+
+def measure_child(argv: Sequence[str]) -> Usage:
+    """Parent side: run ``python argv...`` (a script in its child mode, ending with
+    ``report_usage``) and read its last line; ChildFailed with its stderr when it fails."""
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+    if proc.returncode:
+        raise ChildFailed(proc.stderr)
+    secs, cpu, rss_kib = proc.stdout.strip().splitlines()[-1].split()
+    return Usage(float(secs), float(cpu), int(rss_kib) / 1024)
