@@ -18,7 +18,6 @@ edit ``update_file`` only re-anchors that file's sites by function + call text (
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,14 +26,13 @@ import numpy as np
 import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
-from .heat import Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat
+from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat, merge_ops
 from .model import Profile, ProfileKind
 from .source_index import SourceIndex
 from .spans import Span
 from .step_windows import in_steps
 from .workspace import SourceWorkspace
 
-MAX_SHAPES = 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,7 +692,7 @@ class Attributor:
             site = fwd_sites[0] if fwd_sites else parts[0][0]
             dev = sum(a.device_ns for _, a in parts)
             p, share = per(dev)
-            ops = _merge_ops(op for _, a in parts for op in (a.ops or []))
+            ops = merge_ops(op for _, a in parts for op in (a.ops or []))
             spans.append(SpanHeat(site, dev, sum(a.fwd_ns for _, a in parts), sum(a.bwd_ns for _, a in parts),
                                   sum(a.host_ns for _, a in parts), sum(a.calls for _, a in parts), p, share, ops))
         spans.sort(key=lambda s: (-s.device_ns, -s.host_ns, s.site.span))
@@ -722,7 +720,7 @@ class Attributor:
             fh.bwd_ns += sh.bwd_ns
         for key, lh in lines.items():
             lh.per_step_ns, lh.share = per(lh.device_ns)
-            lh.ops = _merge_ops(line_ops[key])
+            lh.ops = merge_ops(line_ops[key])
         for fh in functions.values():
             fh.per_step_ns, fh.share = per(fh.device_ns)
         attributed = self.attributed_base_ns - lost_edit
@@ -819,21 +817,6 @@ def reanchor_site(site: Site, old: SourceIndex, new: SourceIndex) -> Site | None
     if span == site.span:
         return site
     return replace(site, span=span, occurrence=new_items.index(span))
-
-
-def _merge_ops(ops: Iterable[OpHeat]) -> list[OpHeat]:
-    merged: dict[tuple[str, str, bool], OpHeat] = {}
-    for op in ops:
-        key = (op.type, op.core, op.backward)
-        cur = merged.get(key)
-        if cur is None:
-            merged[key] = OpHeat(op.name, op.type, op.core, op.count, op.total_ns, op.shapes, op.backward)
-        else:
-            name = cur.name if cur.total_ns >= op.total_ns else op.name
-            shapes = tuple(dict.fromkeys(cur.shapes + op.shapes))[:MAX_SHAPES]
-            merged[key] = OpHeat(name, cur.type, cur.core, cur.count + op.count, cur.total_ns + op.total_ns,
-                                 shapes, cur.backward)
-    return sorted(merged.values(), key=lambda o: (-o.total_ns, o.type, o.backward))
 
 
 def _join(*notes: str) -> str:

@@ -8,6 +8,7 @@ profile's step time; ``share`` = per-step time / step time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,13 +35,33 @@ class Site:
 class OpHeat:
     """One device operator type behind a span (or a line/function)."""
 
-    name: str  # kernel name (first seen) or host op name when no kernels
+    name: str  # kernel name (the one with the most time) or host op name when no kernels
     type: str  # OpType (MatMulV2)
     core: str  # AI_CORE, ...
     count: int  # kernels over the capture
     total_ns: int
     shapes: tuple[str, ...] = ()  # distinct input shapes, most time first (at most 3)
     backward: bool = False
+
+
+MAX_SHAPES = 3
+
+
+def merge_ops(ops: Iterable[OpHeat]) -> list[OpHeat]:
+    """One row per (type, core, direction), most time first: the name of the row with the most
+    time, distinct shapes in order (at most ``MAX_SHAPES``)."""
+    merged: dict[tuple[str, str, bool], OpHeat] = {}
+    for op in ops:
+        key = (op.type, op.core, op.backward)
+        cur = merged.get(key)
+        if cur is None:
+            merged[key] = OpHeat(op.name, op.type, op.core, op.count, op.total_ns, op.shapes, op.backward)
+        else:
+            name = cur.name if cur.total_ns >= op.total_ns else op.name
+            shapes = tuple(dict.fromkeys(cur.shapes + op.shapes))[:MAX_SHAPES]
+            merged[key] = OpHeat(name, cur.type, cur.core, cur.count + op.count, cur.total_ns + op.total_ns,
+                                 shapes, cur.backward)
+    return sorted(merged.values(), key=lambda o: (-o.total_ns, o.type, o.backward))
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.mapping.compare import LineChange
-from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, OpHeat
+from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
 from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import FileView
@@ -155,16 +155,3 @@ def ops_at(heat: FileHeat, line: int) -> list[OpHeat]:
     return []
 
 
-def merge_ops(ops: list[OpHeat]) -> list[OpHeat]:
-    """One row per (type, core, direction) over several lines, most time first."""
-    merged: dict[tuple[str, str, bool], OpHeat] = {}
-    for op in ops:
-        key = (op.type, op.core, op.backward)
-        cur = merged.get(key)
-        if cur is None:
-            merged[key] = OpHeat(op.name, op.type, op.core, op.count, op.total_ns, op.shapes, op.backward)
-        else:
-            cur.count += op.count
-            cur.total_ns += op.total_ns
-            cur.shapes = tuple(dict.fromkeys(cur.shapes + op.shapes))[:3]
-    return sorted(merged.values(), key=lambda o: (-o.total_ns, o.type, o.backward))

@@ -21,7 +21,7 @@ from tests.synth import truth
 from tests.synth.sample_runs import cnn_runs
 
 from cli_support import isolated_cache  # noqa: F401 - autouse fixture
-from cli_support import CNN_SAMPLE, copy_sample_sources, run_cli, single_rank, write_cnn_profiles
+from cli_support import copy_sample_sources, run_cli, single_rank, write_cnn_profiles
 
 
 def test_npu_hotspots_match_the_run_description(tmp_path, monkeypatch, capsys):

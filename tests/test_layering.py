@@ -1,0 +1,53 @@
+"""The layering of design.md, checked on the source: each arrow runs one way, only `server`
+imports pygls/lsprotocol, the product never imports torch, and the language server never prints
+(stdout is the JSON-RPC stream)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+FORBIDDEN = {
+    "mapping": ("msprof_lsp.hints", "msprof_lsp.server", "pygls", "lsprotocol", "torch", "torch_npu"),
+    "hints": ("msprof_lsp.server", "pygls", "lsprotocol", "torch", "torch_npu"),
+    "server": ("torch", "torch_npu"),
+}
+
+
+def _imports(tree: ast.AST, package: str) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the package's installed name
+                base = f"msprof_lsp.{package}"
+                out.append((node.lineno, f"{base}.{node.module or ''}" if node.level == 1 else "msprof_lsp"))
+            elif node.module:
+                out.append((node.lineno, node.module))
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_each_arrow_runs_one_way(package):
+    bad = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for line, name in _imports(tree, package):
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN[package]):
+                bad.append(f"{path.relative_to(REPO)}:{line} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_language_server_never_prints():
+    bad = []
+    for path in sorted((REPO / "server" / "lsp").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not bad, "print() in the language server corrupts JSON-RPC on stdout: " + ", ".join(bad)
