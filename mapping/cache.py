@@ -1,27 +1,47 @@
-"""On-disk cache of loaded, linked profiles.
+"""On-disk cache of loaded, linked profiles, in a format that cannot run code when read.
 
-A cache entry is one file named after the profile's identity (kind, resolved path, rank). It holds
-two pickles in a row (protocol 5): a small header -- cache format, package version and the stamp
-(resolved path, size, mtime_ns) of every input file -- and then the Profile. A load reads the
-header first and unpickles the Profile only when every stamp still matches, so a stale entry costs
-one stat per file. Entries are written to a temporary file and renamed into place, so readers
-never see half an entry; an unreadable or corrupt entry is treated as a miss and rewritten.
+A cache entry is one file named after the profile's identity (kind, resolved path, rank):
+
+    magic (8 bytes) | u32 format | u32 header length | header blake2b (32) | header | payload
+
+The header is msgpack decoded into a typed struct: the package version, the entry's identity, the
+stamp (resolved path, size, mtime_ns) of every input file, the schema digest of the payload
+(mapping.codec), the payload's size and its blake2b digest. A load checks the magic and format,
+then the header, and reads the payload only when every stamp still matches, so a stale entry
+costs one stat per file. The payload is verified against its digest before it is decoded, and
+decoding builds only typed records and numeric arrays (see mapping.codec) -- there is no pickle.
+
+An entry that is not one (another format, a planted pickle, truncated, a flipped byte, a link or
+not a regular file) is discarded with one notice on the rebuilt profile; a stale entry (inputs
+changed, another package version) is simply rebuilt. Entries are written to a temporary file and
+renamed into place, so readers never see half an entry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import stat
+import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
+from . import codec
+from .errors import Issue
 from .locations import ProfileLocation
 from .model import Profile, ProfileKind
 
-CACHE_FORMAT = 2
-"""Bump when the model or the readers change what a cached Profile means."""
+CACHE_FORMAT = 3
+"""Bump when the readers change what a cached Profile means (the model's shape is in the schema
+digest already). 3: msgpack + numeric buffers (2 was pickle)."""
+
+MAGIC = b"MSPLCACH"
+_PREAMBLE = struct.Struct("<8sII32s")  # magic, format, header length, header blake2b
+MAX_HEADER_BYTES = 64 * 1024 * 1024  # stamps of every input file; real profiles use kilobytes
+SUFFIX = ".msplc"
 
 # Directories no reader of ours reads: torch_npu's raw TLV/logs, and under a torch_npu root the
 # CANN raw PROF_* data (thousands of files; the text export already holds what we use).
@@ -87,32 +107,141 @@ def fingerprint(location: ProfileLocation) -> tuple[FileStamp, ...]:
 def entry_path(location: ProfileLocation, cache_dir: Path | None = None) -> Path:
     identity = f"{location.kind.value}\0{Path(location.path).resolve()}\0{location.rank}"
     digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return (cache_dir or default_cache_dir()) / f"{digest}.pickle"
+    return (cache_dir or default_cache_dir()) / f"{digest}{SUFFIX}"
 
 
-def _header(location: ProfileLocation, stamps: tuple[FileStamp, ...]) -> dict:
-    return {
-        "format": CACHE_FORMAT,
-        "version": package_version(),
-        "kind": location.kind.value,
-        "path": str(Path(location.path).resolve()),
-        "rank": location.rank,
-        "stamps": stamps,
-    }
+class _Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: str
+    version: str
+    kind: str
+    path: str
+    rank: int | None
+    stamps: tuple[FileStamp, ...]
+    payload_size: int
+    payload_blake2b: bytes
 
 
-def load(location: ProfileLocation, cache_dir: Path | None = None) -> Profile | None:
-    """The cached Profile if every input file is unchanged, else None (never raises)."""
+_HEADER_DECODER = msgspec.msgpack.Decoder(_Header)
+_ENCODER = msgspec.msgpack.Encoder()
+_SCHEMA: str | None = None
+
+
+def schema() -> str:
+    global _SCHEMA
+    if _SCHEMA is None:
+        _SCHEMA = codec.schema_id()
+    return _SCHEMA
+
+
+class BadEntry(Exception):
+    """The file at the entry's name is not a valid entry of this format."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    profile: Profile | None  # the hit
+    discarded: Issue | None = None  # a bad entry thrown away: the one notice to show
+
+
+def _same_identity(header: _Header, location: ProfileLocation, stamps: tuple[FileStamp, ...]) -> bool:
+    return (
+        header.schema == schema()
+        and header.version == package_version()
+        and header.kind == location.kind.value
+        and header.path == str(Path(location.path).resolve())
+        and header.rank == location.rank
+        and header.stamps == stamps
+    )
+
+
+def _digest(data: bytes | bytearray | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def _read_exact(fd: int, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise BadEntry("truncated")
+        got += k
+    return buf
+
+
+def _open_entry(path: Path) -> int | None:
+    """A read descriptor on the entry if it is a regular file (links are not followed); None if absent."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadEntry(f"cannot be opened as a regular file ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadEntry("not a regular file")
+    return fd
+
+
+def _read(path: Path, location: ProfileLocation) -> Profile | None:
+    """The entry's Profile; None when absent or stale; BadEntry when it is not a valid entry."""
+    fd = _open_entry(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < _PREAMBLE.size:
+            raise BadEntry("truncated")
+        magic, fmt, head_len, head_digest = _PREAMBLE.unpack(_read_exact(fd, _PREAMBLE.size))
+        if magic != MAGIC:
+            raise BadEntry("not a msprof-lsp cache entry")
+        if fmt != CACHE_FORMAT:
+            raise BadEntry(f"written in cache format {fmt}, this build reads {CACHE_FORMAT}")
+        if head_len > min(MAX_HEADER_BYTES, size - _PREAMBLE.size):
+            raise BadEntry("truncated")
+        head = _read_exact(fd, head_len)
+        if _digest(head) != head_digest:
+            raise BadEntry("header checksum mismatch")
+        try:
+            header = _HEADER_DECODER.decode(head)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise BadEntry(f"bad header ({exc})") from None
+        if header.schema != schema():
+            raise BadEntry("written for another profile schema")
+        if not _same_identity(header, location, fingerprint(location)):
+            return None  # stale: rebuilt and overwritten without a notice
+        if size != _PREAMBLE.size + head_len + header.payload_size:
+            raise BadEntry("truncated" if size < _PREAMBLE.size + head_len + header.payload_size else "trailing bytes")
+        payload = _read_exact(fd, header.payload_size)
+    finally:
+        os.close(fd)
+    if _digest(payload) != header.payload_blake2b:
+        raise BadEntry("payload checksum mismatch")
+    try:
+        return codec.decode(payload)
+    except codec.CodecError as exc:
+        raise BadEntry(str(exc)) from None
+
+
+def load(location: ProfileLocation, cache_dir: Path | None = None) -> Lookup:
+    """The cached Profile if every input file is unchanged (never raises).
+
+    A bad entry is removed and named in ``discarded``; the caller rebuilds it.
+    """
     path = entry_path(location, cache_dir)
     try:
-        with open(path, "rb") as f:
-            header = pickle.load(f)
-            if header != _header(location, fingerprint(location)):
-                return None
-            profile = pickle.load(f)
-    except Exception:  # noqa: BLE001 - missing, truncated, corrupt or from another build: a miss
-        return None
-    return profile if isinstance(profile, Profile) else None
+        return Lookup(_read(path, location))
+    except BadEntry as exc:
+        reason = str(exc)
+    except (OSError, MemoryError) as exc:
+        reason = f"cannot be read ({exc})"
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return Lookup(None, Issue(str(path), f"cache entry discarded and rebuilt: {reason}"))
 
 
 def store(
@@ -128,14 +257,32 @@ def store(
     path = entry_path(location, cache_dir)
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        pieces = codec.encode(profile)
+        digest = hashlib.blake2b(digest_size=32)
+        for piece in pieces:
+            digest.update(piece)
+        header = _ENCODER.encode(
+            _Header(
+                schema=schema(),
+                version=package_version(),
+                kind=location.kind.value,
+                path=str(Path(location.path).resolve()),
+                rank=location.rank,
+                stamps=stamps,
+                payload_size=sum(p.nbytes for p in pieces),
+                payload_blake2b=digest.digest(),
+            )
+        )
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(_header(location, stamps), f, protocol=5)
-            pickle.dump(profile, f, protocol=5)
+            f.write(_PREAMBLE.pack(MAGIC, CACHE_FORMAT, len(header), _digest(header)))
+            f.write(header)
+            for piece in pieces:
+                f.write(piece)
         os.replace(tmp, path)
         return True
-    except Exception:  # noqa: BLE001 - read-only or full disk, unpicklable extra: no cache
+    except Exception:  # noqa: BLE001 - read-only or full disk, a value the format does not hold: no cache
         if tmp is not None:
             try:
                 os.unlink(tmp)

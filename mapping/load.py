@@ -41,12 +41,14 @@ def load_location(
 ) -> Profile:
     """The loaded, linked Profile of one location (from the cache when its inputs are unchanged)."""
     read = _reader(location)
+    discarded = None
     if use_cache:
         progress("Checking the profile cache", None)
-        hit = cache.load(location, cache_dir)
-        if hit is not None:
+        lookup = cache.load(location, cache_dir)
+        if lookup.profile is not None:
             progress("Loaded from cache", 1.0)
-            return hit
+            return lookup.profile
+        discarded = lookup.discarded
     stamps = cache.fingerprint(location) if use_cache else ()
     try:
         profile = read(location, progress)
@@ -54,6 +56,8 @@ def load_location(
         raise ProfileError(exc.filename or location.path, f"cannot read: {exc.strerror or exc}") from None
     if use_cache:
         cache.store(location, profile, stamps, cache_dir)
+    if discarded:  # after the store: the notice belongs to this load, not to the new entry
+        profile.issues.append(discarded)
     return profile
 
 
