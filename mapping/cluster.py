@@ -1,7 +1,9 @@
 """Load what the user pointed at: discover, load every rank (in parallel), pick the rank to analyse.
 
 A multi-rank job leaves one profile per rank. Each rank is loaded independently in a process pool
-(profiles are columnar, so the loaded models pickle back cheaply), a ClusterSummary compares the
+and comes back encoded by mapping.codec (the pool's own pickling then carries only a bytearray and
+strings, and the parent decodes the profile through the same validated codec as the cache), a
+ClusterSummary compares the
 ranks (step time, communication that compute did not hide), and the requested rank -- else the
 slowest, the one holding the job back -- is the profile the rules analyse.
 """
@@ -15,9 +17,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
+from . import codec
 from .discover import WHAT_WE_LOOK_FOR, discover
 from .errors import Issue, NoProfileFound, ProfileError
 from .cache import default_cache_dir
@@ -95,13 +99,17 @@ def load_profile(
 
 def _load_one(
     location: ProfileLocation, use_cache: bool, cache_dir: Path | None
-) -> tuple[Profile | None, tuple[str, str, int | None] | None]:
-    """Worker: one rank's Profile, or its ProfileError as plain values (exceptions with custom
-    constructors do not survive pickling)."""
+) -> tuple[bytearray | None, tuple[str, str, int | None] | None]:
+    """Worker: one rank's Profile as codec bytes, or its ProfileError as plain values (exceptions
+    with custom constructors do not survive pickling)."""
     try:
-        return load_location(location, use_cache=use_cache, cache_dir=cache_dir), None
+        profile = load_location(location, use_cache=use_cache, cache_dir=cache_dir)
     except ProfileError as exc:
         return None, (exc.path, exc.message, exc.line)
+    try:
+        return bytearray().join(codec.encode(profile)), None
+    except (TypeError, msgspec.EncodeError) as exc:
+        return None, (str(location.path), f"cannot hand the loaded rank back: {exc}", None)
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -138,9 +146,9 @@ def _load_ranks(
             for fut in done:
                 loc = pending.pop(fut)
                 done_count += 1
-                profile, error = fut.result()
-                if profile is not None:
-                    profiles[loc.rank] = profile  # type: ignore[index]
+                payload, error = fut.result()
+                if payload is not None:
+                    profiles[loc.rank] = codec.decode(payload)  # type: ignore[index]
                     progress(f"Rank {loc.rank} loaded ({done_count}/{n})", done_count / n)
                 else:
                     assert error is not None

@@ -189,7 +189,7 @@ def _damaged(good: bytes, kind: str, marker: Path) -> bytes:
     if kind == "pickle behind our magic":
         # A forger who knows the layout: our preamble, then a pickle as header and payload.
         blob = _planted_pickle(marker)
-        return struct.pack("<8sII32s", magic, fmt, len(blob), hashlib.blake2b(blob, digest_size=32).digest()) + blob + blob
+        return struct.pack("<8sII32s", magic, fmt, len(blob), hashlib.sha256(blob).digest()) + blob + blob
     raise AssertionError(kind)
 
 
@@ -252,7 +252,7 @@ def test_stale_entry_is_rebuilt_without_a_notice(entry) -> None:
     assert not [i for i in profile.issues if "cache entry" in i.message]
 
 
-def test_header_digest_is_blake2b_of_the_payload(entry) -> None:
+def test_header_digest_is_sha256_of_the_payload(entry) -> None:
     import msgspec
 
     loc, cache_dir, path = entry
@@ -261,7 +261,8 @@ def test_header_digest_is_blake2b_of_the_payload(entry) -> None:
     header = msgspec.msgpack.decode(good[48:48 + head_len])
     payload = good[48 + head_len:]
     assert header["payload_size"] == len(payload)
-    assert header["payload_blake2b"] == hashlib.blake2b(payload, digest_size=32).digest()
+    assert header["payload_digest"] == hashlib.sha256(payload).digest()
+    assert good[16:48] == hashlib.sha256(good[48:48 + head_len]).digest()
 
 
 # -- no pickle in the product ----------------------------------------------------------------------------------
