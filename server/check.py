@@ -30,7 +30,7 @@ class CheckFailed(Exception):
 
 
 def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
-    """defaults -> nearest pyproject.toml [tool.msprof-lsp] -> command-line flags."""
+    """defaults -> nearest pyproject.toml [tool.msprof-lsp] (never a write location) -> command-line flags."""
     settings = Settings(base_dir=str(Path.cwd()))
     pyproject = find_pyproject(path.resolve())
     warnings: list[str] = []
@@ -45,6 +45,8 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
         flags["rank"] = args.rank
     if args.path_map:
         flags["pathMappings"] = [f"{r}={l}" for r, l in args.path_map]
+    if args.cache_dir is not None:
+        flags["cacheDir"] = args.cache_dir
     settings, more = apply(settings, flags, "command line")
     for w in warnings + more:
         print(f"msprof-lsp: warning: {w}", file=warn)

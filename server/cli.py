@@ -9,6 +9,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 
 from .settings import parse_path_mapping
 
@@ -34,6 +35,7 @@ class CheckArgs:
     rank: int | None = None
     path_map: list[tuple[str, str]] = field(default_factory=list)
     no_cache: bool = False
+    cache_dir: str | None = None
     color: str = "auto"
     quiet: bool = False
 
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", metavar="N", type=int, help="rank of a multi-rank profile (default: the slowest)")
     p.add_argument("--path-map", metavar="REMOTE=LOCAL", action="append", default=[], help="map profile paths to local paths (repeatable)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the profile cache")
+    p.add_argument("--cache-dir", metavar="DIR", help="where the profile cache lives (default: the user cache directory)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (default: auto = only on a terminal)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
     return p
@@ -93,6 +96,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
                 ("--output", ns.output is not None),
                 ("--baseline", ns.baseline is not None),
                 ("--rank", ns.rank is not None),
+                ("--cache-dir", ns.cache_dir is not None),
             )
             if present
         ]
@@ -122,6 +126,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
         rank=ns.rank,
         path_map=path_map,
         no_cache=ns.no_cache,
+        cache_dir=str(Path(ns.cache_dir).expanduser().absolute()) if ns.cache_dir else None,
         color=ns.color,
         quiet=ns.quiet,
     )

@@ -1,6 +1,9 @@
 """The one settings model, read from (later wins): defaults -> ``[tool.msprof-lsp]`` in the nearest
 pyproject.toml -> LSP initializationOptions / workspace/configuration -> command-line flags.
 
+A pyproject.toml belongs to the repository, which may be hostile: settings that name a place to
+write (``cacheDir``, ``user_only`` below) are ignored there with a warning naming the file.
+
 ``SETTINGS`` below is the single source of truth: the docs page, the VS Code manifest test and the
 validation all read it. Keys are camelCase in the editor and kebab-case in TOML. Unknown keys and
 invalid values produce warnings (and the default), never an exception.
@@ -8,6 +11,7 @@ invalid values produce warnings (and the default), never an exception.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +33,7 @@ class SettingSpec:
     default: Any
     description: str
     scope: str = "resource"  # VS Code configuration scope
+    user_only: bool = False  # a write location: never taken from a workspace (pyproject.toml)
 
 
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -42,7 +47,7 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("codeLens", "boolean", True, "Show code lenses with device time over hot functions and lines."),
     SettingSpec("inlayHints", "boolean", False, "Show the share of step time at the end of hot lines."),
     SettingSpec("baseline", "string", "", "An earlier profile of the same code to compare against (before/after)."),
-    SettingSpec("cacheDir", "string", "", "Where the linked-profile cache lives. Empty: the user cache directory."),
+    SettingSpec("cacheDir", "string", "", "Where the linked-profile cache lives (an absolute path; a user setting, never read from a workspace). Empty: the user cache directory.", scope="machine", user_only=True),
     SettingSpec("thirdPartyRoots", "array", [], "Extra path fragments whose frames are skipped like site-packages."),
     SettingSpec("compileBackend", "string", "auto", "torch.compile backend the NPU101 fix writes: auto (npu for Ascend profiles, inductor otherwise), npu or inductor."),
 ) + tuple(
@@ -121,18 +126,28 @@ def _as_str_list(value: Any) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
+def _path_text(value: str, what: str) -> str:
+    """A path as text: no NUL (no file system takes one, and Path operations raise on it)."""
+    if "\0" in value:
+        raise ValueError(f"{what} {value!r} contains a NUL character")
+    return value
+
+
 def parse_path_mapping(value: Any) -> tuple[str, str]:
     if isinstance(value, str):
         remote, sep, local = value.partition("=")
         if not sep or not remote or not local:
             raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL")
-        return remote, local
+        return _path_text(remote, "path mapping"), _path_text(local, "path mapping")
     if isinstance(value, dict):
         remote = value.get("remote", value.get("from"))
         local = value.get("local", value.get("to"))
         if isinstance(remote, str) and isinstance(local, str) and remote and local:
-            return remote, local
+            return _path_text(remote, "path mapping"), _path_text(local, "path mapping")
     raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL or {{remote, local}}")
+
+
+_PATH_KEYS = frozenset({"profile", "baseline", "cacheDir"})
 
 
 def _convert(key: str, value: Any) -> Any:
@@ -146,7 +161,7 @@ def _convert(key: str, value: Any) -> Any:
         return {str(code): Severity.parse(str(sev)) for code, sev in value.items()}
     if key == "pathMappings":
         if isinstance(value, dict):  # {"remote": "local", ...}
-            return tuple((str(k), str(v)) for k, v in value.items())
+            return tuple(parse_path_mapping(f"{k}={v}") for k, v in value.items())
         if not isinstance(value, (list, tuple)):
             raise ValueError("expected a list of REMOTE=LOCAL entries")
         return tuple(parse_path_mapping(v) for v in value)
@@ -169,10 +184,20 @@ def _convert(key: str, value: Any) -> Any:
             return ""
         if not isinstance(value, str):
             raise ValueError("expected a string")
+        if key in _PATH_KEYS:
+            _path_text(value, "path")
+        if key == "cacheDir" and value and not Path(value).expanduser().is_absolute():
+            raise ValueError("expected an absolute path (or ~/...)")
         return value
     if spec.type == "number":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError("expected a number")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer beyond float range
+            finite = False
+        if not finite:
+            raise ValueError("expected a finite number")
         if key == "minShare" and not 0 <= value <= 1:
             raise ValueError("expected a share between 0 and 1")
         if value < 0:
@@ -181,8 +206,14 @@ def _convert(key: str, value: Any) -> Any:
     return value  # pragma: no cover - every spec type is handled above
 
 
-def apply(settings: Settings, values: dict[str, Any] | None, origin: str) -> tuple[Settings, list[str]]:
-    """Overlay camelCase (or kebab-case) ``values`` on ``settings``; return warnings for bad keys."""
+def apply(
+    settings: Settings, values: dict[str, Any] | None, origin: str, *, workspace: bool = False
+) -> tuple[Settings, list[str]]:
+    """Overlay camelCase (or kebab-case) ``values`` on ``settings``; return warnings for bad keys.
+
+    ``workspace``: the values come from the workspace (a repository's pyproject.toml), which may be
+    hostile, so user-only settings (write locations) are ignored with a warning.
+    """
     warnings: list[str] = []
     if not values:
         return settings, warnings
@@ -194,6 +225,12 @@ def apply(settings: Settings, values: dict[str, Any] | None, origin: str) -> tup
         key = _BY_KEBAB.get(raw_key, raw_key)
         if key not in _BY_KEY:
             warnings.append(f"{origin}: unknown setting {raw_key!r} (ignored)")
+            continue
+        if workspace and _BY_KEY[key].user_only:
+            warnings.append(
+                f"{origin}: {raw_key!r} is a user setting (editor user settings or --{kebab(key)}); "
+                "a workspace cannot set it (ignored)"
+            )
             continue
         try:
             converted = _convert(key, value)
@@ -230,8 +267,13 @@ def from_pyproject(settings: Settings, pyproject: Path) -> tuple[Settings, list[
         data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         return settings, [f"{pyproject}: cannot read [tool.msprof-lsp]: {exc}"]
-    table = data.get("tool", {}).get("msprof-lsp")
+    tool = data.get("tool")
+    if tool is None:
+        return settings, []
+    if not isinstance(tool, dict):
+        return settings, [f"{pyproject}: [tool] is not a table (got {type(tool).__name__}); using the defaults"]
+    table = tool.get("msprof-lsp")
     if table is None:
         return settings, []
     settings = replace(settings, base_dir=str(pyproject.parent))
-    return apply(settings, table, f"{pyproject} [tool.msprof-lsp]")
+    return apply(settings, table, f"{pyproject} [tool.msprof-lsp]", workspace=True)

@@ -1,0 +1,104 @@
+"""server.settings robustness: a repository's pyproject.toml may be broken or hostile. Every bad
+value is one warning naming the file and the key, and the default stays; write locations are never
+taken from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from msprof_lsp.hints.config import THRESHOLD_DEFAULTS
+from msprof_lsp.server.lsp.configuration import base_settings
+from msprof_lsp.server.settings import Settings, apply, from_pyproject
+
+
+def _pyproject(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "pyproject.toml"
+    p.write_text(body, encoding="utf-8")
+    return p
+
+
+@pytest.mark.parametrize(
+    ("key", "setting", "text"),
+    [
+        ("small-kernel-us", "smallKernelUs", "nan"),
+        ("free-max-percent", "freeMaxPercent", "inf"),
+        ("gc-min-us", "gcMinUs", "-inf"),
+        ("cube-min-bytes", "cubeMinBytes", "1" + "0" * 400),
+    ],
+)
+def test_non_finite_thresholds_are_rejected(tmp_path: Path, key: str, setting: str, text: str) -> None:
+    p = _pyproject(tmp_path, f"[tool.msprof-lsp]\n{key} = {text}\n")
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings.thresholds[setting] == THRESHOLD_DEFAULTS[setting]
+    assert len(warnings) == 1 and str(p) in warnings[0] and repr(key) in warnings[0]
+    assert "finite" in warnings[0]
+
+
+def test_non_finite_min_share_is_rejected(tmp_path: Path) -> None:
+    p = _pyproject(tmp_path, "[tool.msprof-lsp]\nmin-share = nan\n")
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings.min_share == Settings().min_share
+    assert len(warnings) == 1 and str(p) in warnings[0] and "'min-share'" in warnings[0]
+
+
+def test_finite_thresholds_still_apply(tmp_path: Path) -> None:
+    p = _pyproject(tmp_path, "[tool.msprof-lsp]\nsmall-kernel-us = 80.5\ngc-min-us = 0\n")
+    settings, warnings = from_pyproject(Settings(), p)
+    assert warnings == [] and settings.thresholds["smallKernelUs"] == 80.5 and settings.thresholds["gcMinUs"] == 0
+
+
+@pytest.mark.parametrize("body", ["tool = 5\n", "tool = [1, 2]\n", 'tool = "x"\n'])
+def test_tool_that_is_not_a_table(tmp_path: Path, body: str) -> None:
+    p = _pyproject(tmp_path, body)
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings == Settings()
+    assert len(warnings) == 1 and str(p) in warnings[0] and "[tool] is not a table" in warnings[0]
+
+
+def test_msprof_table_that_is_not_a_table(tmp_path: Path) -> None:
+    p = _pyproject(tmp_path, '[tool]\n"msprof-lsp" = 5\n')
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings.thresholds == Settings().thresholds and settings.select == ()
+    assert len(warnings) == 1 and str(p) in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['["/remote\\u0000x=/local"]', '["/remote=/lo\\u0000cal"]', '[{remote = "/r\\u0000", local = "/l"}]',
+     '{"/r\\u0000" = "/l"}'],
+)
+def test_nul_in_a_path_mapping(tmp_path: Path, value: str) -> None:
+    p = _pyproject(tmp_path, f"[tool.msprof-lsp]\npath-mappings = {value}\n")
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings.path_mappings == ()
+    assert len(warnings) == 1 and str(p) in warnings[0] and "'path-mappings'" in warnings[0]
+    assert "NUL" in warnings[0]
+
+
+@pytest.mark.parametrize("key", ["profile", "baseline"])
+def test_nul_in_a_path_setting(tmp_path: Path, key: str) -> None:
+    p = _pyproject(tmp_path, f'[tool.msprof-lsp]\n{key} = "runs/\\u0000x"\n')
+    settings, warnings = from_pyproject(Settings(), p)
+    assert getattr(settings, key) == ""
+    assert len(warnings) == 1 and str(p) in warnings[0] and "NUL" in warnings[0]
+
+
+@pytest.mark.parametrize("value", ['".msprof-cache"', '"../elsewhere"', '"/tmp/anywhere"'])
+def test_cache_dir_is_never_taken_from_a_workspace(tmp_path: Path, value: str) -> None:
+    p = _pyproject(tmp_path, f"[tool.msprof-lsp]\ncache-dir = {value}\nselect = [\"NPU1\"]\n")
+    for settings, warnings in (from_pyproject(Settings(), p), base_settings(tmp_path)):
+        assert settings.cache_dir == ""
+        assert settings.select == ("NPU1",)  # the rest of the table still applies
+        assert len(warnings) == 1 and str(p) in warnings[0] and "'cache-dir'" in warnings[0]
+        assert "user setting" in warnings[0]
+
+
+def test_cache_dir_from_the_user_must_be_absolute(tmp_path: Path) -> None:
+    settings, warnings = apply(Settings(), {"cacheDir": "rel/cache"}, "initializationOptions")
+    assert settings.cache_dir == "" and len(warnings) == 1 and "absolute" in warnings[0]
+    settings, warnings = apply(Settings(), {"cacheDir": str(tmp_path / "c")}, "initializationOptions")
+    assert warnings == [] and settings.cache_dir == str(tmp_path / "c")
+    settings, warnings = apply(Settings(), {"cacheDir": "~/c"}, "workspace/configuration")
+    assert warnings == [] and settings.cache_dir == "~/c"
