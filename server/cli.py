@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("--check", action="store_true", help="analyse headless, print findings, exit with a status")
+    # vscode-languageclient (and other editors' client libraries) append --stdio for a stdio server.
+    p.add_argument("--stdio", action="store_true", help="serve LSP on stdio (the default without --check)")
     p.add_argument("paths", nargs="*", metavar="PATH", help="source folders/files to check; profiles are discovered under them (default: the current directory)")
     p.add_argument("--profile", metavar="DIR_OR_FILE", help="profile to load (default: discover under PATH)")
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import server_command
 from tests.synth import truth
 from tests.synth.sample_runs import cnn_runs
 
@@ -167,7 +167,7 @@ def test_path_map_points_frames_at_another_tree(tmp_path, monkeypatch, capsys):
 
 def test_console_script_runs_as_a_subprocess(project):
     proc = subprocess.run(
-        [sys.executable, "-m", "msprof_lsp.server", "--check", ".", "--format", "json", "--fail-on", "never"],
+        server_command("--check", ".", "--format", "json", "--fail-on", "never"),
         capture_output=True, text=True, cwd=project, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

@@ -5,8 +5,11 @@ profiles, sample workspaces, and small client-side helpers (apply edits, wait fo
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +19,8 @@ import attrs
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 
+from tests.conftest import client_python_flags
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SAMPLES = REPO / "samples"
@@ -24,7 +29,7 @@ SAMPLES = REPO / "samples"
 # (serve_with_test_rules.py) and select only them: their findings are fixed by the tests' own
 # description, while the catalog's rules are tuned on their own branches. test_lsp_catalog.py runs
 # the plain `python -m msprof_lsp.server` with the catalog (NPU101 on the sample's pairs).
-SERVER_COMMAND = [sys.executable, str(HERE / "serve_with_test_rules.py")]
+SERVER_COMMAND = [sys.executable, *client_python_flags(), str(HERE / "serve_with_test_rules.py")]
 PAIR = "TST101"  # ReLU -> Dropout on one line (NPU101's trigger)
 HOT = "TST102"  # a line with >= 5 % of the step, with a safe fix
 PROFILE_NOTE = "TST900"  # a profile-level finding
@@ -378,3 +383,40 @@ def parse_frames(data: bytes) -> list[dict[str, Any]]:
         out.append(json.loads(body.decode("utf-8")))
         i = end + 4 + length
     return out
+
+
+def raw_session(
+    command: list[str], root: Path, tmp: Path, then, *, cwd: Path | None = None, init: dict[str, Any] | None = None  # noqa: ANN001
+) -> tuple[list[dict], bytes]:
+    """Run one stdio session: initialize, initialized, ``then(send, received)``, shutdown, exit."""
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    chunks: list[bytes] = []
+    errs: list[bytes] = []
+    readers = [threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read1(65536), b""))),
+               threading.Thread(target=lambda: errs.extend(iter(lambda: proc.stderr.read1(65536), b"")))]
+    for t in readers:
+        t.start()
+
+    def send(message: dict) -> None:
+        proc.stdin.write(frame(message))
+        proc.stdin.flush()
+
+    send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {},
+        "initializationOptions": init_options(tmp) if init is None else init}})
+    send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    then(send, lambda: b"".join(chunks))
+    send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
+    send({"jsonrpc": "2.0", "method": "exit"})
+    proc.wait(30)
+    for t in readers:
+        t.join(10)
+    assert proc.returncode == 0
+    return parse_frames(b"".join(chunks)), b"".join(errs)
+
+
+def wait_bytes(received, needle: bytes, timeout: float = 60) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while needle not in received():
+        assert time.monotonic() < deadline, f"no {needle!r} from the server"
+        time.sleep(0.05)

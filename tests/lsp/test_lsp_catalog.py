@@ -6,7 +6,6 @@ applies and compiles.
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 import lsp_support as S
+from tests.conftest import server_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -24,7 +24,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return S.cnn_workspace(tmp_path_factory.mktemp("catalog") / "ws")
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=[sys.executable, "-m", "msprof_lsp.server"]),
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=server_command()),
                     params=S.PROFILES)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")

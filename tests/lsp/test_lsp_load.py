@@ -7,10 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import attrs
@@ -20,6 +16,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 import lsp_support as S
+from tests.conftest import server_command
 
 
 def _truncated_npu(root: Path) -> Path:
@@ -173,41 +170,6 @@ async def test_a_failing_handler_is_logged_and_answered_empty(client: LanguageCl
     assert lens  # the server is alive and serving
 
 
-def _raw_session(command: list[str], root: Path, tmp: Path, then) -> tuple[list[dict], bytes]:  # noqa: ANN001
-    """Run one stdio session: initialize, initialized, ``then(send, received)``, shutdown, exit."""
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    chunks: list[bytes] = []
-    errs: list[bytes] = []
-    readers = [threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read1(65536), b""))),
-               threading.Thread(target=lambda: errs.extend(iter(lambda: proc.stderr.read1(65536), b"")))]
-    for t in readers:
-        t.start()
-
-    def send(message: dict) -> None:
-        proc.stdin.write(S.frame(message))
-        proc.stdin.flush()
-
-    send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {},
-        "initializationOptions": S.init_options(tmp)}})
-    send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    then(send, lambda: b"".join(chunks))
-    send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
-    send({"jsonrpc": "2.0", "method": "exit"})
-    proc.wait(30)
-    for t in readers:
-        t.join(10)
-    assert proc.returncode == 0
-    return S.parse_frames(b"".join(chunks)), b"".join(errs)
-
-
-def _wait_bytes(received, needle: bytes, timeout: float = 60) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while needle not in received():
-        assert time.monotonic() < deadline, f"no {needle!r} from the server"
-        time.sleep(0.05)
-
-
 def test_the_plain_entry_point_serves(tmp_path: Path) -> None:
     """``python -m msprof_lsp.server`` (no test rules): loads the sample and answers a hover."""
     root = S.cnn_workspace(tmp_path / "ws")
@@ -215,14 +177,14 @@ def test_the_plain_entry_point_serves(tmp_path: Path) -> None:
     line0 = S.line_of(model.read_text(), "return self.pool(F.relu(self.bn(self.conv(x))))") - 1
 
     def then(send, received):  # noqa: ANN001, ANN202
-        _wait_bytes(received, b'"state": "loaded"')
+        S.wait_bytes(received, b'"state": "loaded"')
         send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": model.as_uri(), "languageId": "python", "version": 1, "text": model.read_text()}}})
         send({"jsonrpc": "2.0", "id": 2, "method": "textDocument/hover", "params": {
             "textDocument": {"uri": model.as_uri()}, "position": {"line": line0, "character": 20}}})
-        _wait_bytes(received, b'"id": 2')
+        S.wait_bytes(received, b'"id": 2')
 
-    frames, _ = _raw_session([sys.executable, "-m", "msprof_lsp.server"], root, tmp_path, then)
+    frames, _ = S.raw_session(server_command(), root, tmp_path, then)
     init = next(f for f in frames if f.get("id") == 1)["result"]
     assert init["serverInfo"]["name"] == "msprof-lsp"
     assert set(init["capabilities"]["executeCommandProvider"]["commands"]) == {
@@ -241,9 +203,9 @@ def test_stdout_carries_only_jsonrpc(tmp_path: Path) -> None:
     def then(send, received):  # noqa: ANN001, ANN202
         send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": uri, "languageId": "python", "version": 1, "text": (root / "model.py").read_text()}}})
-        _wait_bytes(received, b"TST101")
+        S.wait_bytes(received, b"TST101")
 
-    frames, errs = _raw_session(S.SERVER_COMMAND, root, tmp_path, then)
+    frames, errs = S.raw_session(S.SERVER_COMMAND, root, tmp_path, then)
     published = [f for f in frames if f.get("method") == "textDocument/publishDiagnostics" and f["params"]["uri"] == uri]
     assert published and any(d["code"] == "TST101" for d in published[-1]["params"]["diagnostics"])
     assert any(f.get("id") == 99 and "result" in f for f in frames)  # shutdown answered

@@ -3,7 +3,7 @@
 
 import { execFile } from "node:child_process";
 
-import { PIP_DISTRIBUTION, SERVER_MODULE } from "./constants";
+import { PIP_DISTRIBUTION, PYTHON_FLAGS, SERVER_MODULE } from "./constants";
 
 export type InterpreterSource = "setting" | "python-extension" | "default";
 
@@ -85,13 +85,15 @@ export interface Launch {
   args: string[];
 }
 
-/** How the server is started: `<python> -m msprof_lsp.server` over stdio. */
+/** How the server is started: `<python> -I -m msprof_lsp.server` over stdio (cwd never on sys.path). */
 export function serverLaunch(interp: Interpreter): Launch {
-  return { command: interp.command, args: [...interp.args, "-m", SERVER_MODULE] };
+  return { command: interp.command, args: [...interp.args, ...PYTHON_FLAGS, "-m", SERVER_MODULE] };
 }
 
+/** The import check runs with the server's flags: it must find what the server will find, and
+ * nothing from the workspace. */
 export function importCheckLaunch(interp: Interpreter): Launch {
-  return { command: interp.command, args: [...interp.args, "-c", `import ${SERVER_MODULE}`] };
+  return { command: interp.command, args: [...interp.args, ...PYTHON_FLAGS, "-c", `import ${SERVER_MODULE}`] };
 }
 
 export interface CheckOutcome {
@@ -150,7 +152,7 @@ export function classifyImportCheck(interp: Interpreter, outcome: CheckOutcome, 
     return {
       ok: false,
       reason: "missing-package",
-      message: `msprof-lsp is not installed for ${shown}. Install it with: ${install}`,
+      message: `msprof-lsp is not installed for ${shown}. Install it with: ${install} (into that environment itself: the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)`,
       installCommand: install,
       detail,
     };

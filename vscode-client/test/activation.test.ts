@@ -60,7 +60,11 @@ describe("activation with a Python that lacks msprof-lsp", { skip: POSIX ? false
     const expected = `${python} -m pip install msprof-lsp`;
     const errors = fake.messages.filter((m) => m.kind === "error");
     assert.equal(errors.length, 1);
-    assert.equal(errors[0].text, `msprof-lsp is not installed for ${python}. Install it with: ${expected}`);
+    assert.equal(
+      errors[0].text,
+      `msprof-lsp is not installed for ${python}. Install it with: ${expected} (into that environment itself: ` +
+        "the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)",
+    );
     assert.deepEqual(errors[0].actions, ["Copy command", "Choose interpreter", "Show logs"]);
     assert.deepEqual(fake.clipboard, [expected]);
 

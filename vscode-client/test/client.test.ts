@@ -1,5 +1,5 @@
 // End to end through the real bundle and vscode-languageclient: a stand-in pygls server
-// (lsp_test_server.py) is started the way the product is (`<python> -m msprof_lsp.server` over
+// (lsp_test_server.py) is started the way the product is (`<python> -I -m msprof_lsp.server` over
 // stdio) and the test checks what crosses the wire and what the user sees.
 
 import assert from "node:assert/strict";
@@ -45,18 +45,26 @@ describe("client <-> server over stdio", { skip: PYTHON ? false : "needs a POSIX
   let bundle: { activate(context: unknown): void; deactivate(): Promise<void> };
   let record: string;
   let model: string;
+  let launches: string;
   const readRecord = () => (existsSync(record) ? JSON.parse(readFileSync(record, "utf8")) : undefined);
 
   before(() => {
     const dir = mkdtempSync(join(tmpdir(), "msprof-e2e-"));
-    // `-m msprof_lsp.server` resolves to the stand-in through PYTHONPATH.
+    // `-m msprof_lsp.server` resolves to the stand-in through PYTHONPATH (see the wrapper below).
     const pkg = join(dir, "pkgs", "msprof_lsp", "server");
     mkdirSync(pkg, { recursive: true });
     writeFileSync(join(dir, "pkgs", "msprof_lsp", "__init__.py"), "");
     writeFileSync(join(pkg, "__init__.py"), "");
     writeFileSync(join(pkg, "__main__.py"), `import runpy\nrunpy.run_path(${JSON.stringify(join(__dirname, "..", "..", "test", "lsp_test_server.py"))}, run_name="__main__")\n`);
+    // The wrapper records each command line it gets, checks the client asked for an isolated
+    // interpreter (-I first), and drops -I only so that PYTHONPATH can reach the stand-in.
+    launches = join(dir, "launches.txt");
     const python = join(dir, "python");
-    writeFileSync(python, `#!/bin/sh\nPYTHONPATH=${JSON.stringify(join(dir, "pkgs"))} exec ${JSON.stringify(PYTHON)} "$@"\n`);
+    writeFileSync(
+      python,
+      `#!/bin/sh\nprintf '%s\\n' "$*" >> ${JSON.stringify(launches)}\n[ "$1" = "-I" ] || exit 3\nshift\n` +
+        `PYTHONPATH=${JSON.stringify(join(dir, "pkgs"))} exec ${JSON.stringify(PYTHON)} "$@"\n`,
+    );
     chmodSync(python, 0o755);
     const ws = join(dir, "ws");
     mkdirSync(ws);
@@ -88,6 +96,13 @@ describe("client <-> server over stdio", { skip: PYTHON ? false : "needs a POSIX
     assert.deepEqual(seen.initializationOptions, { minShare: 0.05, select: ["NPU1"] });
     // section "msprof-lsp" -> the same object; a dotted key -> its value; unset -> null.
     assert.deepEqual(seen.configuration, [{ minShare: 0.05, select: ["NPU1"] }, 0.05, null]);
+  });
+
+  test("every Python the client starts is isolated: -I before -c / -m", async () => {
+    await until("the server's record", () => readRecord());
+    const lines = readFileSync(launches, "utf8").trim().split("\n");
+    // vscode-languageclient appends --stdio (the server accepts it).
+    assert.deepEqual(lines, ["-I -c import msprof_lsp.server", "-I -m msprof_lsp.server --stdio"]);
   });
 
   test("profileStatus reaches the status bar", async () => {

@@ -9,6 +9,7 @@ import {
   chooseInterpreter,
   classifyImportCheck,
   expandVariables,
+  importCheckLaunch,
   installCommand,
   type Interpreter,
   quoteArg,
@@ -49,10 +50,17 @@ describe("chooseInterpreter: setting > Python extension > python3", () => {
     assert.equal(expandVariables("${workspaceFolder}/py", {}), "${workspaceFolder}/py");
   });
 
-  test("the server is started as <python> -m msprof_lsp.server", () => {
+  test("the server is started as <python> -I -m msprof_lsp.server (cwd never on sys.path)", () => {
     assert.deepEqual(serverLaunch({ command: "conda", args: ["run", "-n", "x", "python"], source: "python-extension" }), {
       command: "conda",
-      args: ["run", "-n", "x", "python", "-m", "msprof_lsp.server"],
+      args: ["run", "-n", "x", "python", "-I", "-m", "msprof_lsp.server"],
+    });
+  });
+
+  test("the import check runs isolated too", () => {
+    assert.deepEqual(importCheckLaunch({ command: "/venv/bin/python", args: [], source: "setting" }), {
+      command: "/venv/bin/python",
+      args: ["-I", "-c", "import msprof_lsp.server"],
     });
   });
 });
@@ -91,7 +99,11 @@ describe("classifyImportCheck", () => {
     if (result.ok) return;
     assert.equal(result.reason, "missing-package");
     assert.equal(result.installCommand, "/venv/bin/python -m pip install msprof-lsp");
-    assert.equal(result.message, "msprof-lsp is not installed for /venv/bin/python. Install it with: /venv/bin/python -m pip install msprof-lsp");
+    assert.equal(
+      result.message,
+      "msprof-lsp is not installed for /venv/bin/python. Install it with: /venv/bin/python -m pip install msprof-lsp " +
+        "(into that environment itself: the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)",
+    );
   });
 
   test("a broken dependency is not reported as a missing package", () => {
@@ -125,10 +137,27 @@ describe("runImportCheck with real interpreters", { skip: POSIX ? false : "POSIX
     mkdirSync(join(root, "msprof_lsp", "server"), { recursive: true });
     writeFileSync(join(root, "msprof_lsp", "__init__.py"), "");
     writeFileSync(join(root, "msprof_lsp", "server", "__init__.py"), "import a_dependency_that_is_not_installed_xyz\n");
-    const interp: Interpreter = { command: "python3", args: ["-S"], source: "setting" };
-    const result = await runImportCheck(interp, { platform: process.platform, env: { ...process.env, PYTHONPATH: root } });
+    // -I ignores PYTHONPATH, so a wrapper plays the interpreter that has the broken package installed.
+    const wrapper = join(root, "python");
+    writeFileSync(wrapper, `#!/bin/sh\nexec python3 -I -S -c "import sys; sys.path.insert(0, '${root}'); import msprof_lsp.server"\n`);
+    chmodSync(wrapper, 0o755);
+    const interp: Interpreter = { command: wrapper, args: [], source: "setting" };
+    const result = await runImportCheck(interp, { platform: process.platform });
     assert.ok(!result.ok && result.reason === "broken", JSON.stringify(result));
     assert.ok(!result.ok && result.message.includes("a_dependency_that_is_not_installed_xyz"));
+  });
+
+  test("a workspace msprof_lsp/ folder in the cwd is never imported by the check", async () => {
+    const ws = mkdtempSync(join(tmpdir(), "msprof-ws-"));
+    const marker = join(ws, "MARKER");
+    mkdirSync(join(ws, "msprof_lsp", "server"), { recursive: true });
+    writeFileSync(join(ws, "msprof_lsp", "__init__.py"), `open(${JSON.stringify(marker)}, "w").close()\n`);
+    writeFileSync(join(ws, "msprof_lsp", "server", "__init__.py"), "");
+    // -S: no site-packages, so the only msprof_lsp the check could find is the workspace's.
+    const interp: Interpreter = { command: "python3", args: ["-S"], source: "setting" };
+    const result = await runImportCheck(interp, { platform: process.platform, cwd: ws });
+    assert.ok(!result.ok && result.reason === "missing-package", JSON.stringify(result));
+    assert.ok(!existsSync(marker), "the workspace's msprof_lsp ran");
   });
 
   test("a missing executable -> not-found", async () => {
@@ -152,5 +181,6 @@ describe("runImportCheck with real interpreters", { skip: POSIX ? false : "POSIX
     execFileSync(venvPython, ["-c", "import msprof_lsp.server"]);
     const result = await runImportCheck({ command: venvPython, args: [], source: "setting" }, { platform: process.platform });
     assert.deepEqual(result, { ok: true });
+    execFileSync(venvPython, ["-I", "-c", "import msprof_lsp.server"]); // and isolated, as the server starts
   });
 });

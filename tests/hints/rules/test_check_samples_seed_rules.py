@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, server_command
 
 SAMPLES = REPO / "samples"
 pytestmark = pytest.mark.skipif(not (SAMPLES / "cnn_classifier").is_dir(), reason="samples/ not in this checkout")
@@ -24,7 +23,7 @@ def _line(path, needle: str) -> int:
 @pytest.fixture(scope="module")
 def report():
     proc = subprocess.run(
-        [sys.executable, "-m", "msprof_lsp.server", "--check", "samples", "--format", "json", "--no-cache"],
+        server_command("--check", "samples", "--format", "json", "--no-cache"),
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     return proc.returncode, json.loads(proc.stdout), proc.stderr
