@@ -69,10 +69,7 @@ def test_lsp_session_opens_no_network_socket_and_writes_only_the_cache(tmp_path:
     model = ws / "model.py"
 
     def then(send, received):  # noqa: ANN001, ANN202
-        S.wait_bytes(received, b'"state": "loaded"', timeout=180)
-        send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-            "uri": model.as_uri(), "languageId": "python", "version": 1, "text": model.read_text()}}})
-        S.wait_bytes(received, b'"code": "NPU', timeout=120)
+        S.open_when_loaded(send, received, model)
         line = next(i for i, t in enumerate(model.read_text().splitlines()) if "self.conv(x)" in t)
         send({"jsonrpc": "2.0", "id": 2, "method": "textDocument/codeAction", "params": {
             "textDocument": {"uri": model.as_uri()},

@@ -420,3 +420,11 @@ def wait_bytes(received, needle: bytes, timeout: float = 60) -> None:  # noqa: A
     while needle not in received():
         assert time.monotonic() < deadline, f"no {needle!r} from the server"
         time.sleep(0.05)
+
+
+def open_when_loaded(send, received, path: Path, timeout: float = 180) -> None:  # noqa: ANN001
+    """In a raw session: wait for the profile, open ``path``, wait for a catalog (NPU) diagnostic."""
+    wait_bytes(received, b'"state": "loaded"', timeout=timeout)
+    send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": path.as_uri(), "languageId": "python", "version": 1, "text": path.read_text()}}})
+    wait_bytes(received, b'"code": "NPU', timeout=timeout)

@@ -58,10 +58,7 @@ def test_lsp_session_imports_nothing_from_the_workspace(tmp_path: Path) -> None:
     model = ws / "model.py"
 
     def then(send, received):  # noqa: ANN001, ANN202
-        S.wait_bytes(received, b'"state": "loaded"', timeout=120)
-        send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-            "uri": model.as_uri(), "languageId": "python", "version": 1, "text": model.read_text()}}})
-        S.wait_bytes(received, b'"code": "NPU', timeout=120)
+        S.open_when_loaded(send, received, model)
 
     # vscode-languageclient appends --stdio to the client's command (vscode-client/test/client.test.ts).
     frames, errs = S.raw_session(server_command("--stdio"), ws, tmp_path, then, cwd=ws,
