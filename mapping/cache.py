@@ -211,7 +211,7 @@ def _read(path: Path, location: ProfileLocation) -> Profile | None:
             raise BadEntry("header checksum mismatch")
         try:
             header = _HEADER_DECODER.decode(head)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             raise BadEntry(f"bad header ({exc})") from None
         if header.schema != schema():
             raise BadEntry("written for another profile schema")
@@ -242,6 +242,8 @@ def load(location: ProfileLocation, cache_dir: Path | None = None) -> Lookup:
         reason = str(exc)
     except (OSError, MemoryError) as exc:
         reason = f"cannot be read ({exc})"
+    except Exception as exc:  # noqa: BLE001 - whatever else a crafted entry provokes: still only a miss
+        reason = f"cannot be decoded ({type(exc).__name__}: {exc})"
     try:
         os.unlink(path)
     except OSError:
@@ -259,10 +261,17 @@ def store(
     """
     if fingerprint(location) != stamps:
         return False
-    path = entry_path(location, cache_dir)
-    tmp = None
     try:
         pieces = codec.encode(profile)
+    except Exception:  # noqa: BLE001 - a value the format does not hold: no cache
+        return False
+    return write_entry(entry_path(location, cache_dir), location, stamps, pieces)
+
+
+def write_entry(path: Path, location: ProfileLocation, stamps: tuple[FileStamp, ...], pieces: list[memoryview]) -> bool:
+    """Frame an encoded payload (header, digests) and put it at ``path`` atomically."""
+    tmp = None
+    try:
         digest = hashlib.new(DIGEST)
         for piece in pieces:
             digest.update(piece)
@@ -287,7 +296,7 @@ def store(
                 f.write(piece)
         os.replace(tmp, path)
         return True
-    except Exception:  # noqa: BLE001 - read-only or full disk, a value the format does not hold: no cache
+    except OSError:  # read-only or full disk: no cache
         if tmp is not None:
             try:
                 os.unlink(tmp)

@@ -273,7 +273,7 @@ def decode(payload: bytearray | memoryview | bytes) -> Profile:
     head_end = _LEN.size + head_len
     try:
         manifest = _DECODER.decode(view[_LEN.size:head_end])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:  # deep nesting: RecursionError
         raise CodecError(f"manifest: {exc}") from None
     blob = view[head_end + (-head_end % ALIGN):]
     if set(manifest.tables) != set(TABLE_FIELDS):

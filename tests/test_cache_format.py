@@ -230,6 +230,26 @@ def test_forged_checksum_cannot_smuggle_an_object_dtype(entry) -> None:
         codec.decode(payload)
 
 
+def test_forged_entry_with_valid_digests_and_deep_nesting(entry) -> None:
+    """A forger can compute the digests; a decoder limit (msgspec's RecursionError) is still only a
+    discarded entry."""
+    import msgspec
+
+    loc, cache_dir, path = entry
+    profile = load_location(loc, use_cache=False)
+    marker = "\x00deep-goes-here\x00"
+    profile.meta.extra["deep"] = marker
+    pieces = codec.encode(profile)
+    head = bytes(pieces[1]).replace(msgspec.msgpack.encode(marker), b"\x91" * 100_000 + b"\xc0")
+    forged = [memoryview(struct.pack("<Q", len(head))), memoryview(head),
+              memoryview(bytes(-(8 + len(head)) % codec.ALIGN)), *pieces[3:]]
+    assert cache.write_entry(path, loc, cache.fingerprint(loc), forged)
+    rebuilt = load_location(loc, cache_dir=cache_dir)
+    notices = [i for i in rebuilt.issues if "cache entry" in i.message]
+    assert len(notices) == 1 and "manifest" in notices[0].message
+    assert cache.load(loc, cache_dir).discarded is None
+
+
 def test_a_link_at_the_entry_name_is_not_followed(entry, tmp_path: Path) -> None:
     loc, cache_dir, path = entry
     target = tmp_path / "elsewhere.bin"
