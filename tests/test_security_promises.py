@@ -16,7 +16,7 @@ from tests.synth import write_torch_npu_text
 from tests.synth.sample_runs import cnn_runs
 
 AUDIT = REPO / "tests" / "audited_run.py"
-sys.path.insert(0, str(REPO / "tests" / "lsp"))
+sys.path.append(str(REPO / "tests" / "lsp"))  # lsp_support, as the tests there import it
 import lsp_support as S  # noqa: E402
 
 
