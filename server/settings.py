@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.config import DEFAULT_MIN_SHARE, THRESHOLD_DEFAULTS, THRESHOLDS, RuleConfig
+from msprof_lsp.hints.config import DEFAULT_MIN_SHARE, THRESHOLD_BY_KEY, THRESHOLD_DEFAULTS, THRESHOLDS, RuleConfig, Threshold
 from msprof_lsp.hints.finding import Severity
 
 try:  # Python 3.11+
@@ -34,6 +34,8 @@ class SettingSpec:
     description: str
     scope: str = "resource"  # VS Code configuration scope
     user_only: bool = False  # a write location: never taken from a workspace (pyproject.toml)
+    minimum: float | None = None  # numbers: the manifest's bounds (thresholds)
+    maximum: float | None = None
 
 
 SETTINGS: tuple[SettingSpec, ...] = (
@@ -51,7 +53,9 @@ SETTINGS: tuple[SettingSpec, ...] = (
     SettingSpec("thirdPartyRoots", "array", [], "Extra path fragments whose frames are skipped like site-packages."),
     SettingSpec("compileBackend", "string", "auto", "torch.compile backend the NPU101 fix writes: auto (npu for Ascend profiles, inductor otherwise), npu or inductor."),
 ) + tuple(
-    SettingSpec(t.key, "number", t.default, f"{t.description} (unit: {t.unit})") for t in THRESHOLDS
+    SettingSpec(t.key, "integer" if t.integer else "number", t.default, f"{t.description} (unit: {t.unit})",
+                minimum=t.minimum, maximum=t.maximum)
+    for t in THRESHOLDS
 )
 
 SETTING_KEYS = frozenset(s.key for s in SETTINGS)
@@ -150,6 +154,17 @@ def parse_path_mapping(value: Any) -> tuple[str, str]:
 _PATH_KEYS = frozenset({"profile", "baseline", "cacheDir"})
 
 
+def _threshold(t: Threshold, value: int | float) -> int | float:
+    if t.integer:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError("expected a whole number")
+        value = int(value)
+    if value < t.minimum or (t.maximum is not None and value > t.maximum):
+        upper = f" and {t.maximum:g}" if t.maximum is not None else ""
+        raise ValueError(f"expected a number {'from' if upper else 'of at least'} {t.minimum:g}{upper}")
+    return value
+
+
 def _convert(key: str, value: Any) -> Any:
     """Validate one camelCase setting; raise ValueError with a short reason."""
     spec = _BY_KEY[key]
@@ -189,7 +204,7 @@ def _convert(key: str, value: Any) -> Any:
         if key == "cacheDir" and value and not Path(value).expanduser().is_absolute():
             raise ValueError("expected an absolute path (or ~/...)")
         return value
-    if spec.type == "number":
+    if spec.type in ("number", "integer"):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError("expected a number")
         try:
@@ -198,6 +213,8 @@ def _convert(key: str, value: Any) -> Any:
             finite = False
         if not finite:
             raise ValueError("expected a finite number")
+        if key in THRESHOLD_BY_KEY:
+            return _threshold(THRESHOLD_BY_KEY[key], value)
         if key == "minShare" and not 0 <= value <= 1:
             raise ValueError("expected a share between 0 and 1")
         if value < 0:

@@ -102,3 +102,29 @@ def test_cache_dir_from_the_user_must_be_absolute(tmp_path: Path) -> None:
     assert warnings == [] and settings.cache_dir == str(tmp_path / "c")
     settings, warnings = apply(Settings(), {"cacheDir": "~/c"}, "workspace/configuration")
     assert warnings == [] and settings.cache_dir == "~/c"
+
+
+@pytest.mark.parametrize(
+    ("key", "setting", "text", "why"),
+    [
+        ("cube-align", "cubeAlign", "0", "at least 1"),  # NPU106 takes shapes modulo this
+        ("fa-align", "faAlign", "64.5", "whole number"),
+        ("accum-steps", "accumSteps", "2.5", "whole number"),  # the NPU102 fix writes it into code
+        ("dataloader-workers", "dataloaderWorkers", "0", "at least 1"),
+        ("free-max-percent", "freeMaxPercent", "150", "from 0 and 100"),
+        ("gc-min-us", "gcMinUs", "-1", "at least 0"),
+    ],
+)
+def test_thresholds_out_of_their_range(tmp_path: Path, key: str, setting: str, text: str, why: str) -> None:
+    p = _pyproject(tmp_path, f"[tool.msprof-lsp]\n{key} = {text}\n")
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings.thresholds[setting] == THRESHOLD_DEFAULTS[setting]
+    assert len(warnings) == 1 and str(p) in warnings[0] and repr(key) in warnings[0] and why in warnings[0]
+
+
+def test_whole_float_for_an_integer_threshold_becomes_an_int(tmp_path: Path) -> None:
+    p = _pyproject(tmp_path, "[tool.msprof-lsp]\naccum-steps = 8.0\ncube-align = 512\n")
+    settings, warnings = from_pyproject(Settings(), p)
+    assert warnings == []
+    assert settings.thresholds["accumSteps"] == 8 and type(settings.thresholds["accumSteps"]) is int
+    assert settings.thresholds["cubeAlign"] == 512

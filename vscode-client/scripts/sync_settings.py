@@ -62,8 +62,12 @@ def server_properties() -> dict[str, dict[str, Any]]:
             "description": spec.description,
             "scope": spec.scope,
         }
-        if spec.type == "number" and spec.key not in EXTRA:
+        if spec.minimum is not None:
+            entry["minimum"] = spec.minimum
+        elif spec.type == "number" and spec.key not in EXTRA:
             entry["minimum"] = 0
+        if spec.maximum is not None:
+            entry["maximum"] = spec.maximum
         entry.update(EXTRA.get(spec.key, {}))
         props[PREFIX + spec.key] = entry
     return props
