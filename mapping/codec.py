@@ -13,6 +13,7 @@ Used by the on-disk cache (mapping.cache) and to hand loaded ranks back from wor
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from typing import Any, Literal
 
@@ -68,7 +69,7 @@ class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 TABLE_FIELDS = ("kernels", "host_ops", "modules", "host_events", "overlap", "api_statistic", "op_memory", "memory_record")
 PLAIN_FIELDS = ("steps", "step_breakdown", "comm_ops", "comm_matrix", "op_statistic", "issues")
-# Every Profile field has one place above; a new field must be added here (tests/test_cache.py).
+# Every Profile field has one place above; a new field must be added here (tests/test_cache_format.py).
 COVERED_FIELDS = frozenset(("meta", "stacks", *TABLE_FIELDS, *PLAIN_FIELDS))
 
 
@@ -84,8 +85,6 @@ _DECODER = msgspec.msgpack.Decoder(_Manifest)
 
 def schema_id() -> str:
     """A digest of the manifest's JSON schema: any change of the model's records changes it."""
-    import hashlib
-
     text = msgspec.json.encode(msgspec.json.schema(_Manifest))
     return hashlib.blake2b(text, digest_size=12).hexdigest()
 
