@@ -1,5 +1,9 @@
-"""NPU250 dropout-in-inference: dropout still draws masks in a run without any backward pass or
-optimizer step -- the model was left in training mode (hint-rules §3).
+"""NPU250 dropout-in-inference: dropout still draws masks in a run without any backward pass,
+optimizer step or gradient communication -- the model was left in training mode (hint-rules §3).
+
+"Inference" is judged from the whole profile (``training_evidence``), never from the absence of
+one marker: a run is training when it holds any backward host op or kernel, any optimizer step or
+update kernel (ApplyAdamW), or any all-reduce / reduce-scatter collective.
 
 Dropout work: Ascend mask-generation / ``DropOutDoMask`` kernels (names or types containing
 dropout, genmask, genbitmask, domask); Kineto ``aten::dropout`` / ``aten::native_dropout`` /
@@ -43,13 +47,38 @@ def _train_flag(concrete: str) -> bool | None:
     return {"True": True, "False": False}.get(str(values[2]))
 
 
-GRAD_KERNEL = re.compile(r"Grad(V\d+)?$|Backward|^Apply[A-Z]")
+GRAD_KERNEL = re.compile(r"Grad(V\d+)?$|Backward")
+# optimizer updates: Ascend Apply* kernels (ApplyAdamW), fused/foreach optimizer kernels
+OPTIMIZER_KERNEL = re.compile(r"^Apply[A-Z]|multi_tensor_apply|fused_?adam|fused_?sgd|foreach_adam", re.IGNORECASE)
+# collectives that reduce gradients (allGather and broadcast also move parameters and outputs)
+GRADIENT_COLLECTIVE = re.compile(r"all_?reduce|reduce_?scatter", re.IGNORECASE)
+COLLECTIVE = re.compile(r"^hcom_|nccl|c10d::|^HcclAll|^HcclReduce", re.IGNORECASE)
 
 
-def _training_kernels(k) -> bool:  # noqa: ANN001
-    """Kernel-only profiles (no host ops): gradient or optimizer-update kernels mean training."""
-    return bool(_ops.cat_mask(k["type"], lambda t: bool(GRAD_KERNEL.search(t))).any()
-                or _ops.cat_mask(k["name"], lambda t: bool(GRAD_KERNEL.search(t))).any())
+def training_evidence(p) -> dict[str, int]:  # noqa: ANN001 - Profile
+    """Counts of what only training does, over the whole profile: backward host ops, backward or
+    gradient kernels, optimizer steps and update kernels, gradient collectives. All zero means an
+    inference run; any one of them is enough to call it training."""
+    h, k = p.host_ops, p.kernels
+    hname = h["name"] if len(h) else None
+    ev = {
+        "backward_ops": int(_ops.cat_mask(hname, _ops.is_backward_node).sum()) if hname is not None else 0,
+        "optimizer_steps": int(_ops.cat_mask(hname, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))).sum())
+        if hname is not None else 0,
+        "backward_kernels": 0,
+        "optimizer_kernels": 0,
+        "gradient_collectives": int(_ops.cat_mask(hname, lambda n: bool(COLLECTIVE.search(n) and GRADIENT_COLLECTIVE.search(n))).sum())
+        if hname is not None else 0,
+    }
+    if len(k):
+        def either(test) -> np.ndarray:  # noqa: ANN001
+            return _ops.cat_mask(k["type"], test) | _ops.cat_mask(k["name"], test)
+
+        ev["backward_kernels"] = int((k["backward"].to_numpy(dtype=bool) | either(lambda t: bool(GRAD_KERNEL.search(t)))).sum())
+        ev["optimizer_kernels"] = int(either(lambda t: bool(OPTIMIZER_KERNEL.search(t))).sum())
+        comm = _ops.cat_mask(k["core"], lambda c: c in ("HCCL", "COMMUNICATION")) | either(lambda t: bool(COLLECTIVE.search(t)))
+        ev["gradient_collectives"] += int((comm & either(lambda t: bool(GRADIENT_COLLECTIVE.search(t)))).sum())
+    return ev
 
 
 def _is_inference_loop(index, loop) -> bool:  # noqa: ANN001
@@ -70,12 +99,10 @@ class DropoutInInference(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         h = p.host_ops
-        if len(h):
-            if _ops.cat_mask(h["name"], lambda n: _ops.is_backward_node(n) or n.startswith("Optimizer.step#")).any():
-                return
-        k = p.kernels_in_steps()
-        if len(k) and (k["backward"].to_numpy(dtype=bool).any() or (not len(h) and _training_kernels(k))):
+        training = training_evidence(p)
+        if any(training.values()):
             return
+        k = p.kernels_in_steps()
         ops = np.zeros(0, dtype=np.int64)
         if ctx.backend == "ascend":
             sel = _ops.cat_mask(k["name"], lambda n: bool(DROPOUT_KERNEL.search(n))) | _ops.cat_mask(k["type"], lambda n: bool(DROPOUT_KERNEL.search(n))) if len(k) else np.zeros(0, dtype=bool)
@@ -108,8 +135,7 @@ class DropoutInInference(Rule):
             "backend": ctx.backend,
             "dropout": dict(names.most_common(6)),
             "count": count,
-            "backward_ops": 0,
-            "optimizer_steps": 0,
+            **training,
             "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = self._fixes(ctx, span, evidence)

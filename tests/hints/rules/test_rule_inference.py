@@ -4,12 +4,17 @@ training runs (built, and the recorded sample trace) stay quiet."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from conftest import shared_fixture
 from rulekit import ProfileBuilder, applied, findings, frame, line_of, only
 
+from msprof_lsp.hints.rules.inference import training_evidence
 from msprof_lsp.mapping.load import load_location, locate
+from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
 from msprof_lsp.mapping.model import Backend, ProfileKind
 
 REPO = Path(__file__).resolve().parents[3]
@@ -113,3 +118,64 @@ def test_recorded_training_trace_is_quiet():
     profile = load_location(locate(trace), use_cache=False)
     assert (profile.host_ops["concrete_inputs"].astype(str).str.contains('"True"')).any()  # train-mode dropout is there
     assert not only(findings(profile, ["NPU250"], [sample]), "NPU250")
+
+
+# -- inference is judged from the whole profile ---------------------------------------------------
+
+KD_2023 = "Ascend-msprof-analyze/test/ut/advisor/advisor_backend/compute_advice/kernel_details.csv"
+
+
+def test_real_megatron_training_kernels_with_host_ops_are_quiet():
+    """The 2023 Megatron export's kernels (dropout, ApplyAdamW, hcom_allReduce_, no *Grad types)
+    with a forward-only host op table: no autograd node or Optimizer.step# on the host side, yet
+    the kernels say training, so NPU250 is silent."""
+    path = shared_fixture(KD_2023)
+    kernels = read_kernel_table(path).to_frame()
+    types = kernels["type"].astype(str)
+    assert (types == "DropOutDoMask").sum() == 7 and (types == "ApplyAdamW").sum() == 28
+    assert (types == "hcom_allReduce_").sum() == 14 and not types.str.contains("Grad").any()
+    b = ProfileBuilder()
+    b.op("aten::dropout", 100, 60)
+    profile = replace(b.build(), kernels=kernels, steps=[])
+    assert not only(findings(profile, ["NPU250"]), "NPU250")
+    ev = training_evidence(profile)
+    assert ev["optimizer_kernels"] == 28 and ev["gradient_collectives"] == 14 + 1  # allReduce + reduceScatter
+    assert ev["backward_ops"] == ev["optimizer_steps"] == 0
+    # the same export without its training kernels is an inference run: the rule fires
+    keep = ~types.str.match(r"ApplyAdamW|hcom_").to_numpy()
+    inference = replace(profile, kernels=kernels[keep].reset_index(drop=True))
+    (f,) = only(findings(inference, ["NPU250"]), "NPU250")
+    assert f.evidence["count"] == 14 and not any(training_evidence(inference).values())  # 7 masks, 7 DoMask
+
+
+@pytest.mark.parametrize(("name", "type_", "core"), [
+    ("aclnnLayerNormBackward_LayerNormGrad_LayerNormGrad", "LayerNormGrad", "AI_VECTOR_CORE"),
+    ("aclnnApplyAdamW_ApplyAdamW_ApplyAdamW", "ApplyAdamW", "AI_VECTOR_CORE"),
+    ("hcom_allReduce__428_0_1", "hcom_allReduce_", "HCCL"),
+    ("hcom_reduceScatter__12_0_1", "hcom_reduceScatter_", "HCCL"),
+])
+def test_any_training_kernel_silences_it_even_with_host_ops(tmp_path, name, type_, core):
+    """Host ops without autograd nodes or an optimizer scope (the one marker the rule used to look
+    for) but one kernel of the backward pass, an optimizer update or a gradient collective."""
+    profile = _ascend(tmp_path)
+    b = _builder_with_kernel(tmp_path, name, type_, core)
+    assert only(findings(profile, ["NPU250"], [tmp_path]), "NPU250")  # the inference run fires
+    assert not only(findings(b, ["NPU250"], [tmp_path]), "NPU250")
+
+
+def test_parameter_gathers_are_not_gradient_communication(tmp_path):
+    (f,) = only(findings(_builder_with_kernel(tmp_path, "hcom_allGather__3_0_1", "hcom_allGather_", "HCCL"),
+                         ["NPU250"], [tmp_path]), "NPU250")
+    assert f.evidence["gradient_collectives"] == 0 and f.evidence["count"] == 2
+
+
+def _builder_with_kernel(tmp_path: Path, name: str, type_: str, core: str):
+    base = _ascend(tmp_path)
+    b = ProfileBuilder()
+    b.kernel(name, 500, 3.0, type=type_, core=core)
+    extra = b.build().kernels
+    kernels = pd.concat([base.kernels, extra], ignore_index=True)
+    for col in base.kernels.columns:
+        if isinstance(base.kernels[col].dtype, pd.CategoricalDtype):
+            kernels[col] = kernels[col].astype(str).astype("category")
+    return replace(base, kernels=kernels)
