@@ -8,13 +8,14 @@ here keeps the numbers and wording consistent across the catalog.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msprof_lsp.mapping.frames import Frame
 from msprof_lsp.mapping.heat import Attribution
 from msprof_lsp.mapping.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US, format_share, format_us
+from msprof_lsp.mapping.workspace import library_label
 
 from . import gating, suppress
 from .config import RuleConfig
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access i
     from .registry import Rule
 
 MAX_FIX_WORDS = 12
+MAX_LIBRARY_LINES = 3  # library lines named in relatedInformation and evidence
 
 
 def format_message(
@@ -73,6 +75,7 @@ class RuleContext:
         self._step_time_ns: float | None = None
         self._texts: dict[str, str | None] = {}
         self._suppressions: dict[str, dict[int, frozenset[str]]] = {}
+        self._libraries: dict[str, list[tuple[int, list[tuple[Frame, int]]]]] | None = None
         self._level1_gap: str | None | bool = False  # False: not computed yet
         self.level1_skips: dict[str, str] = {}  # rule code -> the Level1 data it went without (NPU901)
 
@@ -195,6 +198,20 @@ class RuleContext:
             sev = self.severity(rule.code, share, confidence)
             if severity is not None and severity.rank < sev.rank:
                 sev = severity
+        evidence = dict(evidence or {})
+        related = list(related)
+        libs = self.library_lines(span)
+        if libs:
+            # the call site is the user's; the time is spent in a library the workspace lacks
+            more = f" and {len(libs) - 1} more" if len(libs) > 1 else ""
+            message = f"{message} Hot code in an installed library: {library_label(libs[0][0])}{more}."
+            related += [Related(span, f"calls into {library_label(f)} ({format_us(self.per_step_us(ns))}/step), "
+                                      "an installed library outside the workspace")
+                        for f, ns in libs[:MAX_LIBRARY_LINES]]
+            evidence["library_lines"] = [
+                {"path": f.file, "line": f.line, "function": f.func, "time_per_step_us": self.per_step_us(ns)}
+                for f, ns in libs[:MAX_LIBRARY_LINES]
+            ]
         return Finding(
             code=rule.code,
             name=rule.name,
@@ -204,10 +221,27 @@ class RuleContext:
             share=share,
             time_per_step_us=per / NS_PER_US,
             confidence=confidence,
-            evidence=dict(evidence or {}),
+            evidence=evidence,
             fixes=list(fixes),
-            related=list(related),
+            related=related,
         )
+
+    def library_lines(self, span: Span | None) -> list[tuple[Frame, int]]:
+        """Library lines (outside the workspace) behind the mapped spans on ``span``'s lines, with
+        their device time over the capture, most time first."""
+        if span is None or self.attribution is None:
+            return []
+        if self._libraries is None:
+            self._libraries = {}
+            for sh in self.attribution.heat.spans:
+                if sh.libraries:
+                    self._libraries.setdefault(sh.site.span.path, []).append((sh.site.span.line, sh.libraries))
+        found: dict[Frame, int] = {}
+        for line, libs in self._libraries.get(span.path, ()):
+            if span.line <= line <= span.end_line:
+                for f, ns in libs:
+                    found[f] = found.get(f, 0) + ns
+        return sorted(found.items(), key=lambda kv: (-kv[1], kv[0].raw))
 
     # -- source ------------------------------------------------------------------------------------
 
@@ -216,16 +250,11 @@ class RuleContext:
         if path in self._texts:
             return self._texts[path]
         text: str | None = None
-        getter = getattr(self.workspace, "text", None) if self.workspace is not None else None
-        if callable(getter):
+        # only the workspace reads source files: it refuses files outside its roots
+        if self.workspace is not None:
             try:
-                text = getter(path)
+                text = self.workspace.text(path)
             except (OSError, KeyError, ValueError):
-                text = None
-        if text is None:
-            try:
-                text = Path(path).read_text(encoding="utf-8", errors="replace")
-            except OSError:
                 text = None
         self._texts[path] = text
         return text

@@ -55,7 +55,7 @@ from .source_index import (
     Statement,
 )
 from .spans import Confidence, Span
-from .workspace import SourceWorkspace
+from .workspace import FrameKind, SourceWorkspace
 
 ModuleInstance = tuple[str, int]  # ("Linear", 0) from "nn.Module: Linear_0"
 
@@ -112,6 +112,7 @@ class FrameChoice:
     modules: tuple[ModuleInstance, ...]  # nn.Module frames inside it (outermost first)
     has_module_frames: bool  # the stack carries nn.Module entries at all (Kineto)
     callee: str = ""  # function of the library frame just inside it ("backward" of torch/_tensor.py)
+    library: Frame | None = None  # innermost frame of an installed library outside the workspace
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,28 +166,37 @@ class Anchorer:
     # -- frames --------------------------------------------------------------------------------
 
     def choose_frame(self, stack: Stack, key: int | None = None) -> FrameChoice | None:
-        """Innermost user frame that resolves to a local file (unresolved ones are noted once)."""
+        """Innermost frame that runs in a workspace file (unresolved user frames are noted once).
+
+        ``library`` of the choice: the innermost frame of an installed library outside the
+        workspace between it and the op, the hot code the user's call went into.
+        """
         if key is not None and key in self._frame_cache:
             return self._frame_cache[key]
         modules: list[ModuleInstance] = []
         has_modules = False
         choice = None
         inner = ""  # the last library frame seen: the function the user frame called into
+        library: Frame | None = None
+        ws = self.workspace
         for frame in stack:
             mod = frame.module if frame.opaque else None
             if mod is not None:
                 modules.append(mod)
                 has_modules = True
                 continue
-            if not self.workspace.is_user_frame(frame):
+            local = ws.frame_file(frame)
+            if local is None:
+                kind = ws.frame_kind(frame)
+                if kind is FrameKind.USER:
+                    ws.note_unmapped(frame.file)
+                    continue
+                if kind is FrameKind.LIBRARY and library is None:
+                    library = frame
                 if not frame.opaque:
                     inner = frame.func
                 continue
-            local = self.workspace.resolve(frame.file)
-            if local is None:
-                self.workspace.note_unmapped(frame.file)
-                continue
-            choice = FrameChoice(frame, str(local), tuple(reversed(modules)), has_modules, inner)
+            choice = FrameChoice(frame, local, tuple(reversed(modules)), has_modules, inner, library)
             break
         if choice is not None and not has_modules:
             has_modules = any(f.module is not None for f in stack)

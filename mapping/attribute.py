@@ -27,6 +27,7 @@ import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat, merge_ops
+from .frames import Frame
 from .model import Profile, ProfileKind
 from .source_index import SourceIndex
 from .spans import Span
@@ -85,6 +86,7 @@ class _Group:
     fwd_sites: tuple[int, ...] = ()
     bwd_sites: tuple[int, ...] = ()
     fallback: tuple[int, int] = (-1, -1)  # (forward, backward) site of the fallback statement
+    library: Frame | None = None  # the chosen frame's library line (FrameChoice.library)
 
 
 @dataclass(slots=True)
@@ -118,7 +120,7 @@ class Attributor:
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}
         for g in self.groups:
-            g.anchor, g.path = None, ""
+            g.anchor, g.path, g.library = None, "", None
         self._decide()
         self._assign()
         self._aggregate()
@@ -403,6 +405,7 @@ class Attributor:
             if kind != "stack" or obj is None:
                 continue
             g.path = obj.path
+            g.library = obj.library
             key = ("s", g.sid, ctx)
             if key not in cache:
                 cache[key] = a.anchor_frame(obj, ctx, final=False)
@@ -488,10 +491,11 @@ class Attributor:
                 continue
             fwd_name = self.h_names[self.h_name[g.top]] if g.top >= 0 else (g.ktype or "op")
             bnote = f"backward of {fwd_name}"
-            g.fwd_sites = tuple(self._register(s) for s in anchor.sites)
-            g.bwd_sites = tuple(self._register(replace(s, note=_join(s.note, bnote))) for s in anchor.sites)
+            sites = anchor.sites if g.library is None else tuple(replace(s, library=g.library) for s in anchor.sites)
+            g.fwd_sites = tuple(self._register(s) for s in sites)
+            g.bwd_sites = tuple(self._register(replace(s, note=_join(s.note, bnote))) for s in sites)
             if anchor.fallback is not None:
-                fb = anchor.fallback
+                fb = anchor.fallback if g.library is None else replace(anchor.fallback, library=g.library)
                 g.fallback = (self._register(fb), self._register(replace(fb, note=_join(fb.note, bnote))))
         self.i_site = self._sites_for(self.i_group, self.i_bwd, self.i_ctx, self.i_dur)
         n = self.n_host
@@ -693,8 +697,13 @@ class Attributor:
             dev = sum(a.device_ns for _, a in parts)
             p, share = per(dev)
             ops = merge_ops(op for _, a in parts for op in (a.ops or []))
+            libs: dict[Frame, int] = {}
+            for s, a in parts:
+                if s.library is not None:
+                    libs[s.library] = libs.get(s.library, 0) + a.device_ns
             spans.append(SpanHeat(site, dev, sum(a.fwd_ns for _, a in parts), sum(a.bwd_ns for _, a in parts),
-                                  sum(a.host_ns for _, a in parts), sum(a.calls for _, a in parts), p, share, ops))
+                                  sum(a.host_ns for _, a in parts), sum(a.calls for _, a in parts), p, share, ops,
+                                  sorted(libs.items(), key=lambda kv: (-kv[1], kv[0].raw))))
         spans.sort(key=lambda s: (-s.device_ns, -s.host_ns, s.site.span))
         lines: dict[tuple[str, int], LineHeat] = {}
         functions: dict[tuple[str, str], FunctionHeat] = {}

@@ -29,6 +29,9 @@ class Site:
     note: str = ""  # e.g. "re-anchored after edit", "backward of aten::relu"
     kind: str = "call"  # call | statement (no call matched on the line) | function (def header only)
     occurrence: int = 0  # index among the same-text calls/statements of ``function`` (re-anchoring)
+    # the innermost frame of an installed library outside the workspace that the call went into:
+    # the hot code is there, the user's call site is where it can be changed (None: launched here)
+    library: Frame | None = None
 
 
 @dataclass(slots=True)
@@ -75,6 +78,8 @@ class SpanHeat:
     per_step_ns: float
     share: float  # per_step_ns / step time
     ops: list[OpHeat] = field(default_factory=list)  # most time first
+    # library lines (Site.library) behind this span with their device time, most time first
+    libraries: list[tuple[Frame, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -5,13 +5,19 @@ Profiles are often recorded on another machine (``/home/ma-user/work/proj/model.
 prefix-stripped paths (Kineto: ``model.py``, ``torch/nn/functional.py``). ``resolve`` tries the
 configured prefix mappings first, then the longest path-suffix match against the workspace's
 ``.py`` files (an index built once per workspace scan).
+
+A profile is untrusted input: its paths may point anywhere (``../outside/model.py``, ``/etc/...``).
+``contains`` is the one confinement check: every local file the mapping hands out, and every
+disk read of a source file, is under the workspace roots once symlinks are resolved.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import io
 import os
+import re
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +37,38 @@ LIBRARY_MARKERS: tuple[str, ...] = (
     "/lib/python3",
     "/lib64/python3",
 )
+# Top-level packages of the framework itself: every op passes through them, so they are never the
+# user's code and never the "library line" a finding names.
+FRAMEWORK_PACKAGES = frozenset({"torch", "torch_npu"})
+_INSTALLED_RE = re.compile(r"/(?:site|dist)-packages/")
+
+
+class FrameKind(enum.Enum):
+    """Whose code a recorded frame runs, judged from its path alone."""
+
+    USER = "user"  # the user's own code
+    LIBRARY = "library"  # an installed package (site-packages, dist-packages) other than the framework
+    FRAMEWORK = "framework"  # torch, torch_npu, the standard library
+    THIRD_PARTY = "third_party"  # under a configured thirdPartyRoots fragment
+    SYNTHETIC = "synthetic"  # <frozen ...>, <string>, built-ins, nn.Module entries
+
+
+def package_path(path: str) -> str:
+    """The path of an installed file inside its environment (``torchvision/models/alexnet.py`` for
+    ``/home/u/.local/lib/python3.9/site-packages/torchvision/models/alexnet.py``); the path itself
+    when it is not under site-packages/dist-packages."""
+    p = "/" + _norm(path).lstrip("/")
+    last = None
+    for last in _INSTALLED_RE.finditer(p.lower()):
+        pass
+    return p[last.end():] if last is not None else p.lstrip("/")
+
+
+def library_label(frame: Frame) -> str:
+    """``torchvision/models/alexnet.py:48 (forward)``: how messages name a library line."""
+    return f"{package_path(frame.file)}:{frame.line} ({frame.func})"
+
+
 # Directories never searched for user files.
 _SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "dist-packages"})
 MAX_FILES = 50_000
@@ -73,6 +111,8 @@ class SourceWorkspace:
         )
         self.third_party_roots: tuple[str, ...] = tuple(_norm(r).lower() for r in third_party_roots if r.strip())
         self._root_prefixes = [_norm(str(r)).lower().rstrip("/") + "/" for r in self.roots]
+        self._root_dirs = [str(r).rstrip(os.sep) + os.sep for r in self.roots]
+        self._root_files = frozenset(str(r) for r in self.roots)
         self._keys: dict[str, str] = {}
         self._overlays: dict[str, str] = {}
         self._overlay_digest: dict[str, bytes] = {}  # hashed once per set_text
@@ -80,6 +120,7 @@ class SourceWorkspace:
         # lower-cased basename -> (path parts innermost first, path)
         self._by_name: dict[str, list[tuple[tuple[str, ...], str]]] | None = None
         self._files: list[str] | None = None
+        self._files_seen: set[str] = set()
         self._resolved: dict[str, str | None] = {}
         self._unmapped: dict[str, str] = {}  # profile path -> reason, in first-seen order
         self._reported: set[str] = set()
@@ -101,7 +142,7 @@ class SourceWorkspace:
         new_file = key not in self._overlays and not os.path.exists(key)
         self._overlays[key] = text
         self._overlay_digest.pop(key, None)
-        if new_file and self._by_name is not None and key.endswith(".py"):
+        if new_file and self._by_name is not None and key.endswith(".py") and self.contains(key):
             self._add_file(key)
             self._resolved.clear()
 
@@ -115,6 +156,8 @@ class SourceWorkspace:
         key = self.key(path)
         if key in self._overlays:
             return self._overlays[key]
+        if not self.contains(key):
+            return None  # never read a file outside the workspace, whoever names it
         return _read_source(key)
 
     def index(self, path: Path | str) -> SourceIndex | None:
@@ -127,6 +170,8 @@ class SourceWorkspace:
         entry = self._entries.setdefault(key, _Entry())
         stat = None
         if key not in self._overlays:
+            if not self.contains(key):
+                return None
             try:
                 st = os.stat(key)
                 stat = (st.st_mtime_ns, st.st_size)
@@ -174,24 +219,84 @@ class SourceWorkspace:
 
     # -- which frames are the user's -----------------------------------------------------------
 
-    def is_user_frame(self, frame: Frame) -> bool:
-        """False for library, stdlib, synthetic and opaque frames and configured third-party roots."""
+    def frame_kind(self, frame: Frame) -> FrameKind:
+        """Whose code ``frame`` runs, by its recorded path (see :class:`FrameKind`)."""
         if frame.opaque or not frame.file:
-            return False
+            return FrameKind.SYNTHETIC
         f = _norm(frame.file)
         if f.startswith("<") or f.endswith(">"):
-            return False  # <frozen ...>, <string>, <built-in ...>, <stdin>, <ipython-input>
-        low = f.lower()
+            return FrameKind.SYNTHETIC  # <frozen ...>, <string>, <built-in ...>, <stdin>, <ipython-input>
+        low = self._inner_path(f)
+        if any(r in low for r in self.third_party_roots):
+            return FrameKind.THIRD_PARTY
+        if not any(m in low for m in LIBRARY_MARKERS):
+            return FrameKind.USER
+        installed = None
+        for installed in _INSTALLED_RE.finditer(low):
+            pass
+        if installed is None:
+            return FrameKind.FRAMEWORK  # the standard library, or torch outside an environment
+        top = low[installed.end():].split("/", 1)[0]
+        return FrameKind.FRAMEWORK if top in FRAMEWORK_PACKAGES else FrameKind.LIBRARY
+
+    def _inner_path(self, path: str) -> str:
+        """Lower-cased "/"-path with a leading "/", relative to the root that holds it: markers in
+        the workspace's own root path (a project under ~/src/torch/) do not count."""
+        low = _norm(path).lower()
         if not low.startswith("/"):
             low = "/" + low
-        # Markers inside the workspace's own root path (a project under ~/src/torch/) do not count.
         for root in self._root_prefixes:
             if low.startswith(root):
-                low = "/" + low[len(root):]
-                break
-        if any(m in low for m in LIBRARY_MARKERS):
+                return "/" + low[len(root):]
+        return low
+
+    def is_user_frame(self, frame: Frame) -> bool:
+        """True for the user's own code by path: False for library, stdlib, synthetic and opaque
+        frames and configured third-party roots (see :meth:`frame_file` for what maps)."""
+        return self.frame_kind(frame) is FrameKind.USER
+
+    def frame_file(self, frame: Frame) -> str | None:
+        """The workspace file ``frame`` runs in, when it is user code for mapping, else None.
+
+        The user's frames resolve by :meth:`resolve`. A library frame (site-packages) counts when
+        its file is a workspace file: by a path mapping, or because the package's own path
+        (``torchvision/models/alexnet.py``) is found whole in the workspace. The framework (torch,
+        torch_npu, the standard library), synthetic frames and third-party roots never do.
+        """
+        kind = self.frame_kind(frame)
+        if kind is FrameKind.USER:
+            hit = self.resolve(frame.file)
+            return str(hit) if hit is not None else None
+        if kind is not FrameKind.LIBRARY:
+            return None
+        key = "\0lib\0" + frame.file
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve_library(frame.file)
+        return self._resolved[key]
+
+    def _resolve_library(self, profile_path: str) -> str | None:
+        p = _norm(profile_path)
+        files = self._file_set()
+        hits = [local for local in self._mapped(p) if local in files]
+        tail = [x for x in package_path(p).split("/") if x and x != "."]
+        if not hits and tail:
+            hits = [hit] if (hit := self._suffix_match("/".join(tail), min_score=len(tail))) else []
+        # a vendored copy under a thirdPartyRoots folder is not the user's code either
+        return next((h for h in hits if not any(r in self._inner_path(h) for r in self.third_party_roots)), None)
+
+    # -- confinement ---------------------------------------------------------------------------
+
+    def contains(self, path: Path | str) -> bool:
+        """True when ``path`` (symlinks resolved) is a workspace root or lies under one.
+
+        The one check that keeps source reads, findings, hotspots and edits inside the workspace,
+        whatever paths a profile or a path mapping names.
+        """
+        try:
+            key = self.key(path)
+        except (OSError, RuntimeError, ValueError):
             return False
-        return not any(r in low for r in self.third_party_roots)
+        return any(key == r or key.startswith(r) for r in self._root_dirs) or key in self._root_files
 
     # -- profile path -> local file ------------------------------------------------------------
 
@@ -209,6 +314,8 @@ class SourceWorkspace:
             key = self.key(p)
         except (OSError, RuntimeError):
             return None
+        if not self.contains(key):
+            return None
         if key in self._overlays or os.path.isfile(key):
             return key
         return None
@@ -217,12 +324,8 @@ class SourceWorkspace:
         p = _norm(profile_path)
         if not p:
             return None
-        for remote, local in self.path_mappings:
-            r = remote.rstrip("/")
-            if p == r or p.startswith(r + "/"):
-                hit = self._exists(os.path.join(local, p[len(r):].lstrip("/")))
-                if hit:
-                    return hit
+        for hit in self._mapped(p):
+            return hit
         absolute = p.startswith("/") or _is_windows_path(p)
         if absolute and not _is_windows_path(p):
             hit = self._exists(p)
@@ -235,7 +338,18 @@ class SourceWorkspace:
                     return hit
         return self._suffix_match(p)
 
-    def _suffix_match(self, p: str) -> str | None:
+    def _mapped(self, p: str) -> list[str]:
+        """Existing workspace files the path mappings turn ``p`` into, longest remote prefix first."""
+        out = []
+        for remote, local in self.path_mappings:
+            r = remote.rstrip("/")
+            if p == r or p.startswith(r + "/"):
+                hit = self._exists(os.path.join(local, p[len(r):].lstrip("/")))
+                if hit:
+                    out.append(hit)
+        return out
+
+    def _suffix_match(self, p: str, min_score: int = 1) -> str | None:
         if self._by_name is None:
             self._scan()
         assert self._by_name is not None
@@ -258,13 +372,14 @@ class SourceWorkspace:
                 best, best_score, tie = local, score, False
             elif score == best_score and score:
                 tie = True
-        if best is None or tie:
-            return None  # nothing, or two local files match equally well
+        if best is None or tie or best_score < min_score:
+            return None  # nothing, two local files match equally well, or too short a match
         return best
 
     def _scan(self) -> None:
         self._by_name = {}
         self._files = []
+        self._files_seen = set()
         count = 0
         for root in self.roots:
             if root.is_file():
@@ -280,17 +395,25 @@ class SourceWorkspace:
                 dirnames.sort()
                 for fn in sorted(filenames):
                     if fn.endswith(".py"):
-                        self._add_file(os.path.join(dirpath, fn))
+                        path = os.path.join(dirpath, fn)
+                        if os.path.islink(path):
+                            path = os.path.realpath(path)
+                            if not self.contains(path):
+                                continue  # a link out of the workspace is not a workspace file
+                        self._add_file(path)
                         count += 1
                         if count >= MAX_FILES:
                             self.truncated = True
                             return
         for key in self._overlays:
-            if key.endswith(".py") and key not in self._files:
+            if key.endswith(".py") and self.contains(key):
                 self._add_file(key)
 
     def _add_file(self, path: str) -> None:
         assert self._by_name is not None and self._files is not None
+        if path in self._files_seen:
+            return
+        self._files_seen.add(path)
         parts = Path(path).parts
         self._by_name.setdefault(parts[-1].lower(), []).append((tuple(reversed(parts)), path))
         self._files.append(path)
@@ -301,6 +424,11 @@ class SourceWorkspace:
         self._files = None
         self._resolved.clear()
         self._keys.clear()
+
+    def _file_set(self) -> set[str]:
+        if self._files is None:
+            self._scan()
+        return self._files_seen
 
     def python_files(self) -> list[str]:
         """Every ``.py`` file of the workspace (absolute paths), scanned once."""

@@ -229,20 +229,10 @@ def user_frames(ctx: RuleContext, stack: Sequence[Frame]) -> list[tuple[str, Fra
         return []
     out = []
     for f in reversed(stack):
-        if f.opaque or not ws.is_user_frame(f):
-            continue
-        local = ws.resolve(f.file)
+        local = ws.frame_file(f)
         if local is not None:
-            out.append((str(local), f))
+            out.append((local, f))
     return out
-
-
-def resolve_frame(ctx: RuleContext, frame: Frame) -> str | None:
-    ws = ctx.workspace
-    if ws is None or frame.opaque:
-        return None
-    local = ws.resolve(frame.file)
-    return str(local) if local is not None else None
 
 
 def python_files(ctx: RuleContext) -> list[str]:
@@ -286,8 +276,8 @@ def entry_scripts(ctx: RuleContext) -> list[str]:
             if f.opaque:
                 continue
             if f.func == "<module>":
-                local = resolve_frame(ctx, f)
-                if local is not None and local not in seen and (ctx.workspace is None or ctx.workspace.is_user_frame(f)):
+                local = ctx.workspace.frame_file(f) if ctx.workspace is not None else None
+                if local is not None and local not in seen:
                     seen.add(local)
                     found.append(local)
             break

@@ -63,9 +63,7 @@ def stack_place(ctx: RuleContext, stack_id: int) -> Place | None:
         return None
     def_lines = def_line_frames(ctx)
     for frame in ctx.profile.stacks[stack_id]:
-        if frame.opaque or not ws.is_user_frame(frame):
-            continue
-        local = ws.resolve(frame.file)
+        local = ws.frame_file(frame)
         if local is None:
             continue
         index = ws.index(local)

@@ -16,6 +16,7 @@ from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import Rule, RuleError, register
 from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta, Step
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.workspace import SourceWorkspace
 
 MS = 1_000_000  # ns
 
@@ -25,8 +26,8 @@ def _profile(steps: int = 2, step_ms: int = 10, backend: Backend = Backend.ASCEN
     return Profile(meta=meta, steps=[Step(i, i * step_ms * MS, (i + 1) * step_ms * MS) for i in range(steps)])
 
 
-def _ctx(config: RuleConfig | None = None, **kw) -> RuleContext:
-    return RuleContext(_profile(**kw), None, None, config or RuleConfig())
+def _ctx(config: RuleConfig | None = None, workspace: SourceWorkspace | None = None, **kw) -> RuleContext:
+    return RuleContext(_profile(**kw), None, workspace, config or RuleConfig())
 
 
 def _rule(code: str, emit, *, severity: Severity | None = None, backends=registry.BACKENDS) -> Rule:
@@ -188,7 +189,8 @@ def test_suppression_comments_are_honoured(tmp_path: Path):
     src = tmp_path / "train.py"
     src.write_text("a = 1  # msprof: ignore[NPU777]\nb = 2  # msprof: ignore\nc = 3  # msprof: ignore[NPU1]\nd = 4\n", encoding="utf-8")
     rule = _rule("NPU777", _emit_shares((0.1, 1), (0.1, 2), (0.1, 3), (0.1, 4), path=str(src)))
-    assert [f.span.line for f in run_rules(_ctx(), [rule])] == [3, 4]
+    # source text (and so its suppression comments) comes from the workspace
+    assert [f.span.line for f in run_rules(_ctx(workspace=SourceWorkspace([tmp_path])), [rule])] == [3, 4]
 
 
 def test_a_crashing_rule_becomes_one_notice_and_others_still_run(caplog):

@@ -44,10 +44,13 @@ def test_explicit_mapping_wins_over_suffix(tree, tmp_path):
     other = tmp_path / "checkout"
     other.mkdir()
     (other / "train.py").write_text("print(2)\n")
-    ws = SourceWorkspace([tree], path_mappings=[("/home/ma-user/work/proj/", str(other))])
+    ws = SourceWorkspace([tree, other], path_mappings=[("/home/ma-user/work/proj/", str(other))])
     assert ws.resolve("/home/ma-user/work/proj/train.py") == other / "train.py"
     # a mapping whose target lacks the file falls back to suffix matching
     assert ws.resolve("/home/ma-user/work/proj/pkg/model.py") == tree / "pkg" / "model.py"
+    # a mapping into a folder that is not a workspace root is not followed: suffix matching instead
+    confined = SourceWorkspace([tree], path_mappings=[("/home/ma-user/work/proj/", str(other))])
+    assert confined.resolve("/home/ma-user/work/proj/train.py") == tree / "train.py"
 
 
 def test_unmapped_paths_are_reported_once(tree):

@@ -1,0 +1,150 @@
+"""Library code as a mapping target: a frame under site-packages whose file is a workspace file is
+the user's code for mapping; a library outside the workspace leaves the time on the user's own call
+site, with the library line kept on the site (Site.library) and in the heat (SpanHeat.libraries)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import shared_fixture
+from srcmap_builder import ProfileBuilder, locate
+
+from msprof_lsp.mapping.attribute import attribute
+from msprof_lsp.mapping.frames import parse_frame
+from msprof_lsp.mapping.load import load_location, locate as locate_profile
+from msprof_lsp.mapping.workspace import FrameKind, SourceWorkspace, library_label, package_path
+
+SITE = "/home/u/.local/lib/python3.9/site-packages"
+
+
+@pytest.mark.parametrize(("frame", "kind"), [
+    (f"{SITE}/torchvision/models/alexnet.py(48): forward", FrameKind.LIBRARY),
+    ("/opt/conda/lib/python3.10/dist-packages/timm/layers/mlp.py(45): forward", FrameKind.LIBRARY),
+    (f"{SITE}/torch/nn/modules/conv.py(456): _conv_forward", FrameKind.FRAMEWORK),
+    (f"{SITE}/torch_npu/utils/_step.py(40): f", FrameKind.FRAMEWORK),
+    ("/home/u/miniconda3/lib/python3.9/multiprocessing/process.py(108): run", FrameKind.FRAMEWORK),
+    ("torch/nn/functional.py(1500): relu", FrameKind.FRAMEWORK),
+    ("/home/u/imagenet_script/main.py(354): train", FrameKind.USER),
+    ("/work/vendor/megatron/core/layers.py(10): forward", FrameKind.THIRD_PARTY),
+    ("<string>(1): <module>", FrameKind.SYNTHETIC),
+    ("nn.Module: Linear_0", FrameKind.SYNTHETIC),
+])
+def test_frame_kinds(tmp_path, frame, kind):
+    ws = SourceWorkspace([tmp_path], third_party_roots=["vendor/megatron"])
+    assert ws.frame_kind(parse_frame(frame)) is kind
+
+
+def _tree(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    for rel in ("torchvision/models/alexnet.py", "models/alexnet.py", "train.py", "torch/nn/modules/conv.py",
+                ".venv/lib/python3.9/site-packages/timm/layers/mlp.py", "vendor/timm/layers/mlp.py"):
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x = 1\n", encoding="utf-8")
+    return root
+
+
+def test_library_frames_map_only_to_whole_package_paths_in_the_workspace(tmp_path):
+    root = _tree(tmp_path)
+    ws = SourceWorkspace([root], third_party_roots=["vendor/"])
+    alexnet = parse_frame(f"{SITE}/torchvision/models/alexnet.py(48): forward")
+    # the package path torchvision/models/alexnet.py is found whole (not models/alexnet.py)
+    assert ws.frame_file(alexnet) == str(root / "torchvision" / "models" / "alexnet.py")
+    assert package_path(alexnet.file) == "torchvision/models/alexnet.py"
+    assert library_label(alexnet) == "torchvision/models/alexnet.py:48 (forward)"
+    # a basename match is not enough for a library frame
+    assert ws.frame_file(parse_frame(f"{SITE}/otherlib/train.py(3): main")) is None
+    # the framework is never user code, even when the workspace holds a file of that path
+    assert ws.frame_file(parse_frame(f"{SITE}/torch/nn/modules/conv.py(456): _conv_forward")) is None
+    # a virtual environment inside the workspace is not the user's code; nor is a third-party root
+    assert ws.frame_file(parse_frame(f"{root}/.venv/lib/python3.9/site-packages/timm/layers/mlp.py(4): f")) is None
+    assert ws.frame_file(parse_frame(f"{SITE}/timm/layers/mlp.py(4): f")) is None  # only under vendor/ and .venv/
+
+
+def test_path_mapping_of_site_packages_makes_library_frames_user_code(tmp_path):
+    root = _tree(tmp_path)
+    ws = SourceWorkspace([root], path_mappings=[(SITE, str(root / "models"))])
+    # mapped: site-packages/alexnet.py -> models/alexnet.py (the suffix would pick torchvision/...)
+    assert ws.frame_file(parse_frame(f"{SITE}/alexnet.py(48): forward")) == str(root / "models" / "alexnet.py")
+    # a mapped path that is not a workspace file falls back to the package path
+    assert ws.frame_file(parse_frame(f"{SITE}/torchvision/models/alexnet.py(48): forward")) == \
+        str(root / "torchvision" / "models" / "alexnet.py")
+
+
+TRAIN = """import torch
+
+
+def main(model, loader):
+    for x in loader:
+        x = x.float()
+        out = model(x)
+        out.sum().item()
+"""
+LIB_FRAMES = [
+    f"{SITE}/torch/nn/functional.py(1500): relu",
+    f"{SITE}/timm/layers/mlp.py(45): forward",
+    f"{SITE}/torch/nn/modules/module.py(1527): _call_impl",
+    f"{SITE}/timm/models/vit.py(300): forward",
+    f"{SITE}/torch/nn/modules/module.py(1527): _call_impl",
+]
+
+
+def test_library_outside_the_workspace_leaves_the_time_on_the_users_call_site(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN, encoding="utf-8")
+    line = locate(TRAIN, "model(x)")[0]
+    b = ProfileBuilder()
+    b.step(1, 0, 10_000)
+    relu = b.op("aten::relu", 100, 300, stack=[*LIB_FRAMES, f"/remote/proj/train.py({line}): main"])
+    b.kernel("aclnnRelu_Relu_Relu", "Relu", 500, 400, host_op=relu, core="AI_VECTOR_CORE", step=1)
+    # ops the neighbouring lines launched directly (they also show the lines still hold up)
+    cast = b.op("aten::to", 20, 50, stack=[f"/remote/proj/train.py({line - 1}): main"])
+    b.kernel("aclnnCast_Cast_Cast", "Cast", 60, 20, host_op=cast, core="AI_VECTOR_CORE", step=1)
+    direct = b.op("aten::item", 2000, 50, stack=[f"/remote/proj/train.py({line + 1}): main"])
+    b.kernel("MemCopy", "MemCopy", 2100, 30, host_op=direct, step=1)
+    heat = attribute(b.build(), SourceWorkspace([root])).heat
+    by_line = {s.site.span.line: s for s in heat.spans}
+    call = by_line[line]
+    assert call.site.call_text == "out = model(x)" and call.device_ns == 400
+    # the innermost library frame outside the framework: where the hot code is
+    assert call.site.library is not None and call.site.library.file == f"{SITE}/timm/layers/mlp.py"
+    assert [(library_label(f), ns) for f, ns in call.libraries] == [("timm/layers/mlp.py:45 (forward)", 400)]
+    # an op the user's line launched through torch alone names no library
+    assert by_line[line + 1].site.library is None and by_line[line + 1].libraries == []
+    assert heat.unmapped_files == []  # library frames are not "unmapped user files"
+
+
+MSINSIGHT = "Ascend-msinsight"
+RECORDED_SITE = "/home/z30057886/.local/lib/python3.9/site-packages"
+
+
+@pytest.fixture(scope="module")
+def msinsight_profile():
+    path = shared_fixture(f"{MSINSIGHT}/text/level1/rank0_ascend_pt")
+    return load_location(locate_profile(path), use_cache=False)
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_real_alexnet_frames_map_to_forward_lines_48_to_51(msinsight_profile, mapped):
+    """The real DDP AlexNet export: its stacks run through torchvision/models/alexnet.py(48..51)
+    under the recorded site-packages. With the workspace holding that file (and the path map, or
+    by its package path alone), those frames are the user's code."""
+    workspace = shared_fixture(f"{MSINSIGHT}/workspace")
+    alexnet = str((workspace / "torchvision" / "models" / "alexnet.py").resolve())
+    ws = SourceWorkspace([workspace], path_mappings=[(RECORDED_SITE, str(workspace))] if mapped else [])
+    heat = attribute(msinsight_profile, ws).heat
+    assert heat.attributed_ns > 0 and heat.spans
+    frames = {(s.site.frame.file, s.site.frame.line, s.site.frame.func) for s in heat.spans}
+    assert {line for _, line, _ in frames} <= {48, 49, 50, 51}
+    assert {f for f, _, _ in frames} == {f"{RECORDED_SITE}/torchvision/models/alexnet.py"}
+    assert {s.site.span.path for s in heat.spans} == {alexnet}
+    # self.features(x) / self.classifier(x) run nn.Sequential elements: the time reaches the
+    # element lines in __init__ and counts in forward; avgpool is line 49 itself
+    assert {s.site.function for s in heat.spans} <= {"AlexNet.__init__", "AlexNet.forward"}
+    assert any(s.site.span.line == 49 for s in heat.spans)
+    forward = [f for f in heat.functions if f.function == "AlexNet.forward"]
+    assert forward and forward[0].device_ns == heat.attributed_ns
+    # main.py (the job's own script) is not in the workspace: listed, never guessed
+    assert heat.unmapped_files == ["/home/z30057886/imagenet_script/main.py"]
