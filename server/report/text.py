@@ -1,5 +1,7 @@
 """Human output of ``--check``: a header per profile, findings grouped by file like a compiler's,
-then the top hotspots and a summary line. Fits an 80-column terminal; colour only when asked.
+then the top hotspots and a summary line. Fits an 80-column terminal, except that a word is never
+broken or cut: a path longer than the line is printed whole (the terminal wraps it) so it can be
+pasted back into ``--profile``. Colour only when asked.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ class _Style:
 
 
 def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
+    """Wrapped at spaces only: paths and code stay whole (a longer word gets a line of its own)."""
     pad = " " * indent
-    return textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False) or [pad]
+    return textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False,
+                         break_long_words=False) or [pad]
 
 
 def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
@@ -46,10 +50,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     path = document.rel_path(meta.path, run.cwd)
     if len(title) + 1 + len(path) <= WIDTH:
         lines = [style(f"{title} {path}", _BOLD)]
-    else:  # long run-directory names: the path on its own line, cut in the middle if need be
-        room = WIDTH - 2
-        if len(path) > room:
-            path = path[: room // 2 - 1] + "…" + path[-(room - room // 2):]
+    else:  # long run-directory names: the whole path on its own line, never cut
         lines = [style(title, _BOLD), style(f"  {path}", _BOLD)]
     facts = []
     if meta.rank is not None:
@@ -100,7 +101,7 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     sev = style(f.severity.value.ljust(_SEV_WIDTH), _COLORS[f.severity])
     prefix = f"  {where:>7} {f.severity.value.ljust(_SEV_WIDTH)} {f.code:<6} "
     indent = len(prefix)
-    body = textwrap.wrap(f.message, width=WIDTH - indent, break_on_hyphens=False) or [""]
+    body = textwrap.wrap(f.message, width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
     lines = [f"  {where:>7} {sev} {style(f.code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
     for fix in f.fixes[:2]:
         lines += [style(x, _DIM) for x in _wrap(f"fix: {document.fix_label(fix)}", indent)]

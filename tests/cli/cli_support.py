@@ -30,6 +30,11 @@ def run_cli(argv: list[str], capsys) -> Result:
     return Result(code, captured.out, captured.err)
 
 
+def fits_80_columns(out: str) -> bool:
+    """Every line fits 80 columns, or holds one word (a path or code the report never breaks)."""
+    return all(len(line) <= 80 or len(line.split()) == 1 for line in out.splitlines())
+
+
 def copy_sample_sources(dest: Path) -> Path:
     """The CNN sample's Python files (not its committed profiles) in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -48,7 +53,7 @@ def single_rank(knobs: CnnKnobs | None = None) -> CnnKnobs:
     return replace(knobs or CnnKnobs(), ranks=1)
 
 
-__all__ = ["isolated_cache", "Result", "run_cli", "copy_sample_sources", "write_cnn_profiles", "single_rank", "CnnKnobs", "io"]
+__all__ = ["isolated_cache", "Result", "run_cli", "fits_80_columns", "copy_sample_sources", "write_cnn_profiles", "single_rank", "CnnKnobs", "io"]
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from tests.synth import truth
 from tests.synth.sample_runs import cnn_runs
 
 from cli_support import isolated_cache  # noqa: F401 - autouse fixture
-from cli_support import CnnKnobs, copy_sample_sources, run_cli, single_rank, write_cnn_profiles
+from cli_support import CnnKnobs, copy_sample_sources, fits_80_columns, run_cli, single_rank, write_cnn_profiles
 
 
 @pytest.fixture()
@@ -49,8 +49,27 @@ def test_text_report_names_profile_ranks_and_hotspot_lines(project, capsys):
     model_lines = (project / "cnn_classifier" / "model.py").read_text().splitlines()
     conv_line = next(i for i, l in enumerate(model_lines, 1) if "self.conv(x)" in l)
     assert f"cnn_classifier/model.py:{conv_line}" in r.out
-    assert all(len(line) <= 80 for line in r.out.splitlines()), "text output must fit 80 columns"
+    assert fits_80_columns(r.out), "text output must fit 80 columns"
     assert "\x1b[" not in r.out, "no colour when stdout is not a terminal"
+
+
+def test_text_report_prints_long_profile_paths_whole_so_they_paste_back(tmp_path, monkeypatch, capsys):
+    proj = tmp_path / "proj"
+    src = copy_sample_sources(proj / "cnn_classifier")
+    long_dir = proj / "cnn_classifier" / "profiles_recorded_on_the_training_cluster_on_2025_07_31_with_stacks"
+    (profile,) = write_cnn_profiles(src, long_dir, single_rank())
+    monkeypatch.chdir(proj)
+    r = run_cli(["--check", ".", "--fail-on", "never"], capsys)
+    assert r.code == 0, r.err
+    rel = profile.relative_to(proj).as_posix()
+    assert len(rel) > 80 and "…" not in r.out.split("\n\n")[0]  # nothing in the header is cut
+    lines = r.out.splitlines()
+    at = lines.index("torch_npu profile")
+    assert lines[at + 1] == f"  {rel}"  # whole, on its own line (the terminal wraps it)
+    assert fits_80_columns(r.out)
+    again = run_cli(["--check", ".", "--profile", lines[at + 1].strip(), "--fail-on", "never"], capsys)
+    assert again.code == 0, again.err
+    assert again.out.splitlines()[at + 1] == f"  {rel}"
 
 
 def test_json_follows_schema(project, capsys):

@@ -16,6 +16,8 @@ from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.server.report import github, sarif, text
 from msprof_lsp.server.report.run import CheckRun, JobReport
 
+from cli_support import fits_80_columns
+
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "node_modules" / "@microsoft" / "jest-sarif" / "lib" / "schemas" / "sarif-2.1.0-rtm.5.json"
 
 SOURCE = """import torch.nn.functional as F
@@ -134,7 +136,7 @@ def test_text_groups_by_file_and_fits_80_columns(run):
     # Profile-level findings (no source line) come first, then one group per file.
     assert out.index("(profile)") < out.index("\npkg/model.py\n")
     assert "warning NPU101" in out and "fix: Compile ReLU+Dropout with torch.compile (review)" in out
-    assert all(len(l) <= 80 for l in out.splitlines())
+    assert fits_80_columns(out)
     assert "Found 3 findings (1 warning, 1 info, 1 hint) in 1 file." in out
     coloured = text.render(run, color=True)
     assert "\x1b[33;1mwarning" in coloured
