@@ -5,12 +5,11 @@ file the editor has open."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 
+from tests.open_audit import opens_under
 from tests.synth import write_torch_npu_text
 from tests.synth.sample_runs import CnnKnobs, cnn_runs
 
@@ -18,20 +17,6 @@ from msprof_lsp.server.lsp.engine import Engine, LoadRequest
 from msprof_lsp.server.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
-_watched: list[str] = []
-_opened: list[str] = []
-
-
-def _audit(event: str, args: tuple) -> None:
-    if event == "open" and _watched and isinstance(args[0], (str, bytes, os.PathLike)):
-        p = os.fsdecode(args[0])
-        if any(p.startswith(w) for w in _watched):
-            _opened.append(p)
-
-
-sys.addaudithook(_audit)
-
-
 def _job(tmp_path: Path) -> tuple[Path, Path]:
     """The CNN sample's sources in ``outside/``; its generated profile (stacks naming outside/'s
     files by their absolute paths) in the workspace folder ``ws/``."""
@@ -46,28 +31,26 @@ def _job(tmp_path: Path) -> tuple[Path, Path]:
     return ws, outside
 
 
-def _snapshot(ws: Path, outside: Path, folders: list[Path], open_texts: dict[str, str] | None = None):
-    _opened.clear()
-    _watched[:] = [str(outside)]
-    try:
-        return Engine().load(LoadRequest(folders=folders, settings=Settings(), open_texts=open_texts or {},
+def _snapshot(outside: Path, folders: list[Path], open_texts: dict[str, str] | None = None):
+    """(snapshot, the files under ``outside`` opened while loading and analysing)."""
+    with opens_under(outside) as opened:
+        snap = Engine().load(LoadRequest(folders=folders, settings=Settings(), open_texts=open_texts or {},
                                          use_cache=False))
-    finally:
-        _watched.clear()
+    return snap, opened
 
 
 def test_control_the_same_job_with_its_sources_in_the_folder_is_mapped(tmp_path):
     ws, outside = _job(tmp_path)
-    snap = _snapshot(ws, outside, [tmp_path])
-    assert any(p.startswith(str(outside)) for p in snap.lines) and _opened
+    snap, opened = _snapshot(outside, [tmp_path])
+    assert any(p.startswith(str(outside)) for p in snap.lines) and opened
     assert any(p.startswith(str(outside)) for p in snap.findings)
 
 
 def test_frames_outside_the_workspace_folder_reach_no_lsp_feature(tmp_path):
     ws, outside = _job(tmp_path)
     model = str(outside / "model.py")
-    snap = _snapshot(ws, outside, [ws], open_texts={model: (outside / "model.py").read_text()})
-    assert _opened == []
+    snap, opened = _snapshot(outside, [ws], open_texts={model: (outside / "model.py").read_text()})
+    assert opened == []
     assert snap.loaded and snap.info is not None
     paths = snap.paths() | set(snap.spans) | set(snap.texts) | {h.site.span.path for h in snap.hotspots}
     for fs in snap.findings.values():

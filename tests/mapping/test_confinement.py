@@ -7,12 +7,12 @@ folder while the product maps, runs the rules and builds fixes."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 from srcmap_builder import ProfileBuilder
+
+from tests.open_audit import opens_under
 
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
@@ -39,20 +39,6 @@ def predict(loader):
         outs.append(out)
     return outs
 '''
-
-_watched: list[str] = []  # folders whose opens are recorded (the hook stays installed: keep it cheap)
-_opened: list[str] = []
-
-
-def _audit(event: str, args: tuple) -> None:
-    if event == "open" and _watched and isinstance(args[0], (str, bytes, os.PathLike)):
-        p = os.fsdecode(args[0])
-        if any(p.startswith(w) for w in _watched):
-            _opened.append(p)
-
-
-sys.addaudithook(_audit)
-
 
 @pytest.fixture()
 def layout(tmp_path: Path):
@@ -84,14 +70,11 @@ def _profile(model_path: str, infer_path: str):
 
 
 def _check(profile, ws: SourceWorkspace, outside: Path):
-    _opened.clear()
-    _watched[:] = [str(outside.resolve()), str(outside)]
-    try:
+    """(attribution, findings, the files under ``outside`` that were opened)."""
+    with opens_under(outside) as opened:
         attribution = attribute(profile, ws)
         found = run_rules(RuleContext(profile, attribution, ws, RuleConfig(min_share=0.0)))
-    finally:
-        _watched.clear()
-    return attribution, found
+    return attribution, found, opened
 
 
 def _paths_of(attribution, found) -> set[str]:
@@ -110,9 +93,9 @@ def test_the_audit_hook_sees_the_reads_it_guards(layout):
     fixed there (so the checks below can fail)."""
     _root, outside = layout
     ws = SourceWorkspace([outside])
-    attribution, found = _check(_profile(str(outside / "model.py"), str(outside / "infer.py")), ws, outside)
+    attribution, found, opened = _check(_profile(str(outside / "model.py"), str(outside / "infer.py")), ws, outside)
     assert attribution.heat.attributed_ns > 0
-    assert any(p.endswith("model.py") for p in _opened)
+    assert any(p.endswith("model.py") for p in opened)
     assert {f.code for f in found} >= {"NPU101", "NPU250"}
     assert {f.span.path for f in found if f.span} == {str((outside / n).resolve()) for n in ("model.py", "infer.py")}
     assert any(e.path == str((outside / "model.py").resolve()) for f in found for fix in f.fixes for e in fix.edits)
@@ -133,18 +116,19 @@ def test_frames_outside_the_workspace_are_never_read_reported_or_edited(layout, 
         mappings = [("/remote/proj", str(outside))]
     ws = SourceWorkspace([root], path_mappings=mappings)
     profile = _profile(model, infer)
-    attribution, found = _check(profile, ws, outside)
-    assert _opened == []
+    attribution, found, opened = _check(profile, ws, outside)
+    assert opened == []
     assert attribution.heat.attributed_ns == 0 and attribution.heat.unattributed_ns > 0
     assert _paths_of(attribution, found) == set()
     assert all(f.span is None for f in found)
-    # and the workspace hands none of them out
-    for p in (model, infer, "../outside/model.py", str(outside / "model.py")):
-        assert ws.resolve(p) is None
-        assert ws.frame_file(parse_frame(f"{p}(5): forward")) is None
-    assert ws.text(outside / "model.py") is None and ws.index(outside / "model.py") is None
-    assert str(root / "linked.py") not in ws.python_files() and ws.python_files() == [str(root / "main.py")]
-    assert _opened == []
+    # and the workspace hands none of them out, without opening them
+    with opens_under(outside) as opened:
+        for p in (model, infer, "../outside/model.py", str(outside / "model.py")):
+            assert ws.resolve(p) is None
+            assert ws.frame_file(parse_frame(f"{p}(5): forward")) is None
+        assert ws.text(outside / "model.py") is None and ws.index(outside / "model.py") is None
+        assert str(root / "linked.py") not in ws.python_files() and ws.python_files() == [str(root / "main.py")]
+    assert opened == []
 
 
 def test_contains_resolves_symlinks_and_dot_dot(layout):
