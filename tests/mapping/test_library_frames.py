@@ -14,7 +14,7 @@ from srcmap_builder import ProfileBuilder, locate
 
 from msprof_lsp.mapping.attribute import attribute
 from msprof_lsp.mapping.frames import parse_frame
-from msprof_lsp.mapping.load import load_location, locate as locate_profile
+from msprof_lsp.mapping.cluster import load_profile
 from msprof_lsp.mapping.workspace import FrameKind, SourceWorkspace, library_label, package_path
 
 SITE = "/home/u/.local/lib/python3.9/site-packages"
@@ -122,21 +122,32 @@ MSINSIGHT = "Ascend-msinsight"
 RECORDED_SITE = "/home/z30057886/.local/lib/python3.9/site-packages"
 
 
+_LOADED: dict[str, object] = {}
+
+
+def _msinsight(export: str):
+    if export not in _LOADED:
+        path = shared_fixture(f"{MSINSIGHT}/{export}/level1/rank0_ascend_pt")
+        _LOADED[export] = load_profile([path], use_cache=False).profile
+    return _LOADED[export]
+
+
 @pytest.fixture(scope="module")
 def msinsight_profile():
-    path = shared_fixture(f"{MSINSIGHT}/text/level1/rank0_ascend_pt")
-    return load_location(locate_profile(path), use_cache=False)
+    return _msinsight("text")
 
 
+@pytest.mark.parametrize("export", ["text", "db"])
 @pytest.mark.parametrize("mapped", [True, False])
-def test_real_alexnet_frames_map_to_forward_lines_48_to_51(msinsight_profile, mapped):
-    """The real DDP AlexNet export: its stacks run through torchvision/models/alexnet.py(48..51)
-    under the recorded site-packages. With the workspace holding that file (and the path map, or
-    by its package path alone), those frames are the user's code."""
+def test_real_alexnet_frames_map_to_forward_lines_48_to_51(export, mapped):
+    """The real DDP AlexNet export (text and DB captures): its stacks run through
+    torchvision/models/alexnet.py(48..51) under the recorded site-packages. With the workspace
+    holding that file (and the path map, or by its package path alone), those frames are the
+    user's code."""
     workspace = shared_fixture(f"{MSINSIGHT}/workspace")
     alexnet = str((workspace / "torchvision" / "models" / "alexnet.py").resolve())
     ws = SourceWorkspace([workspace], path_mappings=[(RECORDED_SITE, str(workspace))] if mapped else [])
-    heat = attribute(msinsight_profile, ws).heat
+    heat = attribute(_msinsight(export), ws).heat
     assert heat.attributed_ns > 0 and heat.spans
     frames = {(s.site.frame.file, s.site.frame.line, s.site.frame.func) for s in heat.spans}
     assert {line for _, line, _ in frames} <= {48, 49, 50, 51}
