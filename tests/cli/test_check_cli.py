@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import server_command
+from tests.conftest import server_command, shared_fixture
 from tests.synth import truth
 from tests.synth.sample_runs import cnn_runs
 
@@ -285,3 +285,19 @@ def test_color_always_and_never(project, capsys):
     assert "\x1b[" in coloured
     plain = run_cli(["--check", ".", "--fail-on", "never", "--color", "never"], capsys).out
     assert "\x1b[" not in plain
+
+
+def test_real_library_model_maps_with_a_site_packages_path_map(capsys):
+    """The issue's reproduction on the real AlexNet export: ``--check <workspace holding
+    torchvision/models/alexnet.py> --path-map <recorded site-packages>=<workspace>``."""
+    ws = shared_fixture("Ascend-msinsight/workspace")
+    prof = shared_fixture("Ascend-msinsight/text/level1/rank0_ascend_pt")
+    site = "/home/z30057886/.local/lib/python3.9/site-packages"
+    r = run_cli(["--check", str(ws), "--profile", str(prof), "--no-cache", "--format", "json", "--fail-on", "never",
+                 "--path-map", f"{site}={ws}"], capsys)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["hotspots"] and all(h["path"].endswith("torchvision/models/alexnet.py") for h in doc["hotspots"])
+    # the first Conv2d of self.features (line 48 runs the Sequential): forward and backward kernels
+    top = doc["hotspots"][0]
+    assert (top["line"], round(top["device_time_us"], 1)) == (22, 872.3)
