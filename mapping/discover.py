@@ -59,7 +59,7 @@ SKIP_DIRS = frozenset(
 
 WHAT_WE_LOOK_FOR = (
     "*_ascend_pt / *_ascend_ms directories, ASCEND_PROFILER_OUTPUT, PROF_* directories, "
-    "ascend_pytorch_profiler*.db, *.pt.trace.json[.gz] or Kineto *.json, trace_view.json"
+    "ascend_pytorch_profiler*.db, *.pt.trace.json[.gz] or Kineto *.json[.gz], trace_view.json"
 )
 """One line for "no profile found" messages."""
 
@@ -391,7 +391,9 @@ def _classify_file(path: Path, *, explicit: bool) -> _Candidate | None:
             return _kineto_candidate(path, head, False)
         if kind == "array" and explicit:
             return _lone_trace(path)
-    elif explicit and lower.endswith(".json.gz"):
+    elif lower.endswith(".json.gz"):
+        # Kineto traces are not always *.pt.trace.json.gz: HTA and job scripts write
+        # rank-3.json.gz, sampled_rank-0.json.gz, <job>_trace.json.gz; the sniff reads 64 KiB.
         head, _ = _sniff(path)
         if _json_kind(head) == "kineto":
             return _kineto_candidate(path, head, True)

@@ -170,6 +170,37 @@ def test_kineto_rank_from_file_and_folder_names(tmp_path: Path) -> None:
     assert {loc.path: loc.rank for loc in find_all([tmp_path])} == {a: 3, b: 7, c: None}
 
 
+def test_kineto_rank_files_with_plain_json_gz_names(tmp_path: Path) -> None:
+    # HTA and job scripts name rank files rank-N.json.gz / sampled_rank-N.json.gz, not *.pt.trace.
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        with gzip.open(job / f"sampled_rank-{r}.json.gz", "wt", encoding="utf-8") as f:
+            json.dump({"schemaVersion": 1, "distributedInfo": {"rank": r, "world_size": 128},
+                       "traceEvents": []}, f)
+    plain = _touch(job / "rank-2.json", json.dumps({"traceEvents": []}))  # rank from the name
+    with gzip.open(job / "rank-3.json.gz", "wt", encoding="utf-8") as f:
+        json.dump({"results": [1, 2]}, f)  # a gzipped JSON that is no trace
+    (job / "rank-4.json.gz").write_bytes(b"not gzip at all")
+    locs = discover([tmp_path])
+    assert [(loc.kind, loc.path.name, loc.rank) for loc in locs] == [
+        (ProfileKind.KINETO, "sampled_rank-0.json.gz", 0),
+        (ProfileKind.KINETO, "sampled_rank-1.json.gz", 1),
+        (ProfileKind.KINETO, plain.name, 2),
+    ]
+
+
+def test_real_hta_rank_folder_is_two_ranks() -> None:
+    folder = shared_fixture("HolisticTraceAnalysis/trace_filter")
+    # Independent: the ranks the files say about themselves (gzip + json).
+    ranks = {json.loads(gzip.decompress(p.read_bytes()))["distributedInfo"]["rank"]: p
+             for p in sorted(folder.glob("*.json.gz"))}
+    assert sorted(ranks) == [0, 1]
+    locs = discover([folder])
+    assert [(loc.kind, loc.rank, loc.path) for loc in locs] == [
+        (ProfileKind.KINETO, r, ranks[r]) for r in (0, 1)]
+
+
 def test_lone_trace_view_json(tmp_path: Path) -> None:
     tv = _touch(tmp_path / "export" / "trace_view.json", "[]")
     [loc] = discover([tmp_path])
