@@ -28,7 +28,7 @@ import pandas as pd
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat, merge_ops
 from .frames import Frame
-from .model import Profile, ProfileKind
+from .model import Profile
 from .source_index import SourceIndex
 from .spans import Span
 from .step_windows import in_steps
@@ -114,8 +114,7 @@ class Attributor:
     def _run(self) -> None:
         """Decide every group and aggregate (also re-run when a file that did not parse does)."""
         meta = self.profile.meta
-        # Kineto frames carry def lines (the Kineto reader also says so in meta.extra)
-        def_lines = meta.kind is ProfileKind.KINETO or meta.extra.get("frame_lines") == "def"
+        def_lines = meta.def_line_frames
         self.anchorer = Anchorer(self.workspace, def_line_frames=def_lines)
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}

@@ -34,9 +34,10 @@ from .errors import Issue
 from .locations import ProfileLocation
 from .model import Profile, ProfileKind
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 """Bump when the readers change what a cached Profile means (the model's shape is in the schema
-digest already). 3: msgpack + numeric buffers (2 was pickle)."""
+digest already). 3: msgpack + numeric buffers (2 was pickle). 4: the Kineto reader reads the 2021
+schema and gives a trace without step markers its capture span as the step."""
 
 MAGIC = b"MSPLCACH"
 _PREAMBLE = struct.Struct("<8sII32s")  # magic, format, header length, header digest

@@ -316,6 +316,17 @@ def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
         b = index.binding_for(call.function, call.callee)
         if b is not None and b.ctor.rsplit(".", 1)[-1] in MODULE_CLASS_KEYS:
             return MODULE_CLASS_KEYS[b.ctor.rsplit(".", 1)[-1]]  # criterion = nn.CrossEntropyLoss()
+    if call.name in ("step", "zero_grad") and call.receiver:
+        # optimizer.step() / .zero_grad(): the receiver is bound to torch.optim.* or named so
+        # (before the qualname: a module-level `optimizer` of a script resolves to itself)
+        head = call.receiver.rsplit(".", 1)[-1]
+        b = index.binding_for(call.function, head)
+        optim = (b is not None and b.ctor_qualname.startswith(("torch.optim.", "torch_npu.optim.", "apex.optimizers."))
+                 and ".lr_scheduler." not in b.ctor_qualname)
+        if optim or (b is None and _OPTIMIZER_NAMES.search(head)):
+            return frozenset({"optimizer_step"}) if call.name == "step" else frozenset({"zero_grad"})
+        if call.name == "step":
+            return frozenset()  # scheduler.step(), prof.step()
     if call.qualname:  # resolved through the imports: a torch function, or some other module's
         keys = _QUALNAME_KEYS.get(call.qualname)
         if keys is not None:
@@ -324,15 +335,6 @@ def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
         if call.qualname.startswith("torch.nn.") and last in MODULE_CLASS_KEYS:
             return MODULE_CLASS_KEYS[last]  # nn.ReLU()(x), or a constructor
         return frozenset()
-    if call.name in ("step", "zero_grad") and call.receiver:
-        # optimizer.step() / .zero_grad(): the receiver is bound to torch.optim.* or named so
-        head = call.receiver.rsplit(".", 1)[-1]
-        b = index.binding_for(call.function, head)
-        optim = (b is not None and b.ctor_qualname.startswith(("torch.optim.", "torch_npu.optim.", "apex.optimizers.")))
-        if optim or (b is None and _OPTIMIZER_NAMES.search(head)):
-            return frozenset({"optimizer_step"}) if call.name == "step" else frozenset({"zero_grad"})
-        if call.name == "step":
-            return frozenset()  # scheduler.step(), prof.step()
     if call.receiver == "self" or call.receiver.startswith("super"):
         return frozenset()  # self.helper(): a method of the model itself
     if call.receiver or not call.callee:

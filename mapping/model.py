@@ -304,11 +304,21 @@ class ProfileMeta:
     gc_detect_threshold: float | None = None
     export_type: tuple[str, ...] = ()
     complete: bool = True  # analyse.done present (torch_npu); False = still being written
+    steps_from_capture: bool = False  # no step markers: the one step is the capture's measured span
     collection_end_ns: int | None = None  # end_info.collectionTimeEnd
     env: dict[str, str] = field(default_factory=dict)  # profiler_metadata.json ENV_VARIABLES
     parallel_groups: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # other metadata keys, versions, ...
     files: list[str] = field(default_factory=list)  # the files actually read
+
+    @property
+    def def_line_frames(self) -> bool:
+        """Whether the stack frames carry each function's def line, not the running line (the
+        reader says which in ``extra["frame_lines"]``; current Kineto traces record def lines)."""
+        lines = self.extra.get("frame_lines")
+        if lines is not None:
+            return lines == "def"
+        return self.kind is ProfileKind.KINETO
 
 
 @dataclass(slots=True)
@@ -353,7 +363,9 @@ class Profile:
         """Average step time in ns and where it came from (hint-rules §0.2, first available).
 
         (1) step_trace_time Computing + Communication(Not Overlapped) + Free, averaged per step;
-        (2) ProfilerStep#N durations; (3) device span per Step Id; (4) capture length / steps.
+        (2) ProfilerStep#N durations (or, for a profile without markers whose reader made the
+        capture span its one step, that span: "capture span"); (3) device span per Step Id;
+        (4) capture length / steps.
         A breakdown only recomputed from Overlap Analysis (``derived``) is not (1): it covers the
         device span of the step, not the Preparing phase before its first task, so it is used
         only where there are no ProfilerStep ranges.
@@ -363,7 +375,8 @@ class Profile:
         if written:
             return _mean_breakdown(written), "step_trace_time"
         if self.steps:
-            return sum(s.dur_ns for s in self.steps) / len(self.steps), "ProfilerStep"
+            source = "capture span" if self.meta.steps_from_capture else "ProfilerStep"
+            return sum(s.dur_ns for s in self.steps) / len(self.steps), source
         if rows:  # only recomputed from Overlap Analysis, and no step ranges to prefer
             return _mean_breakdown(rows), "Overlap Analysis"
         k = self.kernels

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.mapping.frames import Frame
-from msprof_lsp.mapping.model import ProfileKind
 from msprof_lsp.mapping.source_index import CallSite, ImportInfo, LoopInfo, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 
@@ -53,7 +52,7 @@ class Place:
 
 def def_line_frames(ctx: RuleContext) -> bool:
     meta = ctx.profile.meta
-    return meta.kind is ProfileKind.KINETO or meta.extra.get("frame_lines") == "def"
+    return meta.def_line_frames
 
 
 def stack_place(ctx: RuleContext, stack_id: int) -> Place | None:

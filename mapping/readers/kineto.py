@@ -51,7 +51,7 @@ from ..linking import (
     match_rows,
     resolve_kernel_links,
 )
-from ..step_windows import profiler_steps, step_ids
+from ..step_windows import capture_step, no_step_markers_note, profiler_steps, step_ids
 from .kineto_json import Event, KinetoFile, decode, read_bytes
 from .kineto_stacks import PythonCalls, PythonTree
 
@@ -66,6 +66,10 @@ _EXACT_US_LIMIT = 2.0**43  # below this a float64 µs value still resolves singl
 FRAME_LINES_NOTE = (
     "python frames carry each function's def line (co_firstlineno); frames already running when "
     "tracing began carry their current line; paths are relative (prefix-stripped)"
+)
+CALL_FRAME_LINES_NOTE = (
+    "2021-schema Call stack: every frame carries the line it was running (the call's line); "
+    "paths are as recorded (absolute for installed packages, relative for the script)"
 )
 
 
@@ -151,8 +155,44 @@ class _ArgText:
 # Building the profile
 
 
+# The 2021 schema (torch 1.8/1.9 Kineto, still schemaVersion 1) names the categories with capitals;
+# they mean what the current names mean.
+OLD_CATEGORIES = {
+    "Operator": "cpu_op",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Runtime": "cuda_runtime",
+}
+# Flows from a runtime launch to its GPU activity, as each schema spells them (cat, or cat + name):
+# "ac2g" now, "async_cpu_to_gpu" in 2022 traces, "async" named "launch" in 2021 ones.
+_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu"})
+# Categories the reader knows and deliberately leaves out of the model: the profiler's own spans,
+# device-side copies of host annotations and syncs, profiler overhead, instant CPU events.
+IGNORED_CATS = frozenset({
+    "Trace", "gpu_user_annotation", "cuda_sync", "overhead", "cpu_instant_event",
+    "cuda_profiler_range",
+})
+
+
+def _number(value: int | str) -> int | None:
+    """A pid/tid as an integer: the 2021 schema writes thread ids as text ("25738") and GPU
+    streams as "stream 7"; names like "Spans" (the profiler's own rows) are None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        text = value.removeprefix("stream ").strip()
+        if text.isdigit():
+            return int(text)
+    return None
+
+
 class _Buckets:
-    """The trace's events sorted into what the model needs, in one pass."""
+    """The trace's events sorted into what the model needs, in one pass.
+
+    Categories and ids are normalised to the current schema on the way (the events are the
+    reader's own by then), so everything after this sees one spelling.
+    """
 
     def __init__(self, events: list[Event]) -> None:
         self.host: list[Event] = []
@@ -161,19 +201,24 @@ class _Buckets:
         self.runtime: list[Event] = []
         self.flows: list[Event] = []
         self.untimed = 0
-        self.other: Counter[str] = Counter()
+        self.found: Counter[str] = Counter()  # complete ("X") events per category, as written
+        self.unknown: Counter[str] = Counter()  # of those, categories the reader does not know
         host, python, kernels, runtime, flows = (
             self.host, self.python, self.kernels, self.runtime, self.flows,
         )
         for e in events:
             ph = e.ph
             if ph == "X":
-                if type(e.pid) is not int or type(e.tid) is not int:
+                written = e.cat
+                self.found[written] += 1
+                pid, tid = _number(e.pid), _number(e.tid)
+                if pid is None or tid is None:
                     continue  # "Spans"/"Traces" rows of the profiler itself
                 if e.ts is None:
                     self.untimed += 1
                     continue
-                cat = e.cat
+                e.pid, e.tid = pid, tid
+                cat = e.cat = OLD_CATEGORIES.get(written, written)
                 if cat in HOST_CATS:
                     host.append(e)
                 elif cat == "python_function":
@@ -182,21 +227,53 @@ class _Buckets:
                     kernels.append(e)
                 elif cat in RUNTIME_CATS:
                     runtime.append(e)
-                else:
-                    self.other[cat] += 1
+                elif cat not in IGNORED_CATS:
+                    self.unknown[written] += 1
             elif ph in ("s", "f"):
-                if e.ts is not None and e.id is not None and e.cat in ("fwdbwd", "ac2g"):
+                if e.ts is None or e.id is None:
+                    continue
+                if e.cat in _LAUNCH_FLOW_CATS or (e.cat == "async" and e.name == "launch"):
+                    e.cat = "ac2g"
+                elif e.cat != "fwdbwd":
+                    continue
+                pid, tid = _number(e.pid), _number(e.tid)
+                if pid is not None and tid is not None:
+                    e.pid, e.tid = pid, tid
                     flows.append(e)
             # "M" metadata, "i" instants, counters: nothing the model holds.
 
+    @property
+    def read_any(self) -> bool:
+        return bool(self.host or self.kernels or self.runtime or self.python)
+
+    def notices(self, path: str) -> list[Issue]:
+        """Say what was not read: never a silent empty profile."""
+        def listing(counts: Counter[str]) -> str:
+            return ", ".join(f"{cat or '(none)'} ({n:,})" for cat, n in counts.most_common())
+
+        if not self.read_any:
+            found = listing(self.found) if self.found else "none (no complete 'X' events)"
+            return [Issue(path, "no event the Kineto reader knows (operators, GPU kernels, memcpy/memset, "
+                                f"runtime calls, Python calls); categories found: {found}")]
+        if self.unknown:
+            return [Issue(path, f"skipped {sum(self.unknown.values()):,} event(s) of categories the reader "
+                                f"does not know: {listing(self.unknown)}")]
+        return []
+
 
 def _times(events: list[Event], base_ns: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """Start (epoch ns) and duration (ns) columns, and the largest |ts| seen."""
+    """Start (epoch ns) and duration (ns) columns, and the largest |ts| written with a fraction.
+
+    Only fractional values can lose nanoseconds: whole µs (JSON integers, what most traces with
+    epoch-µs ``ts`` write) stay exact in a float64 up to 2**53.
+    """
     ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
     dur = np.fromiter((e.dur or 0.0 for e in events), dtype=np.float64, count=len(events))
     start = _us_to_ns(ts) + base_ns
     dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
     biggest = float(np.abs(ts).max()) if len(ts) else 0.0
+    if biggest >= _EXACT_US_LIMIT:
+        biggest = max((abs(e.ts) for e in events if type(e.ts) is float), default=0.0)  # type: ignore[arg-type]
     return start, dur_ns, biggest
 
 
@@ -256,7 +333,7 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             continue
         seq[i] = a.seq
         fwd_thread[i] = a.fwd_thread
-        ext_id[i] = a.external_id
+        ext_id[i] = a.ext_id
         if a.input_dims:
             dims[i] = text.dims(a.input_dims)
         if a.input_types:
@@ -304,7 +381,6 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             )
         )
 
-    # -- steps ----------------------------------------------------------------------------------
     steps = profiler_steps(names, h_start, h_end)
 
     # -- runtime calls and kernels --------------------------------------------------------------
@@ -330,29 +406,49 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     # The op around each runtime call, for kernels whose launch carries no External id.
     rt_op = innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_start + r_dur).tolist()
 
-    kernels, unlinked, big = _kernels(buckets, base, host_ops, ext_id, rt, rt_op, steps)
+    k_start, k_dur, big = _times(buckets.kernels, base)
     biggest_ts = max(biggest_ts, big)
 
+    # -- steps: ProfilerStep#N ranges, else the measured span of the whole capture ---------------
+    steps_from_capture = False
+    if not steps:
+        capture = capture_step(
+            (py_start, h_start, r_start, k_start),
+            (py_start + py_dur, h_end, r_start + r_dur, k_start + k_dur),
+        )
+        if capture is not None:
+            steps, steps_from_capture = [capture], True
+            issues.append(Issue(str(path), no_step_markers_note(capture)))
+
+    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt, rt_op, steps)
+
+    issues += buckets.notices(str(path))
     if buckets.untimed:
         issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
     if biggest_ts >= _EXACT_US_LIMIT:
+        error_ns = float(np.spacing(biggest_ts)) * 1000.0 / 2
         issues.append(
             Issue(
                 str(path),
-                f"timestamps reach {biggest_ts:.0f} µs after baseTimeNanoseconds; beyond 2**43 µs "
-                "a float64 'ts' no longer resolves single nanoseconds (times may be off by 1 ns)",
+                f"timestamps with fractions reach {biggest_ts:.0f} µs after baseTimeNanoseconds; a "
+                f"float64 holds such values only to ±{error_ns:.0f} ns",
             )
         )
 
     meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
-    meta.extra["frame_lines"] = "def"
-    meta.extra["frame_lines_note"] = FRAME_LINES_NOTE
+    meta.steps_from_capture = steps_from_capture
+    # The 2021 schema took its Call stack from the running frames (current lines: resnet.py's
+    # _forward_impl shows at 237, 238, 239, 240); the current profiler records def lines.
+    old_schema = buckets.found.keys() & OLD_CATEGORIES.keys()
+    call_lines = bool(old_schema) and has_call_stack
+    meta.extra["frame_lines"] = "call" if call_lines else "def"
+    meta.extra["frame_lines_note"] = CALL_FRAME_LINES_NOTE if call_lines else FRAME_LINES_NOTE
     meta.extra["stack_source"] = (
         "call_stack" if has_call_stack else "python_function" if len(py) else "none"
     )
     meta.extra["kernels_without_host_op"] = unlinked
-    if buckets.other:
-        meta.extra["other_categories"] = dict(buckets.other)
+    if buckets.unknown:
+        meta.extra["unknown_categories"] = dict(buckets.unknown)
 
     return Profile(
         meta=meta,
@@ -419,18 +515,20 @@ def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names:
 def _kernels(
     buckets: _Buckets,
     base: int,
+    k_start: np.ndarray,
+    k_dur: np.ndarray,
     host_ops: pd.DataFrame,
     ext_id: list[int],
     rt: list[Event],
     rt_op: list[int],
     steps: list[Step],
-) -> tuple[pd.DataFrame, int, float]:
+) -> tuple[pd.DataFrame, int]:
     """GPU activity -> kernels table linked to launching ops (and, via linking, to stacks).
 
-    Returns the table, the number of kernels with no launching op, and the largest |ts|.
+    ``k_start`` / ``k_dur``: the times of ``buckets.kernels``. Returns the table and the number of
+    kernels with no launching op.
     """
     ev = buckets.kernels
-    k_start, k_dur, biggest = _times(ev, base)
     order = np.argsort(k_start, kind="stable")
     ev = [ev[i] for i in order.tolist()]
     k_start, k_dur = k_start[order], k_dur[order]
@@ -473,7 +571,7 @@ def _kernels(
         device[i] = a.device if a is not None and a.device >= 0 else e.pid  # type: ignore[assignment]
         stream[i] = a.stream if a is not None and a.stream >= 0 else e.tid  # type: ignore[assignment]
         op = -1
-        ext = a.external_id if a is not None else -1
+        ext = a.ext_id if a is not None else -1
         if ext > 0:
             op = op_of_ext.get(ext, -1)
         if op < 0:
@@ -483,7 +581,7 @@ def _kernels(
             j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
             if j >= 0:
                 rt_args = rt[j].args
-                rt_ext = rt_args.external_id if rt_args is not None else -1
+                rt_ext = rt_args.ext_id if rt_args is not None else -1
                 op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
                 if op < 0:
                     op = rt_op[j]
@@ -519,7 +617,7 @@ def _kernels(
         n,
     )
     resolve_kernel_links(table, host_ops)
-    return table, int((~linked).sum()), biggest
+    return table, int((~linked).sum())
 
 
 def _int_or_none(value: Any) -> int | None:

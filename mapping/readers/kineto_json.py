@@ -33,6 +33,8 @@ class Args(msgspec.Struct, gc=False):
     """The ``args`` keys the reader uses, across all event categories."""
 
     external_id: int = msgspec.field(default=-1, name="External id")
+    # the 2021 schema writes it lower-case on GPU activity and runtime calls
+    external_id_lower: int = msgspec.field(default=-1, name="external id")
     seq: int = msgspec.field(default=-1, name="Sequence number")
     fwd_thread: int = msgspec.field(default=-1, name="Fwd thread id")
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
@@ -46,6 +48,11 @@ class Args(msgspec.Struct, gc=False):
     stream: int = -1
     collective: str = msgspec.field(default="", name="Collective name")
 
+    @property
+    def ext_id(self) -> int:
+        """The External id, in whichever spelling the schema used."""
+        return self.external_id if self.external_id > 0 else self.external_id_lower
+
 
 class Event(msgspec.Struct, gc=False):
     ph: str = ""
@@ -53,8 +60,8 @@ class Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = -1
     tid: int | str = -1
-    ts: float | None = None  # µs relative to baseTimeNanoseconds
-    dur: float | None = None
+    ts: int | float | None = None  # µs relative to baseTimeNanoseconds (JSON integers stay int)
+    dur: int | float | None = None
     id: int | str | None = None  # flow id
     args: Args | None = None
 

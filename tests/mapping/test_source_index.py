@@ -256,3 +256,23 @@ def test_unary_minus_of_a_tensor_is_an_operator_site_literals_are_not():
     from msprof_lsp.mapping.constructs import call_keys, op_keys
 
     assert op_keys("aten::neg") & call_keys(idx, neg.idx)  # aten::neg anchors on it
+
+
+def test_optimizer_calls_of_a_module_level_script_are_optimizer_sites():
+    # A script's module-level `optimizer` resolves to itself (a name of this file): its .step() and
+    # .zero_grad() still anchor the Optimizer.step# / Optimizer.zero_grad# scopes (the tb_plugin
+    # ResNet-50 script is such a script); a scheduler's or profiler's .step() does not.
+    from msprof_lsp.mapping.constructs import annotation_keys, call_keys
+
+    text = ("import torch\n"
+            "optimizer = torch.optim.SGD(params, lr=0.1)\n"
+            "sched = torch.optim.lr_scheduler.StepLR(optimizer, 1)\n"
+            "optimizer.zero_grad()\n"
+            "optimizer.step()\n"
+            "sched.step()\n"
+            "p.step()\n")
+    idx = SourceIndex.build("/w/script.py", text)
+    keys = {c.text: call_keys(idx, c.idx) for c in idx.calls if c.name in ("step", "zero_grad")}
+    assert keys["optimizer.step()"] == annotation_keys("Optimizer.step#SGD.step")
+    assert keys["optimizer.zero_grad()"] == annotation_keys("Optimizer.zero_grad#SGD.zero_grad")
+    assert not keys["sched.step()"] and not keys["p.step()"]
