@@ -18,6 +18,7 @@ from msprof_lsp.mapping.model import Profile
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
 _RUNTIME_TASK = re.compile(r"MEMCPY_ASYNC|MEMSET_ASYNC|EVENT_RECORD|EVENT_WAIT|NOTIFY_\w+")
+_WAIT_TASK = re.compile(r"EVENT_RECORD|EVENT_WAIT|NOTIFY_\w+")
 _API_PREFIX = re.compile(r"^[A-Za-z]+@")
 _TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
 _ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)$")
@@ -64,6 +65,12 @@ def kernel_types(profile: Profile) -> np.ndarray:
     codes, uniques = pd.factorize(pairs)
     table = np.array([kernel_op_type(n, t) for n, t in uniques], dtype=object)
     return table[codes]
+
+
+def is_device_work(profile: Profile) -> np.ndarray:
+    """Kernel rows that occupy the device: all but the runtime's event/notify records and waits
+    (copies count; a wait task is the device waiting, not working)."""
+    return ~mask(profile.kernels["name"], _WAIT_TASK.fullmatch)
 
 
 def is_task(profile: Profile) -> np.ndarray:
@@ -162,23 +169,6 @@ def api_events(profile: Profile, names: Iterable[str]) -> pd.DataFrame:
 
 def mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if len(values) else 0.0
-
-
-def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of [start, end) intervals as sorted, disjoint intervals."""
-    if not len(starts):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.int64)[order]
-    e = np.asarray(ends, dtype=np.int64)[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    group = np.cumsum(new) - 1
-    out_s = s[new]
-    out_e = np.zeros(len(out_s), dtype=np.int64)
-    np.maximum.at(out_e, group, e)
-    return out_s, out_e
 
 
 def overlap_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from msprof_lsp.mapping import step_windows
 from msprof_lsp.mapping.model import Backend, CommOp, Profile
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
@@ -197,14 +198,14 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
         on = device == dev
         g = grad & on
         c = tasks & ~comm & in_steps & on
-        cs, ce = _facts.merge_intervals(start[g], end[g])
-        ks, ke = _facts.merge_intervals(start[c], end[c])
+        cs, ce = step_windows.merge_intervals(start[g], end[g])
+        ks, ke = step_windows.merge_intervals(start[c], end[c])
         length = int((ce - cs).sum())
         # several devices in one file: the slowest device, as for the step time
         not_ov = max(not_ov, length - _facts.overlap_ns(cs, ce, ks, ke))
         busy = max(busy, length)
-        os_, oe = _facts.merge_intervals(start[other & on], end[other & on])
-        rest_s, rest_e = _facts.merge_intervals(start[(c | g)], end[(c | g)])
+        os_, oe = step_windows.merge_intervals(start[other & on], end[other & on])
+        rest_s, rest_e = step_windows.merge_intervals(start[(c | g)], end[(c | g)])
         alone = max(alone, int((oe - os_).sum()) - _facts.overlap_ns(os_, oe, rest_s, rest_e))
     steps = ctx.num_steps
     return _Comm(not_ov / steps, "HCCL kernels" if ctx.backend == Backend.ASCEND.value else "NCCL kernels",

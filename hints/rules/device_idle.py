@@ -4,8 +4,11 @@ Metrics per step: ``Free`` ÷ step time above ``freeMaxPercent``, ``Computing`` 
 ``computeMinPercent`` (a proxy for AI Core utilisation), the median ``Wait Time`` of compute
 kernels against ``schedulingDelayUs``, and the share of kernels shorter than ``smallKernelUs``
 (launch-dominated) as qualifier. From step_trace_time / Overlap Analysis when present, else from
-the kernels themselves (busy = union of task intervals within each step's device span). The
-impact is the idle time. Anchored on the training loop header, with related information at the
+the kernels themselves: within each step window (the ProfilerStep range, or the capture span of
+a profile without markers) Free = the window minus the union of all device activity on every
+stream (copies included, wait tasks not), Computing = the union of compute kernels in it, so
+neither exceeds the step; without host step ranges, each step's own device span. The impact is
+the idle time. Anchored on the training loop header, with related information at the
 three user functions that launch the most small kernels.
 """
 
@@ -16,6 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from msprof_lsp.mapping import step_windows
 from msprof_lsp.mapping.model import Backend
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
@@ -120,6 +124,25 @@ def _breakdown(ctx: RuleContext) -> tuple[float, float, str] | None:
     k = prof.kernels
     if not len(k):
         return None
+    windows = step_windows.windows(prof) if prof.steps else []
+    if not windows:  # device step ids only (no host step ranges): each step's own device span
+        return _breakdown_by_step_id(prof)
+    start = k["start_ns"].to_numpy(np.int64)
+    end = start + k["dur_ns"].to_numpy(np.int64)
+    comm = _facts.mask(k["core"], {"HCCL", "COMMUNICATION"}.__contains__)
+    busy = _facts.is_device_work(prof)
+    computing = _facts.is_task(prof) & ~comm
+    if not busy.any():
+        return None
+    covered = step_windows.covered_per_step(start[busy], end[busy], windows)
+    work = step_windows.covered_per_step(start[computing], end[computing], windows)
+    length = np.array([w.dur_ns for w in windows], dtype=np.int64)
+    n = len(windows)
+    return float((length - covered).sum()) / n, float(work.sum()) / n, "kernels in step windows"
+
+
+def _breakdown_by_step_id(prof) -> tuple[float, float, str] | None:  # noqa: ANN001 - Profile
+    k = prof.kernels
     sel = _facts.is_task(prof) & _facts.kernels_in_steps_mask(prof)
     if not sel.any():
         return None
@@ -130,7 +153,7 @@ def _breakdown(ctx: RuleContext) -> tuple[float, float, str] | None:
     n = 0
     for s in np.unique(step[sel]):
         m = sel & (step == s)
-        us, ue = _facts.merge_intervals(start[m], end[m])
+        us, ue = step_windows.merge_intervals(start[m], end[m])
         b = int((ue - us).sum())
         busy += b
         free += int(end[m].max() - start[m].min()) - b

@@ -5,8 +5,10 @@ Evidence: framework ops that block the host until the device drains (``aten::ite
 runtime synchronisation happens inside (a D2H ``aten::to`` for ``.cpu()``), and synchronisation
 APIs outside any framework op (``AscendCL@aclrtSynchronizeDevice`` from ``torch.npu.synchronize()``;
 Kineto ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize``). Cost = the host duration of the
-blocking op, as a share of the wall-clock step. Syncs inside ``Optimizer.step#...`` belong to
-NPU220 and are only counted in the evidence.
+blocking op measured inside the step windows (each interval clipped to its step, overlapping ones
+-- nested or on other threads -- counted once), as a share of the wall-clock step; a profile
+without step markers has one window, its capture span. Syncs inside ``Optimizer.step#...``
+belong to NPU220 and are only counted in the evidence.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from msprof_lsp.mapping import step_windows
 from msprof_lsp.mapping.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
@@ -47,7 +50,8 @@ COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 class _Group:
     ops: list[int] = field(default_factory=list)  # host op rows
     apis: list[int] = field(default_factory=list)  # host_events rows outside any framework op
-    ns: int = 0
+    ns: int = 0  # blocked time inside the step windows (union per window)
+    inside: list[int] = field(default_factory=list)  # per op, then per api: its own time inside them
 
 
 @register
@@ -71,7 +75,9 @@ class HostSync(Rule):
         if not blocking and not loose:
             return
         dur = h["dur_ns"].to_numpy(np.int64) if len(h) else np.zeros(0, np.int64)
+        start = h["start_ns"].to_numpy(np.int64) if len(h) else np.zeros(0, np.int64)
         ev_dur = prof.host_events["dur_ns"].to_numpy(np.int64)
+        ev_start = prof.host_events["start_ns"].to_numpy(np.int64)
         groups: dict[tuple, _Group] = defaultdict(_Group)
         anchors: dict[tuple, tuple[SourceIndex, CallSite, Confidence] | None] = {}
         names = _facts.strs(h["name"]) if len(h) else np.zeros(0, object)
@@ -79,7 +85,6 @@ class HostSync(Rule):
             found = _anchor_op(ctx, r)
             key = (found[1].span,) if found else ("op", str(names[r]))
             groups[key].ops.append(r)
-            groups[key].ns += int(dur[r])
             anchors.setdefault(key, found)
         api_names = _facts.strs(prof.host_events["name"])
         between = _Neighbours(ctx) if loose else None
@@ -87,8 +92,13 @@ class HostSync(Rule):
             found = between.anchor(e) if between is not None else None
             key = (found[1].span,) if found else ("api", str(api_names[e]))
             groups[key].apis.append(e)
-            groups[key].ns += int(ev_dur[e])
             anchors.setdefault(key, found)
+        windows = step_windows.windows(prof)
+        for g in groups.values():
+            s = np.concatenate([start[g.ops], ev_start[g.apis]])
+            e = s + np.concatenate([dur[g.ops], ev_dur[g.apis]])
+            g.ns = int(step_windows.covered_per_step(s, e, windows).sum())
+            g.inside = [int(step_windows.covered_per_step(s[i : i + 1], e[i : i + 1], windows).sum()) for i in range(len(s))]
         excluded_ns = int(dur[excluded].sum()) if len(excluded) else 0
         for key, g in groups.items():
             yield self._finding(ctx, g, anchors[key], names, api_names, len(excluded), excluded_ns)
@@ -96,9 +106,8 @@ class HostSync(Rule):
     def _finding(self, ctx: RuleContext, g: _Group, anchor, names, api_names, n_excluded: int, excluded_ns: int) -> Finding:
         prof = ctx.profile
         steps = ctx.num_steps
-        dur = prof.host_ops["dur_ns"].to_numpy(np.int64) if len(prof.host_ops) else np.zeros(0, np.int64)
-        ev_dur = prof.host_events["dur_ns"].to_numpy(np.int64)
-        items = [(str(names[r]), int(dur[r])) for r in g.ops] + [(str(api_names[e]), int(ev_dur[e])) for e in g.apis]
+        labels = [str(names[r]) for r in g.ops] + [str(api_names[e]) for e in g.apis]
+        items = list(zip(labels, g.inside))
         longest = max(items, key=lambda t: t[1])
         count = len(items)
         device = "GPU" if ctx.backend == "cuda" else "NPU"
