@@ -45,6 +45,25 @@ ARGMIN_SRC = re.compile(r"\bargmin\s*\(")
 STATIC_CANDIDATES = 40  # statements tried per construct when no stack is available
 
 
+def _float64_tensor_ops(h: pd.DataFrame) -> np.ndarray:
+    """Host ops with a float64 *tensor* input: a ``double`` type whose dims are written. A Python
+    float argument (SGD's ``momentum``, batch norm's ``eps``) is typed ``double`` / ``Double`` too,
+    with no dims, and runs no float64 kernel."""
+    out = np.zeros(len(h), dtype=bool)
+    memo: dict[tuple[str, str], bool] = {}
+    for i, (types, dims) in enumerate(zip(_facts.strs(h["input_types"]), _facts.strs(h["input_dims"]))):
+        if "ouble" not in types:
+            continue
+        key = (types, dims)
+        hit = memo.get(key)
+        if hit is None:
+            d = dims.split(";")
+            hit = memo[key] = any(t.strip().lower() == "double" and j < len(d) and d[j] != ""
+                                  for j, t in enumerate(types.split(";")))
+        out[i] = hit
+    return out
+
+
 @dataclass(slots=True)
 class Cause:
     key: str  # double | index_put | index | nonzero | argmin | int | other
@@ -125,7 +144,7 @@ class AicpuFallback(Rule):
             h = ctx.profile.host_ops
             if not len(h):
                 return
-            double_op = h["input_types"].astype(str).str.contains("double", case=False, regex=False).to_numpy(dtype=bool)
+            double_op = _float64_tensor_ops(h)
             op = k["host_op"].to_numpy(np.int64)
             dbl = (op >= 0) & double_op[np.where(op >= 0, op, 0)]
             yield from self._groups(ctx, k, np.flatnonzero(dbl), cuda=True)

@@ -153,8 +153,12 @@ def test_cuda_float64_is_a_hint(tmp_path):
     src.write_text(SOURCE)
     b = ProfileBuilder(backend=Backend.CUDA, kind=ProfileKind.KINETO)
     stack = [frame(src, line_of(SOURCE, "y = x.double()"), "reduce")]
-    op = b.op("aten::sum", 100, 900, stack=stack, input_types="double")
+    op = b.op("aten::sum", 100, 900, stack=stack, input_types="double", input_dims="32,8")
     b.kernel("void at::native::reduce_kernel<double>", 150, 800, op=op, core="GPU")
+    # a Python float argument is typed double too, but has no dims: no float64 kernel
+    # (the 2021 tb_plugin trace: aten::mul_ ["float", "double"] with dims [[256], []] in SGD)
+    scalar = b.op("aten::mul_", 1000, 900, stack=stack, input_types="float;double", input_dims="256;")
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, MulFunctor<float>>", 1050, 800, op=scalar, core="GPU")
     (f,) = only(findings(b.build(), ["NPU201"], [tmp_path]), "NPU201")
     # 800 µs of 10 ms = 8 % would be a warning; float64 on CUDA is only a hint
     assert "8.0% of step" in f.message and f.severity is Severity.HINT
