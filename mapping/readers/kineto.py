@@ -13,7 +13,11 @@
   ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g`` to the CUDA runtime
   call and the op around it), then to a stack: the op's or an ancestor's, or for backward
   kernels the forward op's; NCCL kernels (``Collective name``) get core COMMUNICATION;
-* ``cuda_runtime`` / ``cuda_driver`` -> ``host_events``; ``distributedInfo`` -> rank/world size.
+* ``cuda_runtime`` / ``cuda_driver`` -> ``host_events``; ``distributedInfo`` -> rank/world size;
+* the 2021 schema (``Operator``, ``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, text thread ids,
+  ``external id``, ``async``/``launch`` flows, running-line ``Call stack``) read as the same;
+* no ``ProfilerStep#N``: one step, the capture's measured span, and one notice saying so;
+  categories the reader does not know are counted in a notice, never dropped silently.
 
 Times: ``ts`` is µs relative to ``baseTimeNanoseconds`` with 3 decimals; converted to integer
 epoch ns without going through ``ts * 1000`` in floating point (see ``_us_to_ns``).
@@ -201,24 +205,30 @@ class _Buckets:
         self.runtime: list[Event] = []
         self.flows: list[Event] = []
         self.untimed = 0
-        self.found: Counter[str] = Counter()  # complete ("X") events per category, as written
+        # complete ("X") events left out, per category as written (all of them when none is read)
+        self.found: Counter[str] = Counter()
+        self.old_schema = False  # some categories had their 2021 names
         self.unknown: Counter[str] = Counter()  # of those, categories the reader does not know
-        host, python, kernels, runtime, flows = (
-            self.host, self.python, self.kernels, self.runtime, self.flows,
+        host, python, kernels, runtime, flows, found = (
+            self.host, self.python, self.kernels, self.runtime, self.flows, self.found,
         )
         for e in events:
             ph = e.ph
             if ph == "X":
-                written = e.cat
-                self.found[written] += 1
-                pid, tid = _number(e.pid), _number(e.tid)
-                if pid is None or tid is None:
-                    continue  # "Spans"/"Traces" rows of the profiler itself
+                written = cat = e.cat
+                if type(e.pid) is not int or type(e.tid) is not int:
+                    pid, tid = _number(e.pid), _number(e.tid)
+                    if pid is None or tid is None:
+                        found[written] += 1
+                        continue  # "Spans"/"Traces" rows of the profiler itself
+                    e.pid, e.tid = pid, tid
                 if e.ts is None:
                     self.untimed += 1
+                    found[written] += 1
                     continue
-                e.pid, e.tid = pid, tid
-                cat = e.cat = OLD_CATEGORIES.get(written, written)
+                if cat in OLD_CATEGORIES:
+                    cat = e.cat = OLD_CATEGORIES[written]
+                    self.old_schema = True
                 if cat in HOST_CATS:
                     host.append(e)
                 elif cat == "python_function":
@@ -227,8 +237,10 @@ class _Buckets:
                     kernels.append(e)
                 elif cat in RUNTIME_CATS:
                     runtime.append(e)
-                elif cat not in IGNORED_CATS:
-                    self.unknown[written] += 1
+                else:
+                    found[written] += 1
+                    if cat not in IGNORED_CATS:
+                        self.unknown[written] += 1
             elif ph in ("s", "f"):
                 if e.ts is None or e.id is None:
                     continue
@@ -439,8 +451,7 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     meta.steps_from_capture = steps_from_capture
     # The 2021 schema took its Call stack from the running frames (current lines: resnet.py's
     # _forward_impl shows at 237, 238, 239, 240); the current profiler records def lines.
-    old_schema = buckets.found.keys() & OLD_CATEGORIES.keys()
-    call_lines = bool(old_schema) and has_call_stack
+    call_lines = buckets.old_schema and has_call_stack
     meta.extra["frame_lines"] = "call" if call_lines else "def"
     meta.extra["frame_lines_note"] = CALL_FRAME_LINES_NOTE if call_lines else FRAME_LINES_NOTE
     meta.extra["stack_source"] = (
