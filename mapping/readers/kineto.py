@@ -186,7 +186,7 @@ def _number(value: int | str) -> int | None:
         return value
     if isinstance(value, str):
         text = value.removeprefix("stream ").strip()
-        if text.isdigit():
+        if text.removeprefix("-").isdigit():
             return int(text)
     return None
 

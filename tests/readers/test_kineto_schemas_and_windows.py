@@ -113,6 +113,18 @@ def test_2021_schema_is_read_in_full(tmp_path):
     assert p.meta.extra["frame_lines"] == "call" and p.meta.def_line_frames is False
 
 
+def test_text_ids_become_numbers_and_profiler_rows_are_left_out(tmp_path):
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "Operator", "name": "a", "pid": PID, "tid": "-3", "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "Operator", "name": "b", "pid": PID, "tid": " 12 ", "ts": 20, "dur": 5},
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
+         "ts": 0, "dur": 50},
+    ]}
+    p = load(tmp_path, doc)
+    assert list(zip(p.host_ops["name"], p.host_ops["tid"])) == [("a", -3), ("b", 12)]
+    assert not [i for i in p.issues if "categories" in i.message]
+
+
 def test_current_schema_call_stacks_keep_def_lines(tmp_path):
     doc = {"schemaVersion": 1, "traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
