@@ -1,52 +1,199 @@
-"""Rule configuration: selection, severities, minimum share, thresholds (hint-rules §0.2, §4).
+"""Rule configuration: selection, severities, minimum share, thresholds.
 
-The server's settings model builds a ``RuleConfig``; rules read only this object.
+The server's settings model builds a ``RuleConfig``; rules read only this object. ``Thresholds``
+is an annotated model: each field's type, range (``msgspec.Meta`` ``ge``/``le``), default,
+description and unit live on the field, and ``setting_specs`` reads them, so the settings
+conversion, the docs table and the VS Code manifest cannot disagree with what rules read.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import re
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta
 
 from .finding import Severity
 
+DEFAULT_MIN_SHARE = 0.01
+
+
+def _us(description: str) -> Meta:
+    return Meta(ge=0, description=description, extra={"unit": "µs"})
+
+
+def _percent(description: str) -> Meta:
+    return Meta(ge=0, le=100, description=description, extra={"unit": "%"})
+
+
+def _whole(description: str, unit: str, *, ge: int = 1) -> Meta:
+    """Counts, alignments, sizes: a fraction means nothing (and 0 may divide)."""
+    return Meta(ge=ge, description=description, extra={"unit": unit})
+
 
 @dataclass(frozen=True, slots=True)
-class Threshold:
-    key: str  # camelCase setting name
-    default: float | int
-    unit: str
+class Thresholds:
+    """What rules compare against; user-facing keys are the fields in camelCase (``smallKernelUs``)."""
+
+    small_kernel_us: Annotated[float, _us("A kernel shorter than this is 'small' (launch/dispatch-bound).")] = 50
+    scheduling_delay_us: Annotated[float, _us("Mean kernel wait time above which a group is called dispatch-bound.")] = 5
+    free_max_percent: Annotated[float, _percent("Device idle (Free) share of the step above which NPU105 fires.")] = 15
+    compute_min_percent: Annotated[float, _percent("Computing share of the step below which NPU105 fires.")] = 70
+    comm_max_percent: Annotated[float, _percent("Not-overlapped communication share above which NPU102 fires.")] = 15
+    dataloader_max_us: Annotated[float, _us("DataLoader time per step above which NPU104 fires.")] = 10000
+    dataloader_max_percent: Annotated[float, _percent("DataLoader share of the step above which NPU104 fires.")] = 5
+    h2d_max_percent: Annotated[float, _percent("Host-to-device copy share of the step above which NPU104 fires.")] = 25
+    transdata_min_percent: Annotated[float, _percent("TransData share of the step above which NPU103 fires.")] = 1
+    op_compile_max_count: Annotated[int, _whole("Online op compilations per capture at which NPU107 fires.", "events")] = 20
+    aicpu_min_us: Annotated[float, _us("Longest AI_CPU kernel at which NPU201 fires.")] = 20
+    cube_align: Annotated[int, _whole("Inner-axis alignment expected by the Cube unit (NPU106).", "elements")] = 256
+    fa_align: Annotated[int, _whole("Head-dim / sequence alignment for FlashAttention (NPU106).", "elements")] = 128
+    cube_min_bytes: Annotated[int, _whole("MatMul input+output size from which NPU106 checks alignment.", "bytes", ge=0)] = 100 * 1024 * 1024
+    alloc_max_us: Annotated[float, _us("Memory allocate/free API time per capture at which NPU109 fires.")] = 10000
+    gc_min_us: Annotated[float, _us("GC pause length at which NPU230 fires.")] = 1000
+    accum_steps: Annotated[int, _whole("Micro-batches per optimizer step written by the NPU102 fix.", "steps")] = 4
+    dataloader_workers: Annotated[int, _whole("num_workers written by the NPU104 fix.", "workers")] = 4
+
+
+# -- reading an annotated model ------------------------------------------------------------------
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def kebab(key: str) -> str:
+    """camelCase (or snake_case) -> the kebab-case TOML key."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", key).replace("_", "-").lower()
+
+
+class Scope(str, enum.Enum):
+    """Where an editor may set a setting (VS Code configuration scopes)."""
+
+    RESOURCE = "resource"
+    MACHINE = "machine"
+
+
+@dataclass(frozen=True, slots=True)
+class SettingSpec:
+    """One user-facing setting, as its model field declares it."""
+
+    group: str | None  # the enclosing field of a nested model (``thresholds``), None at top level
+    name: str  # the Python field
+    type: Any  # the field's type, ``Annotated`` stripped
+    default: Any
     description: str
-    integer: bool = False  # counts, alignments, sizes: a fraction means nothing (and 0 may divide)
-    minimum: float = 0
-    maximum: float | None = None  # percentages: 100
+    unit: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    scope: Scope = Scope.RESOURCE
+    user_only: bool = False  # a write location: never taken from a workspace (pyproject.toml)
+    path: bool = False  # a file system path: no NUL
+    absolute: bool = False  # must be absolute (or ~/...)
+    schema: dict[str, Any] = field(default_factory=dict)  # JSON-schema details a type cannot say
+
+    @property
+    def key(self) -> str:
+        """camelCase: editor settings, initializationOptions, workspace/configuration."""
+        return camel(self.name)
+
+    @property
+    def toml_key(self) -> str:
+        """kebab-case: ``[tool.msprof-lsp]``."""
+        return kebab(self.name)
+
+    @property
+    def optional(self) -> bool:
+        return _without_none(self.type) is not self.type
+
+    @property
+    def base(self) -> Any:
+        """The type without ``| None``."""
+        return _without_none(self.type)
+
+    @property
+    def json_type(self) -> str | list[str]:
+        base = json_type(self.base)
+        return [base, "null"] if self.optional else base
+
+    @property
+    def integer(self) -> bool:
+        return self.base is int
+
+    @property
+    def choices(self) -> tuple[Any, ...]:
+        """The allowed values of a ``Literal`` field (empty otherwise)."""
+        return typing.get_args(self.base) if typing.get_origin(self.base) is Literal else ()
 
 
-THRESHOLDS: tuple[Threshold, ...] = (
-    Threshold("smallKernelUs", 50, "µs", "A kernel shorter than this is 'small' (launch/dispatch-bound)."),
-    Threshold("schedulingDelayUs", 5, "µs", "Mean kernel wait time above which a group is called dispatch-bound."),
-    Threshold("freeMaxPercent", 15, "%", "Device idle (Free) share of the step above which NPU105 fires.", maximum=100),
-    Threshold("computeMinPercent", 70, "%", "Computing share of the step below which NPU105 fires.", maximum=100),
-    Threshold("commMaxPercent", 15, "%", "Not-overlapped communication share above which NPU102 fires.", maximum=100),
-    Threshold("dataloaderMaxUs", 10000, "µs", "DataLoader time per step above which NPU104 fires."),
-    Threshold("dataloaderMaxPercent", 5, "%", "DataLoader share of the step above which NPU104 fires.", maximum=100),
-    Threshold("h2dMaxPercent", 25, "%", "Host-to-device copy share of the step above which NPU104 fires.", maximum=100),
-    Threshold("transdataMinPercent", 1, "%", "TransData share of the step above which NPU103 fires.", maximum=100),
-    Threshold("opCompileMaxCount", 20, "events", "Online op compilations per capture at which NPU107 fires.", integer=True, minimum=1),
-    Threshold("aicpuMinUs", 20, "µs", "Longest AI_CPU kernel at which NPU201 fires."),
-    Threshold("cubeAlign", 256, "elements", "Inner-axis alignment expected by the Cube unit (NPU106).", integer=True, minimum=1),
-    Threshold("faAlign", 128, "elements", "Head-dim / sequence alignment for FlashAttention (NPU106).", integer=True, minimum=1),
-    Threshold("cubeMinBytes", 100 * 1024 * 1024, "bytes", "MatMul input+output size from which NPU106 checks alignment.", integer=True),
-    Threshold("allocMaxUs", 10000, "µs", "Memory allocate/free API time per capture at which NPU109 fires."),
-    Threshold("gcMinUs", 1000, "µs", "GC pause length at which NPU230 fires."),
-    Threshold("accumSteps", 4, "steps", "Micro-batches per optimizer step written by the NPU102 fix.", integer=True, minimum=1),
-    Threshold("dataloaderWorkers", 4, "workers", "num_workers written by the NPU104 fix.", integer=True, minimum=1),
-)
+def _without_none(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return hint
 
-THRESHOLD_DEFAULTS: dict[str, float | int] = {t.key: t.default for t in THRESHOLDS}
-THRESHOLD_BY_KEY: dict[str, Threshold] = {t.key: t for t in THRESHOLDS}
 
-DEFAULT_MIN_SHARE = 0.01
+def json_type(hint: Any) -> str:
+    """The JSON-schema type of a (non-optional) field type."""
+    origin = typing.get_origin(hint) or hint
+    if origin is Literal:
+        return json_type(type(typing.get_args(hint)[0]))
+    for py, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                     (tuple, "array"), (list, "array"), (dict, "object")):
+        if isinstance(origin, type) and issubclass(origin, py):
+            return name
+    raise TypeError(f"no JSON type for {hint!r}")
+
+
+@cache
+def setting_specs(model: type) -> tuple[SettingSpec, ...]:
+    """The settings a frozen dataclass declares, in field order; a field whose type is itself such a
+    model (``thresholds``) contributes its fields, flat. Fields without a ``Meta`` description are
+    not settings (e.g. a resolved base directory)."""
+    hints = typing.get_type_hints(model, include_extras=True)
+    specs: list[SettingSpec] = []
+    for f in dataclasses.fields(model):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            specs += [dataclasses.replace(s, group=f.name) for s in setting_specs(hint)]
+            continue
+        if typing.get_origin(hint) is not Annotated:
+            continue
+        base, *metadata = typing.get_args(hint)
+        meta = next((m for m in metadata if isinstance(m, Meta)), None)
+        if meta is None or not meta.description:
+            continue
+        extra = dict(meta.extra or {})
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        specs.append(SettingSpec(
+            group=None,
+            name=f.name,
+            type=base,
+            default=default,
+            description=meta.description,
+            unit=extra.pop("unit", ""),
+            minimum=meta.ge,
+            maximum=meta.le,
+            scope=Scope(extra.pop("scope", Scope.RESOURCE)),
+            user_only=extra.pop("user_only", False),
+            path=extra.pop("path", False),
+            absolute=extra.pop("absolute", False),
+            schema=dict(meta.extra_json_schema or {}),
+        ))
+        if extra:
+            raise TypeError(f"{model.__name__}.{f.name}: unknown Meta.extra keys {sorted(extra)}")
+    return tuple(specs)
+
+
+THRESHOLD_KEYS: frozenset[str] = frozenset(s.key for s in setting_specs(Thresholds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +202,7 @@ class RuleConfig:
     ignore: tuple[str, ...] = ()
     severity: dict[str, Severity] = field(default_factory=dict)  # per code or prefix
     min_share: float = DEFAULT_MIN_SHARE
-    thresholds: dict[str, Any] = field(default_factory=lambda: dict(THRESHOLD_DEFAULTS))
+    thresholds: Thresholds = Thresholds()
     compile_backend: str = "auto"  # auto | npu | inductor: torch.compile backend the NPU101 fix uses
     third_party_roots: tuple[str, ...] = ()
 
@@ -63,9 +210,6 @@ class RuleConfig:
         if self.select and not any(code.startswith(p) for p in self.select):
             return False
         return not any(code.startswith(p) for p in self.ignore)
-
-    def threshold(self, key: str) -> Any:
-        return self.thresholds.get(key, THRESHOLD_DEFAULTS[key])
 
     def severity_override(self, code: str) -> Severity | None:
         """The most specific configured severity for a code (longest matching prefix)."""

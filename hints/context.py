@@ -70,6 +70,7 @@ class RuleContext:
         self.attribution = attribution
         self.workspace = workspace
         self.config = config
+        self.thresholds = config.thresholds  # typed fields: a misspelt name fails the type check
         b = backend if backend is not None else profile.meta.backend
         self.backend: str = b.value if isinstance(b, Backend) else str(b)
         self._step_time_ns: float | None = None
@@ -124,9 +125,6 @@ class RuleContext:
         steps = self.profile.steps
         host = sum(s.dur_ns for s in steps) / len(steps) if steps else 0.0
         return max(host, self.step_time_ns)
-
-    def threshold(self, key: str) -> Any:
-        return self.config.threshold(key)
 
     def severity(self, code: str, share: float, confidence: Confidence = Confidence.STACK) -> Severity:
         """Severity by share (hint-rules §0.2); inferred anchors are at most a hint unless configured."""

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from .config import THRESHOLD_DEFAULTS
+from .config import THRESHOLD_KEYS
 from .finding import Finding, Severity
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Rule(ABC):
       summary           one line for lists and the docs index
       rationale         one paragraph: why this costs time and what the fix changes
       default_severity  None: by share of step time (hint-rules §0.2); a Severity: fixed (env, notices)
-      thresholds        keys of hints.config.THRESHOLDS the rule reads
+      thresholds        camelCase keys of the hints.config.Thresholds fields the rule reads (its doc page lists them)
       backends          profile backends the rule applies to
     """
 
@@ -87,7 +87,7 @@ def validate(cls: type[Rule]) -> None:
         raise RuleError(f"{cls.__name__}: name {cls.name!r} is not kebab-case")
     if "\n" in cls.summary.strip():
         raise RuleError(f"{cls.__name__}: summary must be one line")
-    unknown = [k for k in cls.thresholds if k not in THRESHOLD_DEFAULTS]
+    unknown = [k for k in cls.thresholds if k not in THRESHOLD_KEYS]
     if unknown:
         raise RuleError(f"{cls.__name__}: unknown threshold keys {unknown}")
     bad = [b for b in cls.backends if b not in BACKENDS]

@@ -4,9 +4,11 @@ pyproject.toml -> LSP initializationOptions / workspace/configuration -> command
 A pyproject.toml belongs to the repository, which may be hostile: settings that name a place to
 write (``cacheDir``, ``user_only`` below) are ignored there with a warning naming the file.
 
-``SETTINGS`` below is the single source of truth: the docs page, the VS Code manifest test and the
-validation all read it. Keys are camelCase in the editor and kebab-case in TOML. Unknown keys and
-invalid values produce warnings (and the default), never an exception.
+The annotated ``Settings`` fields (and the rule ``Thresholds`` they compose) are the single source
+of truth: ``SETTINGS`` reads them, and the validation below, the docs table and the VS Code manifest
+(``python -m msprof_lsp.server.settings_schema``) all derive from it. Keys are camelCase in the
+editor and kebab-case in TOML. Unknown keys and invalid values produce warnings (and the previous
+value), never an exception.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from msprof_lsp.hints.config import DEFAULT_MIN_SHARE, THRESHOLD_BY_KEY, THRESHOLD_DEFAULTS, THRESHOLDS, RuleConfig, Threshold
+from msgspec import Meta
+
+from msprof_lsp.hints.config import DEFAULT_MIN_SHARE, RuleConfig, SettingSpec, Thresholds, setting_specs
 from msprof_lsp.hints.finding import Severity
 
 try:  # Python 3.11+
@@ -26,66 +30,51 @@ except ModuleNotFoundError:  # pragma: no cover - 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-@dataclass(frozen=True, slots=True)
-class SettingSpec:
-    key: str  # camelCase
-    type: str  # JSON-schema type: string, array, object, number, integer, boolean, ["integer","null"]
-    default: Any
-    description: str
-    scope: str = "resource"  # VS Code configuration scope
-    user_only: bool = False  # a write location: never taken from a workspace (pyproject.toml)
-    minimum: float | None = None  # numbers: the manifest's bounds (thresholds)
-    maximum: float | None = None
+_STRING_LIST = {"items": {"type": "string"}}
+_PATH_MAPPING_SCHEMA = {
+    "items": {
+        "anyOf": [
+            {"type": "string", "pattern": "^[^=]+=.+$"},
+            {
+                "type": "object",
+                "properties": {"remote": {"type": "string"}, "local": {"type": "string"}},
+                "required": ["remote", "local"],
+            },
+        ]
+    }
+}
 
-
-SETTINGS: tuple[SettingSpec, ...] = (
-    SettingSpec("profile", "string", "", "Profile directory or file to load. Empty: discover under the workspace folder."),
-    SettingSpec("select", "array", [], "Rule codes or prefixes to enable (empty = all), e.g. [\"NPU1\"]."),
-    SettingSpec("ignore", "array", [], "Rule codes or prefixes to disable, e.g. [\"NPU9\"]."),
-    SettingSpec("severity", "object", {}, "Severity per rule code or prefix: error, warning, info or hint."),
-    SettingSpec("minShare", "number", DEFAULT_MIN_SHARE, "Findings below this share of step time (0..1) are not reported."),
-    SettingSpec("rank", ["integer", "null"], None, "Rank of a multi-rank profile to analyse. Empty: the slowest rank."),
-    SettingSpec("pathMappings", "array", [], "Where profile paths differ from local ones: [\"/remote/prefix=/local/prefix\", ...] or [{\"remote\": ..., \"local\": ...}]."),
-    SettingSpec("codeLens", "boolean", True, "Show code lenses with device time over hot functions and lines."),
-    SettingSpec("inlayHints", "boolean", False, "Show the share of step time at the end of hot lines."),
-    SettingSpec("baseline", "string", "", "An earlier profile of the same code to compare against (before/after)."),
-    SettingSpec("cacheDir", "string", "", "Where the linked-profile cache lives (an absolute path; a user setting, never read from a workspace). Empty: the user cache directory.", scope="machine", user_only=True),
-    SettingSpec("thirdPartyRoots", "array", [], "Extra path fragments whose frames are skipped like site-packages."),
-    SettingSpec("compileBackend", "string", "auto", "torch.compile backend the NPU101 fix writes: auto (npu for Ascend profiles, inductor otherwise), npu or inductor."),
-) + tuple(
-    SettingSpec(t.key, "integer" if t.integer else "number", t.default, f"{t.description} (unit: {t.unit})",
-                minimum=t.minimum, maximum=t.maximum)
-    for t in THRESHOLDS
-)
-
-SETTING_KEYS = frozenset(s.key for s in SETTINGS)
-_BY_KEY = {s.key: s for s in SETTINGS}
-
-
-def kebab(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "-", key).lower()
-
-
-_BY_KEBAB = {kebab(s.key): s.key for s in SETTINGS}
+CompileBackend = Literal["auto", "npu", "inductor"]
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    profile: str = ""
-    select: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    severity: dict[str, Severity] = field(default_factory=dict)
-    min_share: float = DEFAULT_MIN_SHARE
-    rank: int | None = None
-    path_mappings: tuple[tuple[str, str], ...] = ()
-    code_lens: bool = True
-    inlay_hints: bool = False
-    baseline: str = ""
-    cache_dir: str = ""
-    third_party_roots: tuple[str, ...] = ()
-    compile_backend: str = "auto"
-    thresholds: dict[str, float | int] = field(default_factory=lambda: dict(THRESHOLD_DEFAULTS))
-    base_dir: str = ""  # relative paths in settings resolve against this (workspace / pyproject dir)
+    """Every setting, annotated: ``setting_specs(Settings)`` turns the fields into keys (camelCase,
+    kebab-case in TOML), JSON types, ranges, defaults and descriptions for the conversion below,
+    the docs table and the VS Code manifest (``python -m msprof_lsp.server.settings_schema``)."""
+
+    profile: Annotated[str, Meta(description="Profile directory or file to load. Empty: discover under the workspace folder.",
+                                 extra={"path": True})] = ""
+    select: Annotated[tuple[str, ...], Meta(description="Rule codes or prefixes to enable (empty = all), e.g. [\"NPU1\"].")] = ()
+    ignore: Annotated[tuple[str, ...], Meta(description="Rule codes or prefixes to disable, e.g. [\"NPU9\"].")] = ()
+    severity: Annotated[dict[str, Severity], Meta(description="Severity per rule code or prefix: error, warning, info or hint.")] = field(default_factory=dict)
+    min_share: Annotated[float, Meta(ge=0, le=1, description="Findings below this share of step time (0..1) are not reported.")] = DEFAULT_MIN_SHARE
+    rank: Annotated[int | None, Meta(ge=0, description="Rank of a multi-rank profile to analyse. Empty: the slowest rank.")] = None
+    path_mappings: Annotated[tuple[tuple[str, str], ...], Meta(
+        description="Where profile paths differ from local ones: [\"/remote/prefix=/local/prefix\", ...] or [{\"remote\": ..., \"local\": ...}]. A local prefix outside the workspace folders is not followed.",
+        extra_json_schema=_PATH_MAPPING_SCHEMA)] = ()
+    code_lens: Annotated[bool, Meta(description="Show code lenses with device time over hot functions and lines.")] = True
+    inlay_hints: Annotated[bool, Meta(description="Show the share of step time at the end of hot lines.")] = False
+    baseline: Annotated[str, Meta(description="An earlier profile of the same code to compare against (before/after).",
+                                  extra={"path": True})] = ""
+    cache_dir: Annotated[str, Meta(
+        description="Where the linked-profile cache lives (an absolute path; a user setting, never read from a workspace). Empty: the user cache directory.",
+        extra={"path": True, "absolute": True, "user_only": True, "scope": "machine"})] = ""
+    third_party_roots: Annotated[tuple[str, ...], Meta(description="Extra path fragments whose frames are skipped like site-packages.")] = ()
+    compile_backend: Annotated[CompileBackend, Meta(
+        description="torch.compile backend the NPU101 fix writes: auto (npu for Ascend profiles, inductor otherwise), npu or inductor.")] = "auto"
+    thresholds: Thresholds = Thresholds()  # each field is a flat setting: smallKernelUs / small-kernel-us
+    base_dir: str = ""  # not a setting: relative paths in settings resolve against this (workspace / pyproject dir)
 
     def rule_config(self) -> RuleConfig:
         return RuleConfig(
@@ -93,7 +82,7 @@ class Settings:
             ignore=self.ignore,
             severity=dict(self.severity),
             min_share=self.min_share,
-            thresholds=dict(self.thresholds),
+            thresholds=self.thresholds,
             compile_backend=self.compile_backend,
             third_party_roots=self.third_party_roots,
         )
@@ -105,21 +94,9 @@ class Settings:
         return p
 
 
-_FIELD_OF = {
-    "profile": "profile",
-    "select": "select",
-    "ignore": "ignore",
-    "severity": "severity",
-    "minShare": "min_share",
-    "rank": "rank",
-    "pathMappings": "path_mappings",
-    "codeLens": "code_lens",
-    "inlayHints": "inlay_hints",
-    "baseline": "baseline",
-    "cacheDir": "cache_dir",
-    "thirdPartyRoots": "third_party_roots",
-    "compileBackend": "compile_backend",
-}
+SETTINGS: tuple[SettingSpec, ...] = setting_specs(Settings)
+SETTING_KEYS = frozenset(s.key for s in SETTINGS)
+_BY_KEY = {s.key: s for s in SETTINGS} | {s.toml_key: s for s in SETTINGS}
 
 
 def _as_str_list(value: Any) -> tuple[str, ...]:
@@ -151,76 +128,65 @@ def parse_path_mapping(value: Any) -> tuple[str, str]:
     raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL or {{remote, local}}")
 
 
-_PATH_KEYS = frozenset({"profile", "baseline", "cacheDir"})
-
-
-def _threshold(t: Threshold, value: int | float) -> int | float:
-    if t.integer:
+def _number(spec: SettingSpec, value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("expected a number")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        finite = False
+    if not finite:
+        raise ValueError("expected a finite number")
+    if spec.integer:
         if isinstance(value, float) and not value.is_integer():
             raise ValueError("expected a whole number")
         value = int(value)
-    if value < t.minimum or (t.maximum is not None and value > t.maximum):
-        upper = f" and {t.maximum:g}" if t.maximum is not None else ""
-        raise ValueError(f"expected a number {'from' if upper else 'of at least'} {t.minimum:g}{upper}")
+    low, high = spec.minimum, spec.maximum
+    if (low is not None and value < low) or (high is not None and value > high):
+        if low is not None and high is not None:
+            raise ValueError(f"expected a number between {low:g} and {high:g}")
+        raise ValueError(f"expected a number of at least {low:g}" if low is not None else f"expected at most {high:g}")
     return value
 
 
-def _convert(key: str, value: Any) -> Any:
-    """Validate one camelCase setting; raise ValueError with a short reason."""
-    spec = _BY_KEY[key]
-    if key in ("select", "ignore", "thirdPartyRoots"):
+def _convert(spec: SettingSpec, value: Any) -> Any:
+    """Validate one setting against its field's type and range; raise ValueError with a short reason."""
+    base = spec.base
+    if spec.optional and (value is None or value == ""):
+        return None
+    if spec.choices:
+        if value not in spec.choices:
+            raise ValueError(f"expected {', '.join(spec.choices[:-1])} or {spec.choices[-1]}")
+        return value
+    if base == tuple[str, ...]:
         return _as_str_list(value)
-    if key == "severity":
-        if not isinstance(value, dict):
-            raise ValueError("expected an object mapping rule codes to severities")
-        return {str(code): Severity.parse(str(sev)) for code, sev in value.items()}
-    if key == "pathMappings":
+    if base == tuple[tuple[str, str], ...]:
         if isinstance(value, dict):  # {"remote": "local", ...}
             return tuple(parse_path_mapping(f"{k}={v}") for k, v in value.items())
         if not isinstance(value, (list, tuple)):
             raise ValueError("expected a list of REMOTE=LOCAL entries")
         return tuple(parse_path_mapping(v) for v in value)
-    if key == "rank":
-        if value is None or value == "":
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, str)) or int(value) < 0:
-            raise ValueError("expected a non-negative integer")
-        return int(value)
-    if key == "compileBackend":
-        if value not in ("auto", "npu", "inductor"):
-            raise ValueError("expected auto, npu or inductor")
-        return value
-    if spec.type == "boolean":
+    if base == dict[str, Severity]:
+        if not isinstance(value, dict):
+            raise ValueError("expected an object mapping rule codes to severities")
+        return {str(code): Severity.parse(str(sev)) for code, sev in value.items()}
+    if base is bool:
         if not isinstance(value, bool):
             raise ValueError("expected true or false")
         return value
-    if spec.type == "string":
+    if base is str:
         if value is None:
             return ""
         if not isinstance(value, str):
             raise ValueError("expected a string")
-        if key in _PATH_KEYS:
+        if spec.path:
             _path_text(value, "path")
-        if key == "cacheDir" and value and not Path(value).expanduser().is_absolute():
+        if spec.absolute and value and not Path(value).expanduser().is_absolute():
             raise ValueError("expected an absolute path (or ~/...)")
         return value
-    if spec.type in ("number", "integer"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError("expected a number")
-        try:
-            finite = math.isfinite(value)
-        except OverflowError:  # an integer beyond float range
-            finite = False
-        if not finite:
-            raise ValueError("expected a finite number")
-        if key in THRESHOLD_BY_KEY:
-            return _threshold(THRESHOLD_BY_KEY[key], value)
-        if key == "minShare" and not 0 <= value <= 1:
-            raise ValueError("expected a share between 0 and 1")
-        if value < 0:
-            raise ValueError("expected a non-negative number")
-        return value
-    return value  # pragma: no cover - every spec type is handled above
+    if spec.optional and spec.integer and isinstance(value, str):  # rank "3" from a text field
+        value = int(value)
+    return _number(spec, value)
 
 
 def apply(
@@ -236,35 +202,33 @@ def apply(
         return settings, warnings
     if not isinstance(values, dict):
         return settings, [f"{origin}: settings must be an object, got {type(values).__name__}"]
-    changes: dict[str, Any] = {}
-    thresholds = dict(settings.thresholds)
+    changes: dict[str | None, dict[str, Any]] = {}
     for raw_key, value in values.items():
-        key = _BY_KEBAB.get(raw_key, raw_key)
-        if key not in _BY_KEY:
+        spec = _BY_KEY.get(raw_key) if isinstance(raw_key, str) else None
+        if spec is None:
             warnings.append(f"{origin}: unknown setting {raw_key!r} (ignored)")
             continue
-        if workspace and _BY_KEY[key].user_only:
+        if workspace and spec.user_only:
             warnings.append(
-                f"{origin}: {raw_key!r} is a user setting (editor user settings or --{kebab(key)}); "
+                f"{origin}: {raw_key!r} is a user setting (editor user settings or --{spec.toml_key}); "
                 "a workspace cannot set it (ignored)"
             )
             continue
         try:
-            converted = _convert(key, value)
+            converted = _convert(spec, value)
         except (ValueError, TypeError) as exc:
-            warnings.append(f"{origin}: setting {raw_key!r}: {exc}; keeping {_current(settings, key)!r}")
+            warnings.append(f"{origin}: setting {raw_key!r}: {exc}; keeping {_current(settings, spec)!r}")
             continue
-        if key in THRESHOLD_DEFAULTS:
-            thresholds[key] = converted
-        else:
-            changes[_FIELD_OF[key]] = converted
-    return replace(settings, thresholds=thresholds, **changes), warnings
+        changes.setdefault(spec.group, {})[spec.name] = converted
+    top = changes.pop(None, {})
+    for group, fields_ in changes.items():
+        top[group] = replace(getattr(settings, group), **fields_)
+    return replace(settings, **top), warnings
 
 
-def _current(settings: Settings, key: str) -> Any:
-    if key in THRESHOLD_DEFAULTS:
-        return settings.thresholds.get(key)
-    value = getattr(settings, _FIELD_OF[key])
+def _current(settings: Settings, spec: SettingSpec) -> Any:
+    owner = getattr(settings, spec.group) if spec.group else settings
+    value = getattr(owner, spec.name)
     return list(value) if isinstance(value, tuple) else value
 
 

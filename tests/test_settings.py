@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.hints.config import THRESHOLD_DEFAULTS
+from msprof_lsp.hints.config import Thresholds
 from msprof_lsp.server.lsp.configuration import base_settings
 from msprof_lsp.server.settings import Settings, apply, from_pyproject
 
@@ -22,16 +22,16 @@ def _pyproject(tmp_path: Path, body: str) -> Path:
 @pytest.mark.parametrize(
     ("key", "setting", "text"),
     [
-        ("small-kernel-us", "smallKernelUs", "nan"),
-        ("free-max-percent", "freeMaxPercent", "inf"),
-        ("gc-min-us", "gcMinUs", "-inf"),
-        ("cube-min-bytes", "cubeMinBytes", "1" + "0" * 400),
+        ("small-kernel-us", "small_kernel_us", "nan"),
+        ("free-max-percent", "free_max_percent", "inf"),
+        ("gc-min-us", "gc_min_us", "-inf"),
+        ("cube-min-bytes", "cube_min_bytes", "1" + "0" * 400),
     ],
 )
 def test_non_finite_thresholds_are_rejected(tmp_path: Path, key: str, setting: str, text: str) -> None:
     p = _pyproject(tmp_path, f"[tool.msprof-lsp]\n{key} = {text}\n")
     settings, warnings = from_pyproject(Settings(), p)
-    assert settings.thresholds[setting] == THRESHOLD_DEFAULTS[setting]
+    assert getattr(settings.thresholds, setting) == getattr(Thresholds(), setting)
     assert len(warnings) == 1 and str(p) in warnings[0] and repr(key) in warnings[0]
     assert "finite" in warnings[0]
 
@@ -46,7 +46,7 @@ def test_non_finite_min_share_is_rejected(tmp_path: Path) -> None:
 def test_finite_thresholds_still_apply(tmp_path: Path) -> None:
     p = _pyproject(tmp_path, "[tool.msprof-lsp]\nsmall-kernel-us = 80.5\ngc-min-us = 0\n")
     settings, warnings = from_pyproject(Settings(), p)
-    assert warnings == [] and settings.thresholds["smallKernelUs"] == 80.5 and settings.thresholds["gcMinUs"] == 0
+    assert warnings == [] and settings.thresholds.small_kernel_us == 80.5 and settings.thresholds.gc_min_us == 0
 
 
 @pytest.mark.parametrize("body", ["tool = 5\n", "tool = [1, 2]\n", 'tool = "x"\n'])
@@ -107,18 +107,18 @@ def test_cache_dir_from_the_user_must_be_absolute(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "setting", "text", "why"),
     [
-        ("cube-align", "cubeAlign", "0", "at least 1"),  # NPU106 takes shapes modulo this
-        ("fa-align", "faAlign", "64.5", "whole number"),
-        ("accum-steps", "accumSteps", "2.5", "whole number"),  # the NPU102 fix writes it into code
-        ("dataloader-workers", "dataloaderWorkers", "0", "at least 1"),
-        ("free-max-percent", "freeMaxPercent", "150", "from 0 and 100"),
-        ("gc-min-us", "gcMinUs", "-1", "at least 0"),
+        ("cube-align", "cube_align", "0", "at least 1"),  # NPU106 takes shapes modulo this
+        ("fa-align", "fa_align", "64.5", "whole number"),
+        ("accum-steps", "accum_steps", "2.5", "whole number"),  # the NPU102 fix writes it into code
+        ("dataloader-workers", "dataloader_workers", "0", "at least 1"),
+        ("free-max-percent", "free_max_percent", "150", "between 0 and 100"),
+        ("gc-min-us", "gc_min_us", "-1", "at least 0"),
     ],
 )
 def test_thresholds_out_of_their_range(tmp_path: Path, key: str, setting: str, text: str, why: str) -> None:
     p = _pyproject(tmp_path, f"[tool.msprof-lsp]\n{key} = {text}\n")
     settings, warnings = from_pyproject(Settings(), p)
-    assert settings.thresholds[setting] == THRESHOLD_DEFAULTS[setting]
+    assert getattr(settings.thresholds, setting) == getattr(Thresholds(), setting)
     assert len(warnings) == 1 and str(p) in warnings[0] and repr(key) in warnings[0] and why in warnings[0]
 
 
@@ -126,5 +126,5 @@ def test_whole_float_for_an_integer_threshold_becomes_an_int(tmp_path: Path) -> 
     p = _pyproject(tmp_path, "[tool.msprof-lsp]\naccum-steps = 8.0\ncube-align = 512\n")
     settings, warnings = from_pyproject(Settings(), p)
     assert warnings == []
-    assert settings.thresholds["accumSteps"] == 8 and type(settings.thresholds["accumSteps"]) is int
-    assert settings.thresholds["cubeAlign"] == 512
+    assert settings.thresholds.accum_steps == 8 and type(settings.thresholds.accum_steps) is int
+    assert settings.thresholds.cube_align == 512

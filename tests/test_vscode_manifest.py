@@ -1,20 +1,20 @@
 """The VS Code manifest (vscode-client/package.json) must follow the server's own lists.
 
-SETTINGS (server/settings.py) is the single source of truth for server settings; PALETTE_COMMANDS
+The annotated ``Settings`` model (server/settings.py, read as ``SETTINGS``) is the single source of
+truth for server settings, rendered by ``python -m msprof_lsp.server.settings_schema``; PALETTE_COMMANDS
 and the notification name (server/protocol.py) are what the client must offer and listen to. A
 drift here means a setting the editor cannot set, or a palette entry that does nothing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from msprof_lsp.server import protocol
+from msprof_lsp.server import protocol, settings_schema
 from msprof_lsp.server.settings import SETTINGS
 
 CLIENT = Path(__file__).resolve().parents[1] / "vscode-client"
@@ -37,10 +37,12 @@ def properties(manifest: dict) -> dict:
 def test_every_server_setting_is_contributed_unchanged(spec, properties: dict) -> None:
     entry = properties.get(PREFIX + spec.key)
     assert entry is not None, f"{PREFIX}{spec.key} missing from package.json"
-    assert entry["type"] == spec.type
-    assert entry["default"] == spec.default and type(entry["default"]) is type(spec.default)
-    assert entry["description"] == spec.description
-    assert entry.get("scope", "window") == spec.scope
+    assert entry["type"] == spec.json_type
+    default = list(spec.default) if isinstance(spec.default, tuple) else spec.default
+    assert entry["default"] == default and type(entry["default"]) is type(default)
+    assert entry["description"].startswith(spec.description)
+    assert entry.get("scope", "window") == spec.scope.value
+    assert entry.get("minimum") == spec.minimum and entry.get("maximum") == spec.maximum
 
 
 def test_no_extra_settings(properties: dict) -> None:
@@ -57,27 +59,36 @@ def test_client_only_settings(properties: dict) -> None:
     assert properties[PREFIX + "gutterHeat"] == {**properties[PREFIX + "gutterHeat"], "type": "boolean", "default": True}
 
 
-@pytest.fixture(scope="module")
-def sync_script():
-    path = CLIENT / "scripts" / "sync_settings.py"
-    spec = importlib.util.spec_from_file_location("msprof_sync_settings", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_manifest_is_what_the_generator_writes(manifest: dict) -> None:
+    """Item types, ranges and choices also come from the model (server/settings_schema.py)."""
+    expected = settings_schema.synced(json.loads(json.dumps(manifest)))
+    assert expected == manifest, "run python -m msprof_lsp.server.settings_schema to update package.json"
 
 
-def test_manifest_is_what_the_sync_script_writes(manifest: dict, sync_script) -> None:
-    """Item types, ranges and choices also come from one place (vscode-client/scripts/sync_settings.py)."""
-    expected = sync_script.synced(json.loads(json.dumps(manifest)))
-    assert expected == manifest, "run vscode-client/scripts/sync_settings.py to update package.json"
-
-
-def test_docs_settings_table_is_current(sync_script) -> None:
+def test_docs_settings_table_is_current() -> None:
     docs = (CLIENT.parent / "docs" / "editors.md").read_text(encoding="utf-8")
-    assert sync_script.synced_docs(docs) == docs, "run vscode-client/scripts/sync_settings.py to update docs/editors.md"
+    assert settings_schema.synced_docs(docs) == docs, "run python -m msprof_lsp.server.settings_schema to update docs/editors.md"
     for spec in SETTINGS:
-        assert f"| `{spec.key}` |" in docs
+        assert f"| `{spec.key}` | `{spec.toml_key}` |" in docs
+
+
+def test_generator_check_on_this_checkout_and_on_a_drifted_copy(tmp_path: Path, capsys) -> None:
+    assert settings_schema.main(["--check"]) == 0
+    for rel in (settings_schema.MANIFEST, settings_schema.DOCS):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((CLIENT.parent / rel).read_text(encoding="utf-8"), encoding="utf-8")
+    manifest = tmp_path / settings_schema.MANIFEST
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data["contributes"]["configuration"]["properties"][PREFIX + "cubeAlign"]["minimum"] = 0
+    manifest.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    docs = tmp_path / settings_schema.DOCS
+    docs.write_text(docs.read_text(encoding="utf-8").replace("| `smallKernelUs` |", "| `smallKernelMs` |"), encoding="utf-8")
+    assert settings_schema.main(["--check", "--root", str(tmp_path)]) == 1
+    assert str(manifest) in capsys.readouterr().err
+    assert settings_schema.main(["--root", str(tmp_path)]) == 0  # rewrites both files
+    assert settings_schema.main(["--check", "--root", str(tmp_path)]) == 0
+    assert json.loads(manifest.read_text(encoding="utf-8")) == json.loads((CLIENT / "package.json").read_text(encoding="utf-8"))
+    assert docs.read_text(encoding="utf-8") == (CLIENT.parent / settings_schema.DOCS).read_text(encoding="utf-8")
 
 
 def test_palette_commands_match_both_ways(manifest: dict) -> None:

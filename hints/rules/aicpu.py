@@ -158,7 +158,7 @@ class AicpuFallback(Rule):
             site = _ops.site_of_kernel_row(ctx, int(row))
             key = (site.span, site.function) if site is not None else None
             groups.setdefault(key, _Group(site)).rows.append(p)
-        min_ns = float(ctx.threshold("aicpuMinUs")) * 1000
+        min_ns = float(ctx.thresholds.aicpu_min_us) * 1000
         for g in groups.values():
             sub = k.iloc[g.rows]
             longest = int(sub["dur_ns"].max())
@@ -186,7 +186,7 @@ class AicpuFallback(Rule):
             "count": len(sub),
             "longest_us": _ops.format_ns_us(int(sub["dur_ns"].max())),
             "shortest_us": _ops.format_ns_us(int(sub["dur_ns"].min())),
-            "threshold_us": float(ctx.threshold("aicpuMinUs")),
+            "threshold_us": float(ctx.thresholds.aicpu_min_us),
             "cause": cause.key,
         }
         if cause.guide:

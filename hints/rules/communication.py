@@ -77,7 +77,7 @@ class GradAccumulation(Rule):
         if comm.ignored_ns > 0 and ctx.profile.step_time()[1] in ("kernel step span", "capture length"):
             step_ns = ctx.step_time_ns - comm.ignored_ns
         share = ctx.share(comm.not_overlapped_ns, step_ns=step_ns)
-        limit = float(ctx.threshold("commMaxPercent"))
+        limit = float(ctx.thresholds.comm_max_percent)
         if share * 100 < limit:
             return
         total_ns = comm.not_overlapped_ns * ctx.num_steps
@@ -91,7 +91,7 @@ class GradAccumulation(Rule):
         if small:
             qual = f"{qual}, small packets" if qual else "small packets"
         wrapper = _wrapper(ctx)
-        accum = int(ctx.threshold("accumSteps"))
+        accum = ctx.thresholds.accum_steps
         fix_text = (
             f"Accumulate gradients with {'model.no_sync()' if wrapper else f'{accum} micro-batches per step'}"
         )

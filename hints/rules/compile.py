@@ -76,7 +76,7 @@ class OnlineCompile(Rule):
             total = float(hit["time_ns"].sum())
         else:
             total = float(ev["dur_ns"].to_numpy(np.int64)[involved].sum())
-        limit = int(ctx.threshold("opCompileMaxCount"))
+        limit = ctx.thresholds.op_compile_max_count
         if count < limit:
             return None
         steps = ctx.num_steps
@@ -126,7 +126,7 @@ class OnlineCompile(Rule):
             "dynamic_kernels": n,
             "static_kernels": 0,
             "distinct_input_shapes": {t: len(v) for t, v in sorted(variants.items())},
-            "thresholds": {"opCompileMaxCount": int(ctx.threshold("opCompileMaxCount"))},
+            "thresholds": {"opCompileMaxCount": ctx.thresholds.op_compile_max_count},
         }
         return self._anchored(ctx, message, total, evidence, Severity.HINT)
 

@@ -61,9 +61,9 @@ class DataloaderInput(Rule):
         dl_ns = float(h["dur_ns"].to_numpy(np.int64)[rows].sum()) if len(rows) else 0.0
         dl_per = dl_ns / steps
         dl_share = ctx.share(dl_per, wall=True)
-        max_us = float(ctx.threshold("dataloaderMaxUs"))
-        max_pct = float(ctx.threshold("dataloaderMaxPercent"))
-        h2d_pct = float(ctx.threshold("h2dMaxPercent"))
+        max_us = float(ctx.thresholds.dataloader_max_us)
+        max_pct = float(ctx.thresholds.dataloader_max_percent)
+        h2d_pct = float(ctx.thresholds.h2d_max_percent)
         h2d_rows, pageable = _h2d(ctx)
         h2d_ns = float(prof.kernels["dur_ns"].to_numpy(np.int64)[h2d_rows].sum()) if len(h2d_rows) else 0.0
         h2d_share = ctx.share(h2d_ns / steps)
@@ -108,7 +108,7 @@ class DataloaderInput(Rule):
         yield self._anchored(ctx, rows, message, total, wall, evidence)
 
     def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict) -> Finding:
-        workers = int(ctx.threshold("dataloaderWorkers"))
+        workers = ctx.thresholds.dataloader_workers
         for r in rows[:8]:
             place = _places.op_place(ctx, int(r))
             if place is None:

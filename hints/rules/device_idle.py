@@ -67,12 +67,12 @@ class DeviceIdle(Rule):
             return
         free_pct = free_ns / step * 100
         compute_pct = computing_ns / step * 100
-        free_max = float(ctx.threshold("freeMaxPercent"))
-        compute_min = float(ctx.threshold("computeMinPercent"))
+        free_max = float(ctx.thresholds.free_max_percent)
+        compute_min = float(ctx.thresholds.compute_min_percent)
         if not (free_pct > free_max or compute_pct < compute_min) or free_ns <= 0:
             return
-        small_us = float(ctx.threshold("smallKernelUs"))
-        delay_us = float(ctx.threshold("schedulingDelayUs"))
+        small_us = float(ctx.thresholds.small_kernel_us)
+        delay_us = float(ctx.thresholds.scheduling_delay_us)
         stats = _kernel_stats(ctx, small_us)
         qual = [f"Computing {compute_pct:.0f}%"]
         if stats["kernels"]:

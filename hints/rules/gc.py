@@ -79,7 +79,7 @@ class GcPauses(Rule):
 
     def _recorded(self, ctx: RuleContext, events) -> Iterator[Finding]:  # noqa: ANN001
         dur = events["dur_ns"].to_numpy(np.int64)
-        min_ns = float(ctx.threshold("gcMinUs")) * 1000
+        min_ns = float(ctx.thresholds.gc_min_us) * 1000
         long = dur >= min_ns
         if not long.any():
             return
@@ -91,7 +91,7 @@ class GcPauses(Rule):
             "longest_us": _ops.format_ns_us(int(dur.max())),
             "total_us": _ops.format_ns_us(total),
             "below_threshold": int((~long).sum()),
-            "threshold_us": float(ctx.threshold("gcMinUs")),
+            "threshold_us": float(ctx.thresholds.gc_min_us),
             "gc_detect_threshold_ms": ctx.profile.meta.gc_detect_threshold,
         }
         span, conf, fixes = self._anchor(ctx, evidence)

@@ -52,7 +52,7 @@ class AllocChurn(Rule):
         if not len(ev):
             return
         total = float(ev["dur_ns"].sum())
-        limit = float(ctx.threshold("allocMaxUs"))
+        limit = float(ctx.thresholds.alloc_max_us)
         if total < limit * NS_PER_US:
             return
         steps = ctx.num_steps

@@ -97,8 +97,8 @@ class ReluDropoutFusion(Rule):
         rows = np.array(sorted({r for p in pairs for r in p.kernels}), dtype=np.int64)
         dur = k["dur_ns"].to_numpy(np.int64)[rows] if len(rows) else np.zeros(0, np.int64)
         wait = k["wait_ns"].to_numpy(np.int64)[rows] if len(rows) else np.zeros(0, np.int64)
-        small_us = float(ctx.threshold("smallKernelUs"))
-        delay_us = float(ctx.threshold("schedulingDelayUs"))
+        small_us = float(ctx.thresholds.small_kernel_us)
+        delay_us = float(ctx.thresholds.scheduling_delay_us)
         on_device = len(rows) > 0
         total_ns = float(dur.sum()) if on_device else float(sum(p.host_ns for p in pairs))
         each_small = on_device and bool((dur < small_us * NS_PER_US).all())

@@ -126,8 +126,8 @@ class CubeShapeAlignment(Rule):
                 "keep tensor-parallel shards aligned; head_dim a multiple of 128; pad_to_multiple_of=128 for sequences",
                 "changes the checkpoint layout: never applied automatically",
             ],
-            "thresholds": {"cubeAlign": int(ctx.threshold("cubeAlign")), "faAlign": int(ctx.threshold("faAlign")),
-                           "cubeMinBytes": int(ctx.threshold("cubeMinBytes"))},
+            "thresholds": {"cubeAlign": ctx.thresholds.cube_align, "faAlign": ctx.thresholds.fa_align,
+                           "cubeMinBytes": ctx.thresholds.cube_min_bytes},
         }
         related = [r for x in sorted(dims, reverse=True) for r in _literals(ctx, x, up=-(-x // align) * align, cache=cache)]
         related = related[:MAX_RELATED]
@@ -153,9 +153,9 @@ def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     k = prof.kernels
     if not len(k):
         return [], []
-    align = int(ctx.threshold("cubeAlign"))
-    fa_align = int(ctx.threshold("faAlign"))
-    min_bytes = int(ctx.threshold("cubeMinBytes"))
+    align = ctx.thresholds.cube_align
+    fa_align = ctx.thresholds.fa_align
+    min_bytes = ctx.thresholds.cube_min_bytes
     types = _facts.kernel_types(prof)
     cols = {c: _facts.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats",
                                                      "output_shapes", "output_dtypes")}

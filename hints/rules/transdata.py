@@ -58,7 +58,7 @@ class TransdataFormat(Rule):
             return
         dur = ctx.profile.kernels["dur_ns"].to_numpy(np.int64)
         total = float(dur[rows].sum() + dur[casts].sum())
-        limit = float(ctx.threshold("transdataMinPercent"))
+        limit = float(ctx.thresholds.transdata_min_percent)
         if ctx.share(ctx.per_step_ns(total)) * 100 < limit:
             return
         # one finding per user call: forward and backward kernels of a call share its span
@@ -126,7 +126,7 @@ class TransdataFormat(Rule):
             return
         dur = k["dur_ns"].to_numpy(np.int64)
         total = float(dur[sel].sum())
-        limit = float(ctx.threshold("transdataMinPercent"))
+        limit = float(ctx.thresholds.transdata_min_percent)
         if ctx.share(ctx.per_step_ns(total)) * 100 < limit:
             return
         message = ctx.message(

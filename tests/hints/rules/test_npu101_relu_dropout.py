@@ -14,7 +14,7 @@ from conftest import REPO, shared_fixture
 from seedkit import CALL_IMPL, MODEL, SEQUENTIAL, TRAIN, L, Launch, UserCall, analyse, applied, backward, fwd, optimizer_step, pct, span_text, step_run
 from tests.synth import truth
 
-from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
@@ -109,7 +109,7 @@ def test_dispatch_bound_from_the_written_wait_times(tmp_path):
     mean_wait = sum(float(r["Wait Time(us)"]) for r in rows) / len(rows)
     assert f.evidence["mean_wait_us"] == pytest.approx(mean_wait, abs=1e-3)
     assert mean_wait >= 5.0 and "dispatch-bound" in f.message  # the host gaps before each line show on the device
-    raised = a.run("NPU101", min_share=0.0, thresholds={"schedulingDelayUs": mean_wait + 0.01})
+    raised = a.run("NPU101", min_share=0.0, thresholds=Thresholds(scheduling_delay_us=mean_wait + 0.01))
     assert "dispatch-bound" not in _finding(raised, "self.drop(self.act(self.fc1(x)))").message
 
 
@@ -139,7 +139,7 @@ def test_qualifier_boundary_at_small_kernel_us(tmp_path):
     f = _finding(at.run("NPU101", min_share=0.0), "self.drop(self.act(self.fc1(x)))")
     assert "each < 50 µs" not in f.message and not f.evidence["each_below_small_kernel"]
     # and the same profile with smallKernelUs raised over the DoMask: the qualifier is back
-    raised = RuleConfig(min_share=0.0, thresholds={"smallKernelUs": 60})
+    raised = RuleConfig(min_share=0.0, thresholds=Thresholds(small_kernel_us=60))
     ctx = RuleContext(at.profile, at.ctx.attribution, at.ctx.workspace, raised)
     f = _finding(run_rules(ctx, [rule("NPU101")]), "self.drop(self.act(self.fc1(x)))")
     assert "each < 60 µs" in f.message

@@ -12,7 +12,7 @@ from seedkit import L, Launch, UserCall, analyse, applied, backward, fwd, optimi
 from tests.synth import truth
 from tests.synth.run import Gap, us
 
-from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
@@ -75,7 +75,7 @@ def test_at_and_just_below_comm_max_percent(tmp_path):
     assert path.endswith("train.py")
     assert "ACCUM_STEPS = 4" in new and "model.no_sync()" in new and "/ ACCUM_STEPS" in new
     # a higher commMaxPercent silences it
-    assert a.run("NPU102", thresholds={"commMaxPercent": share_above * 100 + 0.1}) == []
+    assert a.run("NPU102", thresholds=Thresholds(comm_max_percent=share_above * 100 + 0.1)) == []
 
 
 def test_small_packets_from_communication_json(tmp_path):

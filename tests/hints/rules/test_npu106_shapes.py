@@ -9,7 +9,7 @@ import pytest
 from conftest import shared_fixture
 from seedkit import L, Launch, UserCall, analyse, backward, fwd, span_text, step_run
 
-from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.registry import rule
 from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
@@ -108,6 +108,6 @@ def test_aligned_vocab_is_not_reported(tmp_path):
 def test_the_alignment_setting_is_read(tmp_path):
     a = analyse(_run(4096, 15360), tmp_path)  # aligned to 256; with cubeAlign 512 the 256-wide axis is not
     flagged = _expected(a.kernel_rows(), align=512)
-    [f] = a.run("NPU106", min_share=0.0, thresholds={"cubeAlign": 512})
+    [f] = a.run("NPU106", min_share=0.0, thresholds=Thresholds(cube_align=512))
     assert {(s["op_type"], s["input_shapes"]): s["kernels"] for s in f.evidence["shapes"]} == flagged
     assert "not a multiple of 512" in f.message and f.evidence["unaligned"] == [256]

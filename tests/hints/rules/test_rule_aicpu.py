@@ -109,11 +109,11 @@ def test_aicpu_threshold_is_the_longest_kernel(tmp_path, dur_us, fires):
 
 
 def test_threshold_setting_is_read(tmp_path):
-    from msprof_lsp.hints.config import THRESHOLD_DEFAULTS, RuleConfig
+    from msprof_lsp.hints.config import RuleConfig, Thresholds
 
     src = tmp_path / "train.py"
     src.write_text(SOURCE)
-    cfg = RuleConfig(min_share=0.0, thresholds={**THRESHOLD_DEFAULTS, "aicpuMinUs": 40})
+    cfg = RuleConfig(min_share=0.0, thresholds=Thresholds(aicpu_min_us=40))
     assert not findings(_double_profile(src, 30.0), ["NPU201"], [tmp_path], config=cfg)
 
 
