@@ -10,7 +10,8 @@ import pytest
 
 from msprof_lsp.hints.config import Thresholds
 from msprof_lsp.server.lsp.configuration import base_settings
-from msprof_lsp.server.settings import Settings, apply, from_pyproject
+from msprof_lsp.hints.config import SettingSpec
+from msprof_lsp.server.settings import SETTINGS, Settings, apply, from_pyproject
 
 
 def _pyproject(tmp_path: Path, body: str) -> Path:
@@ -128,3 +129,62 @@ def test_whole_float_for_an_integer_threshold_becomes_an_int(tmp_path: Path) -> 
     assert warnings == []
     assert settings.thresholds.accum_steps == 8 and type(settings.thresholds.accum_steps) is int
     assert settings.thresholds.cube_align == 512
+
+
+# -- the model drives the conversion --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SETTINGS, ids=lambda s: s.key)
+def test_every_default_passes_its_own_check_from_both_spellings(spec: SettingSpec) -> None:
+    default = list(spec.default) if isinstance(spec.default, tuple) else spec.default
+    for key in (spec.key, spec.toml_key):
+        settings, warnings = apply(Settings(), {key: default}, "initializationOptions")
+        assert warnings == [] and settings == Settings()
+
+
+NUMBERS = [s for s in SETTINGS if s.minimum is not None and s.base in (int, float)]
+
+
+@pytest.mark.parametrize("spec", NUMBERS, ids=lambda s: s.key)
+def test_every_range_comes_from_the_model(spec: SettingSpec) -> None:
+    def owner(settings: Settings) -> object:
+        return getattr(settings, spec.group) if spec.group else settings
+
+    assert spec.minimum is not None
+    settings, warnings = apply(Settings(), {spec.key: spec.minimum}, "initializationOptions")
+    assert warnings == [] and getattr(owner(settings), spec.name) == spec.minimum
+    step = 1 if spec.integer else 0.5
+    # an optional integer (rank) also takes its text from a text box: "3", and "" for none
+    bad = [spec.minimum - step, True, float("nan"), *(["-1", "x", []] if spec.optional else ["12", None])]
+    if spec.maximum is not None:
+        bad.append(spec.maximum + step)
+    for value in bad:
+        settings, warnings = apply(Settings(), {spec.key: value}, "workspace/configuration")
+        assert getattr(owner(settings), spec.name) == getattr(owner(Settings()), spec.name), value
+        assert len(warnings) == 1 and "workspace/configuration" in warnings[0] and repr(spec.key) in warnings[0]
+
+
+def test_rank_from_text() -> None:
+    assert apply(Settings(), {"rank": "3"}, "o")[0].rank == 3
+    assert apply(Settings(rank=2), {"rank": ""}, "o") == (Settings(), [])
+
+
+def test_unknown_and_wrongly_typed_keys(tmp_path: Path) -> None:
+    p = _pyproject(tmp_path, '[tool.msprof-lsp]\nsmall-kernel-ms = 3\ncode-lens = "yes"\ncompile-backend = "xla"\n'
+                             'aicpu-min-us = "20"\nselect = [1]\n1 = 2\nfa-align = 64\n')
+    settings, warnings = from_pyproject(Settings(), p)
+    assert settings.thresholds == Thresholds(fa_align=64) and settings.code_lens is True
+    assert settings.compile_backend == "auto" and settings.select == ()
+    assert len(warnings) == 6 and all(str(p) in w for w in warnings)
+    text = "\n".join(warnings)
+    for needle in ("unknown setting 'small-kernel-ms'", "'code-lens': expected true or false",
+                   "'compile-backend': expected auto, npu or inductor", "'aicpu-min-us': expected a number",
+                   "'select': expected a list of strings", "unknown setting '1'"):
+        assert needle in text
+
+
+def test_thresholds_reach_the_rules() -> None:
+    settings, warnings = apply(Settings(), {"smallKernelUs": 80, "accum-steps": 2}, "command line")
+    assert warnings == []
+    assert settings.rule_config().thresholds == Thresholds(small_kernel_us=80, accum_steps=2)
+    assert Settings().rule_config().thresholds == Thresholds()
