@@ -19,6 +19,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from msprof_lsp.hints.registry import all_rules
+
 from .settings import SETTINGS, SettingSpec
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: server/ sits at its top
@@ -87,6 +89,9 @@ def synced(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def range_text(spec: SettingSpec) -> str:
+    """Bounds of a number, or the choices of a ``Literal`` field."""
+    if spec.choices:
+        return ", ".join(f"`{c}`" for c in spec.choices)
     low, high = spec.minimum, spec.maximum
     if low is not None and high is not None:
         return f"{low:g} to {high:g}"
@@ -95,17 +100,28 @@ def range_text(spec: SettingSpec) -> str:
     return f"≤ {high:g}" if high is not None else ""
 
 
+def readers() -> dict[str, list[str]]:
+    """Threshold key -> codes of the rules that declare it (tests check they read exactly those)."""
+    out: dict[str, list[str]] = {}
+    for rule in sorted(all_rules(), key=lambda r: r.code):
+        for key in rule.thresholds:
+            out.setdefault(key, []).append(rule.code)
+    return out
+
+
 def settings_table() -> str:
     rows = [
-        "| editor key (`msprof-lsp.` in VS Code) | pyproject.toml | type | default | range | meaning |",
-        "|---|---|---|---|---|---|",
+        "| editor key (`msprof-lsp.` in VS Code) | pyproject.toml | type | default | range | rules | meaning |",
+        "|---|---|---|---|---|---|---|",
     ]
+    read_by = readers()
     for spec in SETTINGS:
         type_ = spec.json_type
         type_name = " or ".join(type_) if isinstance(type_, list) else type_
         default = json.dumps(_json_value(spec.default), ensure_ascii=False)
         meaning = description(spec).replace("|", "\\|")
-        rows.append(f"| `{spec.key}` | `{spec.toml_key}` | {type_name} | `{default}` | {range_text(spec)} | {meaning} |")
+        rules = ", ".join(f"[{c}](rules/{c}.md)" for c in read_by.get(spec.key, ()))
+        rows.append(f"| `{spec.key}` | `{spec.toml_key}` | {type_name} | `{default}` | {range_text(spec)} | {rules} | {meaning} |")
     return "\n".join(rows)
 
 
