@@ -162,7 +162,7 @@ def setting_specs(model: type) -> tuple[SettingSpec, ...]:
     specs: list[SettingSpec] = []
     for f in dataclasses.fields(model):
         hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             specs += [dataclasses.replace(s, group=f.name) for s in setting_specs(hint)]
             continue
         if typing.get_origin(hint) is not Annotated:

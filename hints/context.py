@@ -18,7 +18,7 @@ from msprof_lsp.mapping.units import NS_PER_US, format_share, format_us
 from msprof_lsp.mapping.workspace import library_label
 
 from . import gating, suppress
-from .config import RuleConfig
+from .config import RuleConfig, Thresholds
 from .finding import Finding, Fix, Related, Severity
 
 if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access is used here
@@ -70,7 +70,7 @@ class RuleContext:
         self.attribution = attribution
         self.workspace = workspace
         self.config = config
-        self.thresholds = config.thresholds  # typed fields: a misspelt name fails the type check
+        self.thresholds: Thresholds = config.thresholds  # typed fields: a misspelt name fails the type check
         b = backend if backend is not None else profile.meta.backend
         self.backend: str = b.value if isinstance(b, Backend) else str(b)
         self._step_time_ns: float | None = None

@@ -121,10 +121,9 @@ def parse_path_mapping(value: Any) -> tuple[str, str]:
             raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL")
         return _path_text(remote, "path mapping"), _path_text(local, "path mapping")
     if isinstance(value, dict):
-        remote = value.get("remote", value.get("from"))
-        local = value.get("local", value.get("to"))
-        if isinstance(remote, str) and isinstance(local, str) and remote and local:
-            return _path_text(remote, "path mapping"), _path_text(local, "path mapping")
+        far, near = value.get("remote", value.get("from")), value.get("local", value.get("to"))
+        if isinstance(far, str) and isinstance(near, str) and far and near:
+            return _path_text(far, "path mapping"), _path_text(near, "path mapping")
     raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL or {{remote, local}}")
 
 
@@ -202,7 +201,8 @@ def apply(
         return settings, warnings
     if not isinstance(values, dict):
         return settings, [f"{origin}: settings must be an object, got {type(values).__name__}"]
-    changes: dict[str | None, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}  # group field (thresholds) -> its changed fields
     for raw_key, value in values.items():
         spec = _BY_KEY.get(raw_key) if isinstance(raw_key, str) else None
         if spec is None:
@@ -219,9 +219,11 @@ def apply(
         except (ValueError, TypeError) as exc:
             warnings.append(f"{origin}: setting {raw_key!r}: {exc}; keeping {_current(settings, spec)!r}")
             continue
-        changes.setdefault(spec.group, {})[spec.name] = converted
-    top = changes.pop(None, {})
-    for group, fields_ in changes.items():
+        if spec.group is None:
+            top[spec.name] = converted
+        else:
+            nested.setdefault(spec.group, {})[spec.name] = converted
+    for group, fields_ in nested.items():
         top[group] = replace(getattr(settings, group), **fields_)
     return replace(settings, **top), warnings
 
