@@ -30,7 +30,6 @@ except ModuleNotFoundError:  # pragma: no cover - 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-_STRING_LIST = {"items": {"type": "string"}}
 _PATH_MAPPING_SCHEMA = {
     "items": {
         "anyOf": [
