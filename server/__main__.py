@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import UsageError, parse, version
+    from .cli import DEBUG_ENV, UsageError, debug_enabled, parse, version
 
     try:
         ns, args = parse(argv)
@@ -26,18 +25,17 @@ def main(argv: list[str] | None = None) -> int:
             print("msprof-lsp: interrupted", file=sys.stderr)
             return 2
         except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
-            if os.environ.get("MSPROF_LSP_DEBUG"):
+            if debug_enabled():
                 raise
             print(
                 f"msprof-lsp: internal error: {type(exc).__name__}: {exc} "
-                "(set MSPROF_LSP_DEBUG=1 for a traceback, and please report it)",
+                f"(set {DEBUG_ENV}=1 for a traceback, and please report it)",
                 file=sys.stderr,
             )
             return 2
     from .lsp.app import serve
 
-    serve()
-    return 0
+    return serve()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Bad arguments exit 2 with one line on stderr, like every other failure of the ru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -15,6 +16,14 @@ from .settings import parse_path_mapping
 
 FORMATS = ("text", "json", "sarif", "github")
 FAIL_ON = ("error", "warning", "info", "hint", "never")
+
+
+DEBUG_ENV = "MSPROF_LSP_DEBUG"
+
+
+def debug_enabled() -> bool:
+    """``MSPROF_LSP_DEBUG`` set: internal errors show their traceback (CLI and server)."""
+    return bool(os.environ.get(DEBUG_ENV))
 
 
 class UsageError(Exception):

@@ -7,6 +7,7 @@ decorator, so no handler exception ever ends the session.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -14,7 +15,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -38,11 +39,12 @@ from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
 from .documents import DocumentStore, path_of
 from .engine import Engine
-from .guard import guarded, report, spawn
+from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
 from .linemap import split_lines
 from .loading import Loader
 from .publish import Publisher
+from .rpc import Protocol, serve_stdio
 from .snapshot import Snapshot, empty
 
 log = logging.getLogger("msprof_lsp.server")
@@ -50,7 +52,8 @@ log = logging.getLogger("msprof_lsp.server")
 
 class MsprofLanguageServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__(SERVER_NAME, version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(SERVER_NAME, version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+                         protocol_cls=Protocol)
         self.caps = ClientCaps()
         self.client_settings: dict[str, Any] | None = None  # initializationOptions, later pushes
         self.settings_pushed = False
@@ -67,6 +70,7 @@ class MsprofLanguageServer(LanguageServer):
         self.heat_cache: dict[tuple, Any] = {}
         self.analysed_lines_cache: dict[str, list[str]] = {}
         self.diagnostics_cache: dict[tuple, Any] = {}
+        self.exit_code = 0
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
         """pygls pops up "Error in server" for failures outside request handlers; a log line is
@@ -76,6 +80,19 @@ class MsprofLanguageServer(LanguageServer):
         if source is FeatureRequestError:
             return
         report(self, f"pygls ({getattr(source, '__name__', source)})", error)
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:  # type: ignore[override]
+        """Serve until ``exit`` or the end of stdin, through the frame reader of rpc.py (pygls'
+        loop gives up on the stream after one malformed frame). The exit code pygls chose for
+        ``exit`` (0 after ``shutdown``, else 1) is kept in ``exit_code``."""
+        try:
+            asyncio.run(serve_stdio(self, stdin or sys.stdin.buffer, stdout or sys.stdout.buffer))
+        except SystemExit as done:
+            self.exit_code = done.code if isinstance(done.code, int) else 0
+        except (BrokenPipeError, KeyboardInterrupt):
+            log.info("the client is gone")
+        finally:
+            self.shutdown()
 
     # -- where things are ----------------------------------------------------------------------
 
@@ -175,15 +192,18 @@ def create_server() -> MsprofLanguageServer:
     return ls
 
 
-def serve() -> None:
+def serve() -> int:
     """Serve LSP on stdio. The JSON-RPC stream gets a private copy of fd 1; fd 1 itself (and
     ``sys.stdout``) then point at stderr, so a stray print -- ours, a library's, a worker
     process's -- can never corrupt the protocol."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=os.environ.get("MSPROF_LSP_LOG_LEVEL", "WARNING").upper(),
-        format="msprof-lsp %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("msprof-lsp %(levelname)s %(name)s: %(message)s"))
+    raw_level = os.environ.get("MSPROF_LSP_LOG_LEVEL", "WARNING").strip().upper()
+    level = logging.getLevelName(raw_level)
+    logging.basicConfig(handlers=[handler], level=level if isinstance(level, int) else logging.WARNING)
+    if not isinstance(level, int):
+        log.warning("MSPROF_LSP_LOG_LEVEL=%r is not a log level (DEBUG, INFO, WARNING, ERROR); using WARNING",
+                    raw_level[:40])
     rpc_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -198,4 +218,5 @@ def serve() -> None:
         t.join(0.2)  # an idle worker leaves at once
     if any(t.is_alive() for t in busy):
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(server.exit_code)
+    return server.exit_code

@@ -1,8 +1,9 @@
 """Handlers never take the server down: an exception becomes a logged error and an empty result.
 
 Deliberate protocol errors (``JsonRpcException``, e.g. "content modified" for a stale code action)
-pass through to the client; everything else is written to ``window/logMessage`` (with the
-traceback on stderr) and the request is answered with its empty value.
+pass through to the client; everything else is one line in ``window/logMessage`` and on stderr,
+and the request is answered with its empty value. Tracebacks (ours and pygls') reach stderr only
+with ``MSPROF_LSP_DEBUG`` set: bad input is one line, and so is an internal error unless asked.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
+
+from ..cli import debug_enabled
 
 log = logging.getLogger("msprof_lsp.server")
 
@@ -24,7 +26,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def report(ls: Any, where: str, exc: BaseException) -> None:
     """Log an internal error to stderr and to the client's log (never raises)."""
-    log.error("%s failed:\n%s", where, "".join(traceback.format_exception(exc)))
+    log.error("%s failed: %s: %s", where, type(exc).__name__, exc, exc_info=exc)
     try:
         ls.window_log_message(
             types.LogMessageParams(
@@ -34,6 +36,21 @@ def report(ls: Any, where: str, exc: BaseException) -> None:
         )
     except Exception:  # noqa: BLE001 - the transport may be gone; stderr has it
         pass
+
+
+class OneLineFormatter(logging.Formatter):
+    """Every record is one line: an exception is its type and message, its traceback only with
+    ``MSPROF_LSP_DEBUG`` (pygls logs tracebacks for malformed requests, which are the client's fault)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if debug_enabled():
+            return super().format(record)
+        record = logging.makeLogRecord(record.__dict__)
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and type(exc).__name__ not in record.getMessage():
+            record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return " | ".join(super().format(record).splitlines())
 
 
 def guarded(default: Callable[[], Any] | None = None, *, name: str | None = None) -> Callable[[F], F]:

@@ -361,14 +361,18 @@ def frame(message: dict[str, Any]) -> bytes:
     return f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
 
 
-def parse_frames(data: bytes) -> list[dict[str, Any]]:
-    """Every JSON-RPC frame in ``data``; raises if any byte is not part of a well-formed frame."""
+def parse_frames(data: bytes, *, partial: bool = False) -> list[dict[str, Any]]:
+    """Every JSON-RPC frame in ``data``; raises if any byte is not part of a well-formed frame
+    (``partial``: an unfinished last frame is left out, as while the server is still writing)."""
     import json
 
     out = []
     i = 0
     while i < len(data):
-        end = data.index(b"\r\n\r\n", i)
+        end = data.find(b"\r\n\r\n", i)
+        if end < 0 and partial:
+            break
+        assert end >= 0, f"a header without an end at byte {i}"
         headers = data[i:end].decode("ascii").split("\r\n")
         length = None
         for h in headers:
@@ -379,40 +383,111 @@ def parse_frames(data: bytes) -> list[dict[str, Any]]:
                 assert name.strip().lower() == "content-type", f"unexpected header line {h!r}"
         assert length is not None, f"frame without Content-Length at byte {i}"
         body = data[end + 4:end + 4 + length]
+        if len(body) < length and partial:
+            break
         assert len(body) == length, "truncated frame"
         out.append(json.loads(body.decode("utf-8")))
         i = end + 4 + length
     return out
 
 
+class RawServer:
+    """The server process driven over raw stdio: bytes in, parsed frames out, every wait bounded."""
+
+    def __init__(self, command: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        self.proc = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, cwd=cwd)
+        self._out: list[bytes] = []
+        self._err: list[bytes] = []
+        self._readers = [
+            threading.Thread(target=lambda: self._out.extend(iter(lambda: self.proc.stdout.read1(65536), b"")),
+                             daemon=True),
+            threading.Thread(target=lambda: self._err.extend(iter(lambda: self.proc.stderr.read1(65536), b"")),
+                             daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_bytes(frame(message))
+
+    def send_bytes(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def initialize(self, root: Path, options: dict[str, Any] | None = None, *, rid: int | str = "init",
+                   wait: bool = True) -> dict[str, Any] | None:
+        self.send({"jsonrpc": "2.0", "id": rid, "method": "initialize", "params": {
+            "processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {},
+            "initializationOptions": options or {}}})
+        self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        return self.response(rid) if wait else None
+
+    @property
+    def output(self) -> bytes:
+        return b"".join(self._out)
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(self._err)
+
+    def frames(self) -> list[dict[str, Any]]:
+        return parse_frames(self.output, partial=True)
+
+    def wait(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 20.0, what: str = "a frame") -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            exited = self.proc.poll() is not None
+            if exited:  # everything it wrote is read once the readers end
+                for t in self._readers:
+                    t.join(5)
+            hit = next((f for f in self.frames() if predicate(f)), None)
+            if hit is not None:
+                return hit
+            if exited or time.monotonic() > deadline:
+                raise AssertionError(f"no {what} from the server within {timeout:.0f} s "
+                                     f"(exit {self.proc.poll()}); stderr: {self.stderr[-2000:]!r}")
+            time.sleep(0.02)
+
+    def response(self, rid: int | str, timeout: float = 20.0) -> dict[str, Any]:
+        return self.wait(lambda f: f.get("id") == rid and "method" not in f, timeout, f"response to {rid!r}")
+
+    def logs(self) -> list[str]:
+        return [f["params"]["message"] for f in self.frames() if f.get("method") == "window/logMessage"]
+
+    def finish(self, timeout: float = 20.0) -> int:
+        """Wait for the process to end (it must end by itself); returns its exit code."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"the server did not exit within {timeout:.0f} s; stderr: {self.stderr[-2000:]!r}")
+        for t in self._readers:
+            t.join(10)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 def raw_session(
     command: list[str], root: Path, tmp: Path, then, *, cwd: Path | None = None, init: dict[str, Any] | None = None  # noqa: ANN001
 ) -> tuple[list[dict], bytes]:
     """Run one stdio session: initialize, initialized, ``then(send, received)``, shutdown, exit."""
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
-    chunks: list[bytes] = []
-    errs: list[bytes] = []
-    readers = [threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read1(65536), b""))),
-               threading.Thread(target=lambda: errs.extend(iter(lambda: proc.stderr.read1(65536), b"")))]
-    for t in readers:
-        t.start()
-
-    def send(message: dict) -> None:
-        proc.stdin.write(frame(message))
-        proc.stdin.flush()
-
-    send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {},
-        "initializationOptions": init_options(tmp) if init is None else init}})
-    send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    then(send, lambda: b"".join(chunks))
-    send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
-    send({"jsonrpc": "2.0", "method": "exit"})
-    proc.wait(30)
-    for t in readers:
-        t.join(10)
-    assert proc.returncode == 0
-    return parse_frames(b"".join(chunks)), b"".join(errs)
+    server = RawServer(command, cwd=cwd)
+    try:
+        server.initialize(root, init_options(tmp) if init is None else init, rid=1, wait=False)
+        then(server.send, lambda: server.output)
+        server.send({"jsonrpc": "2.0", "id": 99, "method": "shutdown"})
+        server.send({"jsonrpc": "2.0", "method": "exit"})
+        assert server.finish(30) == 0
+    finally:
+        server.kill()
+    return parse_frames(server.output), server.stderr
 
 
 def wait_bytes(received, needle: bytes, timeout: float = 60) -> None:  # noqa: ANN001
