@@ -8,6 +8,7 @@ here keeps the numbers and wording consistent across the catalog.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.mapping.frames import Frame
@@ -242,6 +243,17 @@ class RuleContext:
         return sorted(found.items(), key=lambda kv: (-kv[1], kv[0].raw))
 
     # -- source ------------------------------------------------------------------------------------
+
+    def frame_now(self, frame: Frame, local: str) -> Frame | None:
+        """``frame`` (a profile frame of workspace file ``local``) with its line where that code
+        is in the text being analysed: edits since the attribution move it; None when its
+        statement was edited away. Rules read frames only through this."""
+        if self.attribution is None or frame.line <= 0:
+            return frame
+        line = self.attribution.line_now(local, frame.line)
+        if line is None:
+            return None
+        return frame if line == frame.line else replace(frame, line=line)
 
     def source_text(self, path: str) -> str | None:
         """The current text of a source file (the editor's buffer when the workspace has one)."""

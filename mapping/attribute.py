@@ -789,6 +789,22 @@ class Attributor:
         self.attribution = self._make_attribution()
         return self.attribution
 
+    def line_now(self, path: str | Path, line: int) -> int | None:
+        """Where ``line`` of ``path`` as attributed (the profile's frames point there) is in the
+        file's current text: the statement covering it is followed by its text like a site, so
+        profile lines stay meaningful after edits. None when that statement is gone."""
+        key = self.workspace.key(path)
+        base = self._base_index.get(key)
+        new = self.workspace.index(key)
+        if base is None or new is None or base is new or line <= 0:
+            return line
+        st = base.statement_at(line)
+        if st is None:  # a comment or blank line as attributed: nothing to follow
+            return None
+        found = follow_text(base, new, st.function, st.text, st.span,
+                            base.statement_occurrence(st.span, st.function), statements=True)
+        return None if found is None else found[0].line + (line - st.span.line)
+
     def _pending_paths(self) -> set[str]:
         return {g.path for g in self.groups if g.path and g.anchor is not None and not g.anchor.sites
                 and "syntax error" in g.anchor.note}
@@ -799,32 +815,43 @@ def reanchor_site(site: Site, old: SourceIndex, new: SourceIndex) -> Site | None
     if site.kind == "function":
         f = new.functions.get(site.function)
         return replace(site, span=f.header) if f is not None else None
-    statements = site.kind == "statement"
-    old_items = old.spans_of_text(site.function, site.call_text, statements=statements)
-    new_items = new.spans_of_text(site.function, site.call_text, statements=statements)
+    found = follow_text(old, new, site.function, site.call_text, site.span, site.occurrence,
+                        statements=site.kind == "statement")
+    if found is None:
+        return None
+    span, occurrence = found
+    if span == site.span:
+        return site
+    return replace(site, span=span, occurrence=occurrence)
+
+
+def follow_text(old: SourceIndex, new: SourceIndex, function: str, text: str, span: Span, occurrence: int,
+                *, statements: bool) -> tuple[Span, int] | None:
+    """The span in ``new`` of the call (or statement) of ``function`` with ``text`` that was at
+    ``span`` in ``old``, and its occurrence among equal texts; None when it is gone."""
+    old_items = old.spans_of_text(function, text, statements=statements)
+    new_items = new.spans_of_text(function, text, statements=statements)
     if not new_items:
         return None
     old_items.sort()
     new_items.sort()
     try:
-        k = old_items.index(site.span)
+        k = old_items.index(span)
     except ValueError:
-        k = min(site.occurrence, len(old_items) - 1) if old_items else 0
+        k = min(occurrence, len(old_items) - 1) if old_items else 0
     if len(new_items) == len(old_items):
-        span = new_items[k]
+        found = new_items[k]
     else:
         # equal texts were added or removed: the one nearest the old position within the function
-        of = old.functions.get(site.function)
-        nf = new.functions.get(site.function)
+        of = old.functions.get(function)
+        nf = new.functions.get(function)
         shift = (nf.def_line - of.def_line) if of is not None and nf is not None else 0
-        target = site.span.line + shift
+        target = span.line + shift
         dists = sorted((abs(s.line - target), s) for s in new_items)
         if len(dists) > 1 and dists[0][0] == dists[1][0]:
             return None
-        span = dists[0][1]
-    if span == site.span:
-        return site
-    return replace(site, span=span, occurrence=new_items.index(span))
+        found = dists[0][1]
+    return found, new_items.index(found)
 
 
 def _join(*notes: str) -> str:
@@ -849,4 +876,4 @@ def reanchor(attribution: Attribution, path: str | Path, index: SourceIndex | No
     return state.update_file(path)
 
 
-__all__ = ["Attributor", "attribute", "reanchor", "reanchor_site"]
+__all__ = ["Attributor", "attribute", "follow_text", "reanchor", "reanchor_site"]

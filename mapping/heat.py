@@ -137,6 +137,12 @@ class Attribution:
     heat: SourceHeat
     state: object | None = field(default=None, repr=False, compare=False)  # the Attributor (re-anchoring)
 
+    def line_now(self, path: str, line: int) -> int | None:
+        """Where a profile frame's ``line`` of ``path`` is in the current text (the same line when
+        nothing was edited; None when its statement is gone). Needs the re-anchoring state."""
+        follow = getattr(self.state, "line_now", None)
+        return follow(path, line) if follow is not None else line
+
     def site_of_kernel(self, row: int) -> Site | None:
         i = int(self.kernel_site[row])
         return self.sites[i] if i >= 0 else None

@@ -36,6 +36,11 @@ PALETTE_COMMANDS = (CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_B
 #  "steps", "stepTimeUs", "mappedShare", "message"}
 NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus"
 
+# Server -> client notification after each analysis is in place (its diagnostics published or
+# ready to pull): the open documents whose current version it analysed.
+# {"generation": int, "documents": [{"uri", "version"}]}
+NOTIFY_ANALYSED = "msprof-lsp/analysed"
+
 # Where rule pages live. Installed packages link to the project's published docs; a source
 # checkout (editable install) can link to the local Markdown file instead.
 PROJECT_URL = "https://github.com/msprof-lsp/msprof-lsp"

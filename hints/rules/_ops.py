@@ -223,15 +223,17 @@ def site_statement(ctx: RuleContext, site: Site) -> Span:
 
 
 def user_frames(ctx: RuleContext, stack: Sequence[Frame]) -> list[tuple[str, Frame]]:
-    """(local path, frame) of the stack's workspace frames, outermost first."""
+    """(local path, frame) of the stack's workspace frames, outermost first (lines where the code
+    is now: ``RuleContext.frame_now``)."""
     ws = ctx.workspace
     if ws is None:
         return []
     out = []
     for f in reversed(stack):
         local = ws.frame_file(f)
-        if local is not None:
-            out.append((local, f))
+        now = ctx.frame_now(f, local) if local is not None else None
+        if now is not None:
+            out.append((local, now))
     return out
 
 

@@ -66,9 +66,10 @@ def stack_place(ctx: RuleContext, stack_id: int) -> Place | None:
         if local is None:
             continue
         index = ws.index(local)
-        if index is None:
+        now = ctx.frame_now(frame, local)
+        if index is None or now is None:
             continue
-        return Place(index, frame, Confidence.MODULE if def_lines else Confidence.STACK, def_lines)
+        return Place(index, now, Confidence.MODULE if def_lines else Confidence.STACK, def_lines)
     return None
 
 

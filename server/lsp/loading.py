@@ -17,7 +17,7 @@ from lsprotocol import types
 
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
-from ..protocol import NOTIFY_PROFILE_STATUS
+from ..protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
 from .engine import LoadRequest
 from .guard import spawn
 from .progress import LoadProgress
@@ -26,6 +26,7 @@ from .targets import better_job_for
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
+    from .documents import OpenDocument
 
 T = TypeVar("T")
 
@@ -286,10 +287,18 @@ class Loader:
             doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None)
         ls.publisher.publish_all()
         ls.refresh_views()
+        self.announce_analysed(ls.documents.all())
         waiters, self._waiters = self._waiters, []
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
+
+    def announce_analysed(self, docs: list[OpenDocument]) -> None:
+        """Say which open documents the current analysis saw as they are now (its diagnostics
+        are published by then): what a client or a test waits for instead of sleeping."""
+        seen = [{"uri": d.uri, "version": d.version} for d in docs if d.linemap is not None and d.linemap.is_identity]
+        if seen:
+            self.ls.protocol.notify(NOTIFY_ANALYSED, {"generation": self.ls.snapshot.generation, "documents": seen})
 
     def cancel_all(self) -> None:
         self._cancel_reload()

@@ -23,6 +23,7 @@ def did_open(ls: MsprofLanguageServer, params: types.DidOpenTextDocumentParams) 
     if doc.path and analysed is not None and analysed != doc.text:
         ls.loader.mark_dirty(doc.path, doc.text)
     ls.publisher.schedule(item.uri, 0.0)
+    ls.loader.announce_analysed([doc])  # when the analysis already saw this text
     if doc.path and ls.loader.explicit is None and not ls.settings.profile and not ls.loader.loading:
         other = better_job_for(doc.path, ls.engine.job, ls.engine.jobs)
         if other is not None:

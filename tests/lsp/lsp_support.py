@@ -87,7 +87,7 @@ def init_options(tmp: Path, *, only_test_rules: bool = True, **extra: Any) -> di
 def register_client_handlers(client: LanguageClient) -> dict[str, list[Any]]:
     """Client-side handlers pytest-lsp lacks (registerCapability, applyEdit, refreshes)."""
     seen: dict[str, list[Any]] = {"register": [], "apply_edit": [], "code_lens_refresh": [], "inlay_refresh": [],
-                                  "status": []}
+                                  "status": [], "analysed": []}
 
     @client.feature(types.CLIENT_REGISTER_CAPABILITY)
     def _register(params: types.RegistrationParams) -> None:
@@ -109,6 +109,10 @@ def register_client_handlers(client: LanguageClient) -> dict[str, list[Any]]:
     @client.feature("msprof-lsp/profileStatus")
     def _status(params: Any) -> None:
         seen["status"].append(params)
+
+    @client.feature("msprof-lsp/analysed")
+    def _analysed(params: Any) -> None:
+        seen["analysed"].append(params)
 
     return seen
 
@@ -156,6 +160,16 @@ async def wait_loaded(seen: dict[str, list[Any]], count: int = 1, timeout: float
 
     await wait_until(lambda: len(final()) >= count, timeout, f"profile status #{count}")
     return final()[count - 1]
+
+
+async def wait_analysed(client: LanguageClient, doc: Doc, timeout: float = 60.0) -> None:
+    """Wait for the server's word that an analysis saw ``doc`` as it is now (version and text):
+    its diagnostics are then published (push) or answered (pull) from that analysis."""
+    def seen() -> bool:
+        return any(status_value(d, "uri") == doc.uri and status_value(d, "version") == doc.version
+                   for n in client.seen["analysed"] for d in status_value(n, "documents") or [])
+
+    await wait_until(seen, timeout, f"the analysis of {doc.path.name} version {doc.version}")
 
 
 # -- documents ------------------------------------------------------------------------------------

@@ -118,8 +118,9 @@ async def test_diagnostic_follows_the_call_moved_down(client: LanguageClient) ->
         assert S.line_of(doc.text, "x = self.drop(self.act(") == target + 5
         # at once (line map), and still after the re-analysis has re-anchored the call
         await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: S.keyed(d) == want, what="moved")
-        await asyncio.sleep(1.0)
-        diags = await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: S.keyed(d) == want)
+        await S.wait_analysed(client, doc)
+        diags = await S.diagnostics_now(client, client.profile, doc.uri)
+        assert S.keyed(diags) == want
         moved = [d for d in diags if d.code == S.PAIR and d.range.start.line == target + 5 - 1]
         assert len(moved) == 1
     finally:
@@ -143,8 +144,11 @@ async def test_burst_of_200_changes_stays_responsive(client: LanguageClient) -> 
             types.TextDocumentIdentifier(doc.uri), types.Range(pos, pos),
             types.CodeActionContext(diagnostics=[]))), 10)
         assert actions is not None
+        # the server's own word that it analysed version 201, not a race against a sleep
+        await S.wait_analysed(client, doc)
         want = S.expected_cnn(doc.text, hot_lines(client))
-        diags = await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: S.keyed(d) == want, what="final")
+        diags = await S.diagnostics_now(client, client.profile, doc.uri)
+        assert S.keyed(diags) == want
         assert all(d.data["version"] == 201 for d in diags)
     finally:
         doc.close()

@@ -295,6 +295,30 @@ def test_edits_move_sites_with_their_call_and_drop_removed_ones(tmp_path):
     assert d.site_of_kernel(relu_k).span == moved.span and d.heat.attributed_ns == total
 
 
+def test_profile_lines_follow_their_statement_after_edits(tmp_path):
+    """A frame's line (as profiled) is found in the edited text by its statement's text, even
+    with lines inserted above, between and below; a deleted statement's line is gone."""
+    p, _, _ = heat_profile()
+    ws, path = ws_with(tmp_path)
+    a = attribute(p, ws)
+    key = str(path.resolve())
+    drop_line = locate(MODEL, "x = F.dropout(F.relu(")[0]
+    block_line = locate(MODEL, "x = self.drop(self.act(")[0]
+    assert a.line_now(key, drop_line) == drop_line  # nothing edited: the same line
+    edited = "# 头\n\n" + MODEL.replace("        x = self.drop(", "\n        # between\n        x = self.drop(")
+    edited = edited.replace("        return self.fc2(x)", "        # below\n        return self.fc2(x)")
+    ws.set_text(path, edited)
+    b = reanchor(a, path)
+    assert b.line_now(key, drop_line) == locate(edited, "x = F.dropout(F.relu(")[0] == drop_line + 2
+    assert b.line_now(key, block_line) == locate(edited, "x = self.drop(self.act(")[0] == block_line + 4
+    blank = MODEL.split("\n").index("") + 1
+    assert b.line_now(key, blank) is None  # not a statement as profiled: nothing to follow
+    removed = edited.replace("        x = self.drop(self.act(self.block(x)))\n", "")
+    ws.set_text(path, removed)
+    c = reanchor(b, path)
+    assert c.line_now(key, block_line) is None and c.line_now(key, drop_line) == drop_line + 2
+
+
 def test_a_file_that_did_not_parse_is_anchored_once_it_does(tmp_path):
     p, rows, _ = heat_profile()
     ws, path = ws_with(tmp_path, MODEL.replace("def forward(self, x):", "def forward(self, x:", 1))
