@@ -38,7 +38,7 @@ from .code_action import code_action
 from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
 from .documents import DocumentStore, path_of
-from .engine import Engine
+from .engine import Session
 from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
 from .linemap import split_lines
@@ -60,7 +60,7 @@ class MsprofLanguageServer(LanguageServer):
         self.startup_warnings: list[str] = []
         self.settings = Settings()
         self.documents = DocumentStore()
-        self.engine = Engine()
+        self.engine = Session()
         # one thread: loads, re-anchoring and rule runs mutate the same analysis state
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprof-analysis")
         self.snapshot: Snapshot = empty(0, self.settings)

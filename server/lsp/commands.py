@@ -56,7 +56,7 @@ def show_hotspots(ls, *args: Any) -> dict[str, Any]:
     out = []
     for h in snap.hotspots[:MAX_HOTSPOTS]:
         path = h.site.span.path
-        d = hotspot_dict(h, Path(path).parent, snap.num_steps)
+        d = hotspot_dict(h, Path(path).parent, snap.steps_for(path))
         d["path"] = path
         d["uri"] = uri_for(ls, path)
         view = file_view(ls, path)
@@ -113,6 +113,5 @@ def show_operators(ls, *args: Any) -> dict[str, Any]:
     heat = file_heat(ls, uri)
     if heat is None:
         return {"uri": uri, "line": line0, "ops": []}
-    step_us = ls.snapshot.info.step_time_us if ls.snapshot.info else 0.0
     ops = ops_at(heat, line0 + 1)
-    return {"uri": uri, "line": line0, "ops": ops_dicts(ops, heat.num_steps, step_us)}
+    return {"uri": uri, "line": line0, "ops": ops_dicts(ops, heat.num_steps, heat.step_time_us)}

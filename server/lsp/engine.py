@@ -1,13 +1,18 @@
 """The analysis state of an editor session, driven from ONE worker thread.
 
 Loading, re-anchoring after edits, rule runs and the baseline all mutate the source workspace and
-the attribution, so they are serialised on a single-thread executor (loading.py submits the jobs);
-the event loop only ever reads the immutable :class:`Snapshot` each job returns.
+the attribution, so they are serialised on a single-thread executor (loading.py submits the work);
+the event loop only ever reads the immutable :class:`Snapshot` each call returns.
+
+An :class:`Engine` is one training job (its profile, source workspace, attribution). A
+:class:`Session` holds every job of the workspace that an open file belongs to: loaded lazily
+(the first time one of its files is opened) and kept; each file's diagnostics, heat and text come
+from the job that owns it (targets.owner), merged into one snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -15,15 +20,15 @@ from msprof_lsp.mapping.attribute import attribute, reanchor
 from msprof_lsp.mapping.cluster import LoadResult
 from msprof_lsp.mapping.compare import compare
 from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR
-from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.heat import Attribution
 from msprof_lsp.mapping.locations import Progress, no_progress
 from msprof_lsp.mapping.workspace import SourceWorkspace
 
 from .. import pipeline
 from ..settings import Settings
-from .snapshot import ProfileInfo, Snapshot
-from .targets import JobChoice, choose_job, find_jobs
+from .snapshot import ProfileInfo, Snapshot, merge
+from .targets import JobChoice, choose_job, find_jobs, owner
 
 
 @dataclass(slots=True)
@@ -36,6 +41,7 @@ class LoadRequest:
     open_paths: list[str] = field(default_factory=list)  # newest opened last (picks the job)
     baseline: Path | None = None
     use_cache: bool = True
+    chosen: JobChoice | None = None  # the job to load (Session), instead of discovering one
 
 
 @dataclass(slots=True)
@@ -74,8 +80,8 @@ class Engine:
             paths = [req.explicit]
             roots = list(req.folders) or [req.explicit if req.explicit.is_dir() else req.explicit.parent]
         else:
-            jobs = self.discover(req.folders)
-            job = choose_job(jobs, req.open_paths)
+            jobs = self.discover(req.folders) if req.chosen is None else [req.chosen]
+            job = req.chosen or choose_job(jobs, req.open_paths)
             if job is None:
                 where = ", ".join(str(f) for f in req.folders) or "the workspace"
                 raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
@@ -212,3 +218,124 @@ class Engine:
             notes=tuple(heat.notes),
         )
         return snap
+
+
+class Session:
+    """Every held job of the editor session; the primary one (the newest opened file's) names the
+    status. Same calls as :class:`Engine`, each returning the merged snapshot."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.jobs: list[JobChoice] = []  # every job discovered in the workspace
+        self.engines: dict[Path, Engine] = {}  # held jobs by folder (one, keyed by path, when explicit)
+        self.snaps: dict[Path, Snapshot] = {}
+        self.job: JobChoice | None = None  # the primary job (None: an explicit profile)
+        self._primary: Path | None = None
+        self._fresh: list[Snapshot] = []
+        self.problems: list[str] = []  # jobs besides the primary one that failed to load
+
+    @property
+    def attribution(self) -> Attribution | None:
+        engine = self.engines.get(self._primary) if self._primary is not None else None
+        return engine.attribution if engine is not None else None
+
+    def held(self) -> list[JobChoice]:
+        return [j for j in self.jobs if j.folder in self.engines]
+
+    def load(self, req: LoadRequest, progress: Progress = no_progress) -> Snapshot:
+        """(Re)load: the explicit profile alone, or the jobs that own an open file (at least the
+        chosen one) plus every job held before. Raises ProfileError; a failed load keeps the
+        previous analysis."""
+        if req.explicit is not None:
+            engine = Engine()
+            snap = engine.load(req, progress)
+            self.engines, self.snaps = {req.explicit: engine}, {req.explicit: snap}
+            self.job, self._primary, self.jobs, self._fresh = None, req.explicit, [], [snap]
+            return self.merged()
+        jobs = find_jobs(req.folders)
+        primary = choose_job(jobs, req.open_paths)
+        if primary is None:
+            where = ", ".join(str(f) for f in req.folders) or "the workspace"
+            raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+        wanted = [primary]
+        for path in req.open_paths:
+            job = owner(path, jobs)
+            if job is not None and job not in wanted:
+                wanted.append(job)
+        wanted += [j for j in jobs if j.folder in self.engines and j not in wanted]
+        engines: dict[Path, Engine] = {}
+        snaps: dict[Path, Snapshot] = {}
+        self.problems = []
+        for job in wanted:
+            engine = Engine()
+            try:
+                snaps[job.folder] = engine.load(replace(req, explicit=None, chosen=job), progress)
+            except ProfileError as exc:
+                if job is primary:
+                    raise
+                # another job's broken profile: its files go without, the others are served
+                self.problems.append(f"cannot read the profile in {job.folder}: {exc}")
+                continue
+            engines[job.folder] = engine
+        self.jobs, self.engines, self.snaps = jobs, engines, snaps
+        self.job, self._primary, self._fresh = primary, primary.folder, list(snaps.values())
+        return self.merged()
+
+    def ensure(self, path: str, req: LoadRequest, progress: Progress = no_progress) -> Snapshot | None:
+        """The file's job is held (loaded now if it was not) and becomes the primary one; None
+        when nothing changed. Raises ProfileError."""
+        job = owner(path, self.jobs)
+        if job is None or self.job is None:
+            return None
+        if job.folder not in self.engines:
+            engine = Engine()
+            snap = self.snaps[job.folder] = engine.load(replace(req, explicit=None, chosen=job), progress)
+            self.engines[job.folder] = engine
+            self._fresh.append(snap)
+        elif job == self.job:
+            return None
+        self.job, self._primary = job, job.folder
+        return self.merged()
+
+    def take_fresh(self) -> list[ProfileInfo]:
+        """The profiles loaded since the last call (what the log announces)."""
+        fresh, self._fresh = self._fresh, []
+        return [s.info for s in fresh if s.info is not None]
+
+    def _each(self, call: Callable[[Engine], Snapshot | None]) -> Snapshot | None:
+        changed = False
+        for folder, engine in self.engines.items():
+            snap = call(engine)
+            if snap is not None:
+                self.snaps[folder] = snap
+                changed = True
+        return self.merged() if changed else None
+
+    def update(self, texts: dict[str, str | None]) -> Snapshot | None:
+        def one(engine: Engine) -> Snapshot | None:
+            mine = {p: t for p, t in texts.items() if engine.job is None or engine.job.contains(p)}
+            return engine.update(mine) if mine else None
+
+        return self._each(one)
+
+    def reconfigure(self, settings: Settings) -> Snapshot | None:
+        return self._each(lambda engine: engine.reconfigure(settings))
+
+    def set_baseline(self, path: Path | None, use_cache: bool = True) -> Snapshot | None:
+        """The baseline compares against the primary job."""
+        engine = self.engines.get(self._primary) if self._primary is not None else None
+        if engine is None:
+            return None
+        snap = engine.set_baseline(path, use_cache)
+        if snap is None:
+            return None
+        self.snaps[self._primary] = snap  # type: ignore[index]
+        return self.merged()
+
+    def merged(self) -> Snapshot:
+        self.generation += 1
+        assert self._primary is not None
+        by_folder = {j.folder: j for j in self.jobs}
+        order = [self._primary] + [f for f in self.snaps if f != self._primary]
+        held = self.held()
+        return merge(self.generation, [(by_folder.get(f), self.snaps[f]) for f in order], lambda p: owner(p, held))

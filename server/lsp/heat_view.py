@@ -16,6 +16,7 @@ from msprof_lsp.mapping.units import format_share, format_us
 from .convert import FileView
 from .diagnostics import file_view
 from .documents import path_of
+from .snapshot import ProfileInfo
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -49,6 +50,11 @@ class FileHeat:
     lines: dict[int, HotLine]
     functions: list[HotFunction]
     num_steps: int
+    info: ProfileInfo | None = None  # the profile of the file's job
+
+    @property
+    def step_time_us(self) -> float:
+        return self.info.step_time_us if self.info is not None else 0.0
 
 
 def change_text(change: LineChange) -> str:
@@ -116,7 +122,7 @@ def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = Fal
         moved = lm.lines(fh.span.line, fh.span.end_line)
         if moved is not None:
             functions.append(HotFunction(moved[0], moved[1], fh))
-    result = FileHeat(view, lines, functions, snap.num_steps)
+    result = FileHeat(view, lines, functions, snap.steps_for(path), snap.info_for(path))
     if len(ls.heat_cache) > 64:
         ls.heat_cache.clear()
     ls.heat_cache[cache_key] = result

@@ -22,7 +22,7 @@ MAX_ROWS = 12
 
 def _rows(ls: MsprofLanguageServer, heat: FileHeat, line: int) -> list[tuple[str, ...]]:
     steps = max(heat.num_steps, 1)
-    step_us = ls.snapshot.info.step_time_us if ls.snapshot.info else 0.0
+    step_us = heat.step_time_us
     rows = []
     for op in ops_at(heat, line)[:MAX_ROWS]:
         per_step = op.total_ns / steps / 1000
@@ -83,7 +83,7 @@ def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | 
     extra: list[str] = []
     if hot is not None and hot.change is not None:
         extra.append(f"Baseline: {change_text(hot.change)}")
-    if not ls.snapshot.info or not ls.snapshot.info.has_call_stacks:
+    if not heat.info or not heat.info.has_call_stacks:
         extra.append("Anchored by operator and module names (the profile has no call stacks).")
     markdown = ls.caps.hover_markdown
     value = _markdown(headline, rows, extra) if markdown else _plain(headline, rows, extra)

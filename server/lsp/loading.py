@@ -21,8 +21,7 @@ from ..protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
 from .engine import LoadRequest
 from .guard import spawn
 from .progress import LoadProgress
-from .snapshot import Snapshot, empty
-from .targets import better_job_for
+from .snapshot import ProfileInfo, Snapshot, empty
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -167,15 +166,36 @@ class Loader:
         return True
 
     def _follow_open_file(self) -> None:
-        """A file opened while loading may belong to another job of the workspace: switch once."""
+        """Files opened while loading may belong to jobs the load did not hold: add them."""
         if self.explicit is not None or self.ls.settings.profile:
             return
         paths = self.ls.documents.paths_newest_last()
-        if not paths:
+        if paths:
+            spawn(self.ls, self.follow(paths), "loading the job of an open file")
+
+    async def follow(self, paths: list[str]) -> None:
+        """Serve ``paths`` (oldest first) from their own jobs: a job not held yet is loaded and
+        kept, and the last file's job becomes the primary one (the status). Nothing is unloaded,
+        so opening files of two jobs never switches back and forth."""
+        if self.explicit is not None or self.ls.settings.profile or self.loading or not self.ls.engine.jobs:
             return
-        other = better_job_for(paths[-1], self.ls.engine.job, self.ls.engine.jobs)
-        if other is not None:
-            self.schedule_reload(f"{paths[-1]} belongs to the profile in {other.folder}", delay=0.2)
+        epoch = self.epoch
+        for path in paths:
+            req = self.request()
+            try:
+                result = await self._run(self.ls.engine.ensure, path, req)
+            except ProfileError as exc:
+                text = f"msprof-lsp: cannot read the profile of {path}: {exc}"
+                self._log(types.MessageType.Error, text)
+                if text != self._last_problem:
+                    self._last_problem = text
+                    self._message(types.MessageType.Error, text)
+                continue
+            if result is None or epoch != self.epoch:
+                continue
+            self.apply(result)
+            self._announce(result)
+            self.notify_status("loaded")
 
     def _failed(self, state: str, kind: types.MessageType, text: str) -> None:
         self._log(kind, text)
@@ -187,10 +207,15 @@ class Loader:
             self.apply(empty(self.ls.snapshot.generation + 1, self.ls.settings))
 
     def _announce(self, snap: Snapshot) -> None:
-        """Log what was loaded; profile-level findings become one message, not a diagnostic."""
-        info = snap.info
-        if info is None:
-            return
+        """Log each profile just loaded; profile-level findings become one message, not a diagnostic."""
+        for info in self.ls.engine.take_fresh():
+            self._announce_profile(info)
+        problems, self.ls.engine.problems = self.ls.engine.problems, []
+        for problem in problems:
+            self._log(types.MessageType.Warning, f"msprof-lsp: {problem}")
+        self._show_profile_findings(snap)
+
+    def _announce_profile(self, info: ProfileInfo) -> None:
         self._log(types.MessageType.Info,
                   f"msprof-lsp: loaded {info.kind} profile {info.path} (rank {info.rank}, {info.steps} steps, "
                   f"{info.step_time_us:,.1f} µs/step, {info.mapped_share * 100:.1f}% of device time mapped to source)")
@@ -207,7 +232,6 @@ class Loader:
         for path in info.unmapped_files:
             self._log(types.MessageType.Warning, f"msprof-lsp: profile file {path} matches no local file "
                       "(set msprof-lsp.pathMappings)")
-        self._show_profile_findings(snap)
 
     def _show_profile_findings(self, snap: Snapshot) -> None:
         new = [f for f in snap.profile_findings if f"{f.code}:{f.message}" not in self._shown]

@@ -7,7 +7,9 @@ per line/function/span, findings, the baseline comparison — not the raw profil
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping.compare import Comparison, LineChange
@@ -47,6 +49,16 @@ class Snapshot:
     hotspots: list[SpanHeat] = field(default_factory=list)  # most time first, all files
     comparison: Comparison | None = None
     changes: dict[str, dict[int, LineChange]] = field(default_factory=dict)  # baseline, by path and line
+    # files served by another job than ``info``'s (a workspace with several jobs): its profile
+    infos: dict[str, ProfileInfo] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def info_for(self, path: str | None) -> ProfileInfo | None:
+        """The profile the file's numbers come from."""
+        return self.infos.get(path, self.info) if path else self.info
+
+    def steps_for(self, path: str | None) -> int:
+        return self.steps.get(path, self.num_steps) if path else self.num_steps
 
     @property
     def loaded(self) -> bool:
@@ -55,6 +67,37 @@ class Snapshot:
     def paths(self) -> set[str]:
         """Every file the snapshot says something about."""
         return set(self.findings) | set(self.lines) | set(self.functions)
+
+
+_BY_PATH = ("findings", "texts", "lines", "functions", "spans", "changes")
+
+
+def merge(generation: int, parts: Sequence[tuple[Any, Snapshot]], owner: Callable[[str], Any]) -> Snapshot:
+    """One snapshot of several jobs' analyses, ``(job, snapshot)`` with the primary job first:
+    each file's findings, heat and text come from the job ``owner(path)`` names (else from the
+    first that has the file), so two jobs never mix on one file."""
+    (_, first), rest = parts[0], parts[1:]
+    if not rest:
+        return replace(first, generation=generation)
+    out = Snapshot(generation=generation, settings=first.settings, info=first.info, num_steps=first.num_steps,
+                   comparison=first.comparison)
+    for job, part in parts:
+        def mine(path: str, job: Any = job) -> bool:
+            o = owner(path)
+            return o is None or o == job
+
+        for name in _BY_PATH:
+            dst = getattr(out, name)
+            for path, value in getattr(part, name).items():
+                if path in dst or not mine(path):
+                    continue
+                dst[path] = value
+                if part is not first and part.info is not None:
+                    out.infos[path] = part.info
+                    out.steps[path] = part.num_steps
+        out.profile_findings.extend(part.profile_findings)
+        out.hotspots.extend(h for h in part.hotspots if mine(h.site.span.path))
+    return out
 
 
 def empty(generation: int, settings: Settings) -> Snapshot:

@@ -1,9 +1,10 @@
-"""Which profile the editor session analyses.
+"""Which profiles the editor session analyses.
 
 Order: a profile chosen with ``msprof-lsp.selectProfile`` -> the ``profile`` setting -> discovery
 under the workspace folders. A folder can hold several jobs (one per sample, one per training
-script); the job whose source folder contains the most recently opened file wins, else the
-newest job (ties: Ascend profiles before Kineto traces, which carry less).
+script): every file is served by the job that owns it (:func:`owner`), and the job of the most
+recently opened file is the primary one (the status), else the newest job (ties: Ascend profiles
+before Kineto traces, which carry less).
 """
 
 from __future__ import annotations
@@ -57,22 +58,20 @@ def _ascend(job: JobChoice) -> bool:
     return any(k != ProfileKind.KINETO.value for k in job.kinds)
 
 
-def choose_job(jobs: Sequence[JobChoice], open_paths_newest_last: Sequence[str]) -> JobChoice | None:
-    if not jobs:
-        return None
-    for path in reversed(open_paths_newest_last):
-        owning = [j for j in jobs if j.contains(path)]
-        if owning:
-            # the deepest source folder is the most specific owner
-            return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, _ascend(j), str(j.folder)))
-    return max(jobs, key=lambda j: (j.newest, _ascend(j), str(j.folder)))
-
-
-def better_job_for(path: str, current: JobChoice | None, jobs: Sequence[JobChoice]) -> JobChoice | None:
-    """Another job that owns ``path`` when the current one does not (None: keep the current one)."""
-    if current is None or current.contains(path):
-        return None
+def owner(path: str, jobs: Sequence[JobChoice]) -> JobChoice | None:
+    """The job whose diagnostics ``path`` gets: of the jobs whose source folder holds it, the
+    deepest folder (the most specific), then the newest, then Ascend before Kineto."""
     owning = [j for j in jobs if j.contains(path)]
     if not owning:
         return None
     return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, _ascend(j), str(j.folder)))
+
+
+def choose_job(jobs: Sequence[JobChoice], open_paths_newest_last: Sequence[str]) -> JobChoice | None:
+    if not jobs:
+        return None
+    for path in reversed(open_paths_newest_last):
+        job = owner(path, jobs)
+        if job is not None:
+            return job
+    return max(jobs, key=lambda j: (j.newest, _ascend(j), str(j.folder)))

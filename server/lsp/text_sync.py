@@ -1,5 +1,5 @@
 """``textDocument/didOpen``, ``didChange``, ``didClose``: keep the buffers, follow edits at once
-(line maps), re-analyse after a quiet moment, and switch jobs when a file of another job opens.
+(line maps), re-analyse after a quiet moment, and load the job of a file whose job is not held yet.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from .targets import better_job_for
+from .guard import spawn
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -24,10 +24,8 @@ def did_open(ls: MsprofLanguageServer, params: types.DidOpenTextDocumentParams) 
         ls.loader.mark_dirty(doc.path, doc.text)
     ls.publisher.schedule(item.uri, 0.0)
     ls.loader.announce_analysed([doc])  # when the analysis already saw this text
-    if doc.path and ls.loader.explicit is None and not ls.settings.profile and not ls.loader.loading:
-        other = better_job_for(doc.path, ls.engine.job, ls.engine.jobs)
-        if other is not None:
-            ls.loader.schedule_reload(f"{doc.path} belongs to the profile in {other.folder}", delay=0.2)
+    if doc.path:  # served by its own job, loaded now if no file of that job was open yet
+        spawn(ls, ls.loader.follow([doc.path]), f"loading the job of {doc.path}")
 
 
 def did_change(ls: MsprofLanguageServer, params: types.DidChangeTextDocumentParams) -> None:

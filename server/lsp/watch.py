@@ -120,9 +120,9 @@ class Poller:
 
     def roots(self) -> tuple[list[Path], int]:
         ls = self.ls
-        job = ls.engine.job
-        if job is not None:
-            return [job.folder], POLL_DEPTH
+        held = ls.engine.held()
+        if held:
+            return [j.folder for j in held], POLL_DEPTH
         explicit = ls.loader.explicit
         if explicit is None and ls.settings.profile:
             explicit = ls.settings.resolve_path(ls.settings.profile)
