@@ -28,6 +28,7 @@ def uri_of(path: str) -> str:
 
 
 HISTORY = 32  # versions a stale diagnostic can still be traced from
+MAX_PINNED = 4  # versions kept beyond HISTORY because an analysis of them is under way
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class OpenDocument:
     suppress_cache: tuple[int, dict[int, frozenset[str]]] | None = field(default=None, repr=False)
     # recent versions -> map from that version's lines to the current ones (stale code actions)
     history: dict[int, LineMap] = field(default_factory=dict, repr=False)
+    pinned: set[int] = field(default_factory=set, repr=False)  # versions an analysis is running on
 
     def update(self, version: int, text: str) -> None:
         """The buffer changed: extend the line maps by this edit."""
@@ -52,8 +54,9 @@ class OpenDocument:
             self.linemap = self.linemap.then(step)
         self.history = {v: m.then(step) for v, m in self.history.items()}
         self.history[self.version] = step
-        if len(self.history) > HISTORY:
-            for v in sorted(self.history)[: len(self.history) - HISTORY]:
+        if len(self.history) > HISTORY + len(self.pinned):
+            old = [v for v in sorted(self.history) if v not in self.pinned]
+            for v in old[: len(self.history) - HISTORY - len(self.pinned)]:
                 del self.history[v]
         self.version = version
         self.text = text
@@ -68,13 +71,25 @@ class OpenDocument:
         m = self.history.get(version) if version is not None else None
         return m.line(line) if m is not None else None
 
-    def rebase(self, generation: int, analysed_text: str | None) -> None:
-        """A new analysis arrived: map from the text it saw to the buffer."""
+    def pin(self, version: int) -> None:
+        """Keep the map from ``version`` until an analysis of it lands (rebase)."""
+        self.pinned.add(version)
+        if len(self.pinned) > MAX_PINNED:  # analyses that never landed (a file that does not parse)
+            self.pinned.discard(min(self.pinned))
+
+    def rebase(self, generation: int, analysed_text: str | None, analysed_version: int | None = None) -> None:
+        """A new analysis arrived: map from the text it saw to the buffer. When it saw a known
+        version, the edits since are followed one by one (``history``); else one diff of the two
+        texts (common prefix and suffix kept), which loses what lies between two edited places."""
         self.base_generation = generation
+        if analysed_version is not None:
+            self.pinned = {v for v in self.pinned if v > analysed_version}
         if analysed_text is None:
             self.linemap = None
         elif analysed_text == self.text:
             self.linemap = LineMap.identity()
+        elif analysed_version is not None and analysed_version in self.history:
+            self.linemap = self.history[analysed_version]
         else:
             self.linemap = LineMap.diff(split_lines(analysed_text), self.lines)
 

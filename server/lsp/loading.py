@@ -125,6 +125,7 @@ class Loader:
         self._cancel_reload()
         self._dirty.clear()  # the load reads every open buffer
         req = self.request()
+        versions = self._capture(req.open_texts)
         self.loading = True
         self.notify_status("loading", reason)
         progress = LoadProgress(self.ls, "msprof-lsp: loading profile")
@@ -159,7 +160,7 @@ class Loader:
             return self.ls.snapshot.loaded  # a newer load is on its way
         self._last_problem = ""
         self._shown.clear()
-        self.apply(snap)
+        self.apply(snap, versions)
         self._announce(snap)
         self.notify_status("loaded")
         self._follow_open_file()
@@ -182,6 +183,7 @@ class Loader:
         epoch = self.epoch
         for path in paths:
             req = self.request()
+            versions = self._capture(req.open_texts)
             try:
                 result = await self._run(self.ls.engine.ensure, path, req)
             except ProfileError as exc:
@@ -193,7 +195,7 @@ class Loader:
                 continue
             if result is None or epoch != self.epoch:
                 continue
-            self.apply(result)
+            self.apply(result, versions)
             self._announce(result)
             self.notify_status("loaded")
 
@@ -276,10 +278,11 @@ class Loader:
         if not self._dirty or not self.ls.snapshot.loaded:
             return
         texts, self._dirty = self._dirty, {}
+        versions = self._capture(texts)
         epoch = self.epoch
         snap = await self._run(self.ls.engine.update, texts)
         if snap is not None and epoch == self.epoch:
-            self.apply(snap)
+            self.apply(snap, versions)
             self._show_profile_findings(snap)
 
     async def reconfigure(self) -> None:
@@ -301,14 +304,26 @@ class Loader:
 
     # -- a new snapshot ----------------------------------------------------------------------
 
-    def apply(self, snap: Snapshot) -> None:
+    def _capture(self, texts: dict[str, str | None]) -> dict[str, int]:
+        """The buffer versions whose texts go to an analysis; their line maps are kept until it
+        lands, so edits made meanwhile are followed edit by edit, not by one text diff."""
+        versions: dict[str, int] = {}
+        for doc in self.ls.documents.all():
+            if doc.path is not None and texts.get(doc.path) == doc.text:
+                versions[doc.path] = doc.version
+                doc.pin(doc.version)
+        return versions
+
+    def apply(self, snap: Snapshot, versions: dict[str, int] | None = None) -> None:
+        """Install a snapshot; ``versions``: the buffer version each analysed text came from."""
         ls = self.ls
         ls.snapshot = snap
         ls.heat_cache.clear()
         ls.analysed_lines_cache.clear()
         ls.diagnostics_cache.clear()
         for doc in ls.documents.all():
-            doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None)
+            doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None,
+                       (versions or {}).get(doc.path or ""))
         ls.publisher.publish_all()
         ls.refresh_views()
         self.announce_analysed(ls.documents.all())

@@ -80,3 +80,28 @@ def test_insertion_between_lines_touches_a_range_across_it() -> None:
     assert lm.lines(2, 3) == (2, 4)  # a diagnostic spanning the insertion grows
     assert lm.untouched(2, 3) is None  # an edit computed across it would be wrong now
     assert lm.untouched(3, 4) == (4, 5)
+
+
+def test_an_analysis_that_lands_after_more_edits_keeps_every_untouched_line() -> None:
+    """Edits at the top and the bottom made while an analysis of version 2 runs: rebasing from
+    version 2's line maps keeps every line in between, where one text diff would lose them all."""
+    from msprof_lsp.server.lsp.documents import HISTORY, OpenDocument
+
+    text = "\n".join(f"line {i}" for i in range(1, 101))
+    doc = OpenDocument("file:///m.py", "/m.py", 1, text, split_lines(text))
+    doc.rebase(1, text)
+    analysed = "# head\n" + text
+    doc.update(2, analysed)
+    doc.pin(2)
+    current = analysed
+    for v in range(3, 3 + HISTORY + 10):  # more versions than the history keeps unpinned
+        current = "# more\n" + current if v % 2 else current + "\n# tail"
+        doc.update(v, current)
+    doc.rebase(2, analysed, 2)
+    now = split_lines(current)
+    for i, line in enumerate(split_lines(analysed), start=1):
+        assert now[doc.linemap.line(i) - 1] == line  # type: ignore[union-attr]
+    assert not doc.pinned
+    diffed = OpenDocument("file:///m.py", "/m.py", 1, current, now)
+    diffed.rebase(2, analysed)  # without the version: the middle is lost
+    assert diffed.linemap.line(50) is None  # type: ignore[union-attr]
