@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest_lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 import lsp_support as S
+from tests.conftest import server_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -39,7 +39,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=[sys.executable, "-m", "msprof_lsp.server"]),
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=server_command()),
                     params=S.PROFILES)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")

@@ -6,7 +6,6 @@ diagnostics at the same time, without a reload or a switch back and forth.
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 import lsp_support as S
+from tests.conftest import server_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -30,7 +30,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=[sys.executable, "-m", "msprof_lsp.server"]),
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=server_command()),
                     params=S.PROFILES)
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     root = request.getfixturevalue("workspace")
@@ -45,13 +45,25 @@ def _loads(client: LanguageClient, job: str) -> list[str]:
     return [m.message for m in client.log_messages if "loaded torch_npu profile" in m.message and f"/{job}/" in m.message]
 
 
+def _serving(client: LanguageClient, job: str) -> bool:
+    """The last status names ``job``'s profile (the job of the file opened last)."""
+    return f"/{job}/npu_profile/" in (S.status_value(client.seen["status"][-1], "path") or "")
+
+
+async def _open(client: LanguageClient, path: Path, job: str) -> S.Doc:
+    """Open a file and wait until its job serves it and is the primary one: files are opened one
+    after the other, so each wait is for this open's own status."""
+    doc = S.Doc(client, path)
+    await S.wait_analysed(client, doc)
+    await S.wait_until(lambda: _serving(client, job), 30, f"the status of {job}")
+    return doc
+
+
 async def test_each_file_gets_its_own_jobs_diagnostics_at_the_same_time(client: LanguageClient) -> None:
     root = client.root
-    cnn = S.Doc(client, root / "cnn_classifier" / "model.py")
-    tiny = S.Doc(client, root / "tiny_transformer" / "train.py")
+    cnn = await _open(client, root / "cnn_classifier" / "model.py", "cnn_classifier")
+    tiny = await _open(client, root / "tiny_transformer" / "train.py", "tiny_transformer")
     try:
-        await S.wait_analysed(client, cnn)
-        await S.wait_analysed(client, tiny)
         statuses = len(client.seen["status"])
         cnn_diags = await S.diagnostics_now(client, client.profile, cnn.uri)
         tiny_diags = await S.diagnostics_now(client, client.profile, tiny.uri)
@@ -63,16 +75,11 @@ async def test_each_file_gets_its_own_jobs_diagnostics_at_the_same_time(client: 
         # each job loaded once, none reloaded to serve the other's file
         assert len(_loads(client, "cnn_classifier")) == 1 and len(_loads(client, "tiny_transformer")) == 1
         # one status: the job of the file opened last
-        status = client.seen["status"][-1]
-        assert S.status_value(status, "state") == "loaded"
-        assert "/tiny_transformer/npu_profile/" in S.status_value(status, "path")
+        assert S.status_value(client.seen["status"][-1], "state") == "loaded"
 
         # back to a file of the first job: served from the held job, no load at all
-        other = S.Doc(client, root / "cnn_classifier" / "train.py")
+        other = await _open(client, root / "cnn_classifier" / "train.py", "cnn_classifier")
         try:
-            await S.wait_analysed(client, other)
-            await S.wait_until(lambda: "/cnn_classifier/npu_profile/" in S.status_value(client.seen["status"][-1], "path"),
-                               20, "the status of the CNN job")
             assert [S.status_value(s, "state") for s in client.seen["status"][statuses:]] == ["loaded"]
             assert len(_loads(client, "cnn_classifier")) == 1 and len(_loads(client, "tiny_transformer")) == 1
             assert {str(d.code) for d in await S.diagnostics_now(client, client.profile, tiny.uri)} == {"NPU107"}
@@ -87,17 +94,11 @@ async def test_each_file_gets_its_own_jobs_diagnostics_at_the_same_time(client: 
 async def test_numbers_of_a_file_come_from_its_own_job(client: LanguageClient) -> None:
     """The lm_head line's operators as shares of the transformer's step, not the CNN's."""
     root = client.root
-    def last_status(job: str) -> bool:
-        return f"/{job}/npu_profile/" in (S.status_value(client.seen["status"][-1], "path") or "")
-
-    cnn = S.Doc(client, root / "cnn_classifier" / "model.py")
+    cnn = await _open(client, root / "cnn_classifier" / "model.py", "cnn_classifier")
+    cnn_step = S.status_value(client.seen["status"][-1], "stepTimeUs")
     model = None
     try:
-        await S.wait_until(lambda: last_status("cnn_classifier"), 30, "the CNN job's status")
-        cnn_step = S.status_value(client.seen["status"][-1], "stepTimeUs")
-        model = S.Doc(client, root / "tiny_transformer" / "model.py")
-        await S.wait_analysed(client, model)
-        await S.wait_until(lambda: last_status("tiny_transformer"), 30, "the transformer job's status")
+        model = await _open(client, root / "tiny_transformer" / "model.py", "tiny_transformer")
         tiny_step = S.status_value(client.seen["status"][-1], "stepTimeUs")
         assert abs(tiny_step - cnn_step) > 1000  # different jobs, different steps
         line0 = S.line_of(model.text, "self.lm_head(self.norm(x))") - 1
