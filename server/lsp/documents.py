@@ -46,10 +46,12 @@ class OpenDocument:
     history: dict[int, LineMap] = field(default_factory=dict, repr=False)
     pinned: set[int] = field(default_factory=set, repr=False)  # versions an analysis is running on
 
-    def update(self, version: int, text: str) -> None:
-        """The buffer changed: extend the line maps by this edit."""
+    def update(self, version: int, text: str, step: LineMap | None = None) -> None:
+        """The buffer changed: extend the line maps by this edit (``step``: its map when the
+        caller knows it change by change; else one diff of the two texts)."""
         lines = split_lines(text)
-        step = LineMap.diff(self.lines, lines)
+        if step is None:
+            step = LineMap.diff(self.lines, lines)
         if self.linemap is not None:
             self.linemap = self.linemap.then(step)
         self.history = {v: m.then(step) for v, m in self.history.items()}

@@ -62,6 +62,22 @@ class LineMap:
         runs.append((n - s + 1, END, m - s + 1))  # the suffix, open-ended
         return cls(runs)
 
+    @classmethod
+    def edit(cls, start_line: int, start_char: int, end_line: int, end_char: int, text: str) -> LineMap:
+        """The map of one range change (1-based lines) that put ``text`` in place of the range:
+        what is above stays, what is below shifts, the lines touched changed. Whole lines
+        inserted or replaced at line starts leave the line after them intact. A didChange with
+        several changes (multi-cursor, replace all) is their composition, so code between two
+        of them keeps its place."""
+        breaks = len(split_lines(text)) - 1
+        if start_char == 0 and end_char == 0 and (not text or text.endswith(("\n", "\r"))):
+            first, last, count = start_line, end_line - 1, breaks  # whole lines; end_line intact
+        else:
+            first, last, count = start_line, end_line, breaks + 1
+        runs: list[Run] = [(1, first - 1, 1)] if first > 1 else []
+        runs.append((last + 1, END, first + count))
+        return cls(runs)
+
     @property
     def is_identity(self) -> bool:
         return self._runs == ((1, END, 1),)

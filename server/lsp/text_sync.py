@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from .guard import spawn
+from .linemap import LineMap
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -34,10 +35,22 @@ def did_change(ls: MsprofLanguageServer, params: types.DidChangeTextDocumentPara
     if doc is None:
         return
     text = ls.workspace.get_text_document(uri).source  # pygls applied the changes already
-    doc.update(params.text_document.version, text)
+    doc.update(params.text_document.version, text, _steps(params.content_changes))
     if doc.path:
         ls.loader.mark_dirty(doc.path, text)
     ls.publisher.schedule(uri)
+
+
+def _steps(changes: list) -> LineMap | None:  # type: ignore[type-arg]
+    """Several range changes in one notification: their line maps composed in order (each range
+    is relative to the text after the previous ones); None (diff the texts) otherwise."""
+    if len(changes) < 2 or not all(isinstance(c, types.TextDocumentContentChangePartial) for c in changes):
+        return None
+    step = LineMap.identity()
+    for c in changes:
+        r = c.range
+        step = step.then(LineMap.edit(r.start.line + 1, r.start.character, r.end.line + 1, r.end.character, c.text))
+    return step
 
 
 def did_close(ls: MsprofLanguageServer, params: types.DidCloseTextDocumentParams) -> None:

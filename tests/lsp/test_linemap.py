@@ -105,3 +105,51 @@ def test_an_analysis_that_lands_after_more_edits_keeps_every_untouched_line() ->
     diffed = OpenDocument("file:///m.py", "/m.py", 1, current, now)
     diffed.rebase(2, analysed)  # without the version: the middle is lost
     assert diffed.linemap.line(50) is None  # type: ignore[union-attr]
+
+
+def test_several_changes_in_one_notification_keep_the_code_between_them() -> None:
+    """A didChange with two range changes (multi-cursor): composed change by change, every line
+    between the two places is found; one diff of the texts would lose them all."""
+    from lsprotocol import types
+
+    from msprof_lsp.server.lsp.documents import OpenDocument
+    from msprof_lsp.server.lsp.text_sync import _steps
+
+    old = [f"line {i}" for i in range(1, 51)]
+    doc = OpenDocument("file:///m.py", "/m.py", 1, "\n".join(old), list(old))
+    doc.rebase(1, doc.text)
+
+    def change(line0: int, text: str) -> types.TextDocumentContentChangePartial:
+        pos = types.Position(line0, 0)
+        return types.TextDocumentContentChangePartial(range=types.Range(pos, pos), text=text)
+
+    # applied in order: "# a\n# b\n" above line 3, then (positions after that) "# z\n" above old line 40
+    changes = [change(2, "# a\n# b\n"), change(41, "# z\n")]
+    new = old[:2] + ["# a", "# b"] + old[2:39] + ["# z"] + old[39:]
+    doc.update(2, "\n".join(new), _steps(changes))
+    for i, line in enumerate(old, start=1):
+        assert new[doc.linemap.line(i) - 1] == line  # type: ignore[union-attr]
+    assert LineMap.diff(old, new).line(20) is None  # what the text diff alone would give
+
+
+def test_one_change_map_agrees_with_the_text() -> None:
+    """Each line the map of one change keeps has the same text in the new buffer; the lines it
+    drops are the ones the change touched."""
+    old = [f"line {i}" for i in range(1, 21)]
+    text = "\n".join(old)
+    cases = [  # (start line0, char, end line0, char, new text)
+        (2, 0, 2, 0, "# a\n# b\n"), (4, 3, 4, 3, "x"), (5, 0, 9, 0, ""), (7, 2, 11, 4, "q\nr"),
+        (19, 7, 19, 7, "\n# tail"), (0, 0, 0, 0, "\n"), (3, 0, 6, 0, "new\n"),
+    ]
+    for l0, c0, l1, c1, new_text in cases:
+        lines = text.split("\n")
+        a = sum(len(x) + 1 for x in lines[:l0]) + c0
+        b = sum(len(x) + 1 for x in lines[:l1]) + c1
+        new = (text[:a] + new_text + text[b:]).split("\n")
+        lm = LineMap.edit(l0 + 1, c0, l1 + 1, c1, new_text)
+        for i, line in enumerate(old, start=1):
+            j = lm.line(i)
+            if j is not None:
+                assert new[j - 1] == line, (l0, c0, l1, c1, new_text, i)
+            else:
+                assert l0 + 1 <= i <= l1 + 1, (l0, c0, l1, c1, new_text, i)
