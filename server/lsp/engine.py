@@ -232,7 +232,8 @@ class Session:
         self.job: JobChoice | None = None  # the primary job (None: an explicit profile)
         self._primary: Path | None = None
         self._fresh: list[Snapshot] = []
-        self.problems: list[str] = []  # jobs besides the primary one that failed to load
+        self.problems: list[str] = []  # jobs that failed to load while others did
+        self._explicit = False  # an explicit profile: no jobs
 
     @property
     def attribution(self) -> Attribution | None:
@@ -251,6 +252,7 @@ class Session:
             snap = engine.load(req, progress)
             self.engines, self.snaps = {req.explicit: engine}, {req.explicit: snap}
             self.job, self._primary, self.jobs, self._fresh = None, req.explicit, [], [snap]
+            self._explicit = True
             return self.merged()
         jobs = find_jobs(req.folders)
         primary = choose_job(jobs, req.open_paths)
@@ -265,19 +267,25 @@ class Session:
         wanted += [j for j in jobs if j.folder in self.engines and j not in wanted]
         engines: dict[Path, Engine] = {}
         snaps: dict[Path, Snapshot] = {}
-        self.problems = []
+        problems: list[str] = []
+        failure: ProfileError | None = None
         for job in wanted:
             engine = Engine()
             try:
                 snaps[job.folder] = engine.load(replace(req, explicit=None, chosen=job), progress)
             except ProfileError as exc:
-                if job is primary:
-                    raise
-                # another job's broken profile: its files go without, the others are served
-                self.problems.append(f"cannot read the profile in {job.folder}: {exc}")
+                # a job with a broken profile: its files go without, the other jobs are served
+                failure = failure or exc
+                problems.append(f"cannot read the profile in {job.folder}: {exc}")
                 continue
             engines[job.folder] = engine
-        self.jobs, self.engines, self.snaps = jobs, engines, snaps
+        self.jobs, self._explicit = jobs, False  # a later open can still load another job
+        if not engines:
+            assert failure is not None
+            raise failure  # nothing loaded: the previous analysis stays
+        if primary.folder not in engines:
+            primary = next(j for j in wanted if j.folder in engines)
+        self.engines, self.snaps, self.problems = engines, snaps, problems
         self.job, self._primary, self._fresh = primary, primary.folder, list(snaps.values())
         return self.merged()
 
@@ -285,7 +293,7 @@ class Session:
         """The file's job is held (loaded now if it was not) and becomes the primary one; None
         when nothing changed. Raises ProfileError."""
         job = owner(path, self.jobs)
-        if job is None or self.job is None:
+        if job is None or self._explicit:
             return None
         if job.folder not in self.engines:
             engine = Engine()

@@ -187,7 +187,7 @@ class Loader:
             try:
                 result = await self._run(self.ls.engine.ensure, path, req)
             except ProfileError as exc:
-                text = f"msprof-lsp: cannot read the profile of {path}: {exc}"
+                text = f"msprof-lsp: cannot read the profile: {exc}"  # as a load says it: once
                 self._log(types.MessageType.Error, text)
                 if text != self._last_problem:
                     self._last_problem = text

@@ -224,6 +224,52 @@ def test_the_end_of_the_stream_inside_a_frame_is_damage() -> None:
     assert "96 bytes short" in damage.reason and damage.skipped == 4
 
 
+# -- a workspace with a broken job -----------------------------------------------------------------
+def test_a_job_that_cannot_be_read_does_not_stop_the_others(tmp_path: Path) -> None:
+    """The newest job's trace is not JSON: the first load fails (one error), yet opening a file of
+    the other job serves it, and opening the broken job's file says so once and clears nothing."""
+    root = tmp_path / "ws"
+    S.cnn_workspace(root / "cnn")
+    broken = root / "broken"
+    (broken / "runs").mkdir(parents=True)
+    (broken / "train.py").write_text("import torch\n\nprint(torch.ones(1))\n", encoding="utf-8")
+    (broken / "runs" / "job.1.pt.trace.json").write_text("{ this is not JSON", encoding="utf-8")
+    model = root / "cnn" / "model.py"
+    server = S.RawServer(server_command())
+    try:
+        server.initialize(root, S.init_options(tmp_path, only_test_rules=False, select=["NPU101"]))
+        server.wait(lambda f: f.get("method") == "msprof-lsp/profileStatus" and f["params"]["state"] == "error", 60,
+                    "the failed first load")
+
+        def opened(path: Path) -> None:
+            server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": path.as_uri(), "languageId": "python", "version": 1, "text": path.read_text()}}})
+
+        def published(f: dict) -> bool:
+            return (f.get("method") == "textDocument/publishDiagnostics" and f["params"]["uri"] == model.as_uri()
+                    and any(d["code"] == "NPU101" for d in f["params"]["diagnostics"]))
+
+        opened(model)
+        server.wait(published, 60, "NPU101 on the CNN's model.py")
+        server.wait(lambda f: f.get("method") == "msprof-lsp/profileStatus" and f["params"]["state"] == "loaded", 30)
+        opened(broken / "train.py")
+        server.send({"jsonrpc": "2.0", "id": 7, "method": "textDocument/hover", "params": {
+            "textDocument": {"uri": model.as_uri()}, "position": {"line": 0, "character": 0}}})
+        server.response(7, 30)  # the open of the broken job's file has been handled by now
+        errors = [f["params"]["message"] for f in server.frames()
+                  if f.get("method") == "window/showMessage" and f["params"]["type"] == 1]
+        assert len(errors) == 1 and "job.1.pt.trace.json" in errors[0], errors  # the first load's, said once
+        last = [f for f in server.frames() if f.get("method") == "textDocument/publishDiagnostics"
+                and f["params"]["uri"] == model.as_uri()][-1]
+        assert any(d["code"] == "NPU101" for d in last["params"]["diagnostics"])  # still served
+        server.send({"jsonrpc": "2.0", "id": 8, "method": "shutdown"})
+        server.response(8, 10)
+        server.send({"jsonrpc": "2.0", "method": "exit"})
+        assert server.finish(20) == 0
+    finally:
+        server.kill()
+
+
 # -- one line per problem, tracebacks only when asked ----------------------------------------------
 
 

@@ -117,3 +117,4 @@ async def test_numbers_of_a_file_come_from_its_own_job(client: LanguageClient) -
         cnn.close()
         if model is not None:
             model.close()
+
