@@ -189,6 +189,7 @@ class StepTimes:
 class TimeBreakdown:
     source: BreakdownSource
     steps: list[StepTimes] = field(default_factory=list)
+    streams: int = 1  # distinct (device, stream) lanes the device work ran on
 
     def mean(self, attr: str) -> float | None:
         """Average of a field over the steps that know it; None when none does."""
@@ -294,6 +295,8 @@ def _slowest_per_step(rows: list[StepTimes]) -> list[StepTimes]:
 def profile_breakdown(profile: Profile) -> TimeBreakdown:
     """The profile's breakdown: the producer's own figures where it wrote them, else computed."""
     host = {s.id: s for s in profile.steps}
+    k = profile.kernels_in_steps()
+    streams = device_streams(k, work_mask(k)) if len(k) else 1
     computed = _slowest_per_step(compute_breakdown(profile.kernels, profile.steps))
     by_step = {c.step: c for c in computed}
     rows = [b for b in profile.step_breakdown if b.step_time_ns > 0]
@@ -301,12 +304,13 @@ def profile_breakdown(profile: Profile) -> TimeBreakdown:
     if written:
         source = (BreakdownSource.ANALYSIS_DB if profile.meta.kind == ProfileKind.TORCH_NPU_DB
                   else BreakdownSource.STEP_TRACE_TIME)
-        return TimeBreakdown(source, _slowest_per_step(_from_written(written, by_step, host)))
+        return TimeBreakdown(source, _slowest_per_step(_from_written(written, by_step, host)), streams)
     if rows:
-        return TimeBreakdown(BreakdownSource.OVERLAP_ANALYSIS, _slowest_per_step(_from_written(rows, by_step, host)))
+        return TimeBreakdown(BreakdownSource.OVERLAP_ANALYSIS, _slowest_per_step(_from_written(rows, by_step, host)),
+                             streams)
     if computed:
-        return TimeBreakdown(BreakdownSource.TASKS, computed)
-    return TimeBreakdown(BreakdownSource.NONE, [])
+        return TimeBreakdown(BreakdownSource.TASKS, computed, streams)
+    return TimeBreakdown(BreakdownSource.NONE, [], streams)
 
 
 def device_time_per_step_ns(profile: Profile) -> float:

@@ -201,7 +201,8 @@ def breakdown_dict(b: TimeBreakdown) -> dict[str, Any]:
     for key, attr in _BREAKDOWN_FIELDS.items():
         v = b.mean(attr)
         mean[key] = None if v is None else _us(v)
-    return {"source": b.source.value, "mean": mean, "steps": [_step_times(s) for s in b.steps]}
+    return {"source": b.source.value, "device_streams": b.streams, "mean": mean,
+            "steps": [_step_times(s) for s in b.steps]}
 
 
 def baseline_dict(cmp: Comparison | None, cwd: Path) -> dict[str, Any] | None:
