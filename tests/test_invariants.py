@@ -79,6 +79,7 @@ CASES = [
     real("Ascend-msinsight/text/level1"),
     real("Ascend-msinsight/db/level1/rank0_ascend_pt"),
     real("Ascend-msinsight/db/level1/rank1_ascend_pt"),
+    real("Ascend-msinsight/db/level1"),
     real("Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"),
     sample("cnn_classifier/npu_profile"),
     sample("cnn_classifier/kineto"),
