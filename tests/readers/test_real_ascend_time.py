@@ -114,21 +114,30 @@ def test_text_export_tasks_reproduce_step_trace_time(rank: int) -> None:
     assert float(stage - computing - (communication - overlapped)) == pytest.approx(want[4], abs=0.05)
 
 
+FIELDS = ("computing_ns", "comm_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns", "stage_ns",
+          "preparing_ns")  # the order of TEXT_STEP_TRACE / DB_STEP_TRACE
+
+
+def _figures_us(s) -> list[float]:  # noqa: ANN001 - a StepTimes
+    return [_us(getattr(s, f)) for f in FIELDS]
+
+
+@pytest.mark.parametrize(("export", "kind", "written", "rel"), [
+    (TEXT, BreakdownSource.STEP_TRACE_TIME, TEXT_STEP_TRACE, 0.01),
+    (DB, BreakdownSource.ANALYSIS_DB, DB_STEP_TRACE, 1e-7),
+])
 @pytest.mark.parametrize("rank", [0, 1])
-def test_text_export_breakdown_equals_step_trace_time(rank: int) -> None:
-    p = _load(TEXT.format(rank))
+def test_breakdown_equals_the_producers(rank: int, export: str, kind: BreakdownSource, written: dict,
+                                        rel: float) -> None:
+    """The product reports the producer's figures, and computes the same ones from its own
+    classified tasks (the text export within 1 %; the DB export to the ns)."""
+    p = _load(export.format(rank))
     b = profile_breakdown(p)
-    assert b.source is BreakdownSource.STEP_TRACE_TIME
+    assert b.source is kind
     (s,) = b.steps
-    want = TEXT_STEP_TRACE[rank]
-    got = (s.computing_ns, s.comm_not_overlapped_ns, s.overlapped_ns, s.communication_ns, s.free_ns, s.stage_ns,
-           s.preparing_ns)
-    assert [_us(v) for v in got] == pytest.approx(list(want), rel=0.01)
-    # ... and the same figures computed from the product's classified tasks (no CSV involved)
+    assert _figures_us(s) == pytest.approx(list(written[rank]), rel=rel)
     (c,) = compute_breakdown(p.kernels, p.steps)
-    computed = (c.computing_ns, c.comm_not_overlapped_ns, c.overlapped_ns, c.communication_ns, c.free_ns, c.stage_ns,
-                c.preparing_ns)
-    assert [_us(v) for v in computed] == pytest.approx(list(want), rel=0.01)
+    assert _figures_us(c) == pytest.approx(list(written[rank]), rel=rel)
     assert c.host_wall_ns == p.steps[0].dur_ns
 
 
@@ -191,19 +200,6 @@ def test_db_export_tables_reproduce_analysis_db(rank: int) -> None:
                                        first - Decimal(step_start))]
     assert got_us == pytest.approx(list(DB_STEP_TRACE[rank]), abs=0.001)
     assert step_end > step_start
-
-
-@pytest.mark.parametrize("rank", [0, 1])
-def test_db_export_breakdown_equals_analysis_db(rank: int) -> None:
-    p = _load(DB.format(rank))
-    b = profile_breakdown(p)
-    assert b.source is BreakdownSource.ANALYSIS_DB
-    (s,) = b.steps
-    fields = ("computing_ns", "comm_not_overlapped_ns", "overlapped_ns", "communication_ns", "free_ns", "stage_ns",
-              "preparing_ns")
-    assert [_us(getattr(s, f)) for f in fields] == pytest.approx(list(DB_STEP_TRACE[rank]), abs=0.001)
-    (c,) = compute_breakdown(p.kernels, p.steps)  # the same definitions from the product's own tasks
-    assert [_us(getattr(c, f)) for f in fields] == pytest.approx(list(DB_STEP_TRACE[rank]), abs=0.001)
 
 
 def test_text_and_db_exports_of_one_job_agree() -> None:
