@@ -198,12 +198,16 @@ class TimeBreakdown:
 
 
 def compute_breakdown(
-    kernels: pd.DataFrame, steps: Sequence[Step] = (), classes: np.ndarray | None = None
+    kernels: pd.DataFrame,
+    steps: Sequence[Step] = (),
+    classes: np.ndarray | None = None,
+    launch_ns: np.ndarray | None = None,
 ) -> list[StepTimes]:
     """Per (step, device) breakdown from the classified tasks (any producer, Kineto included).
 
     A task's step is its ``step`` column; tasks without one take the ProfilerStep window around
-    their start; with no steps at all the whole capture is one step (-1).
+    ``launch_ns`` (per task: its launching op's start -- device work runs behind the host -- by
+    default its own start); with no steps at all the whole capture is one step (-1).
     """
     if not len(kernels):
         return []
@@ -213,7 +217,8 @@ def compute_breakdown(
     step = kernels["step"].to_numpy(np.int64).copy()
     device = kernels["device"].to_numpy(np.int64)
     if steps and (step < 0).any():
-        step[step < 0] = step_ids(start[step < 0], list(steps))
+        when = start if launch_ns is None else np.asarray(launch_ns, dtype=np.int64)
+        step[step < 0] = step_ids(when[step < 0], list(steps))
     if (step >= 0).any():
         keep = step >= 0
         start, end, step, cls, device = start[keep], end[keep], step[keep], cls[keep], device[keep]
@@ -259,6 +264,19 @@ def _one_step(sid: int, dev: int, start: np.ndarray, end: np.ndarray, cls: np.nd
     )
 
 
+def launch_times(profile: Profile) -> np.ndarray:
+    """Per kernel: the start of the host op that launched it, else the kernel's own start."""
+    k = profile.kernels
+    start = k["start_ns"].to_numpy(np.int64)
+    op = k["host_op"].to_numpy(np.int64)
+    h_start = profile.host_ops["start_ns"].to_numpy(np.int64)
+    ok = (op >= 0) & (op < len(h_start))
+    out = start.copy()
+    out[ok] = h_start[op[ok]]
+    out[ok & (out < 0)] = start[ok & (out < 0)]  # ops without timestamps (operator_details.csv)
+    return out
+
+
 def _from_written(rows: list[StepBreakdown], computed: dict[int, StepTimes], host: dict[int, Step]) -> list[StepTimes]:
     out = []
     for b in rows:
@@ -297,7 +315,7 @@ def profile_breakdown(profile: Profile) -> TimeBreakdown:
     host = {s.id: s for s in profile.steps}
     k = profile.kernels_in_steps()
     streams = device_streams(k, work_mask(k)) if len(k) else 1
-    computed = _slowest_per_step(compute_breakdown(profile.kernels, profile.steps))
+    computed = _slowest_per_step(compute_breakdown(profile.kernels, profile.steps, launch_ns=launch_times(profile)))
     by_step = {c.step: c for c in computed}
     rows = [b for b in profile.step_breakdown if b.step_time_ns > 0]
     written = [b for b in rows if not b.derived]
@@ -342,6 +360,7 @@ __all__ = [
     "device_time_per_step_ns",
     "exclusive_ns",
     "is_class",
+    "launch_times",
     "merge_intervals",
     "overlap_ns",
     "profile_breakdown",

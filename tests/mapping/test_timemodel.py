@@ -167,3 +167,14 @@ def test_interval_helpers() -> None:
     b_s, b_e = np.array([2, 9, 25]), np.array([3, 22, 26])
     assert exclusive_ns(s, e, b_s, b_e) == 20 - (1 + 1 + 2 + 1)
     assert union_ns(np.zeros(0, np.int64), np.zeros(0, np.int64)) == 0
+
+
+def test_device_work_behind_the_host_counts_in_its_launching_step() -> None:
+    """A kernel launched at 90 µs in step 3 ([-20, 100)) but run at 120 µs belongs to step 3."""
+    rows = [("aclnnAdd_AddAiCore_Add", "AI_CORE", 0, 10, -1, 2), ("aclnnMul_MulAiCore_Mul", "AI_CORE", 120, 5, -1, 2)]
+    k = _kernels(rows)
+    steps = [Step(3, -20 * US, 100 * US), Step(4, 100 * US, 300 * US)]
+    by_own_start = compute_breakdown(k, steps)
+    assert [s.step for s in by_own_start] == [3, 4]
+    (s,) = compute_breakdown(k, steps, launch_ns=np.array([0, 90 * US]))
+    assert s.step == 3 and s.computing_ns == 15 * US and s.stage_ns == 125 * US and s.free_ns == 110 * US
