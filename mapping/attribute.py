@@ -32,6 +32,7 @@ from .model import Profile
 from .source_index import SourceIndex
 from .spans import Span
 from .step_windows import in_steps
+from .timemodel import work_mask
 from .workspace import SourceWorkspace
 
 
@@ -244,7 +245,7 @@ class Attributor:
             self.i_shapes = k["input_shapes"].astype(str).to_numpy()
             ins = np.zeros(len(k), dtype=bool)
             ins[self.profile.kernels.index.get_indexer(self.profile.kernels_in_steps().index)] = True
-            self.i_in_step = ins
+            self.i_in_step = ins & work_mask(k)  # waits and communication are no line's work
             self.i_host = host
         else:
             self.source = "host"
@@ -669,10 +670,13 @@ class Attributor:
     def _heat(self, current: list[Site], remap: np.ndarray) -> SourceHeat:
         step = self.step_time_ns
         steps = self.num_steps
+        # Share of the step; of the summed work time instead where concurrent streams make it
+        # longer than the step, so the shares of all spans add up to at most 1.
+        denom = max(step, self.total_ns / steps)
 
         def per(ns: float) -> tuple[float, float]:
             p = ns / steps
-            return p, (p / step if step > 0 else 0.0)
+            return p, (p / denom if denom > 0 else 0.0)
 
         # merge base-site aggregates onto current spans
         by_span: dict[Span, list[tuple[Site, _SiteAgg]]] = {}

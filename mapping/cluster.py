@@ -31,8 +31,8 @@ from .cache import default_cache_dir
 from .load import load_location
 from .locations import ProfileLocation, Progress, no_progress
 from .model import ClusterSummary, Profile, RankSummary
+from .timemodel import TaskClass, collective_mask, exclusive_ns, is_class
 
-COMM_CORES = frozenset({"COMMUNICATION", "HCCL"})
 
 
 @dataclass(slots=True)
@@ -245,26 +245,13 @@ def comm_not_overlapped_per_step(profile: Profile) -> float:
     k = profile.kernels_in_steps()
     if not len(k):
         return 0.0
-    is_comm = k["core"].astype(str).isin(COMM_CORES).to_numpy() | k["type"].astype(str).str.startswith(
-        "hcom_"
-    ).to_numpy()
+    is_comm = collective_mask(k)
     if not is_comm.any():
         return 0.0
+    work = is_class(k, TaskClass.COMPUTE)
     start = k["start_ns"].to_numpy(dtype=np.int64)
     end = start + k["dur_ns"].to_numpy(dtype=np.int64)
-    return exclusive_time(start[is_comm], end[is_comm], start[~is_comm], end[~is_comm]) / steps
-
-
-def exclusive_time(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray) -> int:
-    """Length of time covered by some interval of A and by no interval of B (a sweep, vectorised)."""
-    pos = np.concatenate([a_start, a_end, b_start, b_end])
-    da = np.concatenate([np.ones(len(a_start)), -np.ones(len(a_end)), np.zeros(len(b_start) + len(b_end))])
-    db = np.concatenate([np.zeros(len(a_start) + len(a_end)), np.ones(len(b_start)), -np.ones(len(b_end))])
-    order = np.argsort(pos, kind="stable")
-    pos, ca, cb = pos[order], np.cumsum(da[order]), np.cumsum(db[order])
-    seg = np.diff(pos)
-    covered = (ca[:-1] > 0) & (cb[:-1] <= 0)
-    return int(seg[covered].sum())
+    return exclusive_ns(start[is_comm], end[is_comm], start[work], end[work]) / steps
 
 
 def summary_frame(summary: ClusterSummary) -> pd.DataFrame:

@@ -403,8 +403,12 @@ class Profile:
 
     @property
     def device_time_ns(self) -> int:
-        """Total device busy time of all kernels in the capture."""
-        return int(self.kernels["dur_ns"].sum())
+        """Device work time of the capture: durations of its compute kernels and memory copies,
+        summed (waits, communication ops and their tasks are not work; see mapping.timemodel)."""
+        from .timemodel import work_mask  # the time model builds on this module
+
+        k = self.kernels
+        return int(k["dur_ns"].to_numpy()[work_mask(k)].sum()) if len(k) else 0
 
     def kernels_in_steps(self) -> pd.DataFrame:
         """Kernels inside profiled steps (all kernels when the profile has no step ranges)."""

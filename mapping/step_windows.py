@@ -85,7 +85,7 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     new[1:] = s[1:] > reach[:-1]
     group = np.cumsum(new) - 1
     out_s = s[new]
-    out_e = np.zeros(len(out_s), dtype=np.int64)
+    out_e = np.full(len(out_s), np.iinfo(np.int64).min, dtype=np.int64)  # times may be negative
     np.maximum.at(out_e, group, e)
     return out_s, out_e
 

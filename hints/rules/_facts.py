@@ -13,12 +13,11 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping import step_windows
+from msprof_lsp.mapping import step_windows, timemodel
 from msprof_lsp.mapping.model import Profile
+from msprof_lsp.mapping.timemodel import overlap_ns  # noqa: F401 - the rules' name for it
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
-_RUNTIME_TASK = re.compile(r"MEMCPY_ASYNC|MEMSET_ASYNC|EVENT_RECORD|EVENT_WAIT|NOTIFY_\w+")
-_WAIT_TASK = re.compile(r"EVENT_RECORD|EVENT_WAIT|NOTIFY_\w+")
 _API_PREFIX = re.compile(r"^[A-Za-z]+@")
 _TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
 _ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)$")
@@ -68,17 +67,17 @@ def kernel_types(profile: Profile) -> np.ndarray:
 
 
 def is_device_work(profile: Profile) -> np.ndarray:
-    """Kernel rows that occupy the device: all but the runtime's event/notify records and waits
-    (copies count; a wait task is the device waiting, not working)."""
-    return ~mask(profile.kernels["name"], _WAIT_TASK.fullmatch)
+    """Kernel rows that occupy the device: compute kernels, copies and communication -- not the
+    runtime's event/notify records and waits (a wait task is the device waiting, not working) or
+    profiler markers (the time model's classes)."""
+    return timemodel.is_class(profile.kernels, timemodel.TaskClass.COMPUTE, timemodel.TaskClass.MEMCPY,
+                              timemodel.TaskClass.COMMUNICATION)
 
 
 def is_task(profile: Profile) -> np.ndarray:
-    """Kernel rows that are operator tasks, not runtime copies/events (MEMCPY_ASYNC, EVENT_*)."""
-    k = profile.kernels
-    runtime = mask(k["name"], _RUNTIME_TASK.fullmatch)
-    memcpy_core = mask(k["core"], {"MEMCPY", "MEMSET"}.__contains__)
-    return ~(runtime | memcpy_core)
+    """Kernel rows that are operator tasks (compute kernels, communication), not copies, waits or
+    markers (the time model's classes)."""
+    return timemodel.is_class(profile.kernels, timemodel.TaskClass.COMPUTE, timemodel.TaskClass.COMMUNICATION)
 
 
 def kernels_in_steps_mask(profile: Profile) -> np.ndarray:
@@ -169,20 +168,6 @@ def api_events(profile: Profile, names: Iterable[str]) -> pd.DataFrame:
 
 def mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if len(values) else 0.0
-
-
-def overlap_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
-    """Length of the intersection of two unions of disjoint sorted intervals."""
-    if not len(a_s) or not len(b_s):
-        return 0
-    # sweep over the merged boundary points: time covered by both sets
-    pts = np.concatenate([a_s, a_e, b_s, b_e])
-    delta_a = np.concatenate([np.ones(len(a_s)), -np.ones(len(a_e)), np.zeros(len(b_s) + len(b_e))])
-    delta_b = np.concatenate([np.zeros(len(a_s) + len(a_e)), np.ones(len(b_s)), -np.ones(len(b_e))])
-    order = np.argsort(pts, kind="stable")
-    pts, da, db = pts[order], np.cumsum(delta_a[order]), np.cumsum(delta_b[order])
-    both = (da[:-1] > 0) & (db[:-1] > 0)
-    return int(np.sum(np.diff(pts)[both]))
 
 
 def matches(values: np.ndarray, pattern: re.Pattern[str], *, full_start: bool = False) -> np.ndarray:

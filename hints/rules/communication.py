@@ -22,6 +22,7 @@ import numpy as np
 from msprof_lsp.mapping import step_windows
 from msprof_lsp.mapping.model import Backend, CommOp, Profile
 from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.timemodel import collective_mask
 from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
@@ -31,8 +32,6 @@ from ..registry import Rule, register
 from . import _facts, _places
 
 GRADIENT = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
-COMM_CORES = frozenset({"HCCL", "COMMUNICATION"})
-NCCL = re.compile(r"nccl", re.I)
 # advisor packet_analysis: intra-node (SDMA: HCCS, PCIE, SIO) packets < 16 MB, inter-node RDMA < 1 MB
 SMALL_PACKET_MB = {"SDMA": 16.0, "RDMA": 1.0}
 SMALL_PACKET_RATIO = 0.2
@@ -147,11 +146,7 @@ def _from_breakdown(ctx: RuleContext) -> _Comm | None:
 
 
 def _is_comm(profile: Profile) -> np.ndarray:
-    k = profile.kernels
-    core = _facts.mask(k["core"], COMM_CORES.__contains__)
-    typ = _facts.mask(k["type"], lambda t: t.startswith("hcom_"))
-    named = _facts.mask(k["name"], lambda n: n.startswith("hcom_") or NCCL.search(n))
-    return core | typ | named
+    return collective_mask(profile.kernels)
 
 
 def _kind(text: str) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.timemodel import TaskClass, is_class
 from msprof_lsp.mapping.units import NS_PER_US
 
 from .. import gating
@@ -105,7 +106,8 @@ class OnlineCompile(Rule):
         if not len(k):
             return None
         state = np.char.lower(_facts.strs(k["op_state"]).astype(str))
-        sel = _facts.is_task(prof) & _facts.kernels_in_steps_mask(prof) & np.isin(state, ["dynamic", "static"])
+        compute = is_class(k, TaskClass.COMPUTE)  # operator binaries; collectives have no OP State to judge
+        sel = compute & _facts.kernels_in_steps_mask(prof) & np.isin(state, ["dynamic", "static"])
         if not sel.any() or (state[sel] == "static").any():
             return None
         total = float(k["dur_ns"].to_numpy(np.int64)[sel].sum())

@@ -24,6 +24,7 @@ from msprof_lsp.hints.registry import Rule, register, rule
 from msprof_lsp.mapping.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.timemodel import device_time_per_step_ns, work_mask
 
 from . import _facts, _ops
 
@@ -173,13 +174,16 @@ class UnattributedTime(Notice):
         k = p.kernels_in_steps()
         rows = p.kernels.index.get_indexer(k.index)
         site = a.kernel_site[rows] if len(a.kernel_site) else np.full(len(k), -1)
-        lost = site < 0
+        lost = (site < 0) & work_mask(k)  # waits and communication are no line's work
         if not lost.any():
             return
         sub = k[lost]
         total = int(sub["dur_ns"].sum())
         per = ctx.per_step_ns(total)
-        share = ctx.share(per)
+        # of the step, or of the device work time per step where concurrent streams make that
+        # longer: it holds every lost kernel, so the share stays at most 1
+        device_ns = max(ctx.step_time_ns, device_time_per_step_ns(p))
+        share = ctx.share(per, step_ns=device_ns)
         if share < max(HOT_SHARE, ctx.config.min_share):
             return
         with_stack = sub["stack"].to_numpy(np.int64) >= 0
@@ -191,7 +195,8 @@ class UnattributedTime(Notice):
         tail = f"; frames in files not found locally ({', '.join(unmapped)}): use pathMappings" if unmapped else ""
         msg = (f"Unattributed device time: {format_us(per / 1000)}/step ({share * 100:.1f}% of step) in "
                f"{len(sub)} kernels reached no workspace line, mostly {shown}{tail}.")
-        yield ctx.finding(self, span=None, message=msg, total_ns=total, confidence=Confidence.MODULE, evidence={
+        yield ctx.finding(self, span=None, message=msg, total_ns=total, step_ns=device_ns, confidence=Confidence.MODULE,
+                          evidence={
             "time_us_per_step": _ops.format_ns_us(per),
             "share": round(share, 4),
             "kernels": len(sub),

@@ -214,9 +214,12 @@ def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | N
         f = None
     if f is not None:
         nan = np.isnan(f)
-        out = np.where(nan, 0, f).astype(np.int64)
+        # Only values float64 holds exactly are cast; NaN, inf and huge ids (HCCL writes
+        # notify_id 2**64-1, beyond int64) take the exact per-value path below.
+        big_mask = ~nan & ~(np.abs(f) < 2**53)
+        out = np.where(nan | big_mask, 0, f).astype(np.int64)
         out[nan] = NO_INT
-        big = np.flatnonzero(~nan & (np.abs(f) >= 2**53)).tolist()
+        big = np.flatnonzero(big_mask).tolist()
         if big:
             try:  # Python ints convert exactly
                 out[big] = np.array([values[i] for i in big], dtype=np.int64)

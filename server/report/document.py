@@ -16,6 +16,7 @@ from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.mapping.compare import Comparison
 from msprof_lsp.mapping.heat import SpanHeat
 from msprof_lsp.mapping.model import ClusterSummary, Profile
+from msprof_lsp.mapping.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
 
 SCHEMA_VERSION = 1
 MAX_HOTSPOTS = 20
@@ -163,13 +164,45 @@ def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequen
         "step_time_us": _us(step_ns),
         "step_time_source": step_source,
         "wall_step_time_us": None if (wall := wall_step_ns(profile)) is None else _us(wall),
-        "device_time_us": _us(profile.kernels_in_steps()["dur_ns"].sum() / max(steps, 1)),
+        "device_time_us": _us(device_time_per_step_ns(profile)),
         "has_call_stacks": profile.has_call_stacks,
         "mapped_share": round(mapped_share, 6),
         "complete": meta.complete,
         "issues": [str(i) for i in profile.issues],
         "cluster": cluster_dict(cluster),
+        "breakdown": breakdown_dict(profile_breakdown(profile)),
     }
+
+
+_BREAKDOWN_FIELDS = {
+    "computing_us": "computing_ns",
+    "communication_us": "communication_ns",
+    "overlapped_us": "overlapped_ns",
+    "communication_not_overlapped_us": "comm_not_overlapped_ns",
+    "free_us": "free_ns",
+    "step_us": "stage_ns",
+    "memcpy_us": "memcpy_ns",
+    "host_wall_us": "host_wall_ns",
+    "preparing_us": "preparing_ns",
+}
+
+
+def _step_times(s: StepTimes) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": s.step, "device": s.device}
+    for key, attr in _BREAKDOWN_FIELDS.items():
+        v = getattr(s, attr)
+        out[key] = _us(v) if v >= 0 else None
+    return out
+
+
+def breakdown_dict(b: TimeBreakdown) -> dict[str, Any]:
+    """The time model per step and averaged (docs/numbers.md); None where a figure is unknown."""
+    mean: dict[str, Any] = {}
+    for key, attr in _BREAKDOWN_FIELDS.items():
+        v = b.mean(attr)
+        mean[key] = None if v is None else _us(v)
+    return {"source": b.source.value, "device_streams": b.streams, "mean": mean,
+            "steps": [_step_times(s) for s in b.steps]}
 
 
 def baseline_dict(cmp: Comparison | None, cwd: Path) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Iterable
 
 from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.mapping.timemodel import device_time_per_step_ns, profile_breakdown
 from msprof_lsp.mapping.units import format_share, format_us
 
 from . import document
@@ -63,6 +64,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
     facts.append(f"{format_share(job.heat.mapped_share)} of {what} time mapped to code")
     lines += _wrap(" · ".join(facts), 2)
+    lines += _wrap(breakdown_line(p), 2)
     if job.cluster is not None and len(job.cluster.ranks) > 1:
         c = job.cluster
         slow = next((r for r in c.ranks if r.rank == c.slowest_rank), None)
@@ -89,6 +91,21 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     if source == "capture length":
         lines += _wrap("note: no step markers; step time = capture length / steps", 2)
     return lines
+
+
+def breakdown_line(p) -> str:  # noqa: ANN001 - a Profile
+    """The time model per step (docs/numbers.md), and where its figures come from."""
+    b = profile_breakdown(p)
+    if not b.steps:
+        return "no device tasks: no step breakdown"
+
+    def us(attr: str) -> str:
+        v = b.mean(attr)
+        return format_us((v or 0.0) / 1000)
+
+    return (f"per step: computing {us('computing_ns')} · communication {us('communication_ns')} "
+            f"({us('comm_not_overlapped_ns')} not overlapped) · free {us('free_ns')} · "
+            f"device work {format_us(device_time_per_step_ns(p) / 1000)} ({b.source.value})")
 
 
 _SEV_WIDTH = max(len(x.value) for x in Severity)

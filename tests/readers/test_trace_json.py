@@ -242,3 +242,33 @@ def test_any_chunking_gives_the_json_module_result(tmp_path: Path, events: list[
     stacks = [ev.strings[c] if c >= 0 else None for c in ev.args["Call stack"]]
     assert stacks == [e.get("args", {}).get("Call stack") for e in events]
     assert np.array_equal(ev.dur_ns, [round(e["dur"] * 1000) if "dur" in e else -1 for e in events])
+
+
+def test_int_column_out_of_range_values_without_warnings() -> None:
+    """HCCL writes notify_id 18446744073709551615 (2**64-1): beyond int64, so it cannot be cast
+    from float64 -- it gets a synthetic id, the exact values around it stay exact, no warning."""
+    import warnings
+
+    from msprof_lsp.mapping.readers.trace_json import _int_column, _Pool
+
+    values = [7, None, "18446744073709551615", 2**60 + 1, "12", float("inf"), -3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _int_column(values, _Pool())
+    assert out[0] == 7 and out[1] == NO_INT and out[3] == 2**60 + 1 and out[4] == 12 and out[6] == -3
+    assert out[2] < -1 and out[2] != NO_INT  # a string id beyond int64: a synthetic id
+    assert out[5] == NO_INT  # inf: no value, never a garbage cast
+
+
+def test_real_text_export_loads_with_warnings_as_errors() -> None:
+    import warnings
+
+    from msprof_lsp.mapping.discover import discover
+    from msprof_lsp.mapping.load import load_location
+
+    path = shared_fixture("Ascend-msinsight/text/level1/rank0_ascend_pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (loc,) = discover([path])
+        p = load_location(loc)
+    assert len(p.kernels) == 539  # 535 Ascend Hardware tasks + the 4 HCCL rows of kernel_details

@@ -1,8 +1,9 @@
 """Overlap Analysis from device tasks (trace_view ``Overlap Analysis`` lanes, step_trace_time.csv).
 
-Computing = union of non-communication tasks; Communication = union of collectives;
+Computing = union of non-communication operator tasks (not runtime copies / events);
+Communication = union of collectives;
 Communication(Not Overlapped) = Communication minus Computing; Free = the rest of the span from the
-step's first task start to its last task end. Stage = Computing + Not Overlapped + Free (= span),
+step's first operator/collective task start to its last one's end. Stage = Computing + Not Overlapped + Free (= span),
 Bubble 0, Preparing = first task start - ProfilerStep start (formats §7).
 """
 
@@ -105,12 +106,15 @@ class StepOverlap:
 
 
 def step_overlap(tl: StepTimeline) -> StepOverlap:
-    comp = merge((k.start_ns, k.end_ns) for k in tl.kernels if not k.spec.is_comm)
-    comm = merge((k.start_ns, k.end_ns) for k in tl.kernels if k.spec.is_comm)
-    if not tl.kernels:
+    # Operator tasks only: runtime tasks (MEMCPY_ASYNC, events) are neither Computing nor part of
+    # the stage span -- the real exports (Ascend-msinsight level1) leave their copies in Free/Preparing.
+    tasks = [k for k in tl.kernels if k.spec.is_op or k.spec.is_comm]
+    comp = merge((k.start_ns, k.end_ns) for k in tasks if not k.spec.is_comm)
+    comm = merge((k.start_ns, k.end_ns) for k in tasks if k.spec.is_comm)
+    if not tasks:
         return StepOverlap(tl.number, [], [], [], [], -1, -1, tl.start_ns)
-    first = min(k.start_ns for k in tl.kernels)
-    last = max(k.end_ns for k in tl.kernels)
+    first = min(k.start_ns for k in tasks)
+    last = max(k.end_ns for k in tasks)
     busy = merge(comp + comm)
     free = subtract([(first, last)], busy)
     return StepOverlap(tl.number, comp, comm, subtract(comm, comp), free, first, last, tl.start_ns)
