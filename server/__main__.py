@@ -28,11 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
             if os.environ.get("MSPROF_LSP_DEBUG"):
                 raise
-            print(
-                f"msprof-lsp: internal error: {type(exc).__name__}: {exc} "
-                "(set MSPROF_LSP_DEBUG=1 for a traceback, and please report it)",
-                file=sys.stderr,
-            )
+            from msprof_lsp.mapping.safe_io import describe_unexpected
+
+            print(f"msprof-lsp: {describe_unexpected(exc)} (set MSPROF_LSP_DEBUG=1 for a traceback, and please report it)",
+                  file=sys.stderr)
             return 2
     from .lsp.app import serve
 

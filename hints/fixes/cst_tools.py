@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from msprof_lsp.mapping import safe_io
+
 from .result import Where
 
 N = TypeVar("N", bound=cst.CSTNode)
@@ -333,7 +335,10 @@ class Source:
 
 
 def parse(text: str) -> Source | None:
-    """Parse a document; None when it does not parse (mid-edit code gets no quick fix)."""
+    """Parse a document; None when it does not parse (mid-edit code gets no quick fix), or is
+    over a source limit (libcst would crash or take minutes on it)."""
+    if safe_io.check_source(text) is not None:
+        return None
     try:
         return Source(text)
     except (cst.ParserSyntaxError, RecursionError, ValueError):
