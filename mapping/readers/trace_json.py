@@ -474,6 +474,7 @@ class _Decoder:
             raise safe_io.too_deep(self.path) from None
 
     def _decode(self, piece: bytes | bytearray) -> None:
+        safe_io.check_json(self.path, piece)  # free below the string limit; a piece only grows past it for one
         data = b"[" + piece + b"]"
         try:
             events = self.fast.decode(data)
