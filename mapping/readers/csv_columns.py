@@ -366,8 +366,14 @@ def _convert(series: pd.Series, col: Col, header: str) -> tuple[Any, np.ndarray 
             scale = float(_BYTES_PER[m.group(1).upper()]) if m else 1.0
         floats, bad, cells = _to_float(series, col.missing)
         out = np.full(len(floats), -1, dtype=np.int64)
-        ok = np.isfinite(floats)
+        with np.errstate(invalid="ignore", over="ignore"):
+            huge = ~(np.abs(floats) * scale < 2.0**62)  # a 400-digit cell: unreadable, not wrapped
+        ok = np.isfinite(floats) & ~huge
         out[ok] = scaled_half_up(floats[ok], scale)
+        too_big = huge & ~np.isnan(floats)
+        if too_big.any():
+            bad = too_big | (bad if bad is not None else False)
+            cells = [str(v) for v in series.to_numpy(dtype=object)[bad][:_MAX_LINE_ISSUES]]
         if col.required and not ok.all():
             bad = ~ok  # a required duration that is absent cannot be defaulted
             raw = series.to_numpy(dtype=object)[bad][:_MAX_LINE_ISSUES]

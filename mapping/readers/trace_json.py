@@ -215,7 +215,8 @@ def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | N
         f = None
     if f is not None:
         nan = np.isnan(f)
-        out = np.where(nan, 0, f).astype(np.int64)
+        with np.errstate(invalid="ignore"):  # values past int64 are redone one by one below
+            out = np.where(nan, 0, f).astype(np.int64)
         out[nan] = NO_INT
         big = np.flatnonzero(~nan & (np.abs(f) >= 2**53)).tolist()
         if big:
