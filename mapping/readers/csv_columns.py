@@ -368,9 +368,11 @@ def _convert(series: pd.Series, col: Col, header: str) -> tuple[Any, np.ndarray 
         out = np.full(len(floats), -1, dtype=np.int64)
         with np.errstate(invalid="ignore", over="ignore"):
             huge = ~(np.abs(floats) * scale < 2.0**62)  # a 400-digit cell: unreadable, not wrapped
-        ok = np.isfinite(floats) & ~huge
-        out[ok] = scaled_half_up(floats[ok], scale)
         too_big = huge & ~np.isnan(floats)
+        if kind == "dur":
+            too_big |= floats < 0  # a negative duration is as unreadable as a 400-digit one
+        ok = np.isfinite(floats) & ~too_big
+        out[ok] = scaled_half_up(floats[ok], scale)
         if too_big.any():
             bad = too_big | (bad if bad is not None else False)
             cells = [str(v) for v in series.to_numpy(dtype=object)[bad][:_MAX_LINE_ISSUES]]

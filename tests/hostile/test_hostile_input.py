@@ -338,3 +338,22 @@ def test_minimal_edits_on_20000_identical_lines_are_exact():
     edits = minimal_edits(old, new)
     assert apply_edits(old, edits) == new
     assert [(e.line, e.new_text) for e in edits] == [(2, "import torch_npu\n"), (10_002, "z = 2\n"), (20_002, "g")]
+
+
+def test_csv_durations_out_of_range_or_negative_are_bad_cells(tmp_path):
+    import csv
+    import io
+
+    from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+
+    src = shared_fixture("Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv")
+    rows = list(csv.reader(io.StringIO(src.read_text())))
+    col = next(i for i, c in enumerate(rows[0]) if c.startswith("Duration"))
+    rows[1][col], rows[2][col] = "9" * 400, "-5.0"
+    path = tmp_path / "kernel_details.csv"
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    path.write_text(out.getvalue())
+    table = read_kernel_table(path)
+    assert table.length == len(rows) - 3 and (table.columns["dur_ns"] >= 0).all()
+    assert sorted(i.line for i in table.issues if "Duration" in i.message) == [2, 3]
