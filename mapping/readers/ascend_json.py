@@ -163,10 +163,10 @@ def _int(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
         return int(value.strip())
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        return int(value)  # finite: is_integer() is False for inf and NaN
     return None
 
 
@@ -411,7 +411,7 @@ def read_msprof_info(path: Path) -> MsprofInfo:
             return None
         try:
             result = kind(float(value)) if kind is int else float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf) of a 400-digit value
             issues.append(Issue(str(path), f"{key} {value!r} is not a number; ignored"))
             return None
         return result

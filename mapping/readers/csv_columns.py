@@ -473,6 +473,8 @@ def time_cell_ns(text: str, missing: frozenset[str] = frozenset()) -> int:
     """
     s = text.strip()
     whole, _, frac = s.partition(".")
+    if len(whole) > 19:  # past int64 ns whatever follows (and past Python's 4,300-digit int limit)
+        return _I64_MISSING if s in missing else _I64_BAD
     if whole.isdigit() and whole.isascii() and (not frac or (frac.isdigit() and frac.isascii())):
         ns = int(whole) * 1000
         if frac:

@@ -71,3 +71,20 @@ def test_the_harness_sees_internal_errors_hangs_and_crashes(work):
     for run, expected in ((boom, "internal"), (stuck, "hang"), (dies, "crash")):
         family = fuzzkit.Family("probe", seed, ("",), run)
         assert fuzzkit.run_case(family, work / "probe", "truncation", "", 1, timeout_s=3).kind == expected
+
+
+# Cases long runs of benchmarks/fuzz.py found (each was an internal error before its fix).
+FOUND = [
+    ("torch_npu text (sample)", "numbers", "ASCEND_PROFILER_OUTPUT/kernel_details.csv", 521844312),  # negative duration
+    ("torch_npu csv (real)", "numbers", "kernel_details.csv", 3964771417),  # a 5,000-digit time cell
+    ("msprof CLI (synthetic)", "numbers", "host/info.json", 2190361058),  # int(inf) of a 400-digit value
+]
+
+
+@pytest.mark.parametrize("name,kind,target,seed", FOUND)
+def test_cases_found_by_long_runs(families, work, name, kind, target, seed):
+    family = families[name]
+    if family.skip:
+        pytest.skip(family.skip)
+    out = fuzzkit.run_case(family, work / "found", kind, target, seed, timeout_s=60)
+    assert out.kind in ("load", "error"), out.detail
