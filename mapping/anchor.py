@@ -313,7 +313,7 @@ class Anchorer:
         frame = choice.frame
         if index is None:
             err = self.workspace.error(choice.path)
-            reason = f"syntax error at line {err.line}" if err else "file unreadable"
+            reason = err.reason if err else "file unreadable"
             return Anchor(note=f"{choice.path}: {reason}; not mapped") if final else None
         keys = ctx.keys
         if fs.mode in ("def", "def-drift", "active"):

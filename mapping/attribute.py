@@ -811,7 +811,7 @@ class Attributor:
 
     def _pending_paths(self) -> set[str]:
         return {g.path for g in self.groups if g.path and g.anchor is not None and not g.anchor.sites
-                and "syntax error" in g.anchor.note}
+                and ("syntax error" in g.anchor.note or "not parsed" in g.anchor.note)}
 
 
 def reanchor_site(site: Site, old: SourceIndex, new: SourceIndex) -> Site | None:

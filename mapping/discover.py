@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import safe_io
+from .errors import ProfileError
 from .locations import ProfileLocation
 from .model import ProfileKind
 
@@ -285,10 +287,8 @@ def _classify_torch_root(
 def _rank_from_profiler_info(path: Path) -> int | None:
     """``rank_id`` of a small profiler_info.json: string ``"0"`` or int ``0``; -1 = not distributed."""
     try:
-        if path.stat().st_size > 1024 * 1024:
-            return None
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(safe_io.read_bytes(path, 1024 * 1024))
+    except (ProfileError, ValueError, RecursionError):
         return None
     value = data.get("rank_id") if isinstance(data, dict) else None
     return _as_rank(value)
@@ -348,10 +348,8 @@ def _classify_prof_dir(path: Path, entries: list[os.DirEntry[str]]) -> _Candidat
 def _rank_from_msprof_info(path: Path) -> int | None:
     # msprof's host/info.json may carry a rank id for distributed jobs [inferred]; -1 = none.
     try:
-        if not path.is_file() or path.stat().st_size > 4 * 1024 * 1024:
-            return None
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(safe_io.read_bytes(path, 4 * 1024 * 1024))
+    except (ProfileError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
@@ -438,9 +436,8 @@ def _kineto_candidate(path: Path, head: bytes, gz: bool) -> _Candidate:
 def _sniff(path: Path) -> tuple[bytes, bool]:
     """The first bytes of a (possibly gzipped) file; never the whole file."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError:
+        head = safe_io.read_head(path, SNIFF_BYTES)
+    except (ProfileError, OSError):
         return b"", False
     if head[:2] == b"\x1f\x8b":
         try:
@@ -471,19 +468,18 @@ def _rank_from_kineto(path: Path, head: bytes, gz: bool) -> int | None:
 
 def _tail(path: Path, gz: bool) -> bytes:
     try:
-        if not gz:
-            with open(path, "rb") as f:
+        with safe_io.open_regular(path) as f:
+            if not gz:
                 size = f.seek(0, os.SEEK_END)
                 f.seek(max(0, size - SNIFF_BYTES))
                 return f.read()
-        if path.stat().st_size > GZ_TAIL_SCAN_LIMIT:
-            return b""
-        tail = b""
-        with gzip.open(path, "rb") as g:
-            while chunk := g.read(1 << 20):
+            if os.fstat(f.fileno()).st_size > GZ_TAIL_SCAN_LIMIT:
+                return b""
+            tail = b""
+            for chunk in safe_io.inflate(path, f):
                 tail = (tail + chunk)[-SNIFF_BYTES:]
-        return tail
-    except (OSError, EOFError, zlib.error):
+            return tail
+    except (ProfileError, OSError):
         return b""
 
 

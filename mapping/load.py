@@ -6,7 +6,7 @@ import importlib
 import re
 from pathlib import Path
 
-from . import cache
+from . import cache, safe_io
 from .errors import NoProfileFound, ProfileError
 from .locations import Progress, ProfileLocation, no_progress
 from .model import Profile, ProfileKind
@@ -50,10 +50,13 @@ def load_location(
             return lookup.profile
         discarded = lookup.discarded
     stamps = cache.fingerprint(location) if use_cache else ()
+    safe_io.note_reading(location.path)
     try:
         profile = read(location, progress)
     except OSError as exc:
         raise ProfileError(exc.filename or location.path, f"cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:
+        raise safe_io.mark(exc)  # a bug, but its one-line report still names the file being read
     if use_cache:
         cache.store(location, profile, stamps, cache_dir)
     if discarded:  # after the store: the notice belongs to this load, not to the new entry
@@ -105,6 +108,4 @@ def locate(path: Path) -> ProfileLocation:
 
 
 def _first_byte(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head[:1]
+    return safe_io.read_head(path, 4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]

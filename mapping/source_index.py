@@ -29,6 +29,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from . import safe_io
 from .positions import LineIndex
 from .spans import Span
 
@@ -49,6 +50,28 @@ class SourceSyntaxError(Exception):
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}:{self.col + 1}: syntax error: {self.message}"
+
+    @property
+    def reason(self) -> str:
+        """Why the file has no index, as a location note says it."""
+        return f"syntax error at line {self.line}"
+
+
+class SourceTooComplex(SourceSyntaxError):
+    """The file is over a source limit of mapping.safe_io: refused before libcst could crash on it."""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+    @property
+    def reason(self) -> str:
+        return f"{self.message} at line {self.line}"
+
+
+def _refuse_complex(path: str, text: str) -> None:
+    rejected = safe_io.check_source(text)
+    if rejected is not None:
+        raise SourceTooComplex(path, rejected.line, 0, rejected.message())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -830,17 +853,24 @@ class SourceIndex:
         Raises :class:`SourceSyntaxError` when the text does not parse.
         """
         cache = previous._chunks if previous is not None else {}
+        if len(text) > safe_io.LIMITS.source_bytes:
+            _refuse_complex(path, text)
         chunks = _split_chunks(text) if chunked else []
         frags: list[tuple[int, str, _Fragment]] = []
         try:
             for line, chunk in chunks:
                 frag = cache.get(chunk)
                 if frag is None:
+                    _refuse_complex(path, chunk)  # only what is parsed now: an edit re-checks one chunk
                     frag = _index_chunk(chunk)
                 frags.append((line, chunk, frag))
+        except SourceTooComplex as e:
+            raise SourceTooComplex(path, e.line + line - 1, 0, e.message) from None
         except cst.ParserSyntaxError:
             frags = []
         if not frags:
+            if text not in cache:
+                _refuse_complex(path, text)
             try:
                 frags = [(1, text, cache.get(text) or _index_chunk(text))]
             except cst.ParserSyntaxError as e:

@@ -6,6 +6,8 @@ float64 cannot hold them exactly, so everything in the model is integer nanoseco
 
 from __future__ import annotations
 
+import math
+
 NS_PER_US = 1000
 
 
@@ -15,8 +17,20 @@ def us_text_to_ns(text: str) -> int:
     Accepts the quirks of the producers: surrounding whitespace and trailing TABs, 0 to many
     decimals (digits beyond the third are rounded half-up), a leading sign, and exponent forms
     written by some JSON encoders (those go through float, which is exact enough for durations).
-    Raises ValueError for anything else (callers turn it into a file/line message).
+    Raises ValueError for anything else, and for values outside int64 nanoseconds (about 292
+    years) or not finite (callers turn it into a file/line message or drop the value).
     """
+    ns = _us_text_to_ns(text)
+    if not INT64_MIN <= ns <= INT64_MAX:
+        raise ValueError(f"time value out of range: {text[:40]!r}")
+    return ns
+
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def _us_text_to_ns(text: str) -> int:
     s = text.strip()
     if not s:
         raise ValueError("empty time value")
@@ -24,7 +38,10 @@ def us_text_to_ns(text: str) -> int:
     if s[0] in "+-":
         s = s[1:]
     if "e" in s or "E" in s:
-        ns = round(float(s) * NS_PER_US)
+        us = float(s)
+        if not math.isfinite(us * NS_PER_US):
+            raise ValueError(f"time value out of range: {text[:40]!r}")
+        ns = round(us * NS_PER_US)
         return -ns if neg else ns
     whole, dot, frac = s.partition(".")
     if not whole:

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import io
 import os
 import re
-import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import safe_io
 from .frames import Frame
 from .source_index import SourceIndex, SourceSyntaxError
 
@@ -400,6 +399,8 @@ class SourceWorkspace:
                             path = os.path.realpath(path)
                             if not self.contains(path):
                                 continue  # a link out of the workspace is not a workspace file
+                        if not safe_io.is_regular(path):
+                            continue  # a FIFO or a device named *.py is never read
                         self._add_file(path)
                         count += 1
                         if count >= MAX_FILES:
@@ -462,16 +463,4 @@ def _digest(text: str) -> bytes:
 
 
 def _read_source(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, UnicodeDecodeError, LookupError):
-        try:
-            return data.decode("utf-8", "replace")
-        except Exception:  # pragma: no cover - decode with "replace" does not raise
-            return None
+    return safe_io.read_source_text(path)

@@ -27,11 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
             if debug_enabled():
                 raise
-            print(
-                f"msprof-lsp: internal error: {type(exc).__name__}: {exc} "
-                f"(set {DEBUG_ENV}=1 for a traceback, and please report it)",
-                file=sys.stderr,
-            )
+            from msprof_lsp.mapping.safe_io import describe_unexpected
+
+            print(f"msprof-lsp: {describe_unexpected(exc)} (set {DEBUG_ENV}=1 for a traceback, and please report it)",
+                  file=sys.stderr)
             return 2
     from .lsp.app import serve
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
+from msprof_lsp.mapping import safe_io
 from msprof_lsp.mapping.attribute import attribute
 from msprof_lsp.mapping.cluster import LoadResult, load_profile
 from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR, find_all
@@ -66,8 +67,11 @@ def findings_for(profile: Profile, attribution: Attribution, workspace: SourceWo
 
 
 def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Settings) -> Analysis:
-    attribution = attribute(loaded.profile, workspace)
-    findings = findings_for(loaded.profile, attribution, workspace, settings)
+    try:
+        attribution = attribute(loaded.profile, workspace)
+        findings = findings_for(loaded.profile, attribution, workspace, settings)
+    except Exception as exc:
+        raise safe_io.mark(exc, safe_io.reading() or loaded.profile.path)  # named in the one-line report
     return Analysis(loaded, workspace, attribution, findings)
 
 

@@ -6,12 +6,15 @@ Everything works on source text; nothing here imports or executes the user's cod
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+
+from msprof_lsp.mapping import safe_io
 
 from .result import Where
 
@@ -333,7 +336,17 @@ class Source:
 
 
 def parse(text: str) -> Source | None:
-    """Parse a document; None when it does not parse (mid-edit code gets no quick fix)."""
+    """Parse a document; None when it does not parse (mid-edit code gets no quick fix), or is
+    over a source limit (libcst would crash or take minutes on it)."""
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=4)
+def _parse(text: str) -> Source | None:
+    # Every fix of one check parses the same file text again; a Source only caches lazily, so
+    # one parsed copy serves them all (22 parses of one 5,000-line file were most of a check).
+    if safe_io.check_source(text) is not None:
+        return None
     try:
         return Source(text)
     except (cst.ParserSyntaxError, RecursionError, ValueError):

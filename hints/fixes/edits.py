@@ -11,7 +11,6 @@ keeps undo small and never clobbers unrelated text the user typed meanwhile.
 
 from __future__ import annotations
 
-import difflib
 import re
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -91,11 +90,86 @@ def _edit(path: str, old: str, starts: list[int], a: int, b: int, new: str) -> T
     return TextEdit(path, line, col, end_line, end_col, new)
 
 
+MAX_DIFF_LINES = 2000
+"""Beyond this many differing lines (never reached by a fix) the changed window is replaced whole."""
+
+
+def _matching_blocks(a: list[int], b: list[int], max_d: int) -> list[tuple[int, int, int]] | None:
+    """(i, j, size) runs where ``a`` and ``b`` agree, by Myers' greedy diff: O((N+M)·D) for D
+    differing lines, so 20,000 identical lines cost no more than 20 distinct ones (difflib's
+    matcher is quadratic on repeated lines). None when more than ``max_d`` lines differ."""
+    n, m = len(a), len(b)
+    off = max_d + 1
+    v = [0] * (2 * max_d + 3)
+    trace: list[list[int]] = []  # v over k = -d..d after each round d
+    for d in range(max_d + 1):
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and v[off + k - 1] < v[off + k + 1]):
+                x = v[off + k + 1]  # a line inserted from b
+            else:
+                x = v[off + k - 1] + 1  # a line of a deleted
+            y = x - k
+            while x < n and y < m and a[x] == b[y]:
+                x += 1
+                y += 1
+            v[off + k] = x
+            if x >= n and y >= m:
+                return _backtrack(trace, d, n, m)
+        trace.append(v[off - d : off + d + 1])
+    return None
+
+
+def _backtrack(trace: list[list[int]], depth: int, n: int, m: int) -> list[tuple[int, int, int]]:
+    blocks: list[tuple[int, int, int]] = []
+    x, y = n, m
+    for d in range(depth, 0, -1):
+        prev = trace[d - 1]  # index k + (d - 1)
+        k = x - y
+        down = k == -d or (k != d and prev[k - 1 + d - 1] < prev[k + 1 + d - 1])
+        pk = k + 1 if down else k - 1
+        px = prev[pk + d - 1]
+        py = px - pk
+        sx, sy = (px, py + 1) if down else (px + 1, py)
+        if x > sx:
+            blocks.append((sx, sy, x - sx))
+        x, y = px, py
+    if x > 0:
+        blocks.append((0, 0, x))
+    blocks.reverse()
+    return blocks
+
+
+def _line_opcodes(a_lines: list[str], b_lines: list[str]) -> list[tuple[int, int, int, int]]:
+    """(i1, i2, j1, j2) of each changed line range: common prefix and suffix trimmed first,
+    then Myers' diff on line ids of the window between."""
+    n, m = len(a_lines), len(b_lines)
+    lo = 0
+    while lo < n and lo < m and a_lines[lo] == b_lines[lo]:
+        lo += 1
+    hi = 0
+    while hi < n - lo and hi < m - lo and a_lines[n - 1 - hi] == b_lines[m - 1 - hi]:
+        hi += 1
+    ids: dict[str, int] = {}
+    a = [ids.setdefault(t, len(ids)) for t in a_lines[lo : n - hi]]
+    b = [ids.setdefault(t, len(ids)) for t in b_lines[lo : m - hi]]
+    blocks = _matching_blocks(a, b, MAX_DIFF_LINES)
+    if blocks is None:
+        return [(lo, n - hi, lo, m - hi)]
+    out = []
+    i = j = 0
+    for bi, bj, size in [*blocks, (len(a), len(b), 0)]:
+        if bi > i or bj > j:
+            out.append((lo + i, lo + bi, lo + j, lo + bj))
+        i, j = bi + size, bj + size
+    return out
+
+
 def minimal_edits(old: str, new: str, path: str = "") -> tuple[TextEdit, ...]:
     """Edits that turn ``old`` into ``new``, touching only the lines that differ.
 
-    Lines are matched with difflib; inside a one-line change the common prefix and suffix are
-    trimmed, so renaming ``.double()`` to ``.float()`` edits six characters, not the line.
+    Lines are matched by :func:`_line_opcodes` (near-linear for the few changes a fix makes);
+    inside a one-line change the common prefix and suffix are trimmed, so renaming
+    ``.double()`` to ``.float()`` edits six characters, not the line.
     """
     if old == new:
         return ()
@@ -107,10 +181,7 @@ def minimal_edits(old: str, new: str, path: str = "") -> tuple[TextEdit, ...]:
     for ln in b_lines:
         b_off.append(b_off[-1] + len(ln))
     edits: list[TextEdit] = []
-    matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
+    for i1, i2, j1, j2 in _line_opcodes(a_lines, b_lines):
         a0, a1 = a_off[i1], a_off[i2]
         b0, b1 = b_off[j1], b_off[j2]
         old_part, new_part = old[a0:a1], new[b0:b1]

@@ -193,6 +193,9 @@ class UnattributedTime(Notice):
         shown = ", ".join(f"{n} ({format_us(v['us_per_step'])})" for n, v in list(top.items())[:3])
         unmapped = list(a.heat.unmapped_files)[:5]
         tail = f"; frames in files not found locally ({', '.join(unmapped)}): use pathMappings" if unmapped else ""
+        refused = sorted(n.removesuffix("; not mapped") for n in a.heat.notes if ": not parsed: " in n)[:3]
+        if refused:  # a source file over a safety limit is said, not silently lost
+            tail += "; " + "; ".join(refused)
         msg = (f"Unattributed device time: {format_us(per / 1000)}/step ({share * 100:.1f}% of step) in "
                f"{len(sub)} kernels reached no workspace line, mostly {shown}{tail}.")
         yield ctx.finding(self, span=None, message=msg, total_ns=total, step_ns=device_ns, confidence=Confidence.MODULE,
@@ -204,4 +207,5 @@ class UnattributedTime(Notice):
             "without_stack": int((~with_stack).sum()),
             "top_kernels": top,
             "unmapped_files": unmapped,
+            "refused_files": refused,
         })

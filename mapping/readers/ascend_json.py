@@ -17,6 +17,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from .. import safe_io
 from ..errors import Issue, ProfileError
 from ..model import CommOp, ProfileMeta
 from ..units import us_text_to_ns
@@ -33,10 +34,7 @@ def load_json(path: Path, issues: list[Issue] | None = None, *, exact: bool = Fa
     Raises ProfileError for a missing/empty/binary file or invalid JSON (with line and column).
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ProfileError(path, f"cannot read file: {exc.strerror or exc}") from None
+    raw = safe_io.read_bytes(path)
     if not raw or raw.isspace():
         raise ProfileError(path, "empty file")
     if b"\x00" in raw:
@@ -52,12 +50,15 @@ def load_json(path: Path, issues: list[Issue] | None = None, *, exact: bool = Fa
             issues.append(Issue(str(path), "not valid UTF-8; decoded as GB18030"))
     if text.startswith("\ufeff"):
         text = text[1:]
+    safe_io.check_json(path, raw)
     try:
         return json.loads(text, parse_float=Decimal if exact else float)
     except json.JSONDecodeError as exc:
         raise ProfileError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise ProfileError(path, f"invalid JSON: {exc}") from None
     except RecursionError:
-        raise ProfileError(path, "invalid JSON: nested too deeply") from None
+        raise safe_io.too_deep(path) from None
 
 
 def _object(path: Path, value: Any, what: str) -> dict[str, Any]:
@@ -162,10 +163,10 @@ def _int(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
         return int(value.strip())
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        return int(value)  # finite: is_integer() is False for inf and NaN
     return None
 
 
@@ -410,7 +411,7 @@ def read_msprof_info(path: Path) -> MsprofInfo:
             return None
         try:
             result = kind(float(value)) if kind is int else float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf) of a 400-digit value
             issues.append(Issue(str(path), f"{key} {value!r} is not a number; ignored"))
             return None
         return result

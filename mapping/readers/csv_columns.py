@@ -366,8 +366,16 @@ def _convert(series: pd.Series, col: Col, header: str) -> tuple[Any, np.ndarray 
             scale = float(_BYTES_PER[m.group(1).upper()]) if m else 1.0
         floats, bad, cells = _to_float(series, col.missing)
         out = np.full(len(floats), -1, dtype=np.int64)
-        ok = np.isfinite(floats)
+        with np.errstate(invalid="ignore", over="ignore"):
+            huge = ~(np.abs(floats) * scale < 2.0**62)  # a 400-digit cell: unreadable, not wrapped
+        too_big = huge & ~np.isnan(floats)
+        if kind == "dur":
+            too_big |= floats < 0  # a negative duration is as unreadable as a 400-digit one
+        ok = np.isfinite(floats) & ~too_big
         out[ok] = scaled_half_up(floats[ok], scale)
+        if too_big.any():
+            bad = too_big | (bad if bad is not None else False)
+            cells = [str(v) for v in series.to_numpy(dtype=object)[bad][:_MAX_LINE_ISSUES]]
         if col.required and not ok.all():
             bad = ~ok  # a required duration that is absent cannot be defaulted
             raw = series.to_numpy(dtype=object)[bad][:_MAX_LINE_ISSUES]
@@ -465,6 +473,8 @@ def time_cell_ns(text: str, missing: frozenset[str] = frozenset()) -> int:
     """
     s = text.strip()
     whole, _, frac = s.partition(".")
+    if len(whole) > 19:  # past int64 ns whatever follows (and past Python's 4,300-digit int limit)
+        return _I64_MISSING if s in missing else _I64_BAD
     if whole.isdigit() and whole.isascii() and (not frac or (frac.isdigit() and frac.isascii())):
         ns = int(whole) * 1000
         if frac:

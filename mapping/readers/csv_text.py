@@ -10,9 +10,11 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import safe_io
 from ..errors import Issue, ProfileError
 
 _CHUNK = 16 << 20
@@ -49,11 +51,8 @@ def open_csv(path: Path) -> CsvSource:
     """
     path = Path(path)
     issues: list[Issue] = []
-    try:
-        size = path.stat().st_size
-        f = path.open("rb")
-    except OSError as exc:
-        raise ProfileError(path, f"cannot read file: {exc.strerror or exc}") from None
+    f = safe_io.open_regular(path)
+    size = os.fstat(f.fileno()).st_size
     with f:
         if size == 0:
             raise ProfileError(path, "empty file")
@@ -71,7 +70,7 @@ def open_csv(path: Path) -> CsvSource:
         # No final line break, or a quoted cell left open (a multi-line cell cut after one of
         # its line breaks): the last row is complete only if it is outside any quote and has
         # every field; decide on the tail (the file is read into memory only on this path).
-        data = path.read_bytes()
+        data = safe_io.read_bytes(path, size)
         cut = _last_row_start(data, quotes)
         tail = data[cut:]
         if not _tail_is_complete(tail, quotes % 2 == 0, data, encoding):
@@ -80,7 +79,7 @@ def open_csv(path: Path) -> CsvSource:
             need_buffer = True
     if need_buffer:
         if data is None:
-            data = path.read_bytes()
+            data = safe_io.read_bytes(path, size)
         if encoding != "utf-8":
             try:
                 data = data.decode(encoding).encode("utf-8")
@@ -115,6 +114,7 @@ def _scan(f: io.BufferedReader, path: Path) -> tuple[bool, bool, int, int, bytes
     quotes = newlines = 0
     last = b""
     line = 1
+    cells = safe_io.CsvCells(str(path))
     while chunk := f.read(_CHUNK):
         nul = chunk.find(b"\x00")
         if nul >= 0:
@@ -126,6 +126,7 @@ def _scan(f: io.BufferedReader, path: Path) -> tuple[bool, bool, int, int, bytes
                 decoder.decode(chunk)
             except UnicodeDecodeError:
                 utf8_ok = False
+        cells.feed(chunk)  # before any parser sees a cell of a gigabyte
         quotes += chunk.count(b'"')
         n = chunk.count(b"\n")
         newlines += n
@@ -171,7 +172,7 @@ def _tail_is_complete(tail: bytes, balanced: bool, data: bytes, encoding: str) -
 
 def _read_header(path: Path, data: bytes | None, encoding: str) -> list[str]:
     if data is None:
-        with path.open("rb") as f:
+        with safe_io.open_regular(path) as f:
             first = f.readline()
     else:
         end = data.find(b"\n")

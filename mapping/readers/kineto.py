@@ -544,8 +544,9 @@ def _kernels(
     ev = [ev[i] for i in order.tolist()]
     k_start, k_dur = k_start[order], k_dur[order]
     n = len(ev)
+    # Both lists index host ops (ext_id is per host op), so they are built even without kernels.
     host_names = host_ops["name"].astype(str).tolist() if n else []
-    host_cat = host_ops["cat"].astype(str).tolist() if n else []
+    host_cat = host_ops["cat"].astype(str).tolist() if len(ext_id) else []
 
     # External id -> op (a cpu_op wins over an annotation carrying the same id).
     op_of_ext: dict[int, int] = {}

@@ -12,40 +12,46 @@ skipped and counted as an Issue instead of failing the whole load.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
+from .. import safe_io
 from ..errors import Issue, ProfileError
-
-_GZIP_MAGIC = b"\x1f\x8b"
+from ..units import INT64_MAX, INT64_MIN
 
 
 _NO_RAW = msgspec.Raw(b"")
+
+# Values outside these ranges fail the typed decode, so the lenient pass skips their events with an
+# Issue instead of letting a 400-digit pid or "ts": 1e308 overflow the int64 columns later.
+Int64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+TimeUs = Annotated[float, msgspec.Meta(ge=-(2.0**62) / 1000, le=2.0**62 / 1000)]
+IntUs = Annotated[int, msgspec.Meta(ge=-(2**62) // 1000, le=2**62 // 1000)]
+BASE_NS_LIMIT = 1 << 61  # base + ts stays inside int64 (2**61 ns after 1970 is the year 2043)
+BaseNs = Annotated[int, msgspec.Meta(ge=-BASE_NS_LIMIT, le=BASE_NS_LIMIT)]
 
 
 class Args(msgspec.Struct, gc=False):
     """The ``args`` keys the reader uses, across all event categories."""
 
-    external_id: int = msgspec.field(default=-1, name="External id")
+    external_id: Int64 = msgspec.field(default=-1, name="External id")
     # the 2021 schema writes it lower-case on GPU activity and runtime calls
-    external_id_lower: int = msgspec.field(default=-1, name="external id")
-    seq: int = msgspec.field(default=-1, name="Sequence number")
-    fwd_thread: int = msgspec.field(default=-1, name="Fwd thread id")
+    external_id_lower: Int64 = msgspec.field(default=-1, name="external id")
+    seq: Int64 = msgspec.field(default=-1, name="Sequence number")
+    fwd_thread: Int64 = msgspec.field(default=-1, name="Fwd thread id")
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     call_stack: str = msgspec.field(default="", name="Call stack")
-    python_id: int | None = msgspec.field(default=None, name="Python id")
-    python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
-    correlation: int = -1
-    device: int = -1
-    stream: int = -1
+    python_id: Int64 | None = msgspec.field(default=None, name="Python id")
+    python_parent_id: Int64 | None = msgspec.field(default=None, name="Python parent id")
+    correlation: Int64 = -1
+    device: Int64 = -1
+    stream: Int64 = -1
     collective: str = msgspec.field(default="", name="Collective name")
 
     @property
@@ -58,17 +64,17 @@ class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: int | str = -1
-    tid: int | str = -1
-    ts: int | float | None = None  # µs relative to baseTimeNanoseconds (JSON integers stay int)
-    dur: int | float | None = None
-    id: int | str | None = None  # flow id
+    pid: Int64 | str = -1
+    tid: Int64 | str = -1
+    ts: IntUs | TimeUs | None = None  # µs relative to baseTimeNanoseconds (JSON integers stay int)
+    dur: IntUs | TimeUs | None = None
+    id: Int64 | str | None = None  # flow id
     args: Args | None = None
 
 
 class _TraceFile(msgspec.Struct):
     traceEvents: list[Event]
-    baseTimeNanoseconds: int = 0
+    baseTimeNanoseconds: BaseNs = 0
     schemaVersion: Any = None
     distributedInfo: Any = None
     deviceProperties: Any = None
@@ -101,21 +107,9 @@ class KinetoFile:
 
 
 def read_bytes(path: Path) -> bytes:
-    """The JSON text of the file, gunzipped when it is gzip (by magic bytes, not by name)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ProfileError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    if raw[:2] != _GZIP_MAGIC:
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except EOFError:
-        raise ProfileError(
-            path, "the gzip stream ends early (truncated, or still being written)"
-        ) from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
-        raise ProfileError(path, f"corrupt gzip data: {exc}") from None
+    """The JSON text of the file, gunzipped when it is gzip (by magic bytes, not by name), within
+    the size limits of mapping.safe_io."""
+    return safe_io.read_maybe_gzip(path)
 
 
 def _line_col(data: bytes, offset: int) -> tuple[int, int]:
@@ -166,8 +160,11 @@ def decode(path: Path, data: bytes) -> KinetoFile:
         )
     if data[:3] == b"\xef\xbb\xbf":
         data = data[3:]
+    safe_io.check_json(path, data)
     try:
         top = msgspec.json.decode(data, type=_TraceFile)
+    except RecursionError:
+        raise safe_io.too_deep(path) from None
     except msgspec.DecodeError as exc:
         if isinstance(exc, msgspec.ValidationError):
             return _decode_leniently(path, data)
@@ -180,6 +177,8 @@ def _decode_leniently(path: Path, data: bytes) -> KinetoFile:
     """Second pass for files whose events do not all fit the typed decode."""
     try:
         obj = msgspec.json.decode(data)
+    except RecursionError:
+        raise safe_io.too_deep(path) from None
     except msgspec.DecodeError as exc:
         raise _decode_error(path, data, exc) from None
     if not isinstance(obj, dict):
@@ -193,8 +192,10 @@ def _decode_leniently(path: Path, data: bytes) -> KinetoFile:
     if not isinstance(base, int):
         try:
             base = int(base)
-        except (TypeError, ValueError):
-            raise ProfileError(path, f"'baseTimeNanoseconds' is not an integer: {base!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ProfileError(path, f"'baseTimeNanoseconds' is not an integer: {str(base)[:40]!r}") from None
+    if not -BASE_NS_LIMIT <= base <= BASE_NS_LIMIT:
+        raise ProfileError(path, f"'baseTimeNanoseconds' is out of range: {str(base)[:40]}")
     events: list[Event] = []
     bad = 0
     first_bad = ""

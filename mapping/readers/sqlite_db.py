@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import safe_io
 from ..errors import ProfileError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -39,6 +40,8 @@ class SqliteDb:
             )
         except sqlite3.Error as exc:
             raise _error(path, exc) from None
+        # Damaged pages can hold invalid UTF-8 in any text cell: replaced, never a decode error.
+        self._con.text_factory = _text
         self.tables: dict[str, list[str]] = {}
         try:
             with self.guard():
@@ -75,6 +78,8 @@ class SqliteDb:
             yield
         except sqlite3.Error as exc:
             raise _error(self.path, exc) from None
+        except UnicodeDecodeError:  # sqlite's own message quotes the damaged schema bytes
+            raise ProfileError(self.path, "corrupt SQLite database (damaged schema or text pages)") from None
 
     # -- catalogue ----------------------------------------------------------------------------
 
@@ -218,18 +223,18 @@ def _as_int(v: object) -> int:
     return -1
 
 
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
 def _check_header(path: Path) -> None:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except FileNotFoundError:
-        raise ProfileError(path, "file not found") from None
-    except OSError as exc:
-        raise ProfileError(path, f"cannot open: {exc.strerror or exc}") from None
+    if not Path(path).exists():
+        raise ProfileError(path, "file not found")
+    head = safe_io.read_head(path, len(SQLITE_MAGIC))
     if not head:
         raise ProfileError(path, "empty file (the profiler may still be writing it)")
     if head != SQLITE_MAGIC:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
+from .. import safe_io
 from ..errors import Issue, ProfileError
 from ..locations import Progress, no_progress
 from ..units import us_text_to_ns
@@ -294,16 +295,19 @@ def _dur_column(values: list[Any]) -> np.ndarray:
         f = np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
         f = np.array([_float_or_nan(v) for v in values], dtype=np.float64)
-    nan = np.isnan(f)
+    nan = ~(np.abs(f) < _DUR_US_LIMIT)  # NaN, inf and absurd values read as absent
     out = np.rint(np.where(nan, 0.0, f) * 1000.0).astype(np.int64)
     out[nan] = -1
     return out
 
 
+_DUR_US_LIMIT = 2.0**62 / 1000  # the largest duration whose ns fit int64
+
+
 def _float_or_nan(v: Any) -> float:
     try:
         return float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return float("nan")
 
 
@@ -467,6 +471,13 @@ class _Decoder:
 
     def decode(self, piece: bytes | bytearray) -> None:
         """Decode ``[`` + piece + ``]`` into a chunk; raises msgspec.DecodeError on bad JSON."""
+        try:
+            self._decode(piece)
+        except RecursionError:
+            raise safe_io.too_deep(self.path) from None
+
+    def _decode(self, piece: bytes | bytearray) -> None:
+        safe_io.check_json(self.path, piece)  # free below the string limit; a piece only grows past it for one
         data = b"[" + piece + b"]"
         try:
             events = self.fast.decode(data)
@@ -482,10 +493,13 @@ class _Decoder:
             if fixed == bytes(piece):
                 raise
             self.replaced_utf8 = True
-            self.decode(fixed)
+            self._decode(fixed)
             return
         if not events:
             return
+        if self.count() + len(events) > safe_io.LIMITS.events:
+            raise safe_io.LimitExceeded(self.path, safe_io.Limit.EVENT_COUNT,
+                                        f"more than {safe_io.LIMITS.events:,} events")
         try:
             chunk, bad = _to_columns(events, self.spec, self.pool, self.pid_names)
         except _NeedsExact:
@@ -594,10 +608,7 @@ def read_trace_events(
 
 
 def _read(path: Path, args: Mapping[str, ArgKind], progress: Progress, chunk_bytes: int) -> TraceEvents:
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
+    f = safe_io.open_regular(path)
     with f:
         size = os.fstat(f.fileno()).st_size
         dec = _Decoder(path, args)
@@ -611,8 +622,9 @@ def _read(path: Path, args: Mapping[str, ArgKind], progress: Progress, chunk_byt
         buf = bytearray(head[start:])
         base = start  # file offset of buf[0]
         # A cut that keeps failing this long is not a cut inside a string but a defect without a
-        # byte position (msgspec reports some as "truncated"); stop merging so memory stays bounded.
-        max_buf = 8 * chunk_bytes + (1 << 20)
+        # byte position (msgspec reports some as "truncated"), or one event over the string size
+        # limit; stop merging so memory stays bounded.
+        max_buf = max(8 * chunk_bytes, safe_io.LIMITS.string_bytes) + (1 << 20)
         while True:
             try:
                 block = f.read(chunk_bytes)
@@ -626,7 +638,7 @@ def _read(path: Path, args: Mapping[str, ArgKind], progress: Progress, chunk_byt
             cut = _last_boundary(buf)
             if cut is None:
                 if len(buf) > max_buf:
-                    _keep_prefix(dec, path, buf, base, len(buf), "no event boundary", eof_missing=False)
+                    _keep_prefix(dec, path, buf, base, len(buf), _oversized(max_buf), eof_missing=False)
                     break
                 continue  # one event larger than a block: read more
             end, nxt = cut
@@ -735,11 +747,16 @@ def _keep_prefix(
     )
 
 
+def _oversized(max_buf: int) -> str:
+    return (f"no event boundary within {max_buf:,} bytes: one event over the {safe_io.Limit.STRING_SIZE.value} "
+            f"limit ({safe_io.LIMITS.string_bytes:,} bytes), or not an event array")
+
+
 def _decodes(data: bytes) -> bool:
     try:
         msgspec.json.decode(b"[" + data + b"]")
         return True
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lsprotocol import types
 
+from msprof_lsp.mapping import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
 from ..protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
@@ -147,7 +148,7 @@ class Loader:
             progress.end("failed")
             if epoch == self.epoch:
                 self._failed("error", types.MessageType.Error,
-                             f"msprof-lsp: loading the profile failed: {type(exc).__name__}: {exc}")
+                             f"msprof-lsp: loading the profile failed: {safe_io.describe_unexpected(exc)}")
                 from .guard import report
 
                 report(self.ls, "loading the profile", exc)

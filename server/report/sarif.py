@@ -13,6 +13,7 @@ from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import all_rules
+from msprof_lsp.mapping import safe_io
 
 from ..protocol import rule_doc_url
 from . import document
@@ -26,10 +27,8 @@ _DEFAULT_LEVEL = {None: "warning", Severity.ERROR: "error", Severity.WARNING: "w
 
 def _line_text(path: str, line: int, cache: dict[str, list[str]]) -> str:
     if path not in cache:
-        try:
-            cache[path] = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            cache[path] = []
+        text = safe_io.read_source_text(path)
+        cache[path] = text.splitlines() if text is not None else []
     lines = cache[path]
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
