@@ -44,6 +44,7 @@ US_SLACK = 0.01  # µs: the producers write figures with 3 decimals
 class Case:
     id: str
     make: Callable[[Path], tuple[Path, Path]]  # tmp dir -> (workspace root, profile path)
+    maps_to_code: bool = False  # the workspace holds the profiled source: hotspots must exist
 
 
 def real(relative: str) -> Case:
@@ -51,6 +52,15 @@ def real(relative: str) -> Case:
         return tmp, shared_fixture(relative)
 
     return Case(relative, make)
+
+
+def real_with_workspace(relative: str, workspace: str) -> Case:
+    """A real profile checked against the real workspace it was recorded from, so hotspots exist."""
+
+    def make(tmp: Path) -> tuple[Path, Path]:
+        return shared_fixture(workspace), shared_fixture(relative)
+
+    return Case(f"{relative} @ {workspace}", make, maps_to_code=True)
 
 
 def sample(relative: str) -> Case:
@@ -81,6 +91,14 @@ CASES = [
     real("Ascend-msinsight/db/level1/rank1_ascend_pt"),
     real("Ascend-msinsight/db/level1"),
     real("Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"),
+    real("pytorch-kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"),
+    real("HolisticTraceAnalysis/critical_path/alexnet"),
+    real("HolisticTraceAnalysis/trace_diff/control"),
+    real("HolisticTraceAnalysis/trace_filter"),
+    real_with_workspace("pytorch-kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+                        "pytorch-kineto-tb_plugin/workspace"),
+    real_with_workspace("Ascend-msinsight/text/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
+    real_with_workspace("Ascend-msinsight/db/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
     sample("cnn_classifier/npu_profile"),
     sample("cnn_classifier/kineto"),
     sample("tiny_transformer/npu_profile"),
@@ -139,6 +157,8 @@ def test_invariants(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     workspace, profile = case.make(tmp_path)
     doc = check_json(workspace, profile, tmp_path / "out.json")
     assert_document_invariants(doc)
+    if case.maps_to_code:  # else the hotspot checks above would hold vacuously
+        assert doc["hotspots"] and doc["profile"]["mapped_share"] > 0, case.id
 
 
 def test_invariants_catch_a_share_above_one() -> None:
