@@ -76,6 +76,15 @@ def _suppression(ls: MsprofLanguageServer, view: FileView, code: str, line0: int
                  d: types.Diagnostic) -> types.CodeAction | None:
     if not 0 <= line0 < len(view.lines):
         return None
+    start, end = d.range.start, d.range.end
+    if (start.line, start.character, end.line, end.character) == (0, 0, 0, 0):
+        # a finding about the file (anchored at its start): `# msprof: ignore-file[CODE]` after
+        # the docstring; a comment on line 1 could land inside that docstring
+        whole = suppress.file_suppression_edit("\n".join(view.lines), code, view.path)
+        if whole is None:
+            return None
+        changes = [local_edit_payload(view, whole, ls.caps.position_encoding)]
+        return make_action(ls, fix_title(code, "Disable for this file"), QUICKFIX, changes, diagnostics_=[d])
     # only the diagnostic's line is tokenized (the whole file costs ~10 ms per 1,000 lines); a
     # diagnostic sits on code, never inside a multi-line string, so the line alone decides
     one = suppress.suppression_edit(view.lines[line0], 1, code, view.path)
