@@ -45,6 +45,7 @@ def make_action(
     *,
     diagnostics_: list[types.Diagnostic] | None = None,
     preferred: bool = False,
+    group: str | None = None,
 ) -> types.CodeAction:
     action = types.CodeAction(
         title=title,
@@ -52,10 +53,12 @@ def make_action(
         diagnostics=diagnostics_,
         is_preferred=True if preferred else None,
     )
+    data: dict[str, Any] = {"group": group} if group else {}
     if ls.caps.code_action_resolve_edit:
-        action.data = {"changes": changes}  # resolve turns it into the edit (after a version check)
+        data["changes"] = changes  # resolve turns it into the edit (after a version check)
     else:
         action.edit = workspace_edit(changes, ls.caps)
+    action.data = data or None
     return action
 
 
@@ -129,7 +132,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
             for fix in fixes:
                 actions.append(
                     make_action(ls, fix_title(code, fix["title"]), QUICKFIX, fix["changes"], diagnostics_=[d],
-                                preferred=bool(fix.get("safe")))
+                                preferred=bool(fix.get("safe")), group=fix.get("group"))
                 )
             if doc is not None:
                 sup = _suppression(ls, view, code, line0, d)
@@ -143,7 +146,15 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
 
 
 def _fix_all(ls: MsprofLanguageServer, current: list[types.Diagnostic]) -> types.CodeAction | None:
-    safe = [fix["changes"] for d in current for fix in _fixes_of(d) if fix.get("safe")]
+    safe, groups = [], set()
+    for d in current:
+        for fix in _fixes_of(d):
+            group = fix.get("group")
+            if not fix.get("safe") or (group and group in groups):
+                continue  # alternatives of one construct: the first (preferred) one only
+            if group:
+                groups.add(group)
+            safe.append(fix["changes"])
     if not safe:
         return None
     changes, skipped = merge_changes(safe)

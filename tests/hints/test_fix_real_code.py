@@ -4,6 +4,7 @@ landed in a docstring, a removed synchronize that took its comment and left `if 
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import torch
 import npu_standin
 from fixkit import check_fix, line_of, load
 from msprof_lsp.hints import suppress
-from msprof_lsp.hints.fixes import host_sync, relu_dropout
+from msprof_lsp.hints.fixes import apply_fixes, dataloader, host_sync, offer, optimizer, relu_dropout
 from msprof_lsp.hints.fixes.edits import apply_edits
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -164,3 +165,62 @@ def _torch_with_npu(calls: list[str]):
     fake = types.ModuleType("torch")
     fake.npu = types.SimpleNamespace(synchronize=lambda: calls.append("sync"))
     return fake
+
+
+# -- alternatives for one construct: one group, and never both applied ----------------------------
+
+OPTIM = '''import torch
+import torch.nn as nn
+
+
+def build(seed):
+    torch.manual_seed(seed)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return model, optimizer
+'''
+
+
+def _trained(ns: dict) -> torch.Tensor:
+    model, opt = ns["build"](0)
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    return model.weight.detach().clone()
+
+
+def _optimizer_fixes(text: str) -> list:
+    ln = line_of(text, "torch.optim.SGD(")
+    out = [offer(t, text, ln, path="opt.py") for t in (optimizer.fused_optimizer, optimizer.npu_fused_optimizer)]
+    assert all(r is not None for r in out)
+    return [r.fix for r in out]
+
+
+def test_optimizer_alternatives_share_a_group_and_only_the_first_applies():
+    fused, npu = _optimizer_fixes(OPTIM)
+    assert fused.group and fused.group == npu.group
+    ref = _trained(load(OPTIM, "opt_ref"))
+    for first, second, stub in ((fused, npu, {}), (npu, fused, {"torch_npu": npu_standin.make()})):
+        done = apply_fixes(OPTIM, [first, second], path="opt.py")
+        assert done.applied == (first,) and [d.fix for d in done.declined] == [second]
+        assert f"an alternative to '{first.title}'" in done.declined[0].reason
+        assert not ("NpuFusedSGD" in done.source and "fused=True" in done.source)
+        assert torch.allclose(_trained(load(done.source, "opt_fixed", **stub)), ref, atol=1e-6)
+        # on the fixed text, the other transform refuses and says why
+        why: list[str] = []
+        other = optimizer.npu_fused_optimizer if first is fused else optimizer.fused_optimizer
+        assert other(done.source, line_of(done.source, "optimizer = "), why=why) is None
+        assert "the other NPU220 fix" in why[0]
+
+
+def test_a_fix_whose_construct_another_fix_changed_is_refused():
+    text = (CNN / "train.py").read_text(encoding="utf-8")
+    ln = line_of(text, "loader = DataLoader(dataset")
+    two, four = (offer(dataloader.tune_dataloader, text, ln, workers=w).fix for w in (2, 4))
+    assert not two.group  # not declared alternatives: refused for touching the same line
+    done = apply_fixes(text, [two, four])
+    assert done.applied == (two,) and f"line {ln}" in done.declined[0].reason and two.title in done.declined[0].reason
+    assert "num_workers=2" in done.source and "num_workers=4" not in done.source
+    ast.parse(done.source)
