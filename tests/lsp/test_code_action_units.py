@@ -1,5 +1,6 @@
-"""Alternatives of one construct in the editor: a code action carries its fix's group, and
-"fix all" takes one fix of a group (the first), never two that would stack on one construct."""
+"""Code actions without a running server: alternatives of one construct (a code action carries
+its fix's group; "fix all" takes one fix of a group, never two that would stack on one
+construct) and "Disable for this file" for a finding about the file, never inside its docstring."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from types import SimpleNamespace
 
 from lsprotocol import types
 
+from msprof_lsp.hints import suppress
 from msprof_lsp.hints.finding import Fix, TextEdit
 from msprof_lsp.server.lsp import code_action
 from msprof_lsp.server.lsp.convert import fix_payload
@@ -56,3 +58,27 @@ def test_code_action_data_carries_the_group_and_the_payload_keeps_it():
     fix = Fix("t", False, (TextEdit("/ws/train.py", 1, 0, 1, 1, "c"),), "NPU220/optimizer@1")
     assert fix_payload(fix, {"/ws/train.py": view}, "utf-16")["group"] == "NPU220/optimizer@1"
     assert "group" not in fix_payload(Fix("t", False, fix.edits), {"/ws/train.py": view}, "utf-16")
+
+
+DOC = ['"""Train a model.', "", 'More words."""', "", "import os", 'os.environ["X"] = "1"']
+
+
+def _view() -> SimpleNamespace:
+    return SimpleNamespace(uri=URI, path="/ws/train.py", version=5, lines=DOC, linemap=LineMap.identity())
+
+
+def test_a_finding_at_the_file_start_gets_a_file_suppression_after_the_docstring():
+    at_start = types.Diagnostic(range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+                                message="m", code="NPU241", source="msprof-lsp", data={"line": 1})
+    action = code_action._suppression(_ls(False), _view(), "NPU241", 0, at_start)
+    assert action.title == "msprof (NPU241): Disable for this file"
+    (edit,) = action.edit.document_changes[0].edits
+    assert (edit.range.start.line, edit.range.start.character, edit.new_text) == (3, 0, "# msprof: ignore-file[NPU241]\n")
+    new = DOC[:3] + ["# msprof: ignore-file[NPU241]"] + DOC[3:]
+    assert suppress.is_suppressed(suppress.suppressions("\n".join(new)), 1, "NPU241")
+    # on a code line it stays a line suppression
+    on_line = types.Diagnostic(range=types.Range(start=types.Position(line=5, character=0), end=types.Position(line=5, character=9)),
+                               message="m", code="NPU241", source="msprof-lsp", data={"line": 6})
+    action = code_action._suppression(_ls(False), _view(), "NPU241", 5, on_line)
+    assert action.title.endswith("Disable for this line")
+    assert action.edit.document_changes[0].edits[0].new_text == "  # msprof: ignore[NPU241]"
