@@ -48,6 +48,9 @@ class Fix:
     title: str
     safe: bool  # True: same numerics/semantics (preferred, part of fixAll); False: review
     edits: tuple[TextEdit, ...]
+    # Fixes of one finding with the same non-empty group are alternatives for one construct
+    # (fused=True or NpuFusedSGD): apply at most one of them.
+    group: str = ""
 
 
 @dataclass(frozen=True, slots=True)

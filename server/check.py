@@ -21,7 +21,7 @@ from . import pipeline
 from .cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, sarif, text
-from .report.run import CheckRun, JobReport
+from .report.run import CheckRun, JobReport, merge_repeated
 from .settings import Settings, apply, find_pyproject, from_pyproject
 
 
@@ -92,6 +92,7 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                     comparison=comparison,
                 )
             )
+    merge_repeated(jobs, cwd)
     return CheckRun(jobs=jobs, cwd=cwd, tool_version=version())
 
 

@@ -8,6 +8,7 @@ line" action every rule offers.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,9 +28,13 @@ from . import (
     relu_dropout,
 )
 from .edits import apply_edits, minimal_edits
-from .result import Anchor, FixResult
+from .apply import Applied, Declined, apply_fixes
+from .result import Anchor, FixResult, where
 
-__all__ = ["CATALOG", "Anchor", "FixResult", "FixSpec", "apply_edits", "fixes_for", "minimal_edits", "offer"]
+__all__ = [
+    "CATALOG", "Anchor", "Applied", "Declined", "FixResult", "FixSpec", "apply_edits", "apply_fixes", "fixes_for",
+    "minimal_edits", "offer",
+]
 
 log = logging.getLogger("msprof_lsp.hints.fixes")
 
@@ -41,12 +46,13 @@ class FixSpec:
     safety: str  # "safe", "review", or "safe|review" (decided per match, see the transform)
     options: tuple[str, ...]  # keyword options beyond path/why, with the setting that feeds them
     summary: str
+    group: str = ""  # the fixes of one code with the same group rewrite one construct: alternatives
 
 
 CATALOG: tuple[FixSpec, ...] = (
-    FixSpec("NPU101", relu_dropout.compile_pair, "review", ("backend: compileBackend / profile backend",), "torch.compile the ReLU->Dropout pair"),
-    FixSpec("NPU101", relu_dropout.inplace_relu, "review", (), "inplace=True when the ReLU input is dead"),
-    FixSpec("NPU101", relu_dropout.drop_zero_dropout, "safe", (), "delete a dropout with literal p=0"),
+    FixSpec("NPU101", relu_dropout.compile_pair, "review", ("backend: compileBackend / profile backend",), "torch.compile the ReLU->Dropout pair", "pair"),
+    FixSpec("NPU101", relu_dropout.inplace_relu, "review", (), "inplace=True when the ReLU input is dead", "pair"),
+    FixSpec("NPU101", relu_dropout.drop_zero_dropout, "safe", (), "delete a dropout with literal p=0", "pair"),
     FixSpec("NPU102", grad_accum.accumulate_gradients, "review", ("accum_steps: accumSteps",), "gradient accumulation with no_sync()"),
     FixSpec("NPU103", npu_switches.disable_internal_format, "review", (), "allow_internal_format = False"),
     FixSpec("NPU104", dataloader.tune_dataloader, "review", ("workers: dataloaderWorkers",), "workers and pinned memory"),
@@ -66,8 +72,8 @@ CATALOG: tuple[FixSpec, ...] = (
     FixSpec("NPU215", fused_api.confusion_transpose, "review", (), "torch_npu.npu_confusion_transpose"),
     FixSpec("NPU216", fused_api.scaled_masked_softmax, "review", (), "torch_npu.npu_scaled_masked_softmax"),
     FixSpec("NPU217", fused_api.add_layer_norm, "review", (), "torch_npu.npu_add_layer_norm"),
-    FixSpec("NPU220", optimizer.fused_optimizer, "review", (), "fused=True"),
-    FixSpec("NPU220", optimizer.npu_fused_optimizer, "review", (), "torch_npu.optim.NpuFused<Name>"),
+    FixSpec("NPU220", optimizer.fused_optimizer, "review", (), "fused=True", "optimizer"),
+    FixSpec("NPU220", optimizer.npu_fused_optimizer, "review", (), "torch_npu.optim.NpuFused<Name>", "optimizer"),
     FixSpec("NPU221", optimizer.fused_grad_clip, "review", (), "clip_grad_norm_fused_ / foreach=True"),
     FixSpec("NPU230", gc_freeze.freeze_before_loop, "review", (), "gc.freeze() before the loop"),
     *(
@@ -95,7 +101,12 @@ def offer(
     """Run a transform for a code action: an unexpected error is logged and means "no fix",
     never a failed request (the user's buffer may hold anything mid-edit)."""
     try:
-        return transform(source, anchor, why=why, **options)
+        res = transform(source, anchor, why=why, **options)
+        if res is None:
+            return None
+        spec = next((s for s in CATALOG if s.transform is transform and s.group), None)
+        # one id per finding's construct: the alternatives of two optimizers stay two groups
+        return dataclasses.replace(res, group=f"{spec.code}/{spec.group}@{where(anchor).line}") if spec else res
     except (RecursionError, MemoryError, ValueError, TypeError, KeyError, IndexError, AttributeError, StopIteration) as exc:
         log.exception("fix %s failed", getattr(transform, "__qualname__", transform))
         if why is not None:

@@ -699,6 +699,22 @@ def add_import_after(module: cst.Module, name: str, after: str) -> cst.Module:
     return module.with_changes(body=body)
 
 
+def add_guarded_import(module: cst.Module, name: str, after: str, why: str) -> cst.Module:
+    """``try: import name`` / ``except ImportError: pass`` once, right after the import of ``after``.
+
+    For a module that registers something on import (torch_npu: the ``npu`` device and
+    ``torch.compile`` backend) in a file that must still import where it is not installed.
+    """
+    if binds_module(module, name):
+        return module
+    guard = cst.parse_module(f"try:\n    import {name}  # noqa: F401  ({why})\nexcept ImportError:\n    pass\n").body[0]
+    idx = import_statement_index(module, after)
+    at = idx + 1 if idx is not None else import_section_end(module)
+    body = list(module.body)
+    body.insert(at, guard)
+    return module.with_changes(body=body)
+
+
 def insert_after_imports(module: cst.Module, statements: Sequence[cst.BaseStatement], *, blank_line: bool = True) -> cst.Module:
     """Module-level statements placed after the leading imports, separated by one blank line."""
     if not statements:
@@ -839,9 +855,76 @@ def insert_before(statement: cst.BaseStatement, new: cst.BaseStatement) -> cst.F
     return cst.FlattenSentinel([new.with_changes(leading_lines=statement.leading_lines), statement.with_changes(leading_lines=())])
 
 
+_PURE_EXPRS = (cst.Name, cst.Attribute, cst.SimpleString, cst.Integer, cst.Float, cst.Comparison, cst.BooleanOperation,
+               cst.UnaryOperation, cst.ConcatenatedString)
+
+
+def side_effect_free(expr: cst.BaseExpression) -> bool:
+    """True for names, attributes, literals and comparisons/``and``/``or``/``not`` of them: no call,
+    subscript, walrus or f-string (dropping such a condition cannot skip a side effect)."""
+    stack: list[cst.CSTNode] = [expr]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.BaseExpression) and not isinstance(n, _PURE_EXPRS):
+            return False
+        stack.extend(n.children)
+    return True
+
+
+def _comment_lines(node: cst.CSTNode) -> list[cst.EmptyLine]:
+    """Every comment inside a statement, as own-line comments (in source order)."""
+    out: list[cst.EmptyLine] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Comment):
+            out.append(cst.EmptyLine(indent=True, comment=n))
+        stack.extend(reversed(n.children))
+    return out
+
+
 def removal(src: Source, line: cst.BaseStatement) -> dict[cst.CSTNode, Replacement]:
-    """Replacements that delete one statement (see ``remove_statements``)."""
-    return remove_statements(src, [line])
+    """Replacements that delete one statement and keep every comment in and above it.
+
+    An ``if`` (no ``else``, not an ``elif``) left empty goes as well when its condition has no
+    side effects; any other block left empty gets ``pass`` carrying the statement's comment.
+    The comments move above the next statement of the block that stays.
+    """
+    target = line
+    while True:
+        block = src.block_of(target)
+        owner = src.parent(block) if isinstance(block, cst.IndentedBlock) else None
+        if not (
+            isinstance(owner, cst.If)
+            and len(block.body) == 1  # type: ignore[union-attr]
+            and owner.orelse is None
+            and not isinstance(src.parent(owner), cst.If)
+            and src.block_of(owner) is not None
+            and side_effect_free(owner.test)
+        ):
+            break
+        target = owner
+    block = src.block_of(target)
+    body = list(block.body) if block is not None else [target]
+    i = next(k for k, s in enumerate(body) if s is target)
+    own_lines = {id(ln.comment) for ln in target.leading_lines if ln.comment is not None}
+    comments = [c for c in _comment_lines(target) if id(c.comment) not in own_lines]
+    if len(body) == 1 and isinstance(block, cst.IndentedBlock):
+        # the block would be empty: `pass`, with the statement's own comment as its trailing one
+        trailing = target.trailing_whitespace if isinstance(target, cst.SimpleStatementLine) else cst.TrailingWhitespace()
+        own = trailing.comment
+        above = [c for c in comments if c.comment is not own]
+        return {target: stmt("pass").with_changes(leading_lines=[*target.leading_lines, *above], trailing_whitespace=trailing)}
+    carried = [*target.leading_lines, *comments]
+    out: dict[cst.CSTNode, Replacement] = {target: cst.RemovalSentinel.REMOVE}
+    if i + 1 < len(body):
+        if carried:
+            out[body[i + 1]] = Prepend(carried)
+    elif isinstance(block, cst.IndentedBlock) and any(c.comment is not None for c in carried):
+        # the last statement of its block: its comments become the block's closing comments
+        kept = [c for c in carried if c.comment is not None]
+        return {block: block.with_changes(body=body[:i], footer=[*kept, *block.footer])}
+    return out
 
 
 def remove_statements(

@@ -56,6 +56,8 @@ def fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None, why
         return decline(why, "the file does not parse")
     found = _optimizer_calls(src, anchor, FUSED_CAPABLE)
     if not found:
+        if _npu_fused_at(src, anchor):
+            return decline(why, "the optimizer is already a torch_npu NpuFused optimizer (the other NPU220 fix)")
         return decline(why, "no torch.optim Adam/AdamW/SGD/Adagrad construction here")
     call, name = found[0]
     if ct.has_star(call):
@@ -85,6 +87,9 @@ def npu_fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None,
     if not found:
         return decline(why, "no torch.optim optimizer with an NpuFused counterpart here")
     call, name = found[0]
+    fused = ct.keyword(call, "fused")
+    if fused is not None and ct.literal(fused.value) is True:
+        return decline(why, "the optimizer already has fused=True (the other NPU220 fix); NpuFused would not take it")
     if ct.has_star(call):
         return decline(why, "the optimizer gets *args/**kwargs")
     allowed = NPU_FUSED[name]
@@ -112,6 +117,13 @@ def npu_fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None,
             "parameters must be float32/float16 (bf16 raises TypeError)",
             "gradients live in combined buffers: clip with optimizer.clip_grad_norm_fused_",
         ),
+    )
+
+
+def _npu_fused_at(src: Source, anchor: Anchor) -> bool:
+    return any(
+        any(q.startswith("torch_npu.optim.NpuFused") for q in (src.qnames(c.func) or {ct.dotted(c.func) or ""}))
+        for c in src.at(where(anchor), cst.Call)
     )
 
 

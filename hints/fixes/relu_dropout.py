@@ -215,6 +215,10 @@ def _with_helpers(module: cst.Module, *, backend: str, need_class: bool) -> cst.
     torch, functional, nn, add = _names(module)
     for name in add:
         module = ct.add_import_after(module, name, after="__none__")
+    if backend == "npu":
+        # torch.compile looks the backend up at once; only `import torch_npu` registers "npu", and
+        # this module may be imported before the script imports torch_npu
+        module = ct.add_guarded_import(module, "torch_npu", after="torch", why='registers the "npu" backend of torch.compile')
     defined = ct.module_level_names(module)
     blank2 = [cst.EmptyLine(), cst.EmptyLine()]
     if HELPER not in defined:

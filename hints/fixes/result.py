@@ -53,10 +53,11 @@ class FixResult:
     edits: tuple[TextEdit, ...]
     new_source: str  # the whole document after the edits (tests, --check --fix, previews)
     notes: tuple[str, ...] = ()  # caveats a rule can put in the hover or the message
+    group: str = ""  # see Fix.group; set by hints.fixes.offer from the catalog
 
     @property
     def fix(self) -> Fix:
-        return Fix(self.title, self.safe, self.edits)
+        return Fix(self.title, self.safe, self.edits, self.group)
 
 
 def review_title(text: str, safe: bool) -> str:

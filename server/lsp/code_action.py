@@ -45,6 +45,7 @@ def make_action(
     *,
     diagnostics_: list[types.Diagnostic] | None = None,
     preferred: bool = False,
+    group: str | None = None,
 ) -> types.CodeAction:
     action = types.CodeAction(
         title=title,
@@ -52,10 +53,12 @@ def make_action(
         diagnostics=diagnostics_,
         is_preferred=True if preferred else None,
     )
+    data: dict[str, Any] = {"group": group} if group else {}
     if ls.caps.code_action_resolve_edit:
-        action.data = {"changes": changes}  # resolve turns it into the edit (after a version check)
+        data["changes"] = changes  # resolve turns it into the edit (after a version check)
     else:
         action.edit = workspace_edit(changes, ls.caps)
+    action.data = data or None
     return action
 
 
@@ -76,6 +79,15 @@ def _suppression(ls: MsprofLanguageServer, view: FileView, code: str, line0: int
                  d: types.Diagnostic) -> types.CodeAction | None:
     if not 0 <= line0 < len(view.lines):
         return None
+    start, end = d.range.start, d.range.end
+    if (start.line, start.character, end.line, end.character) == (0, 0, 0, 0):
+        # a finding about the file (anchored at its start): `# msprof: ignore-file[CODE]` after
+        # the docstring; a comment on line 1 could land inside that docstring
+        whole = suppress.file_suppression_edit("\n".join(view.lines), code, view.path)
+        if whole is None:
+            return None
+        changes = [local_edit_payload(view, whole, ls.caps.position_encoding)]
+        return make_action(ls, fix_title(code, "Disable for this file"), QUICKFIX, changes, diagnostics_=[d])
     # only the diagnostic's line is tokenized (the whole file costs ~10 ms per 1,000 lines); a
     # diagnostic sits on code, never inside a multi-line string, so the line alone decides
     one = suppress.suppression_edit(view.lines[line0], 1, code, view.path)
@@ -120,7 +132,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
             for fix in fixes:
                 actions.append(
                     make_action(ls, fix_title(code, fix["title"]), QUICKFIX, fix["changes"], diagnostics_=[d],
-                                preferred=bool(fix.get("safe")))
+                                preferred=bool(fix.get("safe")), group=fix.get("group"))
                 )
             if doc is not None:
                 sup = _suppression(ls, view, code, line0, d)
@@ -134,7 +146,15 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
 
 
 def _fix_all(ls: MsprofLanguageServer, current: list[types.Diagnostic]) -> types.CodeAction | None:
-    safe = [fix["changes"] for d in current for fix in _fixes_of(d) if fix.get("safe")]
+    safe, groups = [], set()
+    for d in current:
+        for fix in _fixes_of(d):
+            group = fix.get("group")
+            if not fix.get("safe") or (group and group in groups):
+                continue  # alternatives of one construct: the first (preferred) one only
+            if group:
+                groups.add(group)
+            safe.append(fix["changes"])
     if not safe:
         return None
     changes, skipped = merge_changes(safe)

@@ -101,7 +101,10 @@ def fix_payload(fix: Fix, views: dict[str, FileView | None], encoding: str) -> d
         entry["edits"].append({"range": range_dict(rng), "newText": e.new_text})
     if not per_file:
         return None
-    return {"title": fix.title, "safe": fix.safe, "changes": list(per_file.values())}
+    out: dict[str, Any] = {"title": fix.title, "safe": fix.safe, "changes": list(per_file.values())}
+    if fix.group:
+        out["group"] = fix.group  # alternatives of one construct: one of them, never two
+    return out
 
 
 def local_edit_payload(view: FileView, edit: TextEdit, encoding: str) -> dict[str, Any]:

@@ -46,6 +46,7 @@ def fix_dict(fix: Fix, cwd: Path) -> dict[str, Any]:
     return {
         "title": fix.title,
         "safe": fix.safe,
+        "group": fix.group or None,  # same group in one finding: alternatives, apply one
         "edits": [
             {
                 "path": rel_path(e.path, cwd),

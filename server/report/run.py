@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.hints.finding import Finding, Fix, Severity
+from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.mapping.compare import Comparison
 from msprof_lsp.mapping.heat import SourceHeat
 from msprof_lsp.mapping.model import ClusterSummary, Profile
@@ -25,6 +26,54 @@ class JobReport:
     ranks: list[int] = field(default_factory=list)
     comparison: Comparison | None = None
     notes: list[str] = field(default_factory=list)
+
+
+def merge_repeated(jobs: list[JobReport], cwd: Path) -> None:
+    """One finding per (code, file, line) across jobs: a folder with a Kineto and an NPU profile of
+    the same source would report, fix and upload every shared finding twice.
+
+    The first job's finding stays (its message and numbers); it takes the highest severity of the
+    copies and the fixes only a later copy offers, and ``evidence["profiles"]`` names every
+    profile that found it, each with its own severity, share and time. The later copies are
+    dropped from their jobs.
+    """
+    kept: dict[tuple[str, str, int], tuple[int, Finding, list[dict[str, Any]]]] = {}
+    for n, job in enumerate(jobs):
+        path = document.rel_path(job.profile.meta.path, cwd)
+        stay: list[Finding] = []
+        for f in job.findings:
+            key = (f.code, f.span.path, f.span.line) if f.span is not None else None
+            first = kept.get(key) if key is not None else None
+            if key is None or (first is not None and first[0] == n):
+                stay.append(f)  # profile-level, or a second finding of one profile on one line
+            elif first is None:
+                kept[key] = (n, f, [_seen_in(f, path)])
+                stay.append(f)
+            else:
+                orig = first[1]
+                first[2].append(_seen_in(f, path))
+                if f.severity.rank > orig.severity.rank:
+                    orig.severity = f.severity
+                orig.fixes += _other_fixes(orig.fixes, f.fixes)
+        job.findings = stay
+    for _n, f, seen in kept.values():
+        if len(seen) > 1:
+            f.evidence["profiles"] = seen
+
+
+def _other_fixes(have: list[Fix], more: list[Fix]) -> list[Fix]:
+    """The fixes of a later copy worth adding (NpuFused is offered for an NPU profile only): new
+    titles that are an alternative in an existing group or touch lines no existing fix touches
+    (two variants of one edit, 4 or 8 workers, would clash)."""
+    titles = {x.title for x in have}
+    groups = {x.group for x in have if x.group}
+    lines = set().union(*(edited_lines(x.edits) for x in have)) if have else set()
+    return [x for x in more if x.title not in titles and ((x.group and x.group in groups) or not edited_lines(x.edits) & lines)]
+
+
+def _seen_in(f: Finding, profile_path: str) -> dict[str, Any]:
+    return {"path": profile_path, "severity": f.severity.value, "share": round(f.share, 6),
+            "device_time_us": round(f.time_per_step_us, 3)}
 
 
 @dataclass(slots=True)

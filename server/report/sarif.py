@@ -99,6 +99,7 @@ def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str) -> dict[
             r["fixes"].append(
                 {
                     "description": {"text": document.fix_label(fix)},
+                    **({"properties": {"group": fix.group}} if fix.group else {}),
                     "artifactChanges": [
                         {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"}, "replacements": reps}
                         for uri, reps in by_file.items()

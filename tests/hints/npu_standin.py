@@ -6,7 +6,12 @@ It only exists in tests: the product never imports torch or torch_npu.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.machinery
+import sys
 import types
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -100,3 +105,52 @@ def make() -> types.ModuleType:
     m.npu_add_layer_norm = _add_layer_norm
     m.optim = types.SimpleNamespace(NpuFusedAdamW=NpuFusedAdamW, NpuFusedAdam=NpuFusedAdam, NpuFusedSGD=NpuFusedSGD)
     return m
+
+
+def _eager_npu_backend(gm, example_inputs):  # noqa: ANN001, ARG001 - the torch.compile backend protocol
+    """What torch_npu's "npu" backend does without torchair: run the captured graph eagerly."""
+    return gm.forward
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes ``import torch_npu`` load the stand-in and, like the real package, register the
+    ``npu`` backend of ``torch.compile`` as a side effect of that import (and only then)."""
+
+    def __init__(self) -> None:
+        self.registered: list[str] = []
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201, ARG002
+        if fullname != "torch_npu":
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec):  # noqa: ANN001, ANN201, ARG002
+        return make()
+
+    def exec_module(self, module) -> None:  # noqa: ANN001, ARG002
+        from torch._dynamo.backends import registry
+
+        if "npu" not in registry.list_backends(exclude_tags=()):
+            registry.register_backend(_eager_npu_backend, name="npu")
+            self.registered.append("npu")
+
+
+@contextlib.contextmanager
+def importable() -> Iterator[list[str]]:
+    """``import torch_npu`` works inside the block; yields the backends its import registered."""
+    from torch._dynamo.backends import registry
+
+    finder = _Finder()
+    saved = sys.modules.pop("torch_npu", None)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield finder.registered
+    finally:
+        sys.meta_path.remove(finder)
+        sys.modules.pop("torch_npu", None)
+        if saved is not None:
+            sys.modules["torch_npu"] = saved
+        for name in finder.registered:
+            registry._COMPILER_FNS.pop(name, None)
+            registry._BACKENDS.pop(name, None)
+        torch._dynamo.reset()

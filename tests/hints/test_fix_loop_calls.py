@@ -144,7 +144,8 @@ def test_empty_cache_removed_in_loop_only():
     ln = line_of(ENTRY, "torch.npu.empty_cache()")
     res = empty_cache.remove_empty_cache(ENTRY, ln)
     new = check_fix(ENTRY, res, allowed_lines={ln}, safe=True)
-    assert "empty_cache" not in new and len(new.splitlines()) == len(ENTRY.splitlines()) - 1
+    assert "empty_cache" not in new and len(new.splitlines()) == len(ENTRY.splitlines())
+    assert new.splitlines()[ln - 1] == "        # 释放缓存"  # the user's comment stays, on its own line
     src = "import torch\n\ndef setup():\n    torch.cuda.empty_cache()\n"
     why: list[str] = []
     assert empty_cache.remove_empty_cache(src, 4, why=why) is None and "not inside a loop" in why[0]
