@@ -25,9 +25,10 @@ import numpy as np
 import pandas as pd
 
 from . import codec
-from .discover import WHAT_WE_LOOK_FOR, discover
+from .discover import WHAT_WE_LOOK_FOR
 from .errors import Issue, NoProfileFound, ProfileError
 from .cache import default_cache_dir
+from .jobs import discover_jobs
 from .load import load_location
 from .locations import ProfileLocation, Progress, no_progress
 from .model import ClusterSummary, Profile, RankSummary
@@ -51,11 +52,11 @@ def load_profile(
     cache_dir: Path | None = None,
     progress: Progress = no_progress,
 ) -> LoadResult:
-    """Discover profiles under ``paths`` (the cwd when empty) and load the one to analyse.
+    """Discover the one job under ``paths`` (the cwd when empty) and load the rank to analyse.
 
-    Raises NoProfileFound when nothing is there, ProfileError for an unknown ``rank`` (listing the
-    ranks there are) or when no rank can be read at all. A rank that fails to load while others
-    succeed is left out of the summary and named in the analysed profile's issues.
+    Raises NoProfileFound when nothing is there, ProfileError when ``paths`` hold several jobs
+    (naming them: ranks of different jobs are never one cluster), for an unknown ``rank``, or when
+    no rank can be read at all. See :func:`load_job` for the rest.
     """
     given = [Path(p) for p in paths] or [Path.cwd()]
     where = given[0] if len(given) == 1 else Path(os.pathsep.join(str(p) for p in given))
@@ -63,7 +64,32 @@ def load_profile(
     if len(missing) == len(given):
         raise NoProfileFound(where, "no such file or directory")
     progress("Looking for profiles", None)
-    locations = discover(given)
+    jobs = discover_jobs(given)
+    if not jobs:
+        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    if len(jobs) > 1:
+        base = given[0] if len(given) == 1 and given[0].is_dir() else None
+        listed = "; ".join(job.describe(base) for job in jobs)
+        raise ProfileError(where, f"holds {len(jobs)} separate jobs, point at one of them: {listed}")
+    return load_job(jobs[0].locations, where, rank=rank, use_cache=use_cache, cache_dir=cache_dir,
+                    progress=progress)
+
+
+def load_job(
+    locations: Sequence[ProfileLocation],
+    where: Path,
+    *,
+    rank: int | None = None,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
+    progress: Progress = no_progress,
+) -> LoadResult:
+    """Load one job's ranks (``Job.locations``, as discovery chose them) without walking again.
+
+    A rank that fails to load while others succeed is left out of the summary and named in the
+    analysed profile's issues; ``where`` names the job in errors.
+    """
+    locations = list(locations)
     if not locations:
         raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
     ranked = [loc for loc in locations if loc.rank is not None]

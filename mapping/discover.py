@@ -67,7 +67,9 @@ WHAT_WE_LOOK_FOR = (
 
 
 @dataclass(frozen=True, slots=True)
-class _Candidate:
+class Candidate:
+    """A profile as the walk found it, with what choosing between runs needs."""
+
     location: ProfileLocation
     has_output: bool  # False: a torch_npu root whose results were never parsed (only raw data)
     name_ts: int  # timestamp in the directory/file name, 0 if none (tie-breaker after mtime)
@@ -87,8 +89,8 @@ def find_all(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> li
     return [c.location for c in find_candidates(paths, max_depth=max_depth)]
 
 
-def find_candidates(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[_Candidate]:
-    found: list[_Candidate] = []
+def find_candidates(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Candidate]:
+    found: list[Candidate] = []
     seen_dirs: set[tuple[int, int]] = set()
     seen_paths: set[Path] = set()
     for path in paths:
@@ -101,8 +103,8 @@ def find_candidates(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH
     return found
 
 
-def select_newest(candidates: Iterable[_Candidate]) -> list[ProfileLocation]:
-    by_rank: dict[int | None, _Candidate] = {}
+def select_newest(candidates: Iterable[Candidate]) -> list[ProfileLocation]:
+    by_rank: dict[int | None, Candidate] = {}
     for cand in candidates:
         best = by_rank.get(cand.location.rank)
         if best is None or _newer(cand, best):
@@ -112,7 +114,7 @@ def select_newest(candidates: Iterable[_Candidate]) -> list[ProfileLocation]:
     return [by_rank[r].location for r in sorted(by_rank, key=lambda r: -1 if r is None else r)]
 
 
-def _newer(a: _Candidate, b: _Candidate) -> bool:
+def _newer(a: Candidate, b: Candidate) -> bool:
     # A run with results beats raw-only data; then the newest input file; then the name stamp.
     return (a.has_output, a.location.mtime, a.name_ts) > (b.has_output, b.location.mtime, b.name_ts)
 
@@ -121,7 +123,7 @@ def _newer(a: _Candidate, b: _Candidate) -> bool:
 # Walking
 
 
-def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]]) -> Iterable[_Candidate]:
+def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]]) -> Iterable[Candidate]:
     try:
         is_dir = path.is_dir()
         is_file = path.is_file()
@@ -164,7 +166,7 @@ def _list(path: Path) -> list[os.DirEntry[str]]:
 
 def _walk_dir(
     path: Path, depth: int, max_depth: int, seen_dirs: set[tuple[int, int]]
-) -> Iterable[_Candidate]:
+) -> Iterable[Candidate]:
     try:
         st = path.stat()
     except OSError:
@@ -229,7 +231,7 @@ def _has_output_dir(entries: list[os.DirEntry[str]]) -> bool:
 
 def _classify_torch_root(
     root: Path, entries: list[os.DirEntry[str]], *, bare_output: bool = False
-) -> _Candidate | None:
+) -> Candidate | None:
     out = root if bare_output else root / OUTPUT_DIR
     out_entries = entries if bare_output else _list(out)
     out_names = {e.name: e for e in out_entries}
@@ -263,7 +265,7 @@ def _classify_torch_root(
             mtime=max(mtimes, default=_mtime_path(root)),
             complete=DONE_MARKER in out_names,
         )
-        return _Candidate(loc, has_output, name_ts)
+        return Candidate(loc, has_output, name_ts)
     # DB-only export: the DB file is the location; analysis.db beside it is read with it.
     db = dbs[-1]
     m = _TORCH_DB_RE.match(db.name)
@@ -281,7 +283,7 @@ def _classify_torch_root(
         mtime=max(mtimes),
         complete=True,
     )
-    return _Candidate(loc, True, name_ts)
+    return Candidate(loc, True, name_ts)
 
 
 def _rank_from_profiler_info(path: Path) -> int | None:
@@ -312,7 +314,7 @@ def _as_rank(value: object) -> int | None:
 _PROF_INPUT_DIRS = ("mindstudio_profiler_output",)
 
 
-def _classify_prof_dir(path: Path, entries: list[os.DirEntry[str]]) -> _Candidate | None:
+def _classify_prof_dir(path: Path, entries: list[os.DirEntry[str]]) -> Candidate | None:
     mtimes: list[float] = []
     has_output = False
     for e in entries:
@@ -342,7 +344,7 @@ def _classify_prof_dir(path: Path, entries: list[os.DirEntry[str]]) -> _Candidat
         mtime=max(mtimes, default=_mtime_path(path)),
         complete=has_output,
     )
-    return _Candidate(loc, has_output, _int_or_zero(_PROF_TS_RE.match(path.name)))
+    return Candidate(loc, has_output, _int_or_zero(_PROF_TS_RE.match(path.name)))
 
 
 def _rank_from_msprof_info(path: Path) -> int | None:
@@ -364,7 +366,7 @@ def _rank_from_msprof_info(path: Path) -> int | None:
 # Single files
 
 
-def _classify_file(path: Path, *, explicit: bool) -> _Candidate | None:
+def _classify_file(path: Path, *, explicit: bool) -> Candidate | None:
     name = path.name
     m = _TORCH_DB_RE.match(name)
     if m:
@@ -398,7 +400,7 @@ def _classify_file(path: Path, *, explicit: bool) -> _Candidate | None:
     return None
 
 
-def _db_candidate(path: Path, suffix_rank: int | None) -> _Candidate:
+def _db_candidate(path: Path, suffix_rank: int | None) -> Candidate:
     rank = suffix_rank
     if rank is None:
         # The root above ASCEND_PROFILER_OUTPUT may have profiler_info_{rank}.json.
@@ -417,20 +419,20 @@ def _db_candidate(path: Path, suffix_rank: int | None) -> _Candidate:
         mtimes.append(_mtime_path(analysis))
     root_name = path.parent.parent.name if path.parent.name == OUTPUT_DIR else path.parent.name
     loc = ProfileLocation(ProfileKind.TORCH_NPU_DB, path, rank, max(mtimes), True)
-    return _Candidate(loc, True, _int_or_zero(_ROOT_TS_RE.search(root_name)))
+    return Candidate(loc, True, _int_or_zero(_ROOT_TS_RE.search(root_name)))
 
 
-def _lone_trace(path: Path) -> _Candidate:
+def _lone_trace(path: Path) -> Candidate:
     loc = ProfileLocation(ProfileKind.TORCH_NPU, path, _rank_from_names(path), _mtime_path(path), True)
-    return _Candidate(loc, True, 0)
+    return Candidate(loc, True, 0)
 
 
-def _kineto_candidate(path: Path, head: bytes, gz: bool) -> _Candidate:
+def _kineto_candidate(path: Path, head: bytes, gz: bool) -> Candidate:
     rank = _rank_from_kineto(path, head, gz)
     if rank is None:
         rank = _rank_from_names(path)
     loc = ProfileLocation(ProfileKind.KINETO, path, rank, _mtime_path(path), True)
-    return _Candidate(loc, True, _int_or_zero(_KINETO_TS_RE.search(path.name)))
+    return Candidate(loc, True, _int_or_zero(_KINETO_TS_RE.search(path.name)))
 
 
 def _sniff(path: Path) -> tuple[bytes, bool]:

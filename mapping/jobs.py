@@ -1,47 +1,150 @@
 """Group discovered profiles into jobs, and find the source folder that belongs to each job.
 
-A folder such as ``samples/`` can hold profiles of several unrelated jobs (one per sample); a
-training job's ranks all land in one folder (``tensorboard_trace_handler(dir)``). So a job is the
-set of profiles sharing a parent folder; separate per-rank parents under one folder with distinct
-ranks of one kind are one job too (``prof/rank0/…``, ``prof/rank1/…``).
+A job is one run of one program: the ranks it wrote, nothing else. A folder such as ``samples/``
+or a test-data tree holds profiles of several unrelated jobs, and a training folder often holds
+several runs of the same script; ranks of different jobs must never be compared as one cluster.
+Grouping, from one discovery walk (:func:`discover_jobs`):
+
+1. by the folder holding each run (``tensorboard_trace_handler(dir)`` writes every rank there) and
+   by producer (torch_npu runs, msprof ``PROF_*`` runs and Kineto traces are separate jobs);
+2. Kineto traces also by file-name pattern (digits aside: ``sampled_rank-0.json.gz`` and
+   ``sampled_rank-1.json.gz`` are one job, ``train.1.pt.trace.json`` and ``eval.2.pt.trace.json``
+   are two);
+3. into runs: ordered by start (the timestamp in the name, else the newest input file), a rank
+   seen again starts the next run (``node_7_<day 1>_ascend_pt`` and ``node_9_<day 2>_ascend_pt``
+   both rank 0: two runs, two jobs);
+4. one-rank jobs in sibling per-rank folders (``prof/rank0/…``, ``prof/rank1/…``: same folder-name
+   pattern, same producer, distinct ranks) are one job.
+
+Within a job the newest run per rank is kept and unranked profiles are dropped beside ranked
+ones (``discover.select_newest``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from .discover import DEFAULT_MAX_DEPTH, OUTPUT_DIR, Candidate, find_candidates, select_newest
 from .locations import ProfileLocation
+from .model import ProfileKind
+
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    folder: Path  # the folder the job's profiles were found in
-    locations: tuple[ProfileLocation, ...]
+    folder: Path  # the folder the job's profiles were found in (per-rank folders: their parent)
+    locations: tuple[ProfileLocation, ...]  # the ranks to load, sorted by rank (unranked first)
+    runs_found: tuple[ProfileLocation, ...] = field(default=())  # every profile of the job
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted({loc.kind.value for loc in self.locations}))
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({loc.rank for loc in self.locations if loc.rank is not None}))
+
+    def describe(self, base: Path | None = None) -> str:
+        """One line: where, which producer, how many ranks (``trace_filter: kineto, 2 ranks (0, 1)``)."""
+        where = str(self.folder)
+        if base is not None:
+            try:
+                where = str(self.folder.relative_to(base)) if self.folder != base else "."
+            except ValueError:
+                pass
+        ranks = self.ranks
+        if not ranks:
+            what = f"{len(self.locations)} profile" + ("s" if len(self.locations) != 1 else "") + " without rank"
+        elif len(ranks) == 1:
+            what = f"1 rank ({ranks[0]})"
+        else:
+            what = f"{len(ranks)} ranks ({', '.join(map(str, ranks))})"
+        if len(self.locations) == 1:
+            where = f"{where} [{self.locations[0].path.name}]"
+        return f"{where}: {'+'.join(self.kinds)}, {what}"
 
 
-def group_jobs(locations: Sequence[ProfileLocation]) -> list[Job]:
-    by_parent: dict[Path, list[ProfileLocation]] = {}
-    for loc in locations:
-        by_parent.setdefault(loc.path.parent, []).append(loc)
+def discover_jobs(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Job]:
+    """Every job under ``paths`` (one walk), sorted by folder."""
+    return group_candidates(find_candidates(paths, max_depth=max_depth))
 
-    # Merge single-rank siblings (prof/rank0/x_ascend_pt, prof/rank1/y_ascend_pt) into one job.
-    by_grandparent: dict[Path, list[Path]] = {}
-    for parent, locs in by_parent.items():
-        if len(locs) == 1 and locs[0].rank is not None:
-            by_grandparent.setdefault(parent.parent, []).append(parent)
-    for grand, parents in by_grandparent.items():
-        locs = [by_parent[p][0] for p in parents]
-        kinds = {loc.kind for loc in locs}
-        ranks = [loc.rank for loc in locs]
-        if len(parents) > 1 and len(kinds) == 1 and len(set(ranks)) == len(ranks):
-            for p in parents:
-                del by_parent[p]
-            by_parent[grand] = locs
 
-    jobs = [Job(folder, tuple(sorted(locs, key=lambda l: (l.rank is None, l.rank or 0, str(l.path))))) for folder, locs in by_parent.items()]
-    return sorted(jobs, key=lambda j: str(j.folder))
+def group_candidates(candidates: Sequence[Candidate]) -> list[Job]:
+    by_home: dict[tuple[Path, str, str], list[Candidate]] = {}
+    for cand in candidates:
+        loc = cand.location
+        home = _run_root(loc).parent
+        by_home.setdefault((home, _family(loc.kind), _name_pattern(loc)), []).append(cand)
+
+    groups: list[tuple[Path, list[Candidate]]] = []
+    for (home, _, _), cands in by_home.items():
+        groups.extend((home, run) for run in _split_runs(cands))
+    groups = _merge_rank_folders(groups)
+
+    jobs = [
+        Job(folder, tuple(select_newest(cands)), tuple(c.location for c in cands)) for folder, cands in groups
+    ]
+    return sorted(jobs, key=lambda j: (str(j.folder), [str(loc.path) for loc in j.locations]))
+
+
+def _run_root(loc: ProfileLocation) -> Path:
+    """The run's own folder or file: a DB or lone trace_view.json inside ASCEND_PROFILER_OUTPUT
+    belongs to the root above it; everything else is its own root."""
+    if loc.path.parent.name == OUTPUT_DIR:
+        return loc.path.parent.parent
+    return loc.path
+
+
+def _family(kind: ProfileKind) -> str:
+    # One torch_npu run can be exported as text on one rank and DB-only on another.
+    return "torch_npu" if kind in (ProfileKind.TORCH_NPU, ProfileKind.TORCH_NPU_DB) else kind.value
+
+
+def _name_pattern(loc: ProfileLocation) -> str:
+    # torch_npu and msprof name runs <host>_<pid>_<time> / PROF_<n>_<time>_<random letters>: the
+    # names of one run's ranks differ beyond digits, so only Kineto file names are compared.
+    if loc.kind is not ProfileKind.KINETO:
+        return ""
+    return _DIGITS.sub("#", loc.path.name)
+
+
+def _start(cand: Candidate) -> tuple[float, float, str]:
+    return (float(cand.name_ts), cand.location.mtime, str(cand.location.path))
+
+
+def _split_runs(cands: list[Candidate]) -> list[list[Candidate]]:
+    runs: list[list[Candidate]] = []
+    seen: set[int | None] = set()
+    for cand in sorted(cands, key=_start):
+        if not runs or cand.location.rank in seen:
+            runs.append([])
+            seen = set()
+        runs[-1].append(cand)
+        seen.add(cand.location.rank)
+    return runs
+
+
+def _merge_rank_folders(groups: list[tuple[Path, list[Candidate]]]) -> list[tuple[Path, list[Candidate]]]:
+    """``prof/rank0/x_ascend_pt`` + ``prof/rank1/y_ascend_pt``: one job in ``prof``."""
+    singles: dict[tuple[Path, str, str, str], list[int]] = {}
+    for i, (home, cands) in enumerate(groups):
+        if len(cands) == 1 and cands[0].location.rank is not None:
+            loc = cands[0].location
+            key = (home.parent, _DIGITS.sub("#", home.name), _family(loc.kind), _name_pattern(loc))
+            singles.setdefault(key, []).append(i)
+    merged: set[int] = set()
+    out: list[tuple[Path, list[Candidate]]] = []
+    for (parent, _, _, _), idx in singles.items():
+        ranks = [groups[i][1][0].location.rank for i in idx]
+        if len(idx) > 1 and len(set(ranks)) == len(ranks):
+            out.append((parent, [groups[i][1][0] for i in idx]))
+            merged.update(idx)
+    out.extend(g for i, g in enumerate(groups) if i not in merged)
+    return out
 
 
 def source_root_for(profile_path: Path, boundary: Path) -> Path:

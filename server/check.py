@@ -16,6 +16,7 @@ from msprof_lsp.hints.finding import Severity
 from msprof_lsp.mapping.attribute import attribute
 from msprof_lsp.mapping.compare import compare
 from msprof_lsp.mapping.errors import ProfileError
+from msprof_lsp.mapping.jobs import Job
 
 from . import pipeline
 from .cli import CheckArgs, UsageError, version
@@ -59,6 +60,14 @@ def _baseline_comparison(analysis: pipeline.Analysis, baseline: Path, settings: 
     return compare(str(baseline), loaded.profile, before_heat, analysis.profile, analysis.attribution.heat)
 
 
+def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
+    """One line per job when a folder holds several: each is analysed (and reported) on its own."""
+    if len(jobs) < 2:
+        return
+    for i, job in enumerate(jobs, 1):
+        print(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}", file=warn)
+
+
 def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
     cwd = Path.cwd()
     paths = [Path(p) for p in args.paths] or [cwd]
@@ -73,7 +82,8 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
     for path in paths:
         settings = settings_for(path, args, warn)
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
-        analyses = pipeline.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress)
+        analyses = pipeline.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
+                                          on_jobs=lambda found, base: _say_jobs(found, base, warn))
         baseline = args.baseline or settings.baseline
         for a in analyses:
             comparison = None

@@ -4,7 +4,7 @@ profile on disk -> Profile -> Attribution (SourceHeat) -> findings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,11 +13,11 @@ from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping import safe_io
 from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.cluster import LoadResult, load_profile
-from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR, find_all
+from msprof_lsp.mapping.cluster import LoadResult, load_job, load_profile
+from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.heat import Attribution
-from msprof_lsp.mapping.jobs import Job, group_jobs, source_root_for
+from msprof_lsp.mapping.jobs import Job, discover_jobs, source_root_for
 from msprof_lsp.mapping.locations import Progress, no_progress
 from msprof_lsp.mapping.model import Profile
 from msprof_lsp.mapping.workspace import SourceWorkspace
@@ -55,9 +55,8 @@ def load(
     use_cache: bool = True,
     progress: Progress = no_progress,
 ) -> LoadResult:
-    cache_dir = settings.resolve_path(settings.cache_dir) if settings.cache_dir else None
     return load_profile(
-        list(profile_paths), rank=settings.rank, use_cache=use_cache, cache_dir=cache_dir, progress=progress
+        list(profile_paths), rank=settings.rank, use_cache=use_cache, cache_dir=_cache_dir(settings), progress=progress
     )
 
 
@@ -75,14 +74,24 @@ def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Set
     return Analysis(loaded, workspace, attribution, findings)
 
 
+def _cache_dir(settings: Settings) -> Path | None:
+    return settings.resolve_path(settings.cache_dir) if settings.cache_dir else None
+
+
+def load_found_job(job: Job, settings: Settings, *, use_cache: bool = True, progress: Progress = no_progress) -> LoadResult:
+    """Load a job that discovery already found (its ranks are not looked for again)."""
+    return load_job(job.locations, job.folder, rank=settings.rank, use_cache=use_cache,
+                    cache_dir=_cache_dir(settings), progress=progress)
+
+
 def find_jobs(paths: Sequence[Path]) -> list[Job]:
-    # Every run first, then jobs by folder: newest-run-per-rank selection happens inside a job
-    # (load_profile), so two samples' rank-0 profiles never compete with each other.
-    locations = find_all(list(paths))
-    if not locations:
+    # One walk; runs are grouped into jobs first and newest-run-per-rank is chosen inside a job,
+    # so two samples' rank-0 profiles never compete and unrelated traces never form a cluster.
+    jobs = discover_jobs(list(paths))
+    if not jobs:
         looked = ", ".join(str(p) for p in paths)
         raise NoProfileFound(looked, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
-    return group_jobs(locations)
+    return jobs
 
 
 def analyse_paths(
@@ -92,20 +101,26 @@ def analyse_paths(
     profile: Path | None = None,
     use_cache: bool = True,
     progress: Progress = no_progress,
+    on_jobs: Callable[[list[Job], Path], None] | None = None,
 ) -> list[Analysis]:
-    """``--check`` semantics: one analysis per job found under ``paths`` (or of ``profile``).
+    """``--check`` semantics: one analysis per job found under ``paths`` (or under ``profile``).
 
     Each job is checked against the source folder nearest to it (so two samples' ``model.py``
-    stay apart); ``--profile`` checks that profile against all of ``paths``.
+    stay apart); the jobs of ``--profile`` are each checked against all of ``paths``.
+    ``on_jobs(jobs, base)`` hears which jobs were found before any is loaded.
     """
     paths = [p.resolve() for p in paths]
-    if profile is not None:
-        loaded = load([profile], settings, use_cache=use_cache, progress=progress)
-        return [analyse_loaded(loaded, build_workspace(paths, settings), settings)]
+    base = profile.resolve() if profile is not None else paths[0]
+    jobs = find_jobs([profile] if profile is not None else paths)
+    if on_jobs is not None:
+        on_jobs(jobs, base if base.is_dir() else base.parent)
     analyses = []
-    for job in find_jobs(paths):
-        boundary = next((p for p in paths if p == job.folder or p in job.folder.parents), paths[0])
-        root = source_root_for(job.folder, boundary)
-        loaded = load([job.folder], settings, use_cache=use_cache, progress=progress)
-        analyses.append(analyse_loaded(loaded, build_workspace([root], settings), settings))
+    for job in jobs:
+        if profile is not None:
+            roots = paths
+        else:
+            boundary = next((p for p in paths if p == job.folder or p in job.folder.parents), paths[0])
+            roots = [source_root_for(job.folder, boundary)]
+        loaded = load_found_job(job, settings, use_cache=use_cache, progress=progress)
+        analyses.append(analyse_loaded(loaded, build_workspace(roots, settings), settings))
     return analyses
