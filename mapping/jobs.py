@@ -82,7 +82,7 @@ def group_candidates(candidates: Sequence[Candidate]) -> list[Job]:
 
     groups: list[tuple[Path, list[Candidate]]] = []
     for (home, _, _), cands in by_home.items():
-        groups.extend((home, run) for run in _split_runs(cands))
+        groups.extend((home, run) for run in _parsed_runs(_split_runs(cands)))
     groups = _merge_rank_folders(groups)
 
     jobs = [
@@ -129,7 +129,8 @@ def _split_runs(cands: list[Candidate]) -> list[list[Candidate]]:
 
 
 def _merge_rank_folders(groups: list[tuple[Path, list[Candidate]]]) -> list[tuple[Path, list[Candidate]]]:
-    """``prof/rank0/x_ascend_pt`` + ``prof/rank1/y_ascend_pt``: one job in ``prof``."""
+    """``prof/rank0/x_ascend_pt`` + ``prof/rank1/y_ascend_pt``: one job in ``prof`` (per run, when
+    each rank folder holds several runs)."""
     singles: dict[tuple[Path, str, str, str], list[int]] = {}
     for i, (home, cands) in enumerate(groups):
         if len(cands) == 1 and cands[0].location.rank is not None:
@@ -139,12 +140,21 @@ def _merge_rank_folders(groups: list[tuple[Path, list[Candidate]]]) -> list[tupl
     merged: set[int] = set()
     out: list[tuple[Path, list[Candidate]]] = []
     for (parent, _, _, _), idx in singles.items():
-        ranks = [groups[i][1][0].location.rank for i in idx]
-        if len(idx) > 1 and len(set(ranks)) == len(ranks):
-            out.append((parent, [groups[i][1][0] for i in idx]))
-            merged.update(idx)
+        if len({groups[i][0] for i in idx}) < 2:
+            continue  # runs of one folder stay apart
+        group_of = {id(groups[i][1][0]): i for i in idx}
+        for run in _split_runs([groups[i][1][0] for i in idx]):
+            if len(run) > 1:
+                out.append((parent, run))
+                merged.update(group_of[id(c)] for c in run)
     out.extend(g for i, g in enumerate(groups) if i not in merged)
     return out
+
+
+def _parsed_runs(runs: list[list[Candidate]]) -> list[list[Candidate]]:
+    # A run whose results were never parsed (raw data only) is no job beside parsed ones.
+    parsed = [run for run in runs if any(c.has_output for c in run)]
+    return parsed or runs
 
 
 def source_root_for(profile_path: Path, boundary: Path) -> Path:

@@ -122,6 +122,27 @@ def test_runs_in_sibling_folders_are_separate_jobs_and_per_rank_folders_one(tmp_
     assert found == {"exp_a": a, "exp_b": b, "ranks": r0 + r1}
 
 
+def test_per_rank_folders_holding_two_runs_each_give_one_job_per_run(tmp_path: Path) -> None:
+    later = _run_of(2, 0).start_ns + DAY_NS
+    old = [_write_ranks(tmp_path / "prof" / f"rank{r}", 2, ranks=[r])[0] for r in (0, 1)]
+    new = [_write_ranks(tmp_path / "prof" / f"rank{r}", 2, ranks=[r], start_ns=later)[0] for r in (0, 1)]
+    found = discover_jobs([tmp_path])
+    assert [(j.folder, [loc.path for loc in j.locations]) for j in found] == [
+        (tmp_path / "prof", old), (tmp_path / "prof", new)
+    ]
+
+
+def test_a_run_never_parsed_is_no_job_beside_a_parsed_one(tmp_path: Path) -> None:
+    [parsed] = _write_ranks(tmp_path / "prof", 1)
+    raw = tmp_path / "prof" / "node_1_20991231000000000_ascend_pt"  # newer, but raw data only
+    (raw / "FRAMEWORK").mkdir(parents=True)
+    (raw / "FRAMEWORK" / "torch.op_range").write_bytes(b"raw")
+    (raw / "profiler_info_0.json").write_text('{"rank_id": 0}')
+    [job] = discover_jobs([tmp_path])
+    assert [loc.path for loc in job.locations] == [parsed]
+    assert {loc.path for loc in job.runs_found} == {parsed}
+
+
 def test_text_and_db_ranks_of_one_run_and_a_kineto_trace_beside_them(tmp_path: Path) -> None:
     text0 = write_torch_npu_text(_run_of(2, 0), tmp_path / "prof")
     db1 = write_torch_npu_db(_run_of(2, 1), tmp_path / "prof")

@@ -75,20 +75,19 @@ class Engine:
         """Load the requested (or chosen) profile and analyse it; raises ProfileError."""
         settings = req.settings
         progress("Looking for profiles", None)
+        load_settings = replace(settings, rank=req.rank) if req.rank is not None else settings
         if req.explicit is not None:
             job = None
-            paths = [req.explicit]
             roots = list(req.folders) or [req.explicit if req.explicit.is_dir() else req.explicit.parent]
+            loaded = pipeline.load([req.explicit], load_settings, use_cache=req.use_cache, progress=progress)
         else:
             jobs = self.discover(req.folders) if req.chosen is None else [req.chosen]
             job = req.chosen or choose_job(jobs, req.open_paths)
             if job is None:
                 where = ", ".join(str(f) for f in req.folders) or "the workspace"
                 raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
-            paths = [job.folder]
             roots = [job.source_root]
-        load_settings = replace(settings, rank=req.rank) if req.rank is not None else settings
-        loaded = pipeline.load(paths, load_settings, use_cache=req.use_cache, progress=progress)
+            loaded = pipeline.load_found_job(job.job, load_settings, use_cache=req.use_cache, progress=progress)
         workspace = pipeline.build_workspace(roots, settings)
         for path, text in req.open_texts.items():
             workspace.set_text(path, text)

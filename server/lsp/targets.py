@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msprof_lsp.mapping.errors import NoProfileFound
-from msprof_lsp.mapping.jobs import source_root_for
+from msprof_lsp.mapping.jobs import Job, source_root_for
 from msprof_lsp.mapping.model import ProfileKind
 
 from .. import pipeline
@@ -22,11 +22,12 @@ from .. import pipeline
 
 @dataclass(frozen=True, slots=True)
 class JobChoice:
-    folder: Path  # where the job's profiles are (what load_profile is given)
+    folder: Path  # where the job's profiles are
     source_root: Path  # the source folder its frames resolve against
     newest: float  # newest input file mtime of its profiles
     kinds: tuple[str, ...]
     ranks: tuple[int, ...]
+    job: Job  # what discovery found: loaded as it is, the folder is not walked again
 
     def contains(self, path: str) -> bool:
         p = Path(path)
@@ -47,8 +48,9 @@ def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
                     folder=job.folder.resolve(),
                     source_root=source_root_for(job.folder, folder).resolve(),
                     newest=max((loc.mtime for loc in job.locations), default=0.0),
-                    kinds=tuple(sorted({loc.kind.value for loc in job.locations})),
-                    ranks=tuple(sorted({loc.rank for loc in job.locations if loc.rank is not None})),
+                    kinds=job.kinds,
+                    ranks=job.ranks,
+                    job=job,
                 )
             )
     return out
