@@ -3,8 +3,9 @@
 Users point the tool at whatever their job left behind: a ``*_ascend_pt`` directory, a folder of
 them (one per rank, several runs over time), a ``PROF_*`` directory of the msprof CLI, a DB export,
 a Kineto ``*.pt.trace.json.gz``. Discovery walks the given paths (bounded depth, no VCS or virtual
-environment folders, no symlink loops), recognises each producer's root without reading trace
-contents beyond a small sniff, and keeps the newest run per rank (formats §2, §11, §12, §14).
+environment folders, no symlink loops) once and recognises each producer's root without reading
+trace contents beyond a small sniff; ``mapping.jobs`` groups what it finds into jobs, and
+``select_newest`` picks each job's ranks.
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ class Candidate:
 
 
 def discover(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[ProfileLocation]:
-    """Every profile under ``paths``, newest run per rank, sorted by rank (unranked first).
+    """Every profile under ``paths`` taken as one pool: newest run per rank, sorted by rank.
 
-    When some locations carry a rank, unranked ones are dropped: they cannot be placed in the
-    multi-rank picture (say, an old single-card run lying next to an 8-rank job).
+    The product groups into jobs first (``mapping.jobs.discover_jobs``); this pool view is for
+    tools and tests that point at one run. Unranked locations are dropped beside ranked ones.
     """
     return select_newest(find_candidates(paths, max_depth=max_depth))
 
@@ -104,6 +105,8 @@ def find_candidates(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH
 
 
 def select_newest(candidates: Iterable[Candidate]) -> list[ProfileLocation]:
+    """Newest run per rank, sorted by rank (unranked first); unranked ones are dropped when some
+    carry a rank: they cannot be placed in the multi-rank picture."""
     by_rank: dict[int | None, Candidate] = {}
     for cand in candidates:
         best = by_rank.get(cand.location.rank)
