@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -198,3 +199,20 @@ def test_check_walks_the_folder_once(tmp_path: Path, monkeypatch) -> None:
     analyses = pipeline.analyse_paths([sample], Settings(), use_cache=False)
     assert len(analyses) == 2 and len(walks) == 1
     assert sorted(a.loaded.location.kind.value for a in analyses) == ["kineto", "torch_npu"]
+
+
+def test_the_editor_serves_the_newest_of_two_runs_in_one_folder(tmp_path: Path) -> None:
+    from msprof_lsp.server.lsp.engine import Engine, LoadRequest
+    from msprof_lsp.server.lsp.targets import find_jobs as editor_jobs
+
+    _write_ranks(tmp_path / "prof", 2)
+    second = _write_ranks(tmp_path / "prof", 2, start_ns=_run_of(2, 0).start_ns + DAY_NS)
+    for root in second:  # the later run's files are the newest inputs
+        for f in root.rglob("*"):
+            if f.is_file():
+                os.utime(f, (4_000_000_000, 4_000_000_000))
+    [choice] = editor_jobs([tmp_path])
+    assert [loc.path for loc in choice.job.locations] == second
+    engine = Engine()
+    engine.load(LoadRequest(settings=Settings(), folders=[tmp_path], use_cache=False))
+    assert engine.loaded is not None and [loc.path for loc in engine.loaded.locations] == second

@@ -35,7 +35,11 @@ class JobChoice:
 
 
 def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
-    """Every job under the folders, with the source folder each belongs to."""
+    """Every job under the folders, with the source folder each belongs to.
+
+    Several runs written to one folder are the same code profiled again: the editor serves the
+    newest (jobs are held by folder), ``--check`` reports each.
+    """
     out: list[JobChoice] = []
     for folder in folders:
         try:
@@ -53,7 +57,12 @@ def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
                     job=job,
                 )
             )
-    return out
+    newest: dict[Path, JobChoice] = {}
+    for choice in out:
+        held = newest.get(choice.folder)
+        if held is None or (choice.newest, _ascend(choice)) > (held.newest, _ascend(held)):
+            newest[choice.folder] = choice
+    return [c for c in out if newest[c.folder] is c]
 
 
 def _ascend(job: JobChoice) -> bool:
