@@ -127,6 +127,7 @@ class _ArgText:
         self._dims: dict[bytes, str] = {}
         self._types: dict[bytes, str] = {}
         self._decode = msgspec.json.Decoder().decode
+        self.unreadable = 0  # arg lists that are not valid JSON (damaged bytes, numbers past int64)
 
     def dims(self, raw: msgspec.Raw) -> str:
         key = bytes(raw)
@@ -145,7 +146,11 @@ class _ArgText:
     def _convert(self, key: bytes, entry) -> str:
         if not key:
             return ""
-        value = self._decode(key)
+        try:
+            value = self._decode(key)
+        except msgspec.DecodeError:  # ValidationError is one: an int past int64 in a shape list
+            self.unreadable += 1
+            return ""
         if isinstance(value, list):
             return ";".join(entry(v) for v in value)
         return str(value)
@@ -437,6 +442,9 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     issues += buckets.notices(str(path))
     if buckets.untimed:
         issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
+    if text.unreadable:
+        issues.append(Issue(str(path), f"{text.unreadable} distinct shape/type argument list(s) are not "
+                                       "readable JSON; those operators have no shapes"))
     if biggest_ts >= _EXACT_US_LIMIT:
         error_ns = float(np.spacing(biggest_ts)) * 1000.0 / 2
         issues.append(

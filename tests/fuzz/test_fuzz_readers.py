@@ -78,6 +78,8 @@ FOUND = [
     ("torch_npu text (sample)", "numbers", "ASCEND_PROFILER_OUTPUT/kernel_details.csv", 521844312),  # negative duration
     ("torch_npu csv (real)", "numbers", "kernel_details.csv", 3964771417),  # a 5,000-digit time cell
     ("msprof CLI (synthetic)", "numbers", "host/info.json", 2190361058),  # int(inf) of a 400-digit value
+    ("kineto (real)", "numbers", "", 3055143488),  # an int past int64 in Input Dims
+    ("kineto (real)", "encoding", "", 3277108649),  # bad UTF-8 in an arg list
 ]
 
 
