@@ -364,8 +364,9 @@ class Profile:
 
         (1) step_trace_time Computing + Communication(Not Overlapped) + Free, averaged per step;
         (2) ProfilerStep#N durations (or, for a profile without markers whose reader made the
-        capture span its one step, that span: "capture span"); (3) device span per Step Id;
-        (4) capture length / steps.
+        capture span its one step, that span: "capture span"); (3) device span per Step Id of
+        the compute and communication tasks (the breakdown's Stage); (4) capture length / steps
+        (of those tasks, when there are any).
         A breakdown only recomputed from Overlap Analysis (``derived``) is not (1): it covers the
         device span of the step, not the Preparing phase before its first task, so it is used
         only where there are no ProfilerStep ranges.
@@ -381,6 +382,12 @@ class Profile:
             return _mean_breakdown(rows), "Overlap Analysis"
         k = self.kernels
         if len(k):
+            from .timemodel import TaskClass, is_class  # the time model builds on this module
+
+            # the step's Stage: its compute and communication tasks (waits, markers and copies out)
+            staged = is_class(k, TaskClass.COMPUTE, TaskClass.COMMUNICATION)
+            if staged.any():
+                k = k[staged]
             in_step = k[k["step"] >= 0]
             if len(in_step):
                 ends = in_step["start_ns"] + in_step["dur_ns"]

@@ -55,6 +55,7 @@ COMPUTE_CORES = frozenset(
 )
 COPY_CORES = frozenset({"MEMCPY", "MEMSET", "MEMCPY_ASYNC", "MEMSET_ASYNC", "PCIE_DMA_SQE", "SDMA_SQE"})
 COPY_NAMES = re.compile(r"^(MEMCPY_ASYNC|MEMSET_ASYNC|Memcpy\b|Memset\b|memcpy|memset)")
+HCCL_AICPU_SUFFIX = "AicpuKernel"  # HCCL's collectives run as AI CPU tasks (core AI_CPU)
 COMM_TASK_NAMES = frozenset({"SDMA", "RDMA", "Reduce_Inline", "Reduce_TBE"})  # HCCL link transfer tasks
 WAIT_NAMES = re.compile(
     r"^(EVENT_WAIT|EVENT_RECORD|Notify[ _]Wait|Notify[ _]Record|NOTIFY_\w+|Write Value|STREAM_WAIT\w*|"
@@ -67,7 +68,8 @@ _RUNTIME_TASK = re.compile(r"^[A-Z][A-Z0-9_]*$")  # an untyped, all-caps runtime
 
 def classify(name: str, core: str = "", op_type: str = "") -> TaskClass:
     """The class of one device task from its name, accelerator core / task type and op type."""
-    if core in COMM_CORES or op_type.startswith("hcom_") or name.startswith("hcom_") or NCCL.search(name):
+    if (core in COMM_CORES or op_type.startswith("hcom_") or name.startswith("hcom_") or NCCL.search(name)
+            or name.endswith(HCCL_AICPU_SUFFIX)):
         return TaskClass.COMMUNICATION
     if name in COMM_TASK_NAMES or core in COMM_TASK_NAMES:
         return TaskClass.COMMUNICATION

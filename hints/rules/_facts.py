@@ -15,7 +15,6 @@ import pandas as pd
 
 from msprof_lsp.mapping import step_windows, timemodel
 from msprof_lsp.mapping.model import Profile
-from msprof_lsp.mapping.timemodel import overlap_ns  # noqa: F401 - the rules' name for it
 
 _TRAILING_NUMBER = re.compile(r"\d+$")
 _API_PREFIX = re.compile(r"^[A-Za-z]+@")
@@ -64,14 +63,6 @@ def kernel_types(profile: Profile) -> np.ndarray:
     codes, uniques = pd.factorize(pairs)
     table = np.array([kernel_op_type(n, t) for n, t in uniques], dtype=object)
     return table[codes]
-
-
-def is_device_work(profile: Profile) -> np.ndarray:
-    """Kernel rows that occupy the device: compute kernels, copies and communication -- not the
-    runtime's event/notify records and waits (a wait task is the device waiting, not working) or
-    profiler markers (the time model's classes)."""
-    return timemodel.is_class(profile.kernels, timemodel.TaskClass.COMPUTE, timemodel.TaskClass.MEMCPY,
-                              timemodel.TaskClass.COMMUNICATION)
 
 
 def is_task(profile: Profile) -> np.ndarray:

@@ -26,12 +26,12 @@ from msprof_lsp.hints.fixes import aicpu as fx
 from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.heat import Site
+from msprof_lsp.mapping import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import format_us
 
 from . import _facts, _ops
 
-COMM_SUFFIX = "AicpuKernel"
 DOUBLE_TYPES = frozenset({"DOUBLE", "DT_DOUBLE", "FLOAT64", "DT_FLOAT64", "DOUBLE_T"})
 INT_RE = re.compile(r"^(DT_)?U?INT(8|16|32|64)$")
 DTYPE_CHECK_EXEMPT = frozenset({"cast", "tensorequal", "equal", "nonzero", "mul"})  # advisor aicpu_rules.yaml
@@ -138,7 +138,8 @@ class AicpuFallback(Rule):
             return
         if ctx.backend == "ascend":
             core = _facts.strs(k["core"])
-            sel = (core == "AI_CPU") & ~_ops.cat_mask(k["name"], lambda n: n.endswith(COMM_SUFFIX))
+            # HCCL's AI CPU tasks are communication in the time model, not operators that fell back
+            sel = (core == "AI_CPU") & timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
             yield from self._groups(ctx, k, np.flatnonzero(sel), cuda=False)
         else:
             h = ctx.profile.host_ops

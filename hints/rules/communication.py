@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprof_lsp.mapping import step_windows
+from msprof_lsp.mapping import step_windows, timemodel
 from msprof_lsp.mapping.model import Backend, CommOp, Profile
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.timemodel import collective_mask
@@ -35,6 +35,8 @@ GRADIENT = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
 # advisor packet_analysis: intra-node (SDMA: HCCS, PCIE, SIO) packets < 16 MB, inter-node RDMA < 1 MB
 SMALL_PACKET_MB = {"SDMA": 16.0, "RDMA": 1.0}
 SMALL_PACKET_RATIO = 0.2
+# step-time sources (Profile.step_time) that are a measured span, not a step marker or breakdown
+MEASURED_STEP = frozenset({"kernel step span", "capture length", "capture span"})
 SDMA_LINKS = frozenset({"SDMA", "HCCS", "PCIE", "SIO"})
 DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 FSDP = (
@@ -70,10 +72,11 @@ class GradAccumulation(Rule):
         comm = _from_breakdown(ctx) or _from_kernels(ctx)
         if comm is None or comm.not_overlapped_ns <= 0:
             return
-        # A step time measured as the kernels' span includes a one-off init collective (the 2023
-        # fixture's 309 ms broadcast opens its only step): leave that time out of the step too.
+        # A step time measured as the kernels' or the capture's span includes a one-off init
+        # collective (the 2023 fixture's 309 ms broadcast opens its only step): leave that time
+        # out of the step too. ProfilerStep ranges exclude it already.
         step_ns = None
-        if comm.ignored_ns > 0 and ctx.profile.step_time()[1] in ("kernel step span", "capture length"):
+        if comm.ignored_ns > 0 and ctx.profile.step_time()[1] in MEASURED_STEP:
             step_ns = ctx.step_time_ns - comm.ignored_ns
         share = ctx.share(comm.not_overlapped_ns, step_ns=step_ns)
         limit = float(ctx.thresholds.comm_max_percent)
@@ -129,20 +132,15 @@ class GradAccumulation(Rule):
 
 
 def _from_breakdown(ctx: RuleContext) -> _Comm | None:
-    rows = [b for b in ctx.profile.step_breakdown if b.step_time_ns > 0]
-    if not rows or not any(b.comm_ns > 0 or b.comm_not_overlapped_ns > 0 for b in rows):
+    """Communication(Not Overlapped) the producer wrote (step_trace_time / StepTraceTime / Overlap
+    Analysis), per step through the time model's breakdown (slowest device per step)."""
+    b = timemodel.profile_breakdown(ctx.profile)
+    if b.source in (timemodel.BreakdownSource.TASKS, timemodel.BreakdownSource.NONE):
+        return None  # computed from tasks: the kernel path below tells gradient from one-off collectives
+    not_ov, comm = b.mean("comm_not_overlapped_ns"), b.mean("communication_ns")
+    if not not_ov and not comm:
         return None
-    per_step: dict[int, tuple[int, int]] = {}
-    for b in rows:  # several devices: the slowest one's figures, as for the step time
-        old = per_step.get(b.step, (0, 0))
-        per_step[b.step] = (max(old[0], b.comm_not_overlapped_ns), max(old[1], b.comm_ns))
-    n = len(per_step)
-    src = "Overlap Analysis" if all(b.derived for b in rows) else "step_trace_time"
-    return _Comm(
-        sum(v[0] for v in per_step.values()) / n,
-        src,
-        comm_ns=sum(v[1] for v in per_step.values()) / n,
-    )
+    return _Comm(not_ov or 0.0, b.source.value, comm_ns=comm or 0.0)
 
 
 def _is_comm(profile: Profile) -> np.ndarray:
@@ -168,6 +166,9 @@ def _kernel_collectives(profile: Profile) -> Counter:
 
 
 def _from_kernels(ctx: RuleContext) -> _Comm | None:
+    """Per step window (ProfilerStep ranges, else the capture span), device by device: the union of
+    the gradient collectives clipped to the window, minus what compute kernels cover of it --
+    |G ∪ C| − |C|; and the time only the other (one-off) collectives occupy, |O ∪ G ∪ C| − |G ∪ C|."""
     prof = ctx.profile
     k = prof.kernels
     if not len(k):
@@ -175,8 +176,11 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
     comm = _is_comm(prof)
     if not comm.any():
         return None
+    windows = step_windows.windows(prof)
+    if not windows:
+        return None
     in_steps = _facts.kernels_in_steps_mask(prof)
-    tasks = _facts.is_task(prof)
+    compute = timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
     types = _facts.kernel_types(prof)
     grad = comm & in_steps & _facts.matches(types, GRADIENT)
     start = k["start_ns"].to_numpy(np.int64)
@@ -188,20 +192,19 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
     if not grad.any():
         return None
     other = comm & ~grad & in_steps
+
+    def covered(mask: np.ndarray) -> int:
+        return int(step_windows.covered_per_step(start[mask], end[mask], windows).sum())
+
     not_ov = busy = alone = 0
     for dev in np.unique(device[grad]):
         on = device == dev
-        g = grad & on
-        c = tasks & ~comm & in_steps & on
-        cs, ce = step_windows.merge_intervals(start[g], end[g])
-        ks, ke = step_windows.merge_intervals(start[c], end[c])
-        length = int((ce - cs).sum())
+        g, c, o = grad & on, compute & in_steps & on, other & on
         # several devices in one file: the slowest device, as for the step time
-        not_ov = max(not_ov, length - _facts.overlap_ns(cs, ce, ks, ke))
-        busy = max(busy, length)
-        os_, oe = step_windows.merge_intervals(start[other & on], end[other & on])
-        rest_s, rest_e = step_windows.merge_intervals(start[(c | g)], end[(c | g)])
-        alone = max(alone, int((oe - os_).sum()) - _facts.overlap_ns(os_, oe, rest_s, rest_e))
+        g_or_c = covered(g | c)
+        not_ov = max(not_ov, g_or_c - covered(c))
+        busy = max(busy, covered(g))
+        alone = max(alone, covered(o | g | c) - g_or_c)
     steps = ctx.num_steps
     return _Comm(not_ov / steps, "HCCL kernels" if ctx.backend == Backend.ASCEND.value else "NCCL kernels",
                  comm_ns=busy / steps, ignored=ignored, ignored_ns=alone / steps)

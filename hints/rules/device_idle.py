@@ -3,11 +3,10 @@
 Metrics per step: ``Free`` ÷ step time above ``freeMaxPercent``, ``Computing`` ÷ step time below
 ``computeMinPercent`` (a proxy for AI Core utilisation), the median ``Wait Time`` of compute
 kernels against ``schedulingDelayUs``, and the share of kernels shorter than ``smallKernelUs``
-(launch-dominated) as qualifier. From step_trace_time / Overlap Analysis when present, else from
-the kernels themselves: within each step window (the ProfilerStep range, or the capture span of
-a profile without markers) Free = the window minus the union of all device activity on every
-stream (copies included, wait tasks not), Computing = the union of compute kernels in it, so
-neither exceeds the step; without host step ranges, each step's own device span. The impact is
+(launch-dominated) as qualifier. Free and Computing are the time model's breakdown (producer's
+step_trace_time / StepTraceTime / Overlap Analysis, else computed from the classified tasks):
+Free = Stage − Computing − Communication(Not Overlapped), so memory copies and waits count as
+idle, exactly as msprof and the report's breakdown line count them. The impact is
 the idle time. Anchored on the training loop header, with related information at the
 three user functions that launch the most small kernels.
 """
@@ -16,10 +15,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
-from msprof_lsp.mapping import step_windows
+from msprof_lsp.mapping import timemodel
 from msprof_lsp.mapping.model import Backend
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
@@ -61,8 +61,11 @@ class DeviceIdle(Rule):
         got = _breakdown(ctx)
         if got is None:
             return
-        free_ns, computing_ns, source = got
-        step = ctx.step_time_ns
+        free_ns, computing_ns = got.free_ns, got.computing_ns
+        # Device tasks assigned to a step by their launch can run past its ProfilerStep range: the
+        # share is then of the device's Stage, so it stays in [0, 1].
+        step_ns = got.stage_ns if got.stage_ns > ctx.step_time_ns else None
+        step = step_ns if step_ns is not None else ctx.step_time_ns
         if step <= 0:
             return
         free_pct = free_ns / step * 100
@@ -82,15 +85,18 @@ class DeviceIdle(Rule):
         fix_text = ('Compile the model (torch.compile, backend "npu") or raise the batch size'
                     if ctx.backend == Backend.ASCEND.value else "Compile the model (torch.compile) or raise the batch size")
         total = free_ns * ctx.num_steps
-        message = ctx.message("Device idle", total_ns=total, qualifier=", ".join(qual), diagnosis=diagnosis, fix=fix_text)
+        message = ctx.message("Device idle", total_ns=total, qualifier=", ".join(qual), diagnosis=diagnosis,
+                              fix=fix_text, step_ns=step_ns)
         evidence = {
             "backend": ctx.backend,
-            "source": source,
+            "source": got.source,
             "free_us_per_step": round(free_ns / NS_PER_US, 3),
+            "memcpy_us_per_step": round(got.memcpy_ns / NS_PER_US, 3) if got.memcpy_ns is not None else None,
             "free_percent": round(free_pct, 2),
             "computing_us_per_step": round(computing_ns / NS_PER_US, 3),
             "computing_percent": round(compute_pct, 2),
             "step_us": round(step / NS_PER_US, 3),
+            "step_is_stage": step_ns is not None,
             **stats,
             "host_bound": host_bound,
             "manual_fix": MANUAL.get(ctx.backend, MANUAL["cuda"]),
@@ -101,71 +107,39 @@ class DeviceIdle(Rule):
         related = _small_kernel_functions(ctx, small_us)
         if found is None:
             yield ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
-                              confidence=Confidence.MODULE, related=related)
+                              confidence=Confidence.MODULE, related=related, step_ns=step_ns)
             return
         index, _call, loop, conf = found
         yield ctx.finding(self, span=loop.header, message=message, total_ns=total, evidence=evidence,
-                          confidence=conf, related=related)
+                          confidence=conf, related=related, step_ns=step_ns)
 
 
-def _breakdown(ctx: RuleContext) -> tuple[float, float, str] | None:
-    """(Free, Computing) per step in ns, and where they came from."""
-    prof = ctx.profile
-    rows = [b for b in prof.step_breakdown if b.step_time_ns > 0]
-    if rows:
-        per: dict[int, tuple[int, int]] = {}
-        for b in rows:  # several devices: the slowest device's step, as for the step time
-            old = per.get(b.step)
-            if old is None or b.step_time_ns > old[0] + old[1]:
-                per[b.step] = (b.free_ns, b.computing_ns)
-        n = len(per)
-        src = "Overlap Analysis" if all(b.derived for b in rows) else "step_trace_time"
-        return sum(v[0] for v in per.values()) / n, sum(v[1] for v in per.values()) / n, src
-    k = prof.kernels
-    if not len(k):
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """The profile's step breakdown as NPU105 reads it (per step, ns)."""
+
+    free_ns: float
+    computing_ns: float
+    stage_ns: float
+    memcpy_ns: float | None
+    source: str
+
+
+def _breakdown(ctx: RuleContext) -> _Idle | None:
+    """Free and Computing per step: the time model's breakdown (the producer's own figures where it
+    wrote them, else computed from the classified tasks) -- the same figures the report's
+    "per step: computing ... free ..." line prints."""
+    b = timemodel.profile_breakdown(ctx.profile)
+    free, computing, stage = b.mean("free_ns"), b.mean("computing_ns"), b.mean("stage_ns")
+    if free is None or computing is None or stage is None:
         return None
-    windows = step_windows.windows(prof) if prof.steps else []
-    if not windows:  # device step ids only (no host step ranges): each step's own device span
-        return _breakdown_by_step_id(prof)
-    start = k["start_ns"].to_numpy(np.int64)
-    end = start + k["dur_ns"].to_numpy(np.int64)
-    comm = _facts.mask(k["core"], {"HCCL", "COMMUNICATION"}.__contains__)
-    busy = _facts.is_device_work(prof)
-    computing = _facts.is_task(prof) & ~comm
-    if not busy.any():
-        return None
-    covered = step_windows.covered_per_step(start[busy], end[busy], windows)
-    work = step_windows.covered_per_step(start[computing], end[computing], windows)
-    length = np.array([w.dur_ns for w in windows], dtype=np.int64)
-    n = len(windows)
-    return float((length - covered).sum()) / n, float(work.sum()) / n, "kernels in step windows"
-
-
-def _breakdown_by_step_id(prof) -> tuple[float, float, str] | None:  # noqa: ANN001 - Profile
-    k = prof.kernels
-    sel = _facts.is_task(prof) & _facts.kernels_in_steps_mask(prof)
-    if not sel.any():
-        return None
-    start = k["start_ns"].to_numpy(np.int64)
-    end = start + k["dur_ns"].to_numpy(np.int64)
-    step = k["step"].to_numpy(np.int64)
-    free = busy = 0
-    n = 0
-    for s in np.unique(step[sel]):
-        m = sel & (step == s)
-        us, ue = step_windows.merge_intervals(start[m], end[m])
-        b = int((ue - us).sum())
-        busy += b
-        free += int(end[m].max() - start[m].min()) - b
-        n += 1
-    return free / n, busy / n, "kernels"
+    return _Idle(free, computing, stage, b.mean("memcpy_ns"), b.source.value)
 
 
 def _kernel_stats(ctx: RuleContext, small_us: float) -> dict:
     prof = ctx.profile
     k = prof.kernels
-    comm_core = _facts.mask(k["core"], {"HCCL", "COMMUNICATION"}.__contains__)
-    sel = _facts.is_task(prof) & _facts.kernels_in_steps_mask(prof) & ~comm_core
+    sel = timemodel.is_class(k, timemodel.TaskClass.COMPUTE) & _facts.kernels_in_steps_mask(prof)
     dur = k["dur_ns"].to_numpy(np.int64)[sel]
     wait = k["wait_ns"].to_numpy(np.int64)[sel]
     wait = wait[wait >= 0]
@@ -184,7 +158,7 @@ def _small_kernel_functions(ctx: RuleContext, small_us: float) -> list[Related]:
     if att is None:
         return []
     k = ctx.profile.kernels
-    small = np.flatnonzero((k["dur_ns"].to_numpy(np.int64) < small_us * NS_PER_US) & _facts.is_task(ctx.profile)
+    small = np.flatnonzero((k["dur_ns"].to_numpy(np.int64) < small_us * NS_PER_US) & timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
                            & (att.kernel_site >= 0))
     counts: Counter = Counter()
     for r in small:

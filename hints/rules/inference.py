@@ -28,6 +28,7 @@ from msprof_lsp.hints.finding import Finding, Fix, Related
 from msprof_lsp.hints.fixes import inference as fx
 from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
 
 from . import _facts, _ops
@@ -52,6 +53,7 @@ GRAD_KERNEL = re.compile(r"Grad(V\d+)?$|Backward")
 OPTIMIZER_KERNEL = re.compile(r"^Apply[A-Z]|multi_tensor_apply|fused_?adam|fused_?sgd|foreach_adam", re.IGNORECASE)
 # collectives that reduce gradients (allGather and broadcast also move parameters and outputs)
 GRADIENT_COLLECTIVE = re.compile(r"all_?reduce|reduce_?scatter", re.IGNORECASE)
+# host ops that issue a collective (device tasks go through the time model's classifier)
 COLLECTIVE = re.compile(r"^hcom_|nccl|c10d::|^HcclAll|^HcclReduce", re.IGNORECASE)
 
 
@@ -76,7 +78,7 @@ def training_evidence(p) -> dict[str, int]:  # noqa: ANN001 - Profile
 
         ev["backward_kernels"] = int((k["backward"].to_numpy(dtype=bool) | either(lambda t: bool(GRAD_KERNEL.search(t)))).sum())
         ev["optimizer_kernels"] = int(either(lambda t: bool(OPTIMIZER_KERNEL.search(t))).sum())
-        comm = _ops.cat_mask(k["core"], lambda c: c in ("HCCL", "COMMUNICATION")) | either(lambda t: bool(COLLECTIVE.search(t)))
+        comm = timemodel.collective_mask(k)  # the time model's classifier: hcom_*, HCCL core, NCCL
         ev["gradient_collectives"] += int((comm & either(lambda t: bool(GRADIENT_COLLECTIVE.search(t)))).sum())
     return ev
 

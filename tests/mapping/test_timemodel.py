@@ -43,6 +43,7 @@ US = 1000
         ("hcom_allReduce__586_0_1", "HCCL", "hcom_allReduce_", TaskClass.COMMUNICATION),
         ("hcom_allReduce__428_0_1", "COMMUNICATION", "hcom_allReduce_", TaskClass.COMMUNICATION),
         ("SDMA", "", "", TaskClass.COMMUNICATION),
+        ("allreduceAicpuKernel", "AI_CPU", "", TaskClass.COMMUNICATION),  # HCCL's AI CPU task, not a fallback
         ("Notify Wait", "", "", TaskClass.WAIT),
         ("Write Value", "", "", TaskClass.WAIT),
         ("EVENT_WAIT", "", "", TaskClass.WAIT),
@@ -178,3 +179,17 @@ def test_device_work_behind_the_host_counts_in_its_launching_step() -> None:
     assert [s.step for s in by_own_start] == [3, 4]
     (s,) = compute_breakdown(k, steps, launch_ns=np.array([0, 90 * US]))
     assert s.step == 3 and s.computing_ns == 15 * US and s.stage_ns == 125 * US and s.free_ns == 110 * US
+
+
+def test_kernel_step_span_is_the_stage_of_compute_and_communication() -> None:
+    """Without step_trace_time or ProfilerStep ranges the step time is each Step Id's span of its
+    compute and communication tasks -- the breakdown's Stage -- not of its waits or copies."""
+    p = Profile(meta=ProfileMeta(kind=ProfileKind.TORCH_NPU, path="/p"), kernels=_kernels(ROWS))
+    # ROWS: the Notify Wait [0, 60) and the copy [-8, -2) would stretch the span to [-8, 72) = 80 µs;
+    # compute and communication alone span [0, 72)
+    assert p.step_time() == (72 * US, "kernel step span")
+    assert p.step_time_ns == profile_breakdown(p).mean("stage_ns")
+    # a step of only waits and copies: no Stage, the whole capture of its tasks is the fallback
+    waits = Profile(meta=ProfileMeta(kind=ProfileKind.TORCH_NPU, path="/p"),
+                    kernels=_kernels([("Notify Wait", "", 0, 60, 3, 4), ("MEMCPY_ASYNC", "", -8, 6, 3, 2)]))
+    assert waits.step_time() == (68 * US, "kernel step span")

@@ -23,6 +23,8 @@ from msprof_lsp.mapping.locations import ProfileLocation
 from msprof_lsp.mapping.model import Backend, ProfileKind, Step
 from msprof_lsp.mapping.readers.kineto import read
 from msprof_lsp.mapping.step_windows import capture_step, covered_per_step, merge_intervals
+from msprof_lsp.mapping.timemodel import profile_breakdown
+from msprof_lsp.server.report.text import breakdown_line
 
 PID, TID, BWD = 25738, 25738, 25772
 T0 = 1_623_142_623_460_000  # epoch µs, written as JSON integers (no baseTimeNanoseconds)
@@ -239,14 +241,54 @@ def test_host_sync_across_a_step_boundary_counts_in_each_step(tmp_path):
     assert f.share == pytest.approx(0.4)
 
 
-def test_device_idle_is_the_window_minus_busy_time(tmp_path):
-    p = load(tmp_path, no_steps_trace())
+def _kernel(name, cat, stream, ts, dur, ext):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": T0 + ts, "dur": dur,
+            "args": {"External id": ext, "device": 0, "stream": stream, "correlation": ext}}
+
+
+def _op(name, tid, ts, dur, ext):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": tid, "ts": T0 + ts, "dur": dur,
+            "args": {"External id": ext}}
+
+
+def test_device_idle_is_the_breakdowns_free(tmp_path):
+    """NPU105's idle time is the breakdown's Free (Stage - Computing - Communication not
+    overlapped; copies count as free), the figure the report's breakdown line prints."""
+    doc = no_steps_trace()
+    doc["traceEvents"] += [
+        _op("aten::copy_", 7, 540, 20, 6), _kernel("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 7, 550, 100, 6),
+        _op("aten::mm", 7, 680, 20, 7), _kernel("k7", "kernel", 7, 700, 100, 7),
+    ]
+    p = load(tmp_path, doc)
     [f] = rule("NPU105").check(ctx_for(p))
     ev = f.evidence
-    # kernels [20, 420) and [200, 500) on two streams: busy 480 µs of the 1,000 µs window
-    assert (ev["free_us_per_step"], ev["computing_us_per_step"], ev["step_us"]) == (520.0, 480.0, 1000.0)
-    assert ev["source"] == "kernels in step windows"
-    assert f.share == pytest.approx(0.52)
+    # compute [20, 420) ∪ [200, 500) ∪ [700, 800) = 580 µs; Stage [20, 800) = 780 µs;
+    # Free = 780 - 580 = 200 µs, the 100 µs copy inside it; the step is the 1,000 µs capture
+    assert (ev["free_us_per_step"], ev["computing_us_per_step"], ev["step_us"]) == (200.0, 580.0, 1000.0)
+    assert ev["memcpy_us_per_step"] == 100.0 and ev["source"] == "device tasks" and not ev["step_is_stage"]
+    assert f.share == pytest.approx(0.2)
+    b = profile_breakdown(p)
+    assert b.mean("free_ns") == 200_000 and b.mean("computing_ns") == 580_000
+    assert "free 200 µs" in breakdown_line(p)
+
+
+def test_device_idle_share_is_of_the_stage_when_device_work_outlasts_the_step(tmp_path):
+    """Kernels belong to the step that launched them; when they run past its ProfilerStep range the
+    device Stage is longer than the step, and Free is a share of the Stage."""
+    doc = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7,
+         "ts": T0, "dur": 500, "args": {"External id": 100}},
+        _op("aten::mm", 7, 100, 20, 1), _kernel("k1", "kernel", 7, 400, 500, 1),
+        _op("aten::mm", 7, 200, 20, 2), _kernel("k2", "kernel", 7, 1100, 100, 2),
+    ]}
+    p = load(tmp_path, doc)
+    assert p.step_time() == (500_000.0, "ProfilerStep")
+    [f] = rule("NPU105").check(ctx_for(p))
+    ev = f.evidence
+    # Stage [400, 1200) = 800 µs; Computing 500 + 100 = 600 µs; Free 200 µs = a quarter of the Stage
+    assert (ev["free_us_per_step"], ev["computing_us_per_step"], ev["step_us"]) == (200.0, 600.0, 800.0)
+    assert ev["step_is_stage"] and f.share == pytest.approx(0.25)
+    assert "(25.0% of step)" in f.message
 
 
 def test_merge_and_cover():

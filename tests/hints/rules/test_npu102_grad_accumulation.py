@@ -5,6 +5,7 @@ init broadcast left out), anchor, related information and the accumulation fix."
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 from conftest import shared_fixture
@@ -17,8 +18,10 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import rule
+from msprof_lsp.mapping.locations import ProfileLocation
 from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
 from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.readers.kineto import read
 from msprof_lsp.mapping.spans import Confidence
 
 KD_2023 = "Ascend-msprof-analyze/test/ut/advisor/advisor_backend/compute_advice/kernel_details.csv"
@@ -67,7 +70,7 @@ def test_at_and_just_below_comm_max_percent(tmp_path):
     assert f"({pct(share_above)} of step), 1 allReduce" in f.message
     assert f.message.endswith("communication-bound. Accumulate gradients with model.no_sync().")
     assert f.severity is Severity.WARNING and f.confidence is Confidence.STACK
-    assert f.evidence["source"] == "step_trace_time"
+    assert f.evidence["source"] == "step_trace_time.csv"
     # the gradient seed kernel ties the finding to the loop's backward call, related info to step()
     assert span_text(f.span) == "loss.backward()"
     assert [span_text(r.span) for r in f.related] == ["optimizer.step()"]
@@ -161,3 +164,62 @@ def test_no_communication_no_finding(tmp_path):
     run = step_run([UserCall(fwd("x = self.drop(self.act(self.fc1(x)))"), (Launch(lin.op, lin.frames),)),
                     backward(), optimizer_step(False)])
     assert analyse(run, tmp_path).run("NPU102") == []
+
+
+T0 = 1_700_000_000_000_000  # epoch µs (Kineto writes JSON integers)
+
+
+def _kineto(tmp_path, events):
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return read(ProfileLocation(ProfileKind.KINETO, path))
+
+
+def _op(name, ts, dur, ext):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": 7, "ts": T0 + ts, "dur": dur,
+            "args": {"External id": ext}}
+
+
+def _kernel(name, stream, ts, dur, ext):
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": T0 + ts, "dur": dur,
+            "args": {"External id": ext, "device": 0, "stream": stream, "correlation": ext}}
+
+
+AR = "ncclKernel_AllReduce_RING_LL_Sum_float"
+BCAST = "ncclKernel_Broadcast_RING_LL_Sum_float"
+
+
+def test_capture_span_step_leaves_the_init_broadcast_out(tmp_path):
+    """No ProfilerStep: the step is the capture span, which the one-off broadcast opens."""
+    p = _kineto(tmp_path, [
+        _op("c10d::broadcast_", 0, 10, 1), _kernel(BCAST, 20, 0, 300, 1),
+        _op("aten::mm", 280, 10, 2), _kernel("k_mm", 7, 300, 200, 2),
+        _op("c10d::allreduce_", 440, 10, 3), _kernel(AR, 20, 450, 300, 3),
+        _op("aten::mm", 790, 10, 4), _kernel("k_mm", 7, 800, 100, 4),
+        _op("aten::add", 950, 50, 5),  # the capture ends at 1000
+    ])
+    assert p.step_time() == (1_000_000.0, "capture span")
+    [f] = rule("NPU102").check(RuleContext(p, None, None, RuleConfig(min_share=0.0)))
+    # gradient [450, 750); compute [300, 500) ∪ [800, 900): |G ∪ C| - |C| = 550 - 300 = 250 µs;
+    # the broadcast alone [0, 300): |O ∪ G ∪ C| - |G ∪ C| = 850 - 550 = 300 µs out of the step
+    assert f.evidence["source"] == "NCCL kernels"
+    assert f.evidence["not_overlapped_us_per_step"] == 250.0 and f.evidence["communication_us_per_step"] == 300.0
+    assert f.evidence["step_without_ignored"] and f.evidence["step_us"] == 700.0
+    assert f.share == pytest.approx(250 / 700)
+    assert [e["us"] for e in f.evidence["ignored_collectives"]] == [300.0]
+
+
+def test_kernel_fallback_is_clipped_to_the_step_windows(tmp_path):
+    """An all-reduce launched in the last step runs past its end: only the part inside counts."""
+    p = _kineto(tmp_path, [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7, "ts": T0, "dur": 500,
+         "args": {"External id": 100}},
+        _op("aten::mm", 90, 10, 1), _kernel("k_mm", 7, 100, 200, 1),
+        _op("c10d::allreduce_", 240, 10, 2), _kernel(AR, 20, 250, 450, 2),
+    ])
+    assert p.step_time() == (500_000.0, "ProfilerStep")
+    [f] = rule("NPU102").check(RuleContext(p, None, None, RuleConfig(min_share=0.0)))
+    # in [0, 500): gradient [250, 500), compute [100, 300): |G ∪ C| - |C| = 400 - 200 = 200 µs
+    # (unclipped it would be 450 - 50 = 400 µs, 80 % of the step)
+    assert f.evidence["not_overlapped_us_per_step"] == 200.0 and f.evidence["communication_us_per_step"] == 250.0
+    assert not f.evidence["step_without_ignored"] and f.share == pytest.approx(0.4)
