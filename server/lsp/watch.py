@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,6 +118,7 @@ class Poller:
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
         self._last: tuple[tuple, tuple] | None = None
+        self._looked_ns = 0  # wall clock of the last look (before its walk)
 
     def roots(self) -> tuple[list[Path], int]:
         ls = self.ls
@@ -139,10 +141,20 @@ class Poller:
             await asyncio.sleep(self.interval)
             roots, depth = self.roots()
             key = tuple(str(r) for r in roots)
+            now = time.time_ns()
             sig = await loop.run_in_executor(None, _signature, roots, depth)
-            if self._last is not None and self._last[0] == key and self._last[1] != sig and not self.ls.loader.loading:
+            if self._last is None:
+                changed = False
+            elif self._last[0] == key:
+                changed = self._last[1] != sig
+            else:  # the folders changed (a load narrowed them to its jobs): what is newer than the
+                # last look was written since, e.g. a run that finished while the first load ran
+                changed = any(mtime > self._looked_ns for _, mtime, _ in sig)
+            if changed and self.ls.loader.loading:
+                continue  # keep the baseline: the change is acted on once the load is done
+            if changed:
                 self.ls.loader.schedule_reload("the profile changed on disk")
-            self._last = (key, sig)
+            self._last, self._looked_ns = (key, sig), now
 
     def stop(self) -> None:
         if self._task is not None:
