@@ -43,7 +43,7 @@ from .constructs import (
     module_class_called,
 )
 from .frames import Frame, Stack
-from .heat import Site
+from .heat import Site, SiteKind
 from .source_index import (
     CONTAINER_CLASSES,
     MODULE_SCOPE,
@@ -130,7 +130,7 @@ def _join(*notes: str) -> str:
 
 
 def call_site(call: CallSite, confidence: Confidence, frame: Frame | None = None, note: str = "") -> Site:
-    return Site(call.span, confidence, call.function, call.text, frame, note, kind="call",
+    return Site(call.span, confidence, call.function, call.text, frame, note, kind=SiteKind.CALL,
                 occurrence=call.occurrence)
 
 
@@ -143,7 +143,7 @@ def _attr_site(attr: ModuleAttr, owner_cls: str, confidence: Confidence, frame: 
         if c.span == attr.span:
             occ = c.occurrence
             break
-    return Site(attr.span, confidence, fn, attr.text, frame, note, kind="element", occurrence=occ)
+    return Site(attr.span, confidence, fn, attr.text, frame, note, kind=SiteKind.ELEMENT, occurrence=occ)
 
 
 class Anchorer:
@@ -292,7 +292,7 @@ class Anchorer:
             if any(b is not None and b.ctor.rsplit(".", 1)[-1] == "DataLoader" for b in bound) or any(
                     "loader" in n.lower() for n in names):
                 text = index.lines.slice(lp.header.line, lp.header.col, lp.header.end_line, lp.header.end_col)
-                found.append(Site(lp.header, Confidence.STACK, scope, text, None, "", kind="statement",
+                found.append(Site(lp.header, Confidence.STACK, scope, text, None, "", kind=SiteKind.STATEMENT,
                                   occurrence=index.statement_occurrence(lp.header, scope)))
         return found
 
@@ -343,7 +343,7 @@ class Anchorer:
                 stmt = index.statement_at(frame.line)
                 if stmt is not None and stmt.function == fs.scope and self.plausible_statement(index, stmt, ctx):
                     site = Site(stmt.span, Confidence.STACK, stmt.function, stmt.text, frame, "",
-                                kind="statement", occurrence=_stmt_occurrence(index, stmt))
+                                kind=SiteKind.STATEMENT, occurrence=_stmt_occurrence(index, stmt))
                     return Anchor((site,), scope=fs.scope)
             return self._reanchor(index, choice.path, fs.scope, frame, ctx)
         # drifted: the recorded line is no longer in a function of the recorded name
@@ -388,7 +388,7 @@ class Anchorer:
             return replace(self._select(index, scope, starting, ctx, Confidence.MODULE, frame, note), scope=scope)
         stmt = index.statement_at(line)
         if stmt is not None and stmt.function == scope and self.plausible_statement(index, stmt, ctx):
-            site = Site(stmt.span, Confidence.MODULE, scope, stmt.text, frame, note, kind="statement",
+            site = Site(stmt.span, Confidence.MODULE, scope, stmt.text, frame, note, kind=SiteKind.STATEMENT,
                         occurrence=_stmt_occurrence(index, stmt))
             return Anchor((site,), scope=scope)
         return Anchor(note=_drop_note(frame, ctx))
@@ -582,7 +582,7 @@ class Anchorer:
             stmt = next(iter(stmts))
             text = index.lines.slice(stmt.line, stmt.col, stmt.end_line, stmt.end_col)
             fallback = Site(stmt, conf, scope, text, frame, _join(note, f"one of {len(sites)} {ctx.label} calls"),
-                            kind="statement", occurrence=_stmt_occurrence_span(index, stmt, scope))
+                            kind=SiteKind.STATEMENT, occurrence=_stmt_occurrence_span(index, stmt, scope))
         return Anchor(sites, fallback=fallback, levels_up=levels,
                       note="" if fallback else f"{ctx.label}: {len(sites)} matching calls in {scope}()")
 
@@ -625,7 +625,7 @@ class Anchorer:
         header = None
         if fn is not None:
             where = f"in {fn.qualname}(); the profile records the function, not the line"
-            header = Site(fn.header, conf, fn.qualname, "", frame, _join(note, where), kind="function")
+            header = Site(fn.header, conf, fn.qualname, "", frame, _join(note, where), kind=SiteKind.FUNCTION)
         if "dataloader" in ctx.keys:
             loops = self._loader_loops(index, scope)
             if len(loops) == 1:

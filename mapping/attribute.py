@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
-from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SourceHeat, SpanHeat, merge_ops
+from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, merge_ops
 from .frames import Frame
 from .model import Profile
 from .source_index import SourceIndex
@@ -761,7 +761,7 @@ class Attributor:
     def _heat_function(self, site: Site) -> str:
         """Function whose heat a site counts in: a container element (``nn.ReLU()`` inside
         ``nn.Sequential`` in ``__init__``) runs in its owner's ``forward``."""
-        if site.kind == "element" and site.function.endswith(".__init__"):
+        if site.kind == SiteKind.ELEMENT and site.function.endswith(".__init__"):
             fwd = site.function[: -len("__init__")] + "forward"
             index = self.workspace.index(site.span.path)
             if index is not None and fwd in index.functions:
@@ -816,11 +816,11 @@ class Attributor:
 
 def reanchor_site(site: Site, old: SourceIndex, new: SourceIndex) -> Site | None:
     """Where ``site`` (anchored in ``old``) is in ``new``: same function, same text; None if gone."""
-    if site.kind == "function":
+    if site.kind == SiteKind.FUNCTION:
         f = new.functions.get(site.function)
         return replace(site, span=f.header) if f is not None else None
     found = follow_text(old, new, site.function, site.call_text, site.span, site.occurrence,
-                        statements=site.kind == "statement")
+                        statements=site.kind == SiteKind.STATEMENT)
     if found is None:
         return None
     span, occurrence = found

@@ -8,6 +8,7 @@ profile's step time; ``share`` = per-step time / step time.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -15,6 +16,15 @@ import numpy as np
 
 from .frames import Frame
 from .spans import Confidence, Span
+
+
+class SiteKind(str, enum.Enum):
+    """What a site's span covers."""
+
+    CALL = "call"  # the call expression that launched the ops
+    STATEMENT = "statement"  # the whole statement: no call on the line matched
+    ELEMENT = "element"  # one element of a module container (``nn.Sequential(..., nn.ReLU(), ...)``)
+    FUNCTION = "function"  # the def header only: the call inside the function was ambiguous
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +37,7 @@ class Site:
     call_text: str  # source text of the call, used to re-anchor after edits (drift)
     frame: Frame | None = None  # the profile frame it came from (None: module/inferred)
     note: str = ""  # e.g. "re-anchored after edit", "backward of aten::relu"
-    kind: str = "call"  # call | statement (no call matched on the line) | function (def header only)
+    kind: SiteKind = SiteKind.CALL
     occurrence: int = 0  # index among the same-text calls/statements of ``function`` (re-anchoring)
     # the innermost frame of an installed library outside the workspace that the call went into:
     # the hot code is there, the user's call site is where it can be changed (None: launched here)

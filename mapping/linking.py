@@ -78,19 +78,17 @@ def assign_parents(table: pd.DataFrame) -> None:
 def nearest_on_chain(parent: np.ndarray, has: np.ndarray) -> np.ndarray:
     """For each row, the nearest row on its ancestor chain (itself first) where ``has``; else -1.
 
-    Pointer jumping over ``parent``: one vectorised step per nesting level.
+    Pointer doubling over ``parent``: each round doubles the distance looked at, so log2(depth)
+    vectorised passes (rules ask this of millions of host ops, several times per profile).
     """
-    n = len(parent)
-    result = np.where(has, np.arange(n), -1)
-    todo = np.flatnonzero(result < 0)
-    cur = parent[todo]
-    while len(todo):
-        alive = cur >= 0
-        todo, cur = todo[alive], cur[alive]
-        hit = has[cur]
-        result[todo[hit]] = cur[hit]
-        todo, cur = todo[~hit], parent[cur[~hit]]
-    return result
+    found = np.where(has, np.arange(len(parent), dtype=np.int64), -1)
+    up = np.asarray(parent, dtype=np.int64).copy()
+    while True:
+        need = (found < 0) & (up >= 0)
+        if not need.any():
+            return found
+        at = np.where(need, up, 0)
+        found, up = np.where(need, found[at], found), np.where(need, up[at], up)
 
 
 def nearest_stack(host_ops: pd.DataFrame, op: int) -> tuple[int, int]:

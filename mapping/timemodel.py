@@ -100,6 +100,41 @@ def task_classes(kernels: pd.DataFrame) -> np.ndarray:
     return table[codes]
 
 
+_TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
+_ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)$")
+_ACL_OP_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9]*?)(?:\d+)(?:/.*)?$")
+_TRAILING_NUMBER = re.compile(r"\d+$")
+_NO_TYPE = frozenset({"", "N/A", "NULL"})
+
+
+def op_type(name: str, type_: str = "") -> str:
+    """The OpType of a device task: the ``Type`` column when the producer wrote one, else read
+    from the name (trace_view.json has no type; docs/numbers.md "Kernel OpType"):
+    ``aclnnMm_TransData_TransData`` -> TransData, ``trans_TransData_3`` -> TransData,
+    ``Conv2D17`` -> Conv2D, ``StatelessDropOutGenMask23/DSA...`` -> StatelessDropOutGenMask."""
+    if type_ not in _NO_TYPE:
+        return type_
+    m = _TRANS_NAME.match(name)
+    if m:
+        return m.group("type")
+    if name.rsplit("_", 1)[-1] == "MemSet":  # trans_TransData_27_MemSet, aclnnMm_MatMulCommon_MemSet
+        return "MemSet"
+    m = _ACLNN_NAME.match(name) or _ACL_OP_NAME.match(name)
+    if m:
+        return m.group("type")
+    return _TRAILING_NUMBER.sub("", name)
+
+
+def op_types(kernels: pd.DataFrame) -> np.ndarray:
+    """``op_type`` per kernel row (an object array), once per distinct (name, type)."""
+    if not len(kernels):
+        return np.zeros(0, dtype=object)
+    cols = [_codes(kernels[c]) for c in ("name", "type")]
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([c[0] for c in cols]))
+    table = np.array([op_type(cols[0][1][a], cols[1][1][b]) for a, b in uniques], dtype=object)
+    return table[codes]
+
+
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats = [str(c) for c in col.cat.categories] + [""]
