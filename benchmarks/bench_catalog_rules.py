@@ -5,8 +5,8 @@ trace_view.json), loads and attributes it once, then times, on that same Profile
 
 * ``attribute``              -- mapping.attribute over the profile: the baseline every ratio is
                                 printed against (the pass every analysis already pays);
-* ``outermost.numpy``        -- ``_ops.outermost_framework_ops``: aten ops not nested in another,
-                                outside backward, by pointer doubling over ``host_ops.parent``;
+* ``outermost.numpy``        -- ``profile_query.outermost_framework_ops``: aten ops not nested in
+                                another, outside backward, by array passes over ``host_ops.parent``;
 * ``outermost.python``       -- the same mask by walking each op's parent chain in Python (the
                                 obvious alternative, kept here to justify the numpy form);
 * ``rules.<family>``         -- ``run_rules`` for one family on a fresh RuleContext (its caches
@@ -37,7 +37,7 @@ from msprof_lsp.hints.config import RuleConfig  # noqa: E402
 from msprof_lsp.hints.context import RuleContext  # noqa: E402
 from msprof_lsp.hints.engine import run_rules  # noqa: E402
 from msprof_lsp.hints.registry import rules_matching  # noqa: E402
-from msprof_lsp.hints.rules import _facts, _ops  # noqa: E402
+from msprof_lsp.hints import profile_query as pq  # noqa: E402
 from msprof_lsp.mapping.attribute import attribute  # noqa: E402
 from msprof_lsp.mapping.load import load_location, locate  # noqa: E402
 from msprof_lsp.mapping.workspace import SourceWorkspace  # noqa: E402
@@ -50,7 +50,7 @@ def outermost_python(profile) -> np.ndarray:  # noqa: ANN001
     names = h["name"].astype(str).tolist()
     parent = h["parent"].to_numpy(np.int64).tolist()
     fw = [n.startswith(("aten::", "npu::")) for n in names]
-    bwd = [_ops.is_backward_node(n) for n in names]
+    bwd = [pq.is_backward_node(n) for n in names]
     out = np.zeros(len(names), dtype=bool)
     for i in range(len(names)):
         if not fw[i]:
@@ -62,7 +62,7 @@ def outermost_python(profile) -> np.ndarray:  # noqa: ANN001
                 break
             p = parent[p]
         out[i] = ok
-    return out & _facts.in_steps(profile, h["start_ns"].to_numpy(np.int64))
+    return out & pq.in_steps(profile, h["start_ns"].to_numpy(np.int64))
 
 
 def main() -> None:
@@ -78,8 +78,8 @@ def main() -> None:
         att = attribute(profile, ws)
         base = best(lambda: attribute(profile, SourceWorkspace([Path(tmp)])), args.repeat)
         rows = [("attribute", base)]
-        assert (_ops.outermost_framework_ops(profile) == outermost_python(profile)).all()
-        rows.append(("outermost.numpy", best(lambda: _ops.outermost_framework_ops(profile), args.repeat)))
+        assert (pq.outermost_framework_ops(profile) == outermost_python(profile)).all()
+        rows.append(("outermost.numpy", best(lambda: pq.outermost_framework_ops(profile), args.repeat)))
         rows.append(("outermost.python", best(lambda: outermost_python(profile), 1)))
         for fam in FAMILIES:
             chosen = rules_matching([fam])

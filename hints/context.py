@@ -1,7 +1,7 @@
 """What a rule sees (``RuleContext``) and the small helpers every rule shares.
 
 Rules normalise evidence per step, express impact as a share of the step time, write messages
-in the one format of hint-rules §0.3 and build findings with a severity from that share. Doing it
+in the one format of docs/rules/README.md ("Message") and build findings with a severity from that share. Doing it
 here keeps the numbers and wording consistent across the catalog.
 """
 
@@ -44,7 +44,7 @@ def format_message(
 ) -> str:
     """``<Short name>: <count> <unit>, <time>/step (<impact>% of step)[, <qualifier>]: <diagnosis>. <fix>.``
 
-    ``fix`` must be at most 12 words (hint-rules §0.3); longer advice belongs in the rule's doc
+    ``fix`` must be at most 12 words; longer advice belongs in the rule's doc
     page, so a longer one raises ValueError (a programming error the rule's tests catch).
     """
     if len(fix.split()) > MAX_FIX_WORDS:
@@ -118,7 +118,7 @@ class RuleContext:
     def wall_step_time_ns(self) -> float:
         """Mean ``ProfilerStep#N`` duration: the step as the host lives it.
 
-        The step time of §0.2 (1) is the device's Computing + Communication(Not Overlapped) + Free;
+        The step time (docs/numbers.md) is the device's Computing + Communication(Not Overlapped) + Free;
         it leaves out the Preparing phase before a step's first device task, which is exactly where
         a slow DataLoader spends its time. Host-side costs are therefore measured against the
         ProfilerStep range (the step time itself when the profile has no ranges, or a shorter one).
@@ -128,7 +128,7 @@ class RuleContext:
         return max(host, self.step_time_ns)
 
     def severity(self, code: str, share: float, confidence: Confidence = Confidence.STACK) -> Severity:
-        """Severity by share (hint-rules §0.2); inferred anchors are at most a hint unless configured."""
+        """Severity by share (docs/rules/README.md); inferred anchors are at most a hint unless configured."""
         sev = self.config.severity_for_share(code, share)
         if confidence is Confidence.INFERRED and self.config.severity_override(code) is None:
             return Severity.HINT

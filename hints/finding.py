@@ -66,7 +66,7 @@ class Finding:
     code: str  # stable rule code, e.g. NPU101
     name: str  # rule name, e.g. relu-dropout-fusion
     severity: Severity
-    message: str  # one line with the numbers (hint-rules §0.3)
+    message: str  # one line with the numbers (docs/rules/README.md "Message")
     span: Span | None  # None: profile-level finding with no source anchor
     share: float = 0.0  # attributable time per step / step time (0..1)
     time_per_step_us: float = 0.0  # attributable (device) time per step, µs

@@ -1,4 +1,4 @@
-"""Data a rule needs that the capture settings may have left out (ascend-formats §3, §4).
+"""Data a rule needs that the capture settings may have left out (docs/formats.md).
 
 At ``profiler_level=Level0`` torch_npu prunes the CANN layer from trace_view.json (no
 ``AscendCL@...`` events) and writes no op/api statistics. A rule that reads that data must not

@@ -39,7 +39,7 @@ class Rule(ABC):
       name              kebab-case (relu-dropout-fusion)
       summary           one line for lists and the docs index
       rationale         one paragraph: why this costs time and what the fix changes
-      default_severity  None: by share of step time (hint-rules §0.2); a Severity: fixed (env, notices)
+      default_severity  None: by share of step time (docs/rules/README.md); a Severity: fixed (env, notices)
       thresholds        camelCase keys of the hints.config.Thresholds fields the rule reads (its doc page lists them)
       backends          profile backends the rule applies to
     """

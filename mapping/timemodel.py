@@ -101,7 +101,8 @@ def task_classes(kernels: pd.DataFrame) -> np.ndarray:
 
 
 _TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
-_ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)$")
+_HCOM_NAME = re.compile(r"^(?P<type>hcom_[A-Za-z]+_)_\d")  # hcom_allReduce__586_0_1 -> hcom_allReduce_
+_ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)(?:_[a-z]\w*)?$")
 _ACL_OP_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9]*?)(?:\d+)(?:/.*)?$")
 _TRAILING_NUMBER = re.compile(r"\d+$")
 _NO_TYPE = frozenset({"", "N/A", "NULL"})
@@ -109,17 +110,14 @@ _NO_TYPE = frozenset({"", "N/A", "NULL"})
 
 def op_type(name: str, type_: str = "") -> str:
     """The OpType of a device task: the ``Type`` column when the producer wrote one, else read
-    from the name (trace_view.json has no type; docs/numbers.md "Kernel OpType"):
+    from the name (trace_view.json has no type; docs/numbers.md "OpType"):
     ``aclnnMm_TransData_TransData`` -> TransData, ``trans_TransData_3`` -> TransData,
     ``Conv2D17`` -> Conv2D, ``StatelessDropOutGenMask23/DSA...`` -> StatelessDropOutGenMask."""
     if type_ not in _NO_TYPE:
         return type_
-    m = _TRANS_NAME.match(name)
-    if m:
-        return m.group("type")
-    if name.rsplit("_", 1)[-1] == "MemSet":  # trans_TransData_27_MemSet, aclnnMm_MatMulCommon_MemSet
-        return "MemSet"
-    m = _ACLNN_NAME.match(name) or _ACL_OP_NAME.match(name)
+    if name.startswith("atomic_memset") or name.rsplit("_", 1)[-1] == "MemSet":
+        return "MemSet"  # atomic_memset-1_146_..., trans_TransData_27_MemSet, aclnnMm_MatMulCommon_MemSet
+    m = _TRANS_NAME.match(name) or _HCOM_NAME.match(name) or _ACLNN_NAME.match(name) or _ACL_OP_NAME.match(name)
     if m:
         return m.group("type")
     return _TRAILING_NUMBER.sub("", name)

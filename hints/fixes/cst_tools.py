@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
@@ -528,13 +528,6 @@ def rewrite(module: cst.Module, replacements: Mapping[cst.CSTNode, Replacement])
     if not replacements:
         return module
     return module.visit(_Rewriter(replacements))  # type: ignore[return-value]
-
-
-def without_statement(block_body: Sequence[cst.BaseStatement], drop: Iterable[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    """Remove statements from a block body, leaving ``pass`` if the block would become empty."""
-    gone = set(map(id, drop))
-    kept = [s for s in block_body if id(s) not in gone]
-    return kept or [stmt("pass")]
 
 
 # -- imports and module-level helpers ---------------------------------------------------------

@@ -1,7 +1,7 @@
 """NPU210-NPU217 fused-API swaps (all review): only exactly recognised expressions are rewritten.
 
 Everything not matched exactly gets no edit; the rule shows ``SNIPPETS[code]`` in the hover
-instead. Signatures follow torch_npu 2.14.0 (hint-rules §3 table):
+instead. Signatures follow torch_npu 2.14.0 (the catalog in hints/rules/fused_api.py):
 
 * NPU210 ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w`` ->
   ``torch_npu.npu_rms_norm(x, w, epsilon=eps)[0]``

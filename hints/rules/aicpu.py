@@ -1,4 +1,4 @@
-"""NPU201 aicpu-fallback: device work that fell back to the AI CPU (hint-rules §3, the advisor's
+"""NPU201 aicpu-fallback: device work that fell back to the AI CPU (the advisor's
 ``aicpu_analysis``); on CUDA traces, float64 kernels (no fast float64 on most GPUs).
 
 Fires per source site when its longest ``AI_CPU`` kernel is at least ``aicpuMinUs`` (HCCL's
@@ -30,7 +30,7 @@ from msprof_lsp.mapping import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import format_us
 
-from . import _facts, _ops
+from .. import profile_query as pq, source_query as sq
 
 DOUBLE_TYPES = frozenset({"DOUBLE", "DT_DOUBLE", "FLOAT64", "DT_FLOAT64", "DOUBLE_T"})
 INT_RE = re.compile(r"^(DT_)?U?INT(8|16|32|64)$")
@@ -51,7 +51,7 @@ def _float64_tensor_ops(h: pd.DataFrame) -> np.ndarray:
     with no dims, and runs no float64 kernel."""
     out = np.zeros(len(h), dtype=bool)
     memo: dict[tuple[str, str], bool] = {}
-    for i, (types, dims) in enumerate(zip(_facts.strs(h["input_types"]), _facts.strs(h["input_dims"]))):
+    for i, (types, dims) in enumerate(zip(pq.strs(h["input_types"]), pq.strs(h["input_dims"]))):
         if "ouble" not in types:
             continue
         key = (types, dims)
@@ -101,7 +101,7 @@ def _cause(types: Counter, dtypes: Counter, cann: str) -> Cause:
         return Cause("nonzero", "nonzero runs on the AI CPU", "Select with torch.where instead of nonzero()", NONZERO_SRC,
                      guide="nonzero used for selection: torch.where(cond, a, b)")
     if low & {"argmin", "argminv2", "argmind"}:
-        newer = _ops.cann_at_least(cann, "7.0.RC1") if cann else True
+        newer = pq.cann_at_least(cann, "7.0.RC1") if cann else True
         return Cause("argmin", "argmin runs on the AI CPU", "Upgrade CANN to 7.0.RC1+ (AI Core argmin)" if not newer else "Compute argmin on a float tensor",
                      ARGMIN_SRC, guide="argmin: AI Core kernel from CANN 7.0.RC1")
     if ints:
@@ -137,7 +137,7 @@ class AicpuFallback(Rule):
         if not len(k):
             return
         if ctx.backend == "ascend":
-            core = _facts.strs(k["core"])
+            core = pq.strs(k["core"])
             # HCCL's AI CPU tasks are communication in the time model, not operators that fell back
             sel = (core == "AI_CPU") & timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
             yield from self._groups(ctx, k, np.flatnonzero(sel), cuda=False)
@@ -156,7 +156,7 @@ class AicpuFallback(Rule):
         rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel_site is by row of profile.kernels
         groups: dict[object, _Group] = {}
         for p, row in zip(positions.tolist(), rows.tolist()):
-            site = _ops.site_of_kernel_row(ctx, int(row))
+            site = sq.site_of_kernel_row(ctx, int(row))
             key = (site.span, site.function) if site is not None else None
             groups.setdefault(key, _Group(site)).rows.append(p)
         min_ns = float(ctx.thresholds.aicpu_min_us) * 1000
@@ -169,8 +169,8 @@ class AicpuFallback(Rule):
 
     def _finding(self, ctx: RuleContext, g: _Group, sub: pd.DataFrame, *, cuda: bool) -> Finding:
         total = int(sub["dur_ns"].sum())
-        names = _facts.strs(sub["name"])
-        types = Counter(_ops.kernel_types(sub))
+        names = pq.strs(sub["name"])
+        types = Counter(pq.kernel_types(sub))
         dt_in, dt_out = _tokens(sub["input_dtypes"].to_numpy(dtype=object)), _tokens(sub["output_dtypes"].to_numpy(dtype=object))
         dtypes = Counter(dt_in + dt_out)
         if cuda:
@@ -179,14 +179,14 @@ class AicpuFallback(Rule):
         by_name = sub.groupby(names, observed=True)["dur_ns"].agg(["count", "sum", "max"]).sort_values("sum", ascending=False)
         evidence = {
             "backend": ctx.backend,
-            "kernels": {str(n): {"count": int(r["count"]), "total_us": _ops.format_ns_us(r["sum"]), "max_us": _ops.format_ns_us(r["max"])}
+            "kernels": {str(n): {"count": int(r["count"]), "total_us": pq.format_ns_us(r["sum"]), "max_us": pq.format_ns_us(r["max"])}
                         for n, r in by_name.head(8).iterrows()},
             "types": dict(types.most_common(6)),
             "input_dtypes": dict(Counter(dt_in).most_common(6)),
             "output_dtypes": dict(Counter(dt_out).most_common(6)),
             "count": len(sub),
-            "longest_us": _ops.format_ns_us(int(sub["dur_ns"].max())),
-            "shortest_us": _ops.format_ns_us(int(sub["dur_ns"].min())),
+            "longest_us": pq.format_ns_us(int(sub["dur_ns"].max())),
+            "shortest_us": pq.format_ns_us(int(sub["dur_ns"].min())),
             "threshold_us": float(ctx.thresholds.aicpu_min_us),
             "cause": cause.key,
         }
@@ -197,11 +197,11 @@ class AicpuFallback(Rule):
         related: list[Related] = []
         tries: list[Span] = []
         if g.site is not None:
-            span, conf = _ops.site_statement(ctx, g.site), g.site.confidence
+            span, conf = sq.site_statement(ctx, g.site), g.site.confidence
             tries = [span]
             if cause.pattern is not None:
                 # float64 is often made a few lines earlier in the same function (x.double()).
-                extra = _ops.statements_matching(ctx, g.site, cause.pattern)
+                extra = sq.statements_matching(ctx, g.site, cause.pattern)
                 tries += [s for s in extra if s != span]
                 related += [Related(s, "float64 made here" if cause.key == "double" else "candidate construct") for s in extra[:3] if s != span]
         elif cause.pattern is not None:
@@ -232,11 +232,11 @@ class AicpuFallback(Rule):
         assert cause.pattern is not None
         found: list[Span] = []
         tried = 0
-        for path in _ops.python_files(ctx):
+        for path in sq.python_files(ctx):
             raw = ctx.source_text(path)
             if raw is None or not cause.pattern.search(raw):
                 continue  # read, not parsed: only files showing the construct get indexed
-            index = _ops.index_of(ctx, path)
+            index = sq.index_of(ctx, path)
             if index is None:
                 continue
             text = None

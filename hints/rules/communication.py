@@ -1,4 +1,4 @@
-"""NPU102 grad-accumulation (hint-rules §2 NPU102).
+"""NPU102 grad-accumulation (docs/rules/NPU102.md).
 
 Evidence: ``Communication(Not Overlapped)`` of step_trace_time.csv (or the Overlap Analysis
 lanes) per step, as a share of the step time. Without those, the fallback recomputes it from the
@@ -29,7 +29,7 @@ from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import grad_accum
 from ..registry import Rule, register
-from . import _facts, _places
+from .. import profile_query as pq, source_query as sq
 
 GRADIENT = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
 # advisor packet_analysis: intra-node (SDMA: HCCS, PCIE, SIO) packets < 16 MB, inter-node RDMA < 1 MB
@@ -116,17 +116,17 @@ class GradAccumulation(Rule):
             "wrapper": wrapper,
             "thresholds": {"commMaxPercent": limit},
         }
-        found = _places.backward_call(ctx)
+        found = sq.backward_call(ctx)
         if found is None:
             yield ctx.finding(self, span=None, message=message, total_ns=total_ns, evidence=evidence,
                               confidence=Confidence.MODULE, step_ns=step_ns)
             return
         index, call, loop, conf = found
         related: list[Related] = []
-        opt = _places.optimizer_step_call(index, loop)
+        opt = sq.optimizer_step_call(index, loop)
         if opt is not None:
             related.append(Related(opt.span, f"{opt.text}: with accumulation it runs once every {accum} micro-batches"))
-        fixes = _places.fixes(ctx, (grad_accum.accumulate_gradients, call.span, index.path, {"accum_steps": accum}))
+        fixes = sq.fixes(ctx, (grad_accum.accumulate_gradients, call.span, index.path, {"accum_steps": accum}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total_ns, confidence=conf,
                           evidence=evidence, fixes=fixes, related=related, step_ns=step_ns)
 
@@ -160,8 +160,8 @@ def _kernel_collectives(profile: Profile) -> Counter:
     k = profile.kernels
     if not len(k):
         return Counter()
-    sel = _is_comm(profile) & _facts.kernels_in_steps_mask(profile)
-    types = _facts.kernel_types(profile)[sel]
+    sel = _is_comm(profile) & pq.kernels_in_steps_mask(profile)
+    types = pq.kernel_types(profile.kernels)[sel]
     return Counter(_kind(str(t)) for t in types if GRADIENT.search(str(t)))
 
 
@@ -179,10 +179,10 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
     windows = step_windows.windows(prof)
     if not windows:
         return None
-    in_steps = _facts.kernels_in_steps_mask(prof)
+    in_steps = pq.kernels_in_steps_mask(prof)
     compute = timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
-    types = _facts.kernel_types(prof)
-    grad = comm & in_steps & _facts.matches(types, GRADIENT)
+    types = pq.kernel_types(prof.kernels)
+    grad = comm & in_steps & pq.matches(types, GRADIENT)
     start = k["start_ns"].to_numpy(np.int64)
     end = start + k["dur_ns"].to_numpy(np.int64)
     device = k["device"].to_numpy(np.int64)
@@ -236,8 +236,8 @@ def _packets(ops: list[CommOp]) -> dict[str, dict]:
 
 
 def _wrapper(ctx: RuleContext) -> str | None:
-    if _places.constructed(ctx, *DDP):
+    if sq.constructed(ctx, *DDP):
         return "DistributedDataParallel"
-    if _places.constructed(ctx, *FSDP):
+    if sq.constructed(ctx, *FSDP):
         return "FullyShardedDataParallel"
     return None

@@ -1,4 +1,4 @@
-"""NPU107 online-compile (hint-rules §2 NPU107).
+"""NPU107 online-compile (docs/rules/NPU107.md).
 
 Ascend: at least ``opCompileMaxCount`` ``AscendCL@aclopCompileAndExecute`` events in the capture
 (advisor ``timeline_op_dispatch``; ``api_statistic.csv`` when the trace has none) -> operators
@@ -27,7 +27,7 @@ from ..context import RuleContext
 from ..finding import Finding, Severity
 from ..fixes import npu_switches
 from ..registry import Rule, register
-from . import _facts, _places
+from .. import profile_query as pq, source_query as sq
 
 COMPILE_API = "aclopCompileAndExecute"
 COMPILE_APIS = frozenset({COMPILE_API, "opCompile"})
@@ -66,8 +66,8 @@ class OnlineCompile(Rule):
     def _count(self, ctx: RuleContext) -> Finding | None:
         prof = ctx.profile
         ev = prof.host_events
-        calls = _facts.mask(ev["name"], lambda n: n.split("@", 1)[-1] == COMPILE_API)
-        involved = _facts.mask(ev["name"], lambda n: n.split("@", 1)[-1] in COMPILE_APIS)
+        calls = pq.mask(ev["name"], lambda n: n.split("@", 1)[-1] == COMPILE_API)
+        involved = pq.mask(ev["name"], lambda n: n.split("@", 1)[-1] in COMPILE_APIS)
         count = int(calls.sum())
         source = "trace"
         if not count and prof.api_statistic is not None and len(prof.api_statistic):
@@ -81,7 +81,7 @@ class OnlineCompile(Rule):
         if count < limit:
             return None
         steps = ctx.num_steps
-        n_compile = int(_facts.mask(ev["name"], lambda n: n.split("@", 1)[-1] == "opCompile").sum())
+        n_compile = int(pq.mask(ev["name"], lambda n: n.split("@", 1)[-1] == "opCompile").sum())
         message = ctx.message(
             "Online compile", total_ns=total, count=count, unit=COMPILE_API, wall=True,
             diagnosis="operators compiled at run time", fix="Use prebuilt binaries: set_compile_mode(jit_compile=False)",
@@ -105,14 +105,14 @@ class OnlineCompile(Rule):
         k = prof.kernels
         if not len(k):
             return None
-        state = np.char.lower(_facts.strs(k["op_state"]).astype(str))
+        state = np.char.lower(pq.strs(k["op_state"]).astype(str))
         compute = is_class(k, TaskClass.COMPUTE)  # operator binaries; collectives have no OP State to judge
-        sel = compute & _facts.kernels_in_steps_mask(prof) & np.isin(state, ["dynamic", "static"])
+        sel = compute & pq.kernels_in_steps_mask(prof) & np.isin(state, ["dynamic", "static"])
         if not sel.any() or (state[sel] == "static").any():
             return None
         total = float(k["dur_ns"].to_numpy(np.int64)[sel].sum())
-        types = _facts.kernel_types(prof)[sel]
-        shapes = _facts.strs(k["input_shapes"])[sel]
+        types = pq.kernel_types(prof.kernels)[sel]
+        shapes = pq.strs(k["input_shapes"])[sel]
         variants: dict[str, set[str]] = {}
         for t, s in zip(types, shapes):
             variants.setdefault(str(t), set()).add(s)
@@ -134,16 +134,16 @@ class OnlineCompile(Rule):
 
     def _anchored(self, ctx: RuleContext, message: str, total: float, evidence: dict, severity: Severity | None) -> Finding:
         wall = evidence.get("variant") != "all dynamic"
-        call = _places.calls_where(ctx, lambda ix, c: c.qualname.endswith("npu.set_compile_mode"))
+        call = sq.calls_where(ctx, lambda ix, c: c.qualname.endswith("npu.set_compile_mode"))
         if call:
             index, c = call[0]
-            fixes = _places.fixes(ctx, (npu_switches.disable_jit_compile, c.span, index.path, {}))
+            fixes = sq.fixes(ctx, (npu_switches.disable_jit_compile, c.span, index.path, {}))
             return ctx.finding(self, span=c.span, message=message, total_ns=total, evidence=evidence, wall=wall,
                                confidence=Confidence.MODULE, fixes=fixes, severity=severity)
-        entry = _places.torch_npu_import(ctx)
+        entry = sq.torch_npu_import(ctx)
         if entry is not None:
             index, imp = entry
-            fixes = _places.fixes(ctx, (npu_switches.disable_jit_compile, imp.span, index.path, {}))
+            fixes = sq.fixes(ctx, (npu_switches.disable_jit_compile, imp.span, index.path, {}))
             return ctx.finding(self, span=imp.span, message=message, total_ns=total, evidence=evidence, wall=wall,
                                confidence=Confidence.MODULE, fixes=fixes, severity=severity)
         return ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence, wall=wall,
@@ -154,8 +154,8 @@ class OnlineCompile(Rule):
         h = prof.host_ops
         if not len(h):
             return
-        m = pd.Series(_facts.strs(h["name"])).str.extract(REGION)
-        ok = m[0].notna().to_numpy(dtype=bool) & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64))
+        m = pd.Series(pq.strs(h["name"])).str.extract(REGION)
+        ok = m[0].notna().to_numpy(dtype=bool) & pq.in_steps(prof, h["start_ns"].to_numpy(np.int64))
         if not ok.any():
             return
         frame = m[0].to_numpy()[ok].astype(int)

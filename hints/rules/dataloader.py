@@ -1,4 +1,4 @@
-"""NPU104 dataloader-input (hint-rules §2 NPU104).
+"""NPU104 dataloader-input (docs/rules/NPU104.md).
 
 Evidence: the per-step time of the DataLoader fetch scopes (``enumerate(DataLoader)#_Single
 ProcessDataLoaderIter.__next__`` / ``..._MultiProcessingDataLoaderIter.__next__``; advisor:
@@ -27,7 +27,7 @@ from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import dataloader as fx
 from ..registry import Rule, register
-from . import _facts, _places
+from .. import profile_query as pq, source_query as sq
 
 DATALOADER = re.compile(r"dataloader", re.I)
 MEMCPY_H2D = re.compile(r"^MEMCPY_ASYNC$|Memcpy HtoD", re.I)
@@ -52,12 +52,12 @@ class DataloaderInput(Rule):
         steps = ctx.num_steps
         rows = np.zeros(0, np.int64)
         if len(h):
-            is_dl = _facts.mask(h["name"], DATALOADER.search)
-            par = _facts.parents(prof)
+            is_dl = pq.mask(h["name"], DATALOADER.search)
+            par = pq.parents(prof)
             nested = np.zeros(len(h), dtype=bool)
             has = par >= 0
             nested[has] = is_dl[par[has]]
-            rows = np.flatnonzero(is_dl & ~nested & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
+            rows = np.flatnonzero(is_dl & ~nested & pq.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
         dl_ns = float(h["dur_ns"].to_numpy(np.int64)[rows].sum()) if len(rows) else 0.0
         dl_per = dl_ns / steps
         dl_share = ctx.share(dl_per, wall=True)
@@ -71,7 +71,7 @@ class DataloaderInput(Rule):
         h2d_hit = h2d_share * 100 >= h2d_pct
         if not dl_hit and not h2d_hit:
             return
-        names = sorted(set(_facts.strs(h["name"])[rows].tolist())) if len(rows) else []
+        names = sorted(set(pq.strs(h["name"])[rows].tolist())) if len(rows) else []
         multi = any("MultiProcessing" in n for n in names)
         evidence = {
             "backend": ctx.backend,
@@ -110,7 +110,7 @@ class DataloaderInput(Rule):
     def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict) -> Finding:
         workers = ctx.thresholds.dataloader_workers
         for r in rows[:8]:
-            place = _places.op_place(ctx, int(r))
+            place = sq.op_place(ctx, int(r))
             if place is None:
                 continue
             found = _loop_of(place)
@@ -118,17 +118,17 @@ class DataloaderInput(Rule):
                 continue
             loop_span, ctor = found
             index = place.index
-            related = [Related(ctor, f"the DataLoader is built here: {_places.text(index, ctor)}")] if ctor else []
+            related = [Related(ctor, f"the DataLoader is built here: {sq.text(index, ctor)}")] if ctor else []
             cands = []
             if ctor is not None:
                 cands.append((fx.tune_dataloader, ctor, index.path, {"workers": workers}))
             cands.append((fx.non_blocking_copies, loop_span, index.path, {}))
             return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall, evidence=evidence,
-                               confidence=place.confidence, related=related, fixes=_places.fixes(ctx, *cands))
+                               confidence=place.confidence, related=related, fixes=sq.fixes(ctx, *cands))
         built = _constructions(ctx)
         if len(built) == 1:
             index, call = built[0]
-            fixes = _places.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
+            fixes = sq.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
                                   (fx.non_blocking_copies, call.span, index.path, {}))
             return ctx.finding(self, span=call.span, message=message, total_ns=total, wall=wall, evidence=evidence,
                                confidence=Confidence.INFERRED, fixes=fixes)
@@ -145,18 +145,18 @@ def _h2d(ctx: RuleContext) -> tuple[np.ndarray, bool]:
     k = prof.kernels
     if not len(k):
         return np.zeros(0, np.int64), False
-    sel = _facts.mask(k["name"], MEMCPY_H2D.search) & _facts.kernels_in_steps_mask(prof)
+    sel = pq.mask(k["name"], MEMCPY_H2D.search) & pq.kernels_in_steps_mask(prof)
     if ctx.backend != Backend.ASCEND.value:
-        sel &= _facts.mask(k["name"], lambda n: "HtoD" in n)
+        sel &= pq.mask(k["name"], lambda n: "HtoD" in n)
     rows = np.flatnonzero(sel)
-    pageable = bool(_facts.mask(k["name"], PAGEABLE.search)[rows].any()) if len(rows) else False
+    pageable = bool(pq.mask(k["name"], PAGEABLE.search)[rows].any()) if len(rows) else False
     return rows, pageable
 
 
-def _loop_of(place: _places.Place) -> tuple[Span, Span | None] | None:
+def _loop_of(place: sq.Place) -> tuple[Span, Span | None] | None:
     """The ``for`` loop over a DataLoader the frame belongs to, and the loader's construction."""
     index = place.index
-    loops = _places.loops_iterating_loader(index, place.function)
+    loops = sq.loops_iterating_loader(index, place.function)
     if not loops:
         return None
     on_line = [(lp, b) for lp, b in loops if lp.header.line <= place.line <= lp.header.end_line]
@@ -172,4 +172,4 @@ def _constructions(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite]]:
     def is_loader(ix: SourceIndex, c: CallSite) -> bool:
         return c.qualname in fx.DATALOADER or (not c.qualname and c.callee.rsplit(".", 1)[-1] == "DataLoader")
 
-    return _places.calls_where(ctx, is_loader)
+    return sq.calls_where(ctx, is_loader)

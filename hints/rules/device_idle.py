@@ -1,4 +1,4 @@
-"""NPU105 device-idle (hint-rules §2 NPU105; manual fix).
+"""NPU105 device-idle (manual fix; docs/rules/NPU105.md).
 
 Metrics per step: ``Free`` ÷ step time above ``freeMaxPercent``, ``Computing`` ÷ step time below
 ``computeMinPercent`` (a proxy for AI Core utilisation), the median ``Wait Time`` of compute
@@ -27,7 +27,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 from ..context import RuleContext
 from ..finding import Finding, Related
 from ..registry import Rule, register
-from . import _facts, _ops, _places
+from .. import profile_query as pq, source_query as sq
 
 MANUAL = {
     "ascend": [
@@ -103,7 +103,7 @@ class DeviceIdle(Rule):
             "thresholds": {"freeMaxPercent": free_max, "computeMinPercent": compute_min,
                            "schedulingDelayUs": delay_us, "smallKernelUs": small_us},
         }
-        found = _places.backward_call(ctx)
+        found = sq.backward_call(ctx)
         related = _small_kernel_functions(ctx, small_us)
         if found is None:
             yield ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
@@ -139,7 +139,7 @@ def _breakdown(ctx: RuleContext) -> _Idle | None:
 def _kernel_stats(ctx: RuleContext, small_us: float) -> dict:
     prof = ctx.profile
     k = prof.kernels
-    sel = timemodel.is_class(k, timemodel.TaskClass.COMPUTE) & _facts.kernels_in_steps_mask(prof)
+    sel = timemodel.is_class(k, timemodel.TaskClass.COMPUTE) & pq.kernels_in_steps_mask(prof)
     dur = k["dur_ns"].to_numpy(np.int64)[sel]
     wait = k["wait_ns"].to_numpy(np.int64)[sel]
     wait = wait[wait >= 0]
@@ -167,7 +167,7 @@ def _small_kernel_functions(ctx: RuleContext, small_us: float) -> list[Related]:
     out = []
     steps = ctx.num_steps
     for (path, function), n in counts.most_common(3):
-        index = _ops.index_of(ctx, path)
+        index = sq.index_of(ctx, path)
         info = index.functions.get(function) if index is not None else None
         if info is None:
             continue

@@ -1,5 +1,5 @@
 """NPU241-NPU247: environment variables recorded with the profile (``profiler_metadata.json``
-``ENV_VARIABLES``, the advisor's ``environment_variable_analysis``; hint-rules §3). ``""`` means
+``ENV_VARIABLES``, the advisor's ``environment_variable_analysis``). ``""`` means
 unset; a profile without the file (or without the variable) gives no finding.
 
 Fixed severity Information. Anchored where the script itself sets the variable
@@ -21,7 +21,7 @@ from msprof_lsp.hints.fixes import env_vars, offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _ops
+from .. import source_query as sq
 
 
 def _int_below(limit: int) -> Callable[[str], bool]:
@@ -105,14 +105,14 @@ def setter_statements(ctx: RuleContext, var: str) -> list[Span]:
     key = _setter_re(var)
     out: list[Span] = []
     seen: set[str] = set()
-    for path in [*_ops.entry_scripts(ctx), *_ops.python_files(ctx)]:
+    for path in [*sq.entry_scripts(ctx), *sq.python_files(ctx)]:
         if path in seen:
             continue
         seen.add(path)
         text = ctx.source_text(path)
         if text is None or var not in text:
             continue  # read, not parsed: only files naming the variable get indexed
-        index = _ops.index_of(ctx, path)
+        index = sq.index_of(ctx, path)
         if index is None:
             continue
         out += [st.span for st in index.statements if key.search(st.text)]
@@ -144,7 +144,7 @@ class EnvRule(Rule):
             sites = setter_statements(ctx, var)
             if sites:
                 span = sites[0]
-                index = _ops.index_of(ctx, span.path)
+                index = sq.index_of(ctx, span.path)
                 imp = index.torch_npu_import if index is not None else None
                 if imp is not None and imp.span.line < span.line:
                     evidence["note"] = f"set after `import torch_npu` (line {imp.span.line}): too late to take effect"
@@ -158,9 +158,9 @@ class EnvRule(Rule):
                     elif why:
                         evidence["no_fix"] = "; ".join(why)
             else:
-                entries = _ops.entry_scripts(ctx)
+                entries = sq.entry_scripts(ctx)
                 if entries:
-                    span = _ops.file_start(entries[0])
+                    span = sq.file_start(entries[0])
                     evidence["anchor"] = "entry script (the variable belongs in the launcher)"
             shown = f"{var}={value}" if value else f"{var} unset"
             msg = f"{spec.short}: {shown} when profiled: {spec.diagnosis}. {spec.advice}."

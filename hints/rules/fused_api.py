@@ -1,7 +1,7 @@
 """NPU210-NPU217: hand-written operator sequences that one fused torch_npu API replaces
-(the advisor's "Affinity API" analysis, hint-rules §3; CUDA/CPU analogues for Kineto traces).
+(the advisor's "Affinity API" analysis; CUDA/CPU analogues for Kineto traces).
 
-Detection is the advisor's (see ``_sequences``): outermost aten ops per thread, joined with
+Detection is the advisor's (see ``hints.profile_query``): outermost aten ops per thread, joined with
 ``-``, regex-searched with the catalog's patterns, each pattern gated on the profile's CANN
 version (unknown version: 8.0.0, every set). Matches are grouped by where they start in the
 source; each group is one finding whose impact is the device time of the matched ops (host time
@@ -29,10 +29,10 @@ from msprof_lsp.hints.finding import Finding, Fix, Related
 from msprof_lsp.hints.fixes import fused_api as fx
 from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _ops
-from ._sequences import Place, Tokens, host_tokens, kernel_tokens, literal_regex, pattern_regex, place_kernels, place_ops
+from .. import profile_query as pq, source_query as sq
 
 DEFAULT_CANN = "8.0.0"  # the advisor's default rule set (sets 0-3)
 
@@ -155,12 +155,12 @@ SPECS: tuple[FusedSpec, ...] = (
 class Group:
     """Matches of one code that start at the same place."""
 
-    place: Place
+    place: sq.Place
     matches: list[tuple[int, int]]  # token ranges
     pattern: str
 
 
-_MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
+_MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, pq.Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
 _DEVICE: weakref.WeakKeyDictionary[RuleContext, np.ndarray] = weakref.WeakKeyDictionary()
 
 
@@ -171,31 +171,31 @@ def cann_version(ctx: RuleContext) -> str:
 def _device_per_root(ctx: RuleContext) -> np.ndarray:
     hit = _DEVICE.get(ctx)
     if hit is None:
-        hit = _ops.kernel_time_per_root(ctx.profile, _ops.outermost_framework_ops(ctx.profile))
+        hit = pq.kernel_time_per_root(ctx.profile, pq.outermost_framework_ops(ctx.profile))
         _DEVICE[ctx] = hit
     return hit
 
 
-def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, Tokens, list[Group], dict]:
+def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group], dict]:
     """(variant "host"/"kernel", tokens, groups, gating info) for one code."""
     cache = _MATCHES.setdefault(ctx, {})
     if spec.code in cache:
         return cache[spec.code]
     ascend = ctx.backend == "ascend"
     version = cann_version(ctx)
-    active = [(p, v) for p, v in spec.patterns if not ascend or _ops.cann_at_least(version, v)]
+    active = [(p, v) for p, v in spec.patterns if not ascend or pq.cann_at_least(version, v)]
     gating = {"cann_version": ctx.profile.meta.cann_version or f"unknown (default {DEFAULT_CANN})",
               "patterns_gated_off": [p for p, v in spec.patterns if (p, v) not in active]}
-    toks = host_tokens(ctx)
+    toks = pq.host_tokens(ctx)
     variant = "host"
     found: list[tuple[tuple[int, int], str]] = []
     if len(toks.rows):
         for pattern, _v in active:
-            found += [(m, pattern) for m in toks.find(pattern_regex(pattern))]
+            found += [(m, pattern) for m in toks.find(pq.pattern_regex(pattern))]
     elif ascend and spec.kernel_types and len(ctx.profile.kernels):
         variant = "kernel"
-        toks = kernel_tokens(ctx)
-        found = [(m, spec.kernel_types) for m in toks.find(literal_regex(spec.kernel_types))]
+        toks = pq.kernel_tokens(ctx)
+        found = [(m, spec.kernel_types) for m in toks.find(pq.literal_regex(spec.kernel_types))]
     # Two patterns of one code can match the same ops: keep each start once (longest match).
     best: dict[int, tuple[tuple[int, int], str]] = {}
     for (a, b), pat in found:
@@ -205,7 +205,7 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, Tokens, list[Group], d
     for a in sorted(best):
         (a, b), pat = best[a]
         rows = toks.rows[a:b]
-        place = place_ops(ctx, rows.tolist()) if variant == "host" else place_kernels(ctx, rows.tolist())
+        place = sq.place_ops(ctx, rows.tolist()) if variant == "host" else sq.place_kernels(ctx, rows.tolist())
         g = groups.get(place.span)
         if g is None:
             groups[place.span] = g = Group(place, [], pat)
@@ -240,12 +240,12 @@ class FusedApiRule(Rule):
             if spec.code == "NPU214" and not ascend and variant == "host" and _already_tanh(ctx, firsts):
                 continue
             if variant == "host":
-                total = _ops.op_time_ns(ctx.profile, rows.tolist(), per_root)
-                under = _ops.kernels_under(ctx.profile, rows.tolist())
+                total = pq.op_time_ns(ctx.profile, rows.tolist(), per_root)
+                under = pq.kernels_under(ctx.profile, rows.tolist())
             else:
                 under = kernels.loc[rows]
                 total = int(under["dur_ns"].sum())
-            ktypes = Counter(_ops.kernel_types(under)) if len(under) else Counter()
+            ktypes = Counter(pq.kernel_types(under)) if len(under) else Counter()
             a0, b0 = g.matches[0]
             sequence = toks.sequence(a0, b0)
             n = len(g.matches)
@@ -262,16 +262,16 @@ class FusedApiRule(Rule):
                 if variant == "host" else [],
                 "kernels": len(under),
                 "kernel_types": dict(ktypes.most_common(8)),
-                "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
+                "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
                 "time_source": "device" if len(kernels) else "host",
                 "snippet": fx.SNIPPETS[spec.code] if ascend else spec.snippet_cuda,
                 **(gating if ascend else {}),
             }
             conf = g.place.confidence if variant == "host" else Confidence.INFERRED
             span, candidates = g.place.span, []
-            if g.place.site is not None and g.place.site.kind == "function":
+            if g.place.site is not None and g.place.site.kind == SiteKind.FUNCTION:
                 # Kineto def-line frames name the function, not the line: search its body.
-                candidates = _ops.statements_matching(ctx, g.place.site, re.compile(spec.keywords)) if spec.keywords else []
+                candidates = sq.statements_matching(ctx, g.place.site, re.compile(spec.keywords)) if spec.keywords else []
                 if candidates:
                     span, conf = candidates[0], Confidence.MODULE
                     evidence["located"] = f"statically in {g.place.site.function}()"
@@ -316,17 +316,17 @@ class FusedApiRule(Rule):
         evidence["no_fix"] = "; ".join(dict.fromkeys(why)) or "the expression is not recognised exactly"
         return []
 
-    def _related(self, ctx: RuleContext, g: Group, toks: Tokens, variant: str) -> list[Related]:
+    def _related(self, ctx: RuleContext, g: Group, toks: pq.Tokens, variant: str) -> list[Related]:
         if variant != "host" or g.place.span is None:
             return []
         a, b = g.matches[0]
         out: list[Related] = []
         seen = {g.place.span.line}
         for r in toks.rows[a:b]:
-            site = _ops.site_of_op(ctx, int(r))
+            site = sq.site_of_op(ctx, int(r))
             if site is None or site.span.path != g.place.span.path:
                 continue
-            stmt = _ops.site_statement(ctx, site)
+            stmt = sq.site_statement(ctx, site)
             if stmt.line in seen or g.place.span.line <= stmt.line <= g.place.span.end_line:
                 continue
             seen.add(stmt.line)

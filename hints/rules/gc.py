@@ -1,4 +1,4 @@
-"""NPU230 gc-pauses: Python garbage-collection pauses stall the training loop (hint-rules §3, the
+"""NPU230 gc-pauses: Python garbage-collection pauses stall the training loop (the
 advisor's ``gc_analysis`` and ``conjectured_analysis``).
 
 * Recorded: ``GC`` events (trace_view.json process ``Python GC``, DB ``GC_RECORD``; captured only
@@ -27,7 +27,7 @@ from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 
-from . import _facts, _ops
+from .. import profile_query as pq, source_query as sq
 
 FREE_MIN_NS = 200_000 * 1000  # advisor FREE_DURATION_FOR_GC_ANALYSIS default, 200000 µs
 ACL_PER_10MS = 1  # at most one AscendCL call per 10 ms of the gap
@@ -53,7 +53,7 @@ class GcPauses(Rule):
         he = ctx.profile.host_events
         gc = np.zeros(len(he), dtype=bool)
         if len(he):
-            gc = _ops.cat_mask(he["cat"], lambda c: c.lower() == "gc") & _facts.in_steps(ctx.profile, he["start_ns"].to_numpy(np.int64))
+            gc = pq.mask(he["cat"], lambda c: c.lower() == "gc") & pq.in_steps(ctx.profile, he["start_ns"].to_numpy(np.int64))
         if gc.any():
             yield from self._recorded(ctx, he[gc])
             return
@@ -62,7 +62,7 @@ class GcPauses(Rule):
         yield from self._conjectured(ctx)
 
     def _anchor(self, ctx: RuleContext, evidence: dict):  # noqa: ANN202
-        span, conf = _ops.training_loop(ctx)
+        span, conf = sq.training_loop(ctx)
         if span is None:
             conf = Confidence.MODULE  # profile-level: nothing was inferred about a line
         fixes = []
@@ -88,8 +88,8 @@ class GcPauses(Rule):
             "source": "GC events",
             "pauses": int(long.sum()),
             "pauses_per_step": round(int(long.sum()) / ctx.num_steps, 1),
-            "longest_us": _ops.format_ns_us(int(dur.max())),
-            "total_us": _ops.format_ns_us(total),
+            "longest_us": pq.format_ns_us(int(dur.max())),
+            "total_us": pq.format_ns_us(total),
             "below_threshold": int((~long).sum()),
             "threshold_us": float(ctx.thresholds.gc_min_us),
             "gc_detect_threshold_ms": ctx.profile.meta.gc_detect_threshold,
@@ -112,14 +112,14 @@ class GcPauses(Rule):
         ov = ctx.profile.overlap
         if not len(ov):
             return
-        free = (_facts.strs(ov["lane"]) == "Free") & (ov["dur_ns"].to_numpy(np.int64) > FREE_MIN_NS)
-        free &= _facts.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
+        free = (pq.strs(ov["lane"]) == "Free") & (ov["dur_ns"].to_numpy(np.int64) > FREE_MIN_NS)
+        free &= pq.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
         if not free.any():
             return
         if ctx.needs_level1(self.code, LEVEL1_NEED):
             return
         he = ctx.profile.host_events
-        acl = _ops.cat_mask(he["name"], lambda n: n.startswith("AscendCL@")) if len(he) else np.zeros(0, dtype=bool)
+        acl = pq.mask(he["name"], lambda n: n.startswith("AscendCL@")) if len(he) else np.zeros(0, dtype=bool)
         a_start = he["start_ns"].to_numpy(np.int64)[acl] if len(he) else np.zeros(0, dtype=np.int64)
         a_dur = he["dur_ns"].to_numpy(np.int64)[acl] if len(he) else np.zeros(0, dtype=np.int64)
         order = np.argsort(a_start)
@@ -136,7 +136,7 @@ class GcPauses(Rule):
         evidence = {
             "source": "conjectured from device-idle gaps (no GC events recorded)",
             "gaps": len(gaps),
-            "longest_gap_us": _ops.format_ns_us(max(d for _, d, _, _ in gaps)),
+            "longest_gap_us": pq.format_ns_us(max(d for _, d, _, _ in gaps)),
             "acl_calls_in_gaps": sum(n for _, _, n, _ in gaps),
             "free_min_us": FREE_MIN_NS / 1000,
             "capture": "pass experimental_config=_ExperimentalConfig(gc_detect_threshold=<ms>) to record GC events",

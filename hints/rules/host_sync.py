@@ -1,4 +1,4 @@
-"""NPU108 host-sync (hint-rules §2 NPU108).
+"""NPU108 host-sync (docs/rules/NPU108.md).
 
 Evidence: framework ops that block the host until the device drains (``aten::item`` /
 ``aten::_local_scalar_dense``, ``aten::nonzero``, ``aten::equal``), any other framework op that a
@@ -28,7 +28,7 @@ from ..context import RuleContext
 from ..finding import Finding
 from ..fixes import host_sync as fx
 from ..registry import Rule, register
-from . import _facts, _ops, _places
+from .. import profile_query as pq, source_query as sq
 
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"})
 # A synchronous aclrtMemcpy alone is left out: torch_npu also uses it for pageable host-to-device
@@ -80,13 +80,13 @@ class HostSync(Rule):
         ev_start = prof.host_events["start_ns"].to_numpy(np.int64)
         groups: dict[tuple, _Group] = defaultdict(_Group)
         anchors: dict[tuple, tuple[SourceIndex, CallSite, Confidence] | None] = {}
-        names = _facts.strs(h["name"]) if len(h) else np.zeros(0, object)
+        names = pq.strs(h["name"]) if len(h) else np.zeros(0, object)
         for r in blocking:
             found = _anchor_op(ctx, r)
             key = (found[1].span,) if found else ("op", str(names[r]))
             groups[key].ops.append(r)
             anchors.setdefault(key, found)
-        api_names = _facts.strs(prof.host_events["name"])
+        api_names = pq.strs(prof.host_events["name"])
         between = _Neighbours(ctx) if loose else None
         for e in loose:
             found = between.anchor(e) if between is not None else None
@@ -142,7 +142,7 @@ class HostSync(Rule):
         if call is None:
             return ctx.finding(self, span=None, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
                                confidence=conf)
-        fixes = _places.fixes(
+        fixes = sq.fixes(
             ctx,
             (fx.defer_loss_item, call.span, index.path, {}),
             (fx.remove_synchronize, call.span, index.path, {}),
@@ -171,25 +171,22 @@ def _blocking_ops(ctx: RuleContext) -> tuple[list[int], np.ndarray]:
     h = prof.host_ops
     if not len(h):
         return [], np.zeros(0, np.int64)
-    par = _facts.parents(prof)
-    scope = _facts.host_scope_mask(prof)
-    marked = _facts.rows_named(prof, SYNC_OPS)
+    par = pq.parents(prof)
+    scope = pq.host_scope_mask(prof)
+    marked = pq.rows_named(prof, SYNC_OPS)
     # ops around a runtime sync (a D2H aten::to for .cpu()) block as well
     for _e, op in _api_owners(ctx):
         if op >= 0 and not scope[op]:
             marked[_outermost_framework(op, par, scope)] = True
-    nested = np.zeros(len(h), dtype=bool)
-    has = par >= 0
-    up = _facts.nearest_marked(par, marked)  # itself or the nearest marked ancestor
-    nested[has] = up[par[has]] >= 0
-    rows = np.flatnonzero(marked & ~nested & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
+    nested = pq.strict_ancestor(marked, par) >= 0
+    rows = np.flatnonzero(marked & ~nested & pq.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
     in_opt = _inside_optimizer_step(ctx)
     return [int(r) for r in rows if not in_opt[r]], rows[in_opt[rows]]
 
 
 def _inside_optimizer_step(ctx: RuleContext) -> np.ndarray:
     prof = ctx.profile
-    return _facts.nearest_marked(_facts.parents(prof), _facts.rows_prefixed(prof, OPTIMIZER_STEP)) >= 0
+    return pq.nearest_marked(pq.parents(prof), pq.rows_prefixed(prof, OPTIMIZER_STEP)) >= 0
 
 
 def _outermost_framework(op: int, par: np.ndarray, scope: np.ndarray) -> int:
@@ -201,7 +198,7 @@ def _outermost_framework(op: int, par: np.ndarray, scope: np.ndarray) -> int:
 def _api_owners(ctx: RuleContext) -> list[tuple[int, int]]:
     """(host_events row, innermost host op containing it on the same thread or -1) per sync API."""
     prof = ctx.profile
-    ev = _facts.api_events(prof, SYNC_APIS)
+    ev = pq.api_events(prof, SYNC_APIS)
     if not len(ev):
         return []
     h = prof.host_ops
@@ -211,7 +208,7 @@ def _api_owners(ctx: RuleContext) -> list[tuple[int, int]]:
     tid = h["tid"].to_numpy(np.int64)
     start = h["start_ns"].to_numpy(np.int64)
     end = start + h["dur_ns"].to_numpy(np.int64)
-    par = _facts.parents(prof)
+    par = pq.parents(prof)
     by_tid: dict[int, np.ndarray] = {}
     for t in np.unique(ev["tid"].to_numpy(np.int64)):
         rows = np.flatnonzero((tid == t) & (start >= 0))
@@ -232,7 +229,7 @@ def _api_owners(ctx: RuleContext) -> list[tuple[int, int]]:
 def _loose_apis(ctx: RuleContext, blocking: list[int]) -> list[int]:
     """Sync API events outside any framework op (``torch.npu.synchronize()``), not in Optimizer.step."""
     prof = ctx.profile
-    scope = _facts.host_scope_mask(prof)
+    scope = pq.host_scope_mask(prof)
     in_opt = _inside_optimizer_step(ctx) if len(prof.host_ops) else np.zeros(0, bool)
     out = []
     for e, op in _api_owners(ctx):
@@ -248,23 +245,23 @@ def _sync_call(index: SourceIndex, line: int, function: str | None) -> CallSite 
             or c.name in NONZERO_CALLS
 
     # innermost first: loss.item() before the print(...) around it
-    return _places.call_on_line(index, line, is_sync, function)
+    return sq.call_on_line(index, line, is_sync, function)
 
 
 def _anchor_op(ctx: RuleContext, row: int) -> tuple[SourceIndex, CallSite, Confidence] | None:
     att = ctx.attribution
     site = att.site_of_op(row) if att is not None and row < len(att.op_site) else None
     if site is not None:
-        index = _ops.index_of(ctx, site.span.path)
+        index = sq.index_of(ctx, site.span.path)
         if index is not None:
             for line in range(site.span.line, site.span.end_line + 1):
                 call = _sync_call(index, line, site.function)
                 if call is not None and _inside(call.span, site.span):
                     return index, call, site.confidence
-            call = _places.call_of_site(index, site.span)
+            call = sq.call_of_site(index, site.span)
             if call is not None:
                 return index, call, site.confidence
-    place = _places.op_place(ctx, row)
+    place = sq.op_place(ctx, row)
     if place is not None and not place.def_line:
         call = _sync_call(place.index, place.line, place.function)
         if call is not None:
@@ -286,7 +283,7 @@ class _Neighbours:
         self.by_tid: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         if att is None or not len(h):
             return
-        ok = _facts.outermost_ops(prof) & (np.asarray(att.op_site) >= 0) & (h["start_ns"].to_numpy(np.int64) >= 0)
+        ok = pq.outermost_ops(prof) & (np.asarray(att.op_site) >= 0) & (h["start_ns"].to_numpy(np.int64) >= 0)
         rows = np.flatnonzero(ok)
         tid = h["tid"].to_numpy(np.int64)[rows]
         start = h["start_ns"].to_numpy(np.int64)[rows]
@@ -304,7 +301,7 @@ class _Neighbours:
         found = self._between(t, s, e)
         if found is not None:
             return found
-        hits = [(ix, c) for ix, c in _places.calls_where(ctx, lambda ix, c: c.qualname in SYNC_CALLS) if c.in_loop]
+        hits = [(ix, c) for ix, c in sq.calls_where(ctx, lambda ix, c: c.qualname in SYNC_CALLS) if c.in_loop]
         if len(hits) == 1:
             return hits[0][0], hits[0][1], Confidence.INFERRED
         return None
@@ -322,7 +319,7 @@ class _Neighbours:
         before, after = att.site_of_op(int(rows[i])), att.site_of_op(int(rows[j]))
         if before is None or after is None or before.span.path != after.span.path:
             return None
-        index = _ops.index_of(self.ctx, before.span.path)
+        index = sq.index_of(self.ctx, before.span.path)
         if index is None:
             return None
         lo, hi = before.span.line, after.span.end_line

@@ -1,5 +1,5 @@
 """NPU250 dropout-in-inference: dropout still draws masks in a run without any backward pass,
-optimizer step or gradient communication -- the model was left in training mode (hint-rules §3).
+optimizer step or gradient communication -- the model was left in training mode.
 
 "Inference" is judged from the whole profile (``training_evidence``), never from the absence of
 one marker: a run is training when it holds any backward host op or kernel, any optimizer step or
@@ -31,7 +31,7 @@ from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _facts, _ops
+from .. import profile_query as pq, source_query as sq
 
 DROPOUT_KERNEL = re.compile(r"dropout|genmask|genbitmask|domask", re.IGNORECASE)
 DROPOUT_OPS = ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::dropout_", "aten::feature_dropout_")
@@ -64,17 +64,17 @@ def training_evidence(p) -> dict[str, int]:  # noqa: ANN001 - Profile
     h, k = p.host_ops, p.kernels
     hname = h["name"] if len(h) else None
     ev = {
-        "backward_ops": int(_ops.cat_mask(hname, _ops.is_backward_node).sum()) if hname is not None else 0,
-        "optimizer_steps": int(_ops.cat_mask(hname, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))).sum())
+        "backward_ops": int(pq.mask(hname, pq.is_backward_node).sum()) if hname is not None else 0,
+        "optimizer_steps": int(pq.mask(hname, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))).sum())
         if hname is not None else 0,
         "backward_kernels": 0,
         "optimizer_kernels": 0,
-        "gradient_collectives": int(_ops.cat_mask(hname, lambda n: bool(COLLECTIVE.search(n) and GRADIENT_COLLECTIVE.search(n))).sum())
+        "gradient_collectives": int(pq.mask(hname, lambda n: bool(COLLECTIVE.search(n) and GRADIENT_COLLECTIVE.search(n))).sum())
         if hname is not None else 0,
     }
     if len(k):
         def either(test) -> np.ndarray:  # noqa: ANN001
-            return _ops.cat_mask(k["type"], test) | _ops.cat_mask(k["name"], test)
+            return pq.mask(k["type"], test) | pq.mask(k["name"], test)
 
         ev["backward_kernels"] = int((k["backward"].to_numpy(dtype=bool) | either(lambda t: bool(GRAD_KERNEL.search(t)))).sum())
         ev["optimizer_kernels"] = int(either(lambda t: bool(OPTIMIZER_KERNEL.search(t))).sum())
@@ -107,7 +107,7 @@ class DropoutInInference(Rule):
         k = p.kernels_in_steps()
         ops = np.zeros(0, dtype=np.int64)
         if ctx.backend == "ascend":
-            sel = _ops.cat_mask(k["name"], lambda n: bool(DROPOUT_KERNEL.search(n))) | _ops.cat_mask(k["type"], lambda n: bool(DROPOUT_KERNEL.search(n))) if len(k) else np.zeros(0, dtype=bool)
+            sel = pq.mask(k["name"], lambda n: bool(DROPOUT_KERNEL.search(n))) | pq.mask(k["type"], lambda n: bool(DROPOUT_KERNEL.search(n))) if len(k) else np.zeros(0, dtype=bool)
             if not sel.any():
                 return
             work = k[sel]
@@ -115,30 +115,30 @@ class DropoutInInference(Rule):
             launched = work["host_op"].to_numpy(np.int64)
             ops = np.unique(launched[launched >= 0])
             count, unit = len(work), "kernels"
-            names = Counter(_facts.strs(work["name"]))
+            names = Counter(pq.strs(work["name"]))
         else:
             if not len(h):
                 return
-            cand = np.flatnonzero(_ops.cat_mask(h["name"], lambda n: n in DROPOUT_OPS) & _facts.in_steps(p, h["start_ns"].to_numpy(np.int64)))
+            cand = np.flatnonzero(pq.mask(h["name"], lambda n: n in DROPOUT_OPS) & pq.in_steps(p, h["start_ns"].to_numpy(np.int64)))
             ci = h["concrete_inputs"].to_numpy(dtype=object)
             ops = np.array([r for r in cand if _train_flag(str(ci[r])) is True], dtype=np.int64)
             # aten::dropout calls aten::native_dropout on CUDA: count the outermost only
             if len(ops):
-                outer = _ops.strict_ancestor(_ops.mask_of(len(h), ops.tolist()), h["parent"].to_numpy(np.int64))
+                outer = pq.strict_ancestor(pq.mask_of(len(h), ops.tolist()), pq.parents(p))
                 ops = ops[outer[ops] < 0]
             if not len(ops):
                 return
-            work = _ops.kernels_under(p, ops.tolist())
+            work = pq.kernels_under(p, ops.tolist())
             total = int(work["dur_ns"].sum()) if len(p.kernels) else int(h["dur_ns"].to_numpy(np.int64)[ops].sum())
             count, unit = len(ops), "dropout calls"
-            names = Counter(_facts.strs(h["name"])[ops])
+            names = Counter(pq.strs(h["name"])[ops])
         span, conf, related = self._anchor(ctx, ops)
         evidence = {
             "backend": ctx.backend,
             "dropout": dict(names.most_common(6)),
             "count": count,
             **training,
-            "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
+            "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = self._fixes(ctx, span, evidence)
         n = max(1, round(count / ctx.num_steps))
@@ -156,30 +156,27 @@ class DropoutInInference(Rule):
 
     @staticmethod
     def _anchor(ctx: RuleContext, ops: np.ndarray) -> tuple[Span | None, Confidence, list[Related]]:
-        h = ctx.profile.host_ops
-        sid = h["stack"].to_numpy(np.int64) if len(h) else np.zeros(0, dtype=np.int64)
         site = None
         for r in ops.tolist():
-            site = site or _ops.site_of_op(ctx, int(r))
-            chain = list(ctx.profile.host_op_chain(int(r)))
-            stack = next((int(sid[c]) for c in chain if sid[c] >= 0), -1)
+            site = site or sq.site_of_op(ctx, int(r))
+            stack = pq.op_stack(ctx.profile, int(r))
             if stack < 0:
                 continue
-            hit = _ops.loop_with_frame(ctx, ctx.profile.stack_of(stack), _is_inference_loop)
+            hit = sq.loop_with_frame(ctx, ctx.profile.stack_of(stack), _is_inference_loop)
             if hit is None:
                 continue
             header, path = hit
             # the model call: the frame's line inside that loop
-            for p, f in _ops.user_frames(ctx, ctx.profile.stack_of(stack)):
+            for p, f in sq.user_frames(ctx, ctx.profile.stack_of(stack)):
                 if p == path and header.line <= f.line:
-                    stmt = _ops.statement_span(ctx, path, f.line)
+                    stmt = sq.statement_span(ctx, path, f.line)
                     if stmt is not None and stmt.line != header.line:
                         conf = site.confidence if site is not None else Confidence.STACK
-                        related = [Related(_ops.site_statement(ctx, site), "dropout called here")] if site is not None else []
+                        related = [Related(sq.site_statement(ctx, site), "dropout called here")] if site is not None else []
                         return stmt, conf, related
             break
         if site is not None:
-            return _ops.site_statement(ctx, site), site.confidence, []
+            return sq.site_statement(ctx, site), site.confidence, []
         return None, Confidence.MODULE, []
 
     @staticmethod

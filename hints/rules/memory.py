@@ -1,4 +1,4 @@
-"""NPU109 alloc-churn (hint-rules §2 NPU109).
+"""NPU109 alloc-churn (docs/rules/NPU109.md).
 
 Evidence (advisor ``memory``): the host time of the device allocator's runtime calls --
 ``AscendCL@aclMallocMemInner``, ``AscendCL@aclrtFreePhysical``, ``AscendCL@aclrtFree`` (Kineto
@@ -24,7 +24,7 @@ from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import empty_cache as fx
 from ..registry import Rule, register
-from . import _facts, _places
+from .. import profile_query as pq, source_query as sq
 
 ALLOC_APIS = frozenset({"aclMallocMemInner", "aclrtFreePhysical", "aclrtFree", "cudaMalloc", "cudaFree"})
 LEVEL1_NEED = "AscendCL@aclMallocMemInner / aclrtFree events (CANN layer) to time the allocator"
@@ -48,7 +48,7 @@ class AllocChurn(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if ctx.backend == "ascend" and ctx.needs_level1(self.code, LEVEL1_NEED):
             return
-        ev = _facts.api_events(ctx.profile, ALLOC_APIS)
+        ev = pq.api_events(ctx.profile, ALLOC_APIS)
         if not len(ev):
             return
         total = float(ev["dur_ns"].sum())
@@ -79,8 +79,8 @@ class AllocChurn(Rule):
                               confidence=Confidence.MODULE)
             return
         index, call, conf = calls[0]
-        related = [Related(c.span, f"another empty_cache() in a loop: {_places.rel_line(ix, c.span)}") for ix, c, _ in calls[1:]]
-        fixes = _places.fixes(ctx, (fx.remove_empty_cache, call.span, index.path, {}))
+        related = [Related(c.span, f"another empty_cache() in a loop: {sq.rel_line(ix, c.span)}") for ix, c, _ in calls[1:]]
+        fixes = sq.fixes(ctx, (fx.remove_empty_cache, call.span, index.path, {}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total, evidence=evidence, wall=True,
                           confidence=conf, fixes=fixes, related=related)
 
@@ -91,17 +91,17 @@ def _empty_cache_calls(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite, Co
     out: list[tuple[SourceIndex, CallSite, Confidence]] = []
     seen = set()
     if len(h):
-        rows = np.flatnonzero(_facts.mask(h["name"], lambda n: "empty_cache" in n))
+        rows = np.flatnonzero(pq.mask(h["name"], lambda n: "empty_cache" in n))
         for r in rows[:32]:
-            place = _places.op_place(ctx, int(r))
+            place = sq.op_place(ctx, int(r))
             if place is None:
                 continue
-            call = _places.call_on_line(place.index, place.line, lambda c: c.name == "empty_cache")
+            call = sq.call_on_line(place.index, place.line, lambda c: c.name == "empty_cache")
             if call is not None and call.in_loop and call.span not in seen:
                 seen.add(call.span)
                 out.append((place.index, call, place.confidence))
     if out:
         return out
-    for index, call in _places.calls_where(ctx, lambda ix, c: c.qualname in fx.EMPTY_CACHE and c.in_loop):
+    for index, call in sq.calls_where(ctx, lambda ix, c: c.qualname in fx.EMPTY_CACHE and c.in_loop):
         out.append((index, call, Confidence.INFERRED))
     return out

@@ -1,6 +1,6 @@
-"""NPU900-NPU903: notices about the profile itself (fixed severity Information; hint-rules §3).
+"""NPU900-NPU903: notices about the profile itself (fixed severity Information).
 
-* NPU900 no call stacks: every anchor is approximate; the capture advice of ascend-formats §2.
+* NPU900 no call stacks: every anchor is approximate; the capture advice below.
 * NPU901 Level0 capture: the rules that needed Level1 data (CANN API events, statistics) and were
   skipped, by name -- they recorded the skip through ``ctx.needs_level1``.
 * NPU902 a source file changed after the profile was captured (``end_info.collectionTimeEnd``) and
@@ -26,7 +26,7 @@ from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 from msprof_lsp.mapping.timemodel import device_time_per_step_ns, work_mask
 
-from . import _facts, _ops
+from .. import profile_query as pq, source_query as sq
 
 ASCEND_CAPTURE = (
     "torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.CPU, "
@@ -36,7 +36,7 @@ ASCEND_CAPTURE = (
     "schedule=torch_npu.profiler.schedule(wait=1, warmup=1, active=2), "
     "on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(\"./prof\"))"
 )
-"""ascend-formats §2, verbatim."""
+"""How to capture call stacks (docs/rules/NPU900.md)."""
 
 KINETO_CAPTURE = (
     "torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA], "
@@ -145,11 +145,11 @@ class StaleSource(Notice):
                 # Newer but every recorded line still holds its call (a fresh checkout, an edit
                 # elsewhere in the file): nothing to warn about.
                 continue
-            msg = (f"{_ops.path_name(path)} changed after the profile was captured "
+            msg = (f"{sq.path_name(path)} changed after the profile was captured "
                    f"(profile ended {_iso(end)}, file saved {_iso(mtime)}): lines may have moved"
                    f"{f'; {moved} of {len(sites)} anchors re-found by their call text' if moved else ''}"
                    f"{f'; {dropped} dropped' if dropped else ''}. Re-profile for exact lines.")
-            yield ctx.finding(self, span=_ops.file_start(path), message=msg, confidence=Confidence.MODULE,
+            yield ctx.finding(self, span=sq.file_start(path), message=msg, confidence=Confidence.MODULE,
                               evidence={"collection_end": _iso(end), "file_modified": _iso(mtime),
                                         "collection_end_ns": end, "file_mtime_ns": mtime,
                                         "anchors": len(sites), "re_anchored": moved, "dropped": dropped})
@@ -187,9 +187,9 @@ class UnattributedTime(Notice):
         if share < max(HOT_SHARE, ctx.config.min_share):
             return
         with_stack = sub["stack"].to_numpy(np.int64) >= 0
-        names = _facts.strs(sub["name"])
+        names = pq.strs(sub["name"])
         by = sub.groupby(names, observed=True)["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(TOP_KERNELS)
-        top = {str(n): {"count": int(r["count"]), "us_per_step": _ops.format_ns_us(ctx.per_step_ns(int(r["sum"])))} for n, r in by.iterrows()}
+        top = {str(n): {"count": int(r["count"]), "us_per_step": pq.format_ns_us(ctx.per_step_ns(int(r["sum"])))} for n, r in by.iterrows()}
         shown = ", ".join(f"{n} ({format_us(v['us_per_step'])})" for n, v in list(top.items())[:3])
         unmapped = list(a.heat.unmapped_files)[:5]
         tail = f"; frames in files not found locally ({', '.join(unmapped)}): use pathMappings" if unmapped else ""
@@ -200,7 +200,7 @@ class UnattributedTime(Notice):
                f"{len(sub)} kernels reached no workspace line, mostly {shown}{tail}.")
         yield ctx.finding(self, span=None, message=msg, total_ns=total, step_ns=device_ns, confidence=Confidence.MODULE,
                           evidence={
-            "time_us_per_step": _ops.format_ns_us(per),
+            "time_us_per_step": pq.format_ns_us(per),
             "share": round(share, 4),
             "kernels": len(sub),
             "with_stack_no_user_frame": int(with_stack.sum()),

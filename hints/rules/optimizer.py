@@ -1,4 +1,4 @@
-"""NPU220 fused-optimizer and NPU221 fused-grad-clip (hint-rules §3).
+"""NPU220 fused-optimizer and NPU221 fused-grad-clip (docs/rules/NPU220.md, NPU221.md).
 
 NPU220: an ``Optimizer.step#<Name>.step`` scope whose update runs per parameter (no ``_fused_``
 or ``_foreach_`` op inside): its host time is the cost (one small kernel launch per parameter and
@@ -28,8 +28,7 @@ from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
-from . import _facts, _ops
-from ._sequences import host_tokens, pattern_regex, place_ops
+from .. import profile_query as pq, source_query as sq
 
 OPTIMIZERS = ("AdamW", "Adam", "SGD", "Adadelta", "Lamb", "AdamP", "BertAdam", "RMSprop", "RMSpropTF")
 STEP_RE = re.compile(r"^Optimizer\.step#(?P<name>\w+)\.step$")
@@ -52,12 +51,12 @@ def _optimizer_construction(ctx: RuleContext, name: str, step_site) -> tuple[Spa
     qualnames = (f"torch.optim.{name}", f"torch.optim.{name.lower()}.{name}")
     if step_site is not None:
         m = re.match(r"^\s*([\w.]+)\.step\s*\(", step_site.call_text)
-        index = _ops.index_of(ctx, step_site.span.path)
+        index = sq.index_of(ctx, step_site.span.path)
         if m and index is not None:
             b = index.binding_for(step_site.function, m.group(1))
             if b is not None and b.ctor_qualname in qualnames:
                 return b.span, step_site.confidence
-    found = list(_ops.calls_named(ctx, qualnames))
+    found = list(sq.calls_named(ctx, qualnames))
     if found:
         return found[0][1].span, Confidence.MODULE if len(found) == 1 else Confidence.INFERRED
     return None, Confidence.MODULE
@@ -66,7 +65,7 @@ def _optimizer_construction(ctx: RuleContext, name: str, step_site) -> tuple[Spa
 def _step_site(ctx: RuleContext, rows: np.ndarray):  # noqa: ANN202 - Site | None
     """Where ``optimizer.step()`` is called (the site of a step scope, or of an op inside it)."""
     for r in rows:
-        s = _ops.site_of_op(ctx, int(r))
+        s = sq.site_of_op(ctx, int(r))
         if s is not None and ".step" in s.call_text:
             return s
     return None
@@ -103,9 +102,9 @@ class FusedOptimizer(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         h = ctx.profile.host_ops
         if len(h):
-            names = _facts.strs(h["name"])
-            steps = _ops.cat_mask(h["name"], lambda n: bool(STEP_RE.match(n)) and STEP_RE.match(n).group("name") in OPTIMIZERS)
-            steps &= _facts.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
+            names = pq.strs(h["name"])
+            steps = pq.mask(h["name"], lambda n: bool(STEP_RE.match(n)) and STEP_RE.match(n).group("name") in OPTIMIZERS)
+            steps &= pq.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
             rows = np.flatnonzero(steps)
             for name in sorted({STEP_RE.match(names[r]).group("name") for r in rows}):
                 yield from self._host(ctx, name, np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name]))
@@ -117,30 +116,30 @@ class FusedOptimizer(Rule):
     def _host(self, ctx: RuleContext, name: str, rows: np.ndarray) -> Iterator[Finding]:
         p = ctx.profile
         h = p.host_ops
-        inside = _ops.descendants(p, rows.tolist())
-        inner_names = _facts.strs(h["name"])[inside]
+        inside = pq.descendants(p, rows.tolist())
+        inner_names = pq.strs(h["name"])[inside]
         if any(any(m in n for m in MULTI_TENSOR) for n in inner_names):
             return  # already fused / multi-tensor
         total = int(h["dur_ns"].to_numpy(np.int64)[rows].sum())
-        k = _ops.kernels_under(p, rows.tolist())
-        items_all = _ops.cat_mask(h["name"], lambda n: n == "aten::item") & _facts.in_steps(p, h["start_ns"].to_numpy(np.int64))
+        k = pq.kernels_under(p, rows.tolist())
+        items_all = pq.mask(h["name"], lambda n: n == "aten::item") & pq.in_steps(p, h["start_ns"].to_numpy(np.int64))
         items_in = int((items_all & inside).sum())
-        ktypes = Counter(_ops.kernel_types(k)) if len(k) else Counter()
+        ktypes = Counter(pq.kernel_types(k)) if len(k) else Counter()
         apply_k = sum(c for t, c in ktypes.items() if t in APPLY_KERNELS)
         site = _step_site(ctx, np.flatnonzero(inside))
         span, conf = _optimizer_construction(ctx, name, site)
-        related = [Related(_ops.site_statement(ctx, site), f"{name}.step(): {ctx.per_step_us(total):.1f} µs/step on the host")] if site is not None else []
+        related = [Related(sq.site_statement(ctx, site), f"{name}.step(): {ctx.per_step_us(total):.1f} µs/step on the host")] if site is not None else []
         if span is None and site is not None:
-            span, conf = _ops.site_statement(ctx, site), site.confidence
+            span, conf = sq.site_statement(ctx, site), site.confidence
         evidence = {
             "backend": ctx.backend,
             "optimizer": name,
             "scope": f"Optimizer.step#{name}.step",
             "calls": len(rows),
-            "step_time_us": _ops.format_ns_us(total / max(len(rows), 1)),
+            "step_time_us": pq.format_ns_us(total / max(len(rows), 1)),
             "kernels": len(k),
             "kernels_per_step": round(len(k) / ctx.num_steps, 1),
-            "device_time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(int(k["dur_ns"].sum()) if len(k) else 0)),
+            "device_time_us_per_step": pq.format_ns_us(ctx.per_step_ns(int(k["dur_ns"].sum()) if len(k) else 0)),
             "kernel_types": dict(ktypes.most_common(8)),
             "apply_kernels": apply_k,
             "item_in_step": items_in,
@@ -174,7 +173,7 @@ class FusedOptimizer(Rule):
         k = ctx.profile.kernels_in_steps()
         if not len(k):
             return
-        types = _ops.kernel_types(k)
+        types = pq.kernel_types(k)
         per: dict[str, list[int]] = {}
         for i, t in enumerate(types):
             if t in APPLY_KERNELS:
@@ -221,11 +220,11 @@ class FusedGradClip(Rule):
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
-        toks = host_tokens(ctx)
-        matches = toks.find(pattern_regex(CLIP_PATTERN)) if len(toks.rows) else []
+        toks = pq.host_tokens(ctx)
+        matches = toks.find(pq.pattern_regex(CLIP_PATTERN)) if len(toks.rows) else []
         ascend = ctx.backend == "ascend"
         k = p.kernels_in_steps()
-        types = _ops.kernel_types(k) if len(k) else np.zeros(0, dtype=object)
+        types = pq.kernel_types(k) if len(k) else np.zeros(0, dtype=object)
         norm_k = np.isin(types, NORM_KERNELS) if len(k) else np.zeros(0, dtype=bool)
         per_tensor = 0
         if not ascend:
@@ -241,16 +240,16 @@ class FusedGradClip(Rule):
         if not matches and not (ascend and n_norm >= 2 * ctx.num_steps):
             return
         rows = np.concatenate([toks.rows[a:b] for a, b in matches]) if matches else np.zeros(0, dtype=np.int64)
-        matched_ns = _ops.op_time_ns(p, rows.tolist()) if len(rows) else 0
+        matched_ns = pq.op_time_ns(p, rows.tolist()) if len(rows) else 0
         norm_ns = int(k["dur_ns"].to_numpy(np.int64)[norm_k].sum()) if n_norm else 0
         total = matched_ns + norm_ns
         if matches:
-            place = place_ops(ctx, toks.rows[matches[0][0]:matches[0][1]].tolist())
+            place = sq.place_ops(ctx, toks.rows[matches[0][0]:matches[0][1]].tolist())
             span, conf = place.span, place.confidence
         else:
             span, conf = None, Confidence.INFERRED
         if span is None:
-            found = list(_ops.calls_named(ctx, CLIP_CALLS))
+            found = list(sq.calls_named(ctx, CLIP_CALLS))
             if found:
                 span = found[0][1].span
                 conf = Confidence.MODULE if len(found) == 1 and matches else Confidence.INFERRED
@@ -261,7 +260,7 @@ class FusedGradClip(Rule):
             "norm_kernels": dict(Counter(types[norm_k]).most_common()) if n_norm else {},
             "norm_kernels_per_step": round(n_norm / ctx.num_steps, 1),
             "per_tensor_norm_ops": per_tensor,
-            "time_us_per_step": _ops.format_ns_us(ctx.per_step_ns(total)),
+            "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = _fix_list(ctx, span, (fx.fused_grad_clip,), evidence)
         count = round(n_norm / ctx.num_steps) if n_norm else round(per_tensor / ctx.num_steps)

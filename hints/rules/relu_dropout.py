@@ -1,4 +1,4 @@
-"""NPU101 relu-dropout-fusion (hint-rules §2 NPU101).
+"""NPU101 relu-dropout-fusion (docs/rules/NPU101.md).
 
 Evidence, by what the profile holds:
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprof_lsp.mapping.heat import Site
+from msprof_lsp.mapping.heat import Site, SiteKind
 from msprof_lsp.mapping.model import Backend
 from msprof_lsp.mapping.source_index import CallSite, ModuleAttr, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -34,7 +34,7 @@ from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import relu_dropout as fx
 from ..registry import Rule, register
-from . import _facts, _ops, _places
+from .. import profile_query as pq, source_query as sq
 
 RELU_OPS = frozenset({"aten::relu", "aten::relu_"})
 DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "npu::_npu_dropout", "aten::_npu_dropout"})
@@ -103,7 +103,7 @@ class ReluDropoutFusion(Rule):
         total_ns = float(dur.sum()) if on_device else float(sum(p.host_ns for p in pairs))
         each_small = on_device and bool((dur < small_us * NS_PER_US).all())
         waits = wait[wait >= 0]
-        mean_wait_us = _facts.mean(waits) / NS_PER_US
+        mean_wait_us = pq.mean(waits) / NS_PER_US
         dispatch = each_small and len(waits) > 0 and mean_wait_us >= delay_us
         steps = ctx.num_steps
         qualifier = f"each < {small_us:g} µs" if each_small else ""
@@ -162,7 +162,7 @@ class ReluDropoutFusion(Rule):
             cands.append((fx.inplace_relu, c.relu, path, {}))
         if c.dropout is not None:
             cands.append((fx.drop_zero_dropout, c.dropout, path, {}))
-        return _places.fixes(ctx, *cands)
+        return sq.fixes(ctx, *cands)
 
 
 # -- evidence ---------------------------------------------------------------------------------------
@@ -185,9 +185,9 @@ def _forward_ops(ctx: RuleContext) -> np.ndarray:
     """Outermost forward framework ops inside the profiled steps."""
     prof = ctx.profile
     h = prof.host_ops
-    ok = _facts.outermost_ops(prof) & _facts.in_steps(prof, h["start_ns"].to_numpy(np.int64))
+    ok = pq.outermost_ops(prof) & pq.in_steps(prof, h["start_ns"].to_numpy(np.int64))
     ok &= h["fwd_op"].to_numpy(np.int64) < 0
-    ok &= ~_facts.mask(h["name"], lambda n: n.startswith("autograd::"))
+    ok &= ~pq.mask(h["name"], lambda n: n.startswith("autograd::"))
     if prof.meta.backend is Backend.ASCEND:
         ok &= h["fwd_thread"].to_numpy(np.int64) <= 0  # torch_npu: Fwd thread id 0 (1 = backward)
     return np.flatnonzero(ok)
@@ -203,7 +203,7 @@ def _host_pairs(ctx: RuleContext) -> list[_Pair]:
     start = h["start_ns"].to_numpy(np.int64)[rows]
     order = np.lexsort((start, tid))
     rows, tid = rows[order], tid[order]
-    names = _facts.strs(h["name"])[rows]
+    names = pq.strs(h["name"])[rows]
     is_relu = np.isin(names, list(RELU_OPS))
     is_drop = np.isin(names, list(DROPOUT_OPS))
     hit = np.flatnonzero(is_relu[:-1] & is_drop[1:] & (tid[:-1] == tid[1:]))
@@ -224,7 +224,7 @@ def _attach(ctx: RuleContext, pairs: list[_Pair]) -> None:
     for i, p in enumerate(pairs):
         marked[[p.relu, p.dropout]] = True
         pair_of[[p.relu, p.dropout]] = i
-    root = _facts.nearest_marked(_facts.parents(prof), marked)
+    root = pq.nearest_marked(pq.parents(prof), marked)
     group = np.where(root >= 0, pair_of[np.maximum(root, 0)], -1)
 
     def via(col: np.ndarray) -> np.ndarray:
@@ -235,7 +235,7 @@ def _attach(ctx: RuleContext, pairs: list[_Pair]) -> None:
 
     k = prof.kernels
     if len(k):
-        in_steps = _facts.kernels_in_steps_mask(prof) & _facts.is_task(prof)
+        in_steps = pq.kernels_in_steps_mask(prof) & pq.is_task(prof)
         g = via(k["host_op"].to_numpy(np.int64))
         bwd = via(k["fwd_op"].to_numpy(np.int64))
         g = np.where(g >= 0, g, bwd)
@@ -248,7 +248,7 @@ def _attach(ctx: RuleContext, pairs: list[_Pair]) -> None:
     for p in pairs:
         p.host_ns = int(dur[p.relu] + dur[p.dropout])
     fwd = via(h["fwd_op"].to_numpy(np.int64))
-    par = _facts.parents(prof)
+    par = pq.parents(prof)
     outer = fwd >= 0
     has = par >= 0
     outer[has] &= fwd[par[has]] != fwd[has]
@@ -262,8 +262,8 @@ def _kernel_order_pairs(ctx: RuleContext) -> list[_Pair]:
     k = prof.kernels
     if not len(k):
         return []
-    types = _facts.kernel_types(prof)
-    sel = np.flatnonzero(_facts.kernels_in_steps_mask(prof) & _facts.is_task(prof))
+    types = pq.kernel_types(prof.kernels)
+    sel = np.flatnonzero(pq.kernels_in_steps_mask(prof) & pq.is_task(prof))
     if not len(sel):
         return []
     order = np.lexsort((k["start_ns"].to_numpy(np.int64)[sel], k["device"].to_numpy(np.int64)[sel],
@@ -271,7 +271,7 @@ def _kernel_order_pairs(ctx: RuleContext) -> list[_Pair]:
     rows = sel[order]
     step = k["step"].to_numpy(np.int64)[rows]
     t = types[rows]
-    names = _facts.strs(k["name"])[rows]
+    names = pq.strs(k["name"])[rows]
     pairs: list[_Pair] = []
     for i in np.flatnonzero(t == "Relu"):
         for j in range(i + 1, min(i + 1 + LOOKAHEAD_ROWS, len(rows))):
@@ -288,8 +288,8 @@ def _kernel_table(ctx: RuleContext, rows: np.ndarray) -> list[dict]:
     if not len(rows):
         return []
     k = ctx.profile.kernels
-    types = _facts.kernel_types(ctx.profile)[rows]
-    names = _facts.strs(k["name"])[rows]
+    types = pq.kernel_types(ctx.profile.kernels)[rows]
+    names = pq.strs(k["name"])[rows]
     dur = k["dur_ns"].to_numpy(np.int64)[rows]
     bwd = k["backward"].to_numpy(dtype=bool)[rows]
     table: dict[tuple[str, bool], dict] = {}
@@ -359,16 +359,16 @@ def _init_related(index: SourceIndex, *calls: CallSite) -> tuple[Related, ...]:
 def _construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
     rs, ds = _site(ctx, pair.relu), _site(ctx, pair.dropout)
     if ds is None and rs is None:
-        place = _places.op_place(ctx, pair.dropout)
+        place = sq.op_place(ctx, pair.dropout)
         if place is None:
             return None
         return _at_line(place.index, place.line, place.function, place.confidence)
     site = ds or rs
-    index = _ops.index_of(ctx, site.span.path)
+    index = sq.index_of(ctx, site.span.path)
     if index is None:
         return None
     conf = min((s.confidence for s in (rs, ds) if s is not None), key=lambda c: c.rank)
-    if rs is not None and ds is not None and rs.kind == ds.kind == "element":
+    if rs is not None and ds is not None and rs.kind == ds.kind == SiteKind.ELEMENT:
         found = _sequential_from_elements(index, rs.span, ds.span, conf)
         if found is not None:
             return found
@@ -474,7 +474,7 @@ def _sequential_from_elements(index: SourceIndex, relu: Span, drop: Span, conf: 
 def _inferred_construct(ctx: RuleContext) -> _Construct | None:
     """Kernel-only evidence: the construct when exactly one ReLU->Dropout pair is in the workspace."""
     found: list[_Construct] = []
-    for index in _places.indexes(ctx):
+    for index in sq.indexes(ctx):
         seen: set[Span] = set()
         for c in index.calls:
             if not _is_dropout(index, c) and not (_attr_of(index, c) and _attr_of(index, c).is_container):  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""NPU106 cube-shape-alignment (hint-rules §2 NPU106; manual fix).
+"""NPU106 cube-shape-alignment (manual fix; docs/rules/NPU106.md).
 
 Ascend (advisor ``ai_core_performance_analysis``): MatMul kernels (``Type`` containing "matmul")
 that move at least ``cubeMinBytes`` (inputs + outputs) and whose inner axis -- the last dim of
@@ -30,7 +30,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 from ..context import RuleContext
 from ..finding import Finding, Related
 from ..registry import Rule, register
-from . import _facts
+from .. import profile_query as pq
 
 DTYPE_BYTES = {
     "DT_BF16": 2, "BF16": 2, "FLOAT16": 2, "DT_FLOAT16": 2, "FLOAT": 4, "DT_FLOAT": 4, "FLOAT32": 4,
@@ -156,11 +156,11 @@ def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     align = ctx.thresholds.cube_align
     fa_align = ctx.thresholds.fa_align
     min_bytes = ctx.thresholds.cube_min_bytes
-    types = _facts.kernel_types(prof)
-    cols = {c: _facts.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats",
+    types = pq.kernel_types(prof.kernels)
+    cols = {c: pq.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats",
                                                      "output_shapes", "output_dtypes")}
-    kind = _facts.matches(types, MATMUL) | _facts.matches(types, FLASH, full_start=True)
-    sel = np.flatnonzero(kind & _facts.kernels_in_steps_mask(prof) & (cols["input_shapes"] != ""))
+    kind = pq.matches(types, MATMUL) | pq.matches(types, FLASH, full_start=True)
+    sel = np.flatnonzero(kind & pq.kernels_in_steps_mask(prof) & (cols["input_shapes"] != ""))
     if not len(sel):
         return [], []
     # judge each distinct (type, shapes, dtypes, formats) once: millions of kernels, few shapes
@@ -198,18 +198,18 @@ def _cuda(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     k = prof.kernels
     if not len(h) or not len(k):
         return [], []
-    gemm = _facts.rows_named(prof, CUDA_GEMMS) & _facts.mask(h["input_types"], HALF_TYPES.search)
+    gemm = pq.rows_named(prof, CUDA_GEMMS) & pq.mask(h["input_types"], HALF_TYPES.search)
     if not gemm.any():
         return [], []
-    owner = _facts.nearest_marked(_facts.parents(prof), gemm)
+    owner = pq.nearest_marked(pq.parents(prof), gemm)
     host = k["host_op"].to_numpy(np.int64)
     ok = (host >= 0) & (host < len(h))
     krow_owner = np.full(len(k), -1, np.int64)
     krow_owner[ok] = owner[host[ok]]
     rows, bad = [], []
-    dims_col = _facts.strs(h["input_dims"])
-    names = _facts.strs(h["name"])
-    for r in np.flatnonzero((krow_owner >= 0) & _facts.kernels_in_steps_mask(prof)):
+    dims_col = pq.strs(h["input_dims"])
+    names = pq.strs(h["name"])
+    for r in np.flatnonzero((krow_owner >= 0) & pq.kernels_in_steps_mask(prof)):
         op = int(krow_owner[r])
         shapes = [s for s in parse_shapes(dims_col[op].replace("[", "").replace("]", "")) if s]
         dims = tuple(dict.fromkeys(d for s in shapes for d in s[-2:] if d % CUDA_ALIGN))

@@ -1,4 +1,4 @@
-"""NPU103 transdata-format (hint-rules §2 NPU103).
+"""NPU103 transdata-format (docs/rules/NPU103.md).
 
 Evidence: ``TransData`` kernels (``trans_TransData_<n>``, ``aclnn<Op>_TransData_TransData``) that
 the same host scope launched together with a Cube op (``MatMul*``, ``BatchMatMul*``, ``Conv2D*``),
@@ -27,7 +27,7 @@ from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import npu_switches
 from ..registry import Rule, register
-from . import _facts, _places
+from .. import profile_query as pq, source_query as sq
 
 CUBE = re.compile(r"^(MatMul|BatchMatMul|Conv2D|Conv3D|GroupedMatmul|QuantBatchMatmul)", re.I)
 PRIVATE_FORMATS = ("FRACTAL_NZ", "NC1HWC0", "FRACTAL_Z", "NDC1HWC0", "FRACTAL_Z_3D")
@@ -73,7 +73,7 @@ class TransdataFormat(Rule):
                 old = sites.get(key)
                 if old is None or (site is not None and site.confidence.rank < old.confidence.rank):
                     sites[key] = site
-        entry = _places.torch_npu_import(ctx)
+        entry = sq.torch_npu_import(ctx)
         for key, (trans, cast) in groups.items():
             yield self._finding(ctx, sites[key], np.array(trans, np.int64), np.array(cast, np.int64), how, entry, limit)
 
@@ -109,7 +109,7 @@ class TransdataFormat(Rule):
         if entry is not None:
             index, imp = entry
             related.append(Related(imp.span, "the global switch allow_internal_format goes after this import"))
-            fixes = _places.fixes(ctx, (npu_switches.disable_internal_format, imp.span, index.path, {}))
+            fixes = sq.fixes(ctx, (npu_switches.disable_internal_format, imp.span, index.path, {}))
         if site is None:
             conf = Confidence.INFERRED if how == "kernel order" else Confidence.MODULE
             return ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence, confidence=conf,
@@ -121,7 +121,7 @@ class TransdataFormat(Rule):
         k = ctx.profile.kernels
         if not len(k):
             return
-        sel = _facts.mask(k["name"], CUDA_LAYOUT.search) & _facts.kernels_in_steps_mask(ctx.profile)
+        sel = pq.mask(k["name"], CUDA_LAYOUT.search) & pq.kernels_in_steps_mask(ctx.profile)
         if not sel.any():
             return
         dur = k["dur_ns"].to_numpy(np.int64)
@@ -148,11 +148,11 @@ def _paired(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, str]:
     """TransData and Cast kernel rows paired with a Cube op, and how they were paired."""
     prof = ctx.profile
     k = prof.kernels
-    types = _facts.kernel_types(prof)
-    ok = _facts.kernels_in_steps_mask(prof) & _facts.is_task(prof)
+    types = pq.kernel_types(prof.kernels)
+    ok = pq.kernels_in_steps_mask(prof) & pq.is_task(prof)
     is_trans = ok & (types == "TransData")
     is_cast = ok & (types == "Cast")
-    is_cube = ok & _facts.matches(types, CUBE, full_start=True)
+    is_cube = ok & pq.matches(types, CUBE, full_start=True)
     host = k["host_op"].to_numpy(np.int64)
     if (host >= 0).any():
         cube_scopes = np.unique(host[is_cube & (host >= 0)])
@@ -175,8 +175,8 @@ def _paired(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, str]:
 def _cube_types_of(ctx: RuleContext, rows: np.ndarray) -> set[str]:
     k = ctx.profile.kernels
     host = k["host_op"].to_numpy(np.int64)
-    types = _facts.kernel_types(ctx.profile)
-    cube = _facts.matches(types, CUBE, full_start=True)
+    types = pq.kernel_types(ctx.profile.kernels)
+    cube = pq.matches(types, CUBE, full_start=True)
     scopes = set(host[rows].tolist()) - {-1}
     # without host links: the Cube types of the profile (the pairing was by kernel order)
     sel = (np.isin(host, list(scopes)) & cube) if scopes else cube
@@ -187,7 +187,7 @@ def _private_formats(ctx: RuleContext, rows: np.ndarray) -> list[str]:
     k = ctx.profile.kernels
     seen: set[str] = set()
     for col in ("input_formats", "output_formats"):
-        for text in set(_facts.strs(k[col])[rows].tolist()):
+        for text in set(pq.strs(k[col])[rows].tolist()):
             for f in text.split(";"):
                 if f in PRIVATE_FORMATS:
                     seen.add(f)
@@ -198,7 +198,7 @@ def _table(ctx: RuleContext, rows: np.ndarray) -> list[dict]:
     if not len(rows):
         return []
     k = ctx.profile.kernels
-    names = _facts.strs(k["name"])[rows]
+    names = pq.strs(k["name"])[rows]
     dur = k["dur_ns"].to_numpy(np.int64)[rows]
     by: dict[str, list[int]] = defaultdict(list)
     for n, d in zip(names, dur):

@@ -10,7 +10,7 @@ import pytest
 from rulekit import ProfileBuilder, applied, findings, frame, line_of, only
 
 from msprof_lsp.hints.config import RuleConfig
-from msprof_lsp.hints.rules._sequences import pattern_regex
+from msprof_lsp.hints.profile_query import pattern_regex
 from msprof_lsp.mapping.load import load_location, locate
 from msprof_lsp.mapping.model import Backend, ProfileKind
 from msprof_lsp.mapping.spans import Confidence

@@ -1,0 +1,494 @@
+"""Source queries the rules share: from a profile op, kernel or stack to a place in the user's
+source, static searches over the workspace, the training loop, and quick fixes run through
+``hints.fixes.offer``.
+
+Confidence follows docs/rules/README.md "Confidence": a user frame of a recorded stack is
+``stack`` (Kineto frames that carry def lines are ``module``: the call itself is found by
+searching that function's body); a pattern search with no frame is ``inferred``. The profile side
+(ops, kernels, tokens) is :mod:`.profile_query`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msprof_lsp.mapping.constructs import call_keys
+from msprof_lsp.mapping.frames import Frame
+from msprof_lsp.mapping.heat import Site, SiteKind
+from msprof_lsp.mapping.source_index import Binding, CallSite, ImportInfo, LoopInfo, SourceIndex
+from msprof_lsp.mapping.spans import Confidence, Span
+
+from . import profile_query as pq
+from .context import RuleContext
+from .finding import Fix, Related
+from .fixes import offer
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+# ---------------------------------------------------------------------------------------------
+# Files and indexes
+
+
+def index_of(ctx: RuleContext, path: str) -> SourceIndex | None:
+    """The index of a workspace file (None: no workspace, unreadable or not Python)."""
+    ws = ctx.workspace
+    if ws is None:
+        return None
+    try:
+        return ws.index(path)
+    except (OSError, ValueError):
+        return None
+
+
+def python_files(ctx: RuleContext) -> list[str]:
+    ws = ctx.workspace
+    if ws is None:
+        return []
+    try:
+        return ws.python_files()
+    except OSError:
+        return []
+
+
+def indexes(ctx: RuleContext) -> Iterator[SourceIndex]:
+    """Every parsable Python file of the workspace."""
+    for path in python_files(ctx):
+        index = index_of(ctx, path)
+        if index is not None:
+            yield index
+
+
+def files_containing(ctx: RuleContext, *needles: str, paths: Sequence[str] | None = None) -> list[str]:
+    """Workspace files whose text holds any of ``needles``: a plain substring test before any
+    file is parsed and indexed (a large workspace is read, not parsed, by a static search)."""
+    out = []
+    for path in python_files(ctx) if paths is None else paths:
+        text = ctx.source_text(path)
+        if text is not None and any(n in text for n in needles):
+            out.append(path)
+    return out
+
+
+def file_start(path: str) -> Span:
+    """A file-level anchor: the start of line 1."""
+    return Span(path, 1, 0, 1, 0)
+
+
+def path_name(path: str) -> str:
+    return Path(path).name
+
+
+def text(index: SourceIndex, span: Span) -> str:
+    return index.lines.slice(span.line, span.col, span.end_line, span.end_col)
+
+
+def rel_line(index: SourceIndex, span: Span) -> str:
+    """``train.py:42`` for related-information messages."""
+    return f"{path_name(index.path)}:{span.line}"
+
+
+def statement_span(ctx: RuleContext, path: str, line: int) -> Span | None:
+    """The innermost statement (or compound header) of ``path`` covering ``line``."""
+    index = index_of(ctx, path)
+    if index is None:
+        return None
+    stmt = index.statement_at(line)
+    return stmt.span if stmt is not None else None
+
+
+def entry_scripts(ctx: RuleContext) -> list[str]:
+    """The scripts the job was started from: the outermost ``<module>`` frame of the recorded
+    stacks, else workspace files with an ``if __name__ == "__main__":`` guard that import
+    torch_npu (or torch), preferring those (docs/rules/README.md "Entry script")."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for stack in ctx.profile.stacks[:2000]:
+        for f in reversed(stack):
+            if f.opaque:
+                continue
+            if f.func == "<module>":
+                local = ctx.workspace.frame_file(f) if ctx.workspace is not None else None
+                if local is not None and local not in seen:
+                    seen.add(local)
+                    found.append(local)
+            break
+    if found:
+        return found
+    ranked: list[tuple[int, str]] = []
+    for path in files_containing(ctx, "__main__"):
+        index = index_of(ctx, path)
+        if index is None or index.main_guard is None:
+            continue
+        uses_npu = index.torch_npu_import is not None
+        uses_torch = any(i.target == "torch" or i.target.startswith("torch.") for i in index.imports)
+        if uses_npu or uses_torch:
+            ranked.append((0 if uses_npu else 1, path))
+    return [p for _, p in sorted(ranked)]
+
+
+def torch_npu_import(ctx: RuleContext) -> tuple[SourceIndex, ImportInfo] | None:
+    """``import torch_npu`` of the entry script: a file with a ``__main__`` guard first."""
+    found = [(ix, ix.torch_npu_import) for ix in indexes(ctx) if ix.torch_npu_import is not None]
+    if not found:
+        return None
+    found.sort(key=lambda t: (t[0].main_guard is None, t[0].path))
+    return found[0]  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls
+
+
+def calls_where(ctx: RuleContext, pred: Callable[[SourceIndex, CallSite], bool]) -> list[tuple[SourceIndex, CallSite]]:
+    """Static search: calls of the whole workspace that satisfy ``pred`` (source order)."""
+    return [(ix, c) for ix in indexes(ctx) for c in ix.calls if pred(ix, c)]
+
+
+def calls_named(ctx: RuleContext, qualnames: Sequence[str], paths: Sequence[str] | None = None) -> Iterator[tuple[SourceIndex, CallSite]]:
+    """(index, call) of every call resolving to one of ``qualnames``; only files that mention a
+    last component are parsed."""
+    wanted = set(qualnames)
+    last = {q.rsplit(".", 1)[-1] for q in qualnames}
+    for path in files_containing(ctx, *last, paths=paths):
+        index = index_of(ctx, path)
+        if index is None:
+            continue
+        for call in index.calls:
+            if call.qualname in wanted:
+                yield index, call
+
+
+def constructed(ctx: RuleContext, *qualnames: str) -> tuple[SourceIndex, CallSite] | None:
+    """The first call in the workspace to one of ``qualnames`` (a constructor, usually)."""
+    return next(calls_named(ctx, qualnames), None)
+
+
+def call_on_line(index: SourceIndex, line: int, pred: Callable[[CallSite], bool], function: str | None = None) -> CallSite | None:
+    """The innermost call covering ``line`` that satisfies ``pred`` (optionally in ``function``)."""
+    for c in index.calls_on_line(line):
+        if (function is None or c.function == function) and pred(c):
+            return c
+    return None
+
+
+def call_of_site(index: SourceIndex, span: Span) -> CallSite | None:
+    """The call whose span a site is."""
+    return call_on_line(index, span.line, lambda c: c.span == span)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sites: where the attribution tied profile time
+
+
+def site_of_op(ctx: RuleContext, row: int) -> Site | None:
+    a = ctx.attribution
+    if a is None or row < 0 or row >= len(a.op_site):
+        return None
+    return a.site_of_op(row)
+
+
+def site_of_kernel_row(ctx: RuleContext, row: int) -> Site | None:
+    a = ctx.attribution
+    if a is None or row < 0 or row >= len(a.kernel_site):
+        return None
+    return a.site_of_kernel(row)
+
+
+def best_site(sites: Sequence[Site | None]) -> Site | None:
+    """The most confident site, first seen on ties."""
+    best: Site | None = None
+    for s in sites:
+        if s is not None and (best is None or s.confidence.rank > best.confidence.rank):
+            best = s
+    return best
+
+
+def site_statement(ctx: RuleContext, site: Site) -> Span:
+    """The statement holding a site (the site's own span when the file has no index)."""
+    return statement_span(ctx, site.span.path, site.span.line) or site.span
+
+
+def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:
+    """Statements of the site's function whose text ``pattern`` finds: where a construct is
+    looked for when the frame names only the function (Kineto def-line frames)."""
+    index = index_of(ctx, site.span.path)
+    if index is None:
+        return []
+    return [st.span for st in index.statements_in(site.function) if pattern.search(st.text)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Places: where a finding anchors
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A place in the user's source a finding anchors to, and how it was found."""
+
+    span: Span | None  # None: nothing in the source is known
+    confidence: Confidence
+    site: Site | None = None  # the attribution site it came from (None: a frame line, or nothing)
+    index: SourceIndex | None = None  # the file's index (set for places taken from a stack)
+    function: str = ""  # qualname of the function the place runs in
+    def_line: bool = False  # a Kineto frame: the span is the function's def line, not the executing one
+
+    @property
+    def line(self) -> int:
+        return self.span.line if self.span is not None else 0
+
+
+def user_frames(ctx: RuleContext, stack: Sequence[Frame]) -> list[tuple[str, Frame]]:
+    """(local path, frame) of the stack's workspace frames, outermost first (lines where the code
+    is now: ``RuleContext.frame_now``)."""
+    ws = ctx.workspace
+    if ws is None:
+        return []
+    out = []
+    for f in reversed(stack):
+        local = ws.frame_file(f)
+        now = ctx.frame_now(f, local) if local is not None else None
+        if now is not None:
+            out.append((local, now))
+    return out
+
+
+def stack_place(ctx: RuleContext, stack_id: int) -> Place | None:
+    """The innermost user frame of a stack that maps to an indexed local file."""
+    if stack_id < 0 or stack_id >= len(ctx.profile.stacks):
+        return None
+    def_line = ctx.profile.meta.def_line_frames
+    for local, frame in reversed(user_frames(ctx, ctx.profile.stacks[stack_id])):
+        index = index_of(ctx, local)
+        if index is None:
+            continue
+        function = index.scope_at(frame.line)
+        if def_line:
+            function = next((f.qualname for f in index.functions_starting_at(frame.line) if f.name == frame.func), function)
+        span = Span(local, frame.line, 0, frame.line, 0)
+        return Place(span, Confidence.MODULE if def_line else Confidence.STACK, None, index, function, def_line)
+    return None
+
+
+def op_place(ctx: RuleContext, row: int) -> Place | None:
+    """Place of a host op: its own stack, else the nearest enclosing op's."""
+    return stack_place(ctx, pq.op_stack(ctx.profile, row))
+
+
+def _common_prefix(chains: Sequence[list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    chains = [c for c in chains if c]
+    if not chains:
+        return []
+    out = []
+    for level in zip(*chains):
+        if all(x == level[0] for x in level):
+            out.append(level[0])
+        else:
+            break
+    return out
+
+
+def _site_place(ctx: RuleContext, site: Site, confidence: Confidence | None = None) -> Place:
+    return Place(site_statement(ctx, site), site.confidence if confidence is None else confidence, site, function=site.function)
+
+
+def place_ops(ctx: RuleContext, rows: Sequence[int]) -> Place:
+    """The first statement of the code that ran ``rows`` (time order).
+
+    The matched ops may sit in nested calls (rotary: ``chunk``/``neg``/``cat`` inside
+    ``rotate_half``, the ``mul``/``add`` in ``forward``): the anchor is in the deepest function
+    every op's user call chain passes through, at the earliest line any of them was called from
+    there.
+    """
+    sites = [site_of_op(ctx, int(r)) for r in rows]
+    stack_ids = ctx.profile.host_ops["stack"].to_numpy(np.int64)
+    framed = [user_frames(ctx, ctx.profile.stack_of(int(stack_ids[int(r)]))) for r in rows]
+    common = _common_prefix([[(p, f.func) for p, f in fr] for fr in framed])
+    if common:
+        path, func = common[-1]
+        here = [s for s in sites if s is not None and s.span.path == path and s.function.rsplit(".", 1)[-1] == func]
+        # A "function" site is the def header (the call inside was ambiguous): a last resort.
+        lines = [s for s in here if s.kind != SiteKind.FUNCTION]
+        if lines:
+            return _site_place(ctx, min(lines, key=lambda s: (s.span.line, s.span.col)))
+        level = len(common) - 1
+        index = index_of(ctx, path)
+        frame_lines = sorted({fr[level][1].line for fr in framed if len(fr) > level})
+        for line in frame_lines:  # executing lines (torch_npu); Kineto's def lines are skipped
+            if index is not None and line > 0 and not index.functions_starting_at(line):
+                span = statement_span(ctx, path, line)
+                if span is not None:
+                    return Place(span, Confidence.STACK, None, index, index.scope_at(line))
+        if here:
+            return _site_place(ctx, here[0])
+    site = next((s for s in sites if s is not None and s.kind != SiteKind.FUNCTION), None) or best_site(sites)
+    if site is None:
+        return Place(None, Confidence.MODULE)
+    return _site_place(ctx, site)
+
+
+def place_kernels(ctx: RuleContext, rows: Sequence[int]) -> Place:
+    """Anchor of a kernel-only match: the attribution's site of its first kernel (inferred)."""
+    for r in rows:
+        site = site_of_kernel_row(ctx, int(ctx.profile.kernels.index.get_loc(int(r))))
+        if site is not None:
+            return _site_place(ctx, site, Confidence.INFERRED)
+    return Place(None, Confidence.INFERRED)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loops: the training loop (docs/rules/README.md "Training loop") and loops over a DataLoader
+
+
+def is_optimizer_step(index: SourceIndex, call: CallSite) -> bool:
+    """``<opt>.step()`` of an optimizer: the construct table's answer (mapping.constructs)."""
+    return call.name == "step" and "optimizer_step" in call_keys(index, call.idx)
+
+
+def is_training_loop(index: SourceIndex, loop: LoopInfo) -> bool:
+    """A loop whose body calls ``<x>.backward()`` and an optimizer's ``.step()``."""
+    calls = [index.calls[i] for i in loop.calls]
+    return any(c.name == "backward" for c in calls) and any(is_optimizer_step(index, c) for c in calls)
+
+
+def training_loops(index: SourceIndex) -> list[LoopInfo]:
+    return [lp for lp in index.loops if is_training_loop(index, lp)]
+
+
+def innermost_training_loop(index: SourceIndex, line: int) -> LoopInfo | None:
+    best = None
+    for lp in training_loops(index):
+        if lp.span.line <= line <= lp.span.end_line and (best is None or lp.span.line >= best.span.line):
+            best = lp
+    return best
+
+
+def loop_with_frame(ctx: RuleContext, stack: Sequence[Frame], predicate: Callable[[SourceIndex, LoopInfo], bool]) -> tuple[Span, str] | None:
+    """(header span, path) of the innermost loop satisfying ``predicate(index, loop)`` around the
+    outermost workspace frame of ``stack`` that sits in such a loop."""
+    for path, frame in user_frames(ctx, stack):
+        index = index_of(ctx, path)
+        if index is None or frame.line <= 0:
+            continue
+        around = [lp for lp in index.loops if lp.span.line <= frame.line <= lp.span.end_line and predicate(index, lp)]
+        if around:
+            return max(around, key=lambda lp: lp.span.line).header, path
+    return None
+
+
+def training_loop(ctx: RuleContext) -> tuple[Span | None, Confidence]:
+    """The training loop's header: found through a recorded frame of an op inside the profiled
+    steps (stack confidence), else by searching the entry scripts and then the workspace
+    (inferred)."""
+    h = ctx.profile.host_ops
+    if len(h) and ctx.profile.stacks:
+        ids = h["stack"].to_numpy(np.int64)[pq.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))]
+        for sid in list(dict.fromkeys(int(s) for s in ids if s >= 0))[:200]:
+            hit = loop_with_frame(ctx, ctx.profile.stack_of(sid), is_training_loop)
+            if hit is not None:
+                return hit[0], Confidence.STACK
+    for path in dict.fromkeys([*entry_scripts(ctx), *files_containing(ctx, "backward")]):
+        index = index_of(ctx, path)
+        loops = training_loops(index) if index is not None else []
+        if loops:
+            return max(loops, key=lambda lp: lp.span.line).header, Confidence.INFERRED
+    return None, Confidence.INFERRED
+
+
+def loop_call(index: SourceIndex, loop: LoopInfo, name: str) -> CallSite | None:
+    """The first call ``<x>.<name>()`` directly in the loop's body (nested loops too)."""
+    for i in loop.calls:
+        c = index.calls[i]
+        if c.name == name and c.receiver:
+            return c
+    return None
+
+
+def optimizer_step_call(index: SourceIndex, loop: LoopInfo) -> CallSite | None:
+    return next((index.calls[i] for i in loop.calls if is_optimizer_step(index, index.calls[i])), None)
+
+
+def backward_call(ctx: RuleContext) -> tuple[SourceIndex, CallSite, LoopInfo, Confidence] | None:
+    """The ``<loss>.backward()`` of the training loop, with how it was found.
+
+    A site the profile tied to ``.backward()`` through a stack (the gradient seed kernel) comes
+    first, with that site's confidence; else the only training loop of the workspace holding a
+    ``.backward()`` call (``inferred``).
+    """
+    att = ctx.attribution
+    if att is not None:
+        best = None
+        for site in att.sites:
+            if not site.call_text.endswith(".backward()"):
+                continue
+            index = index_of(ctx, site.span.path)
+            call = call_of_site(index, site.span) if index is not None else None
+            loop = innermost_training_loop(index, site.span.line) if call is not None else None
+            if call is not None and loop is not None and (best is None or site.confidence.rank > best[3].rank):
+                best = (index, call, loop, site.confidence)
+        if best is not None:
+            return best
+    found = []
+    for index in indexes(ctx):
+        for loop in training_loops(index):
+            call = loop_call(index, loop, "backward")
+            if call is not None and innermost_training_loop(index, call.span.line) == loop:
+                found.append((index, call, loop, Confidence.INFERRED))
+    return found[0] if len(found) == 1 else None
+
+
+def loops_iterating_loader(index: SourceIndex, function: str) -> list[tuple[LoopInfo, Binding | None]]:
+    """``for`` loops of ``function`` over a DataLoader: (loop, the construction binding or None).
+
+    A name in the iterable bound to ``DataLoader(...)`` counts (``enumerate(loader)``); without
+    such a binding, a name that says loader (``train_loader``) still counts, with no binding.
+    """
+    found = []
+    for lp in index.loops_in(function):
+        if lp.kind != "for":
+            continue
+        best = None
+        named = False
+        for name in _NAME.findall(lp.iter_text):
+            b = index.binding_for(function, name)
+            if b is not None and b.ctor.rsplit(".", 1)[-1] == "DataLoader":
+                best = b
+                break
+            named = named or "loader" in name.lower()
+        if best is not None or named:
+            found.append((lp, best))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Quick fixes and related information
+
+
+def fix(
+    ctx: RuleContext,
+    transform: Callable[..., Any],
+    anchor: Span | int,
+    path: str,
+    **options: Any,
+) -> Fix | None:
+    """Run a fix transform on the current text of ``path``; None when it does not match."""
+    source = ctx.source_text(path)
+    if source is None:
+        return None
+    res = offer(transform, source, anchor, path=path, **options)
+    return res.fix if res is not None else None
+
+
+def fixes(ctx: RuleContext, *candidates: tuple[Callable[..., Any], Span | int, str, dict[str, Any]]) -> list[Fix]:
+    """The fixes that apply among ``(transform, anchor, path, options)``; safe ones first."""
+    out = [f for t, a, p, o in candidates if (f := fix(ctx, t, a, p, **o)) is not None]
+    return sorted(out, key=lambda f: not f.safe)
+
+
+def related(span: Span | None, message: str) -> list[Related]:
+    return [Related(span, message)] if span is not None else []
