@@ -144,3 +144,13 @@ def test_op_place_takes_the_nearest_stack_and_names_the_function(tmp_path: Path)
     assert sq.site_statement(ctx, site).line == 5
     anchored = sq.place_ops(ctx, [outer, inner])
     assert anchored.span is not None and anchored.span.line == 5 and anchored.site is not None
+
+
+def test_a_def_line_frame_is_a_module_place_in_the_function_it_names(tmp_path: Path) -> None:
+    src = tmp_path / "model.py"
+    src.write_text("import torch\n\n\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n", encoding="utf-8")
+    b = ProfileBuilder(extra={"frame_lines": "def"})
+    op = b.op("aten::relu", 10, 5, stack=[frame(src, 5, "forward")])
+    place = sq.op_place(context(b.build(), [tmp_path]), op)
+    assert place is not None
+    assert (place.line, place.function, place.def_line, place.confidence) == (5, "Net.forward", True, Confidence.MODULE)
