@@ -62,8 +62,11 @@ def _step_trace_row(run: Run, tl: StepTimeline, prev_end: int | None) -> tuple[l
     return row, end
 
 
-def write_msprof_cli(run: Run, parent_dir: str | os.PathLike[str], *, newline: str = "\n") -> Path:
-    """Write the run as an msprof CLI result; return the ``PROF_*`` directory."""
+def write_msprof_cli(run: Run, parent_dir: str | os.PathLike[str], *, newline: str = "\n",
+                     step_trace: bool = True) -> Path:
+    """Write the run as an msprof CLI result; return the ``PROF_*`` directory. ``step_trace=False``
+    leaves out ``step_trace_*.csv``, as msprof does for an eager (PyTorch) job: it writes the
+    iteration table in graph mode only, so such a result has no step markers at all."""
     root = Path(parent_dir) / prof_name(run)
     out = root / OUTPUT
     for d in (out, root / "host" / "data", root / f"device_{run.device}" / "data", root / "mindstudio_profiler_log"):
@@ -75,7 +78,7 @@ def write_msprof_cli(run: Run, parent_dir: str | os.PathLike[str], *, newline: s
     trace = TraceWriter(run, TextVariant(), python=False)
     js = JsonArrayOut(out / f"msprof_{ts}.json")
     summary = CsvOut(out / f"op_summary_{ts}.csv", table.header, newline=newline)
-    steps = CsvOut(out / f"step_trace_{ts}.csv", STEP_TRACE_HEADER, newline=newline)
+    steps = CsvOut(out / f"step_trace_{ts}.csv", STEP_TRACE_HEADER, newline=newline) if step_trace else None
     prev_end: int | None = None
     end_ns = run.start_ns
     try:
@@ -85,15 +88,16 @@ def write_msprof_cli(run: Run, parent_dir: str | os.PathLike[str], *, newline: s
             js.extend(trace.step_events(tl))
             for k in summary_kernels(tl):
                 summary.row(table.row(run, k, waits(k)))
-            r = _step_trace_row(run, tl, prev_end)
-            if r is not None:
+            r = _step_trace_row(run, tl, prev_end) if steps is not None else None
+            if steps is not None and r is not None:
                 steps.row(r[0])
                 prev_end = r[1]
             stats.add_step(tl, level0=False)
     finally:
         js.close()
         summary.close()
-        steps.close()
+        if steps is not None:
+            steps.close()
     for name, header, rows in ((f"op_statistic_{ts}.csv", OP_STATISTIC_HEADER, stats.op_rows(str(run.device))),
                                (f"api_statistic_{ts}.csv", API_STATISTIC_HEADER, stats.api_rows()),
                                (f"communication_statistic_{ts}.csv", COMM_STATISTIC_HEADER,

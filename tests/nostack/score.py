@@ -1,0 +1,86 @@
+"""Scoring a no-stack form of a job against its stack form, through the product's own contract:
+``msprof-lsp --check --format json`` run in process on each form.
+
+* a finding counts by ``(code, file, line)``; profile-quality notices (NPU9xx), the environment
+  rules (NPU24x: read from profiler_metadata.json, anchored at line 1 whatever the mapping) and
+  findings without a line are left out: they describe the capture, not the mapping;
+* **recall** -- share of the stack form's findings that the form reports on the same line;
+* **precision** -- share of the form's findings that are on the stack form's line for that code
+  (a finding the stack form does not make at all counts as wrong);
+* the top hotspot line and the number of steps are the document's ``hotspots[0]`` and
+  ``profile.steps``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from msprof_lsp.server.check import run_check
+from msprof_lsp.server.cli import CheckArgs
+
+from .jobs import Form, Job
+
+Key = tuple[str, str, int]  # (code, file name, line)
+UNSCORED = ("NPU9", "NPU24")
+
+
+@dataclass(frozen=True, slots=True)
+class FormResult:
+    form: Form
+    findings: frozenset[Key]
+    confidence: dict[Key, str]
+    top_hotspot: tuple[str, int] | None
+    steps: int | None
+    status: int
+    stderr: str
+
+
+def check_form(job: Job, profile: Path, workspace: Path, form: Form) -> FormResult:
+    """``--check`` of ``workspace`` with ``--profile`` ``profile``, the job's remote folder mapped
+    onto the workspace (default settings, as a user runs it)."""
+    out, err = io.StringIO(), io.StringIO()
+    args = CheckArgs(paths=[str(workspace)], profile=str(profile), format="json", fail_on="never", no_cache=True,
+                     path_map=[(job.remote_dir, str(workspace))], quiet=True)
+    status = run_check(args, stdout=out, stderr=err)
+    if status == 2:
+        return FormResult(form, frozenset(), {}, None, None, status, err.getvalue())
+    doc = json.loads(out.getvalue())
+    findings: set[Key] = set()
+    confidence: dict[Key, str] = {}
+    for f in doc["findings"]:
+        if f["code"].startswith(UNSCORED) or not f.get("line") or not f.get("path"):
+            continue
+        key = (f["code"], _name(f["path"]), int(f["line"]))
+        findings.add(key)
+        confidence[key] = f.get("confidence", "")
+    hot = doc.get("hotspots") or []
+    top = (_name(hot[0]["path"]), int(hot[0]["line"])) if hot else None
+    steps = doc["profile"].get("steps")
+    return FormResult(form, frozenset(findings), confidence, top, steps, status, err.getvalue())
+
+
+def _name(path: str) -> str:
+    return os.path.basename(path.replace("\\", "/"))
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    recall: float | None  # None: the reference has no findings
+    precision: float | None  # None: the form has no findings
+    same_top_hotspot: bool
+
+
+def score(reference: FormResult, result: FormResult) -> Score:
+    ref, got = reference.findings, result.findings
+    hit = ref & got
+    recall = len(hit) / len(ref) if ref else None
+    precision = len(hit) / len(got) if got else None
+    return Score(recall, precision, reference.top_hotspot is not None and reference.top_hotspot == result.top_hotspot)
+
+
+def planted_keys(job: Job) -> frozenset[Key]:
+    return frozenset((p.code, job.script.name, p.line) for p in job.planted)
