@@ -199,6 +199,14 @@ class ProfileKind(str, enum.Enum):
     KINETO = "kineto"  # stock torch.profiler Chrome trace
 
 
+class StepsSource(str, enum.Enum):
+    """Where ``Profile.steps`` came from."""
+
+    MARKERS = "markers"  # ProfilerStep#N, DB STEP_TIME, msprof step_trace iterations
+    INFERRED = "inferred"  # no markers: the repeating launch sequence (mapping.step_infer)
+    CAPTURE = "capture span"  # no markers, nothing repeats: one step, the capture's measured span
+
+
 class Backend(str, enum.Enum):
     ASCEND = "ascend"
     CUDA = "cuda"
@@ -304,12 +312,17 @@ class ProfileMeta:
     gc_detect_threshold: float | None = None
     export_type: tuple[str, ...] = ()
     complete: bool = True  # analyse.done present (torch_npu); False = still being written
-    steps_from_capture: bool = False  # no step markers: the one step is the capture's measured span
+    steps_source: StepsSource = StepsSource.MARKERS  # what profile.steps (when there are any) come from
     collection_end_ns: int | None = None  # end_info.collectionTimeEnd
     env: dict[str, str] = field(default_factory=dict)  # profiler_metadata.json ENV_VARIABLES
     parallel_groups: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # other metadata keys, versions, ...
     files: list[str] = field(default_factory=list)  # the files actually read
+
+    @property
+    def steps_from_capture(self) -> bool:
+        """No step markers and nothing repeats: the one step is the capture's measured span."""
+        return self.steps_source is StepsSource.CAPTURE
 
     @property
     def def_line_frames(self) -> bool:
@@ -363,7 +376,8 @@ class Profile:
         """Average step time in ns and where it came from (hint-rules §0.2, first available).
 
         (1) step_trace_time Computing + Communication(Not Overlapped) + Free, averaged per step;
-        (2) ProfilerStep#N durations (or, for a profile without markers whose reader made the
+        (2) ProfilerStep#N durations (or, for a profile without markers, the steps inferred from its
+        repeating launch sequence: "inferred steps"; when nothing repeats and the reader made the
         capture span its one step, that span: "capture span"); (3) device span per Step Id of
         the compute and communication tasks (the breakdown's Stage); (4) capture length / steps
         (of those tasks, when there are any).
@@ -376,7 +390,8 @@ class Profile:
         if written:
             return _mean_breakdown(written), "step_trace_time"
         if self.steps:
-            source = "capture span" if self.meta.steps_from_capture else "ProfilerStep"
+            source = {StepsSource.CAPTURE: "capture span", StepsSource.INFERRED: "inferred steps"}.get(
+                self.meta.steps_source, "ProfilerStep")
             return sum(s.dur_ns for s in self.steps) / len(self.steps), source
         if rows:  # only recomputed from Overlap Analysis, and no step ranges to prefer
             return _mean_breakdown(rows), "Overlap Analysis"

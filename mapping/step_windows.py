@@ -4,7 +4,8 @@ Readers give each kernel (and communication op) a step id, attribution and the r
 what ran inside the steps: all of them ask the same question of the same sorted step ranges, so
 it is answered here once, vectorised with one ``searchsorted`` per call. A profile without step
 markers gets one step, the measured span of its capture (``capture_step``), so every share has
-a window it cannot exceed.
+a window it cannot exceed -- unless its launches repeat, when mapping.step_infer finds the
+iterations and they are the steps.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def windows(profile: Profile) -> list[Step]:
 def no_step_markers_note(step: Step) -> str:
     """The one notice of a profile whose step is its capture span."""
     return (
-        "no step markers (ProfilerStep#N): the capture's measured span, first event to last, "
+        "no step markers (ProfilerStep#N) and no repeating launch sequence: the capture's measured "
+        "span, first event to last, "
         f"{format_us(step.dur_ns / NS_PER_US)}, is used as the one step"
     )
 

@@ -45,6 +45,7 @@ from ..model import (
     ProfileKind,
     ProfileMeta,
     Step,
+    StepsSource,
     make_table,
 )
 from ..linking import (
@@ -55,6 +56,7 @@ from ..linking import (
     match_rows,
     resolve_kernel_links,
 )
+from ..step_infer import steps_from_launches
 from ..step_windows import capture_step, no_step_markers_note, profiler_steps, step_ids
 from .kineto_json import Event, KinetoFile, decode, read_bytes
 from .kineto_stacks import PythonCalls, PythonTree
@@ -426,18 +428,21 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     k_start, k_dur, big = _times(buckets.kernels, base)
     biggest_ts = max(biggest_ts, big)
 
-    # -- steps: ProfilerStep#N ranges, else the measured span of the whole capture ---------------
-    steps_from_capture = False
+    # -- steps: ProfilerStep#N ranges, else the iterations of a repeating launch sequence, else the
+    # measured span of the whole capture ------------------------------------------------------------
+    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt, rt_op, steps)
+    meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
     if not steps:
         capture = capture_step(
             (py_start, h_start, r_start, k_start),
             (py_start + py_dur, h_end, r_start + r_dur, k_start + k_dur),
         )
-        if capture is not None:
-            steps, steps_from_capture = [capture], True
+        steps = steps_from_launches(kernels, meta, issues, start_ns=None if capture is None else capture.start_ns)
+        if not steps and capture is not None:
+            steps = [capture]
+            meta.steps_source = StepsSource.CAPTURE
             issues.append(Issue(str(path), no_step_markers_note(capture)))
-
-    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt, rt_op, steps)
+            kernels["step"] = step_ids(kernels["start_ns"].to_numpy(np.int64), steps)
 
     issues += buckets.notices(str(path))
     if buckets.untimed:
@@ -455,8 +460,6 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             )
         )
 
-    meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
-    meta.steps_from_capture = steps_from_capture
     # The 2021 schema took its Call stack from the running frames (current lines: resnet.py's
     # _forward_impl shows at 237, 238, 239, 240); the current profiler records def lines.
     call_lines = buckets.old_schema and has_call_stack

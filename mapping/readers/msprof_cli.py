@@ -41,6 +41,7 @@ from ..model import (
     make_table,
 )
 from ..overlap import breakdown_from_overlap
+from ..step_infer import steps_from_launches
 from . import ascend_csv, ascend_json
 from .cann_db import read_cann
 from .assemble import attach_kernels, optional, read_into
@@ -275,6 +276,8 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
     iterations = [it for its in _each(lay, "step_trace", ascend_csv.read_msprof_step_trace, profile, issues) for it in its]
     _name_runtime_tasks(kernels)
     profile.steps = _steps_from_iterations(iterations)
+    if not profile.steps:  # an eager job: msprof writes step_trace in graph mode only
+        profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_events,))
     attach_kernels(profile, kernels)
 
     # -- statistics, memory, communication ----------------------------------------------------------
@@ -400,6 +403,8 @@ def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress:
         cann = read_cann(db, device_hint=profile.meta.device_id if profile.meta.device_id is not None else -1)
     issues.extend(cann.issues)
     kernels = cann.kernels
+    if not profile.steps:
+        profile.steps = steps_from_launches(kernels, profile.meta, issues, host=(profile.host_events,))
     resolve_kernel_links(kernels, profile.host_ops)
     profile.kernels = kernels
     profile.comm_ops = cann.comm_ops

@@ -33,6 +33,7 @@ from ..model import (
     make_table,
 )
 from ..overlap import breakdown_from_overlap
+from ..step_infer import steps_from_launches
 from .assemble import attach_kernels, optional, read_into
 from .npu_trace import tables_from_trace
 from .trace_json import read_trace_events
@@ -168,6 +169,8 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
             )
         )
 
+    if not profile.steps and not (kernels["step"].to_numpy() >= 0).any():
+        profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_ops, profile.host_events))
     attach_kernels(profile, kernels)
 
     # -- the other files ---------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ..model import (
     StepBreakdown,
     make_table,
 )
+from ..step_infer import steps_from_launches
 from ..step_windows import profiler_steps, step_ids
 from ..units import ms_to_ns, us_to_ns
 from .ascend_json import read_profiler_info, read_profiler_metadata
@@ -91,6 +92,8 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
     kernels = cann.kernels
     kernels["host_op"] = _launching_ops(cann.kernel_connection, fw)
     kernels["step"] = kernel_steps(kernels, fw.host_ops, steps)
+    if not steps:
+        profile.steps = steps_from_launches(kernels, meta, issues, host=(fw.host_ops, host_events))
     profile.kernels = kernels
     _link(profile)
 
