@@ -116,16 +116,14 @@ class RuleContext:
 
     @property
     def wall_step_time_ns(self) -> float:
-        """Mean ``ProfilerStep#N`` duration: the step as the host lives it.
+        """Mean ``ProfilerStep#N`` duration (``Profile.wall_step_ns``): the step as the host lives it.
 
         The step time (docs/numbers.md) is the device's Computing + Communication(Not Overlapped) + Free;
         it leaves out the Preparing phase before a step's first device task, which is exactly where
         a slow DataLoader spends its time. Host-side costs are therefore measured against the
         ProfilerStep range (the step time itself when the profile has no ranges, or a shorter one).
         """
-        steps = self.profile.steps
-        host = sum(s.dur_ns for s in steps) / len(steps) if steps else 0.0
-        return max(host, self.step_time_ns)
+        return max(self.profile.wall_step_ns() or 0.0, self.step_time_ns)
 
     def severity(self, code: str, share: float, confidence: Confidence = Confidence.STACK) -> Severity:
         """Severity by share (docs/rules/README.md); inferred anchors are at most a hint unless configured."""

@@ -376,23 +376,25 @@ class Profile:
         """Average step time in ns and where it came from (hint-rules §0.2, first available).
 
         (1) step_trace_time Computing + Communication(Not Overlapped) + Free, averaged per step;
-        (2) ProfilerStep#N durations (or, for a profile without markers, the steps inferred from its
-        repeating launch sequence: "inferred steps"; when nothing repeats and the reader made the
-        capture span its one step, that span: "capture span"); (3) device span per Step Id of
-        the compute and communication tasks (the breakdown's Stage); (4) capture length / steps
-        (of those tasks, when there are any).
+        (2) ProfilerStep#N durations (or, for a profile without markers whose launches do not
+        repeat and whose reader made the capture span its one step, that span: "capture span");
+        (3) device span per Step Id of the compute and communication tasks (the breakdown's
+        Stage); (4) capture length / steps (of those tasks, when there are any).
         A breakdown only recomputed from Overlap Analysis (``derived``) is not (1): it covers the
         device span of the step, not the Preparing phase before its first task, so it is used
-        only where there are no ProfilerStep ranges.
+        only where there are no ProfilerStep ranges. Steps inferred from the launch sequence skip
+        (2): their windows are cut on the device timeline.
         """
         rows = [b for b in self.step_breakdown if b.step_time_ns > 0]
         written = [b for b in rows if not b.derived]
         if written:
             return _mean_breakdown(written), "step_trace_time"
-        if self.steps:
-            source = {StepsSource.CAPTURE: "capture span", StepsSource.INFERRED: "inferred steps"}.get(
-                self.meta.steps_source, "ProfilerStep")
+        inferred = self.meta.steps_source is StepsSource.INFERRED
+        if self.steps and not inferred:
+            source = "capture span" if self.meta.steps_from_capture else "ProfilerStep"
             return sum(s.dur_ns for s in self.steps) / len(self.steps), source
+        # Inferred windows: the first opens at the capture's first event, after data loading the
+        # capture cannot see, so their durations are not step times; their device span is.
         if rows:  # only recomputed from Overlap Analysis, and no step ranges to prefer
             return _mean_breakdown(rows), "Overlap Analysis"
         k = self.kernels
@@ -422,6 +424,16 @@ class Profile:
     @property
     def step_time_ns(self) -> float:
         return self.step_time()[0]
+
+    def wall_step_ns(self) -> float | None:
+        """Mean length of the step windows, host-bound phases included: the ProfilerStep ranges;
+        of inferred steps the windows after the first (each runs from the end of one iteration's
+        device work to the next; the first opens at the capture's first event, after whatever
+        data loading came before it). None without steps."""
+        steps = self.steps
+        if self.meta.steps_source is StepsSource.INFERRED and len(steps) > 1:
+            steps = steps[1:]
+        return sum(s.dur_ns for s in steps) / len(steps) if steps else None
 
     @property
     def device_time_ns(self) -> int:

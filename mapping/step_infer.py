@@ -155,8 +155,10 @@ def _cuts(anchor_pos: np.ndarray, period: int, idle: np.ndarray, n: int) -> np.n
     expected = [int(q) - period + best for q in anchor_pos[1:]] + [int(anchor_pos[-1]) + best]
     cuts = []
     for centre in expected:
-        if centre >= n - 1:
-            cuts.append(n - 1)  # the capture ends inside this iteration's tail
+        if centre > n - 1 + w:
+            break  # the capture ends inside this iteration: it is no step (its launches trail)
+        if centre >= n - 1 - w:
+            cuts.append(n - 1)  # the capture ends with this iteration
             continue
         lo, hi = max(centre - w, 0), min(centre + w, n - 2)
         cuts.append(lo + int(np.argmax(idle[lo: hi + 1])))

@@ -16,6 +16,7 @@ from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.mapping.compare import Comparison
 from msprof_lsp.mapping.heat import SpanHeat
 from msprof_lsp.mapping.model import ClusterSummary, Profile
+from msprof_lsp.mapping.step_infer import describe as describe_steps
 from msprof_lsp.mapping.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
 
 SCHEMA_VERSION = 1
@@ -144,13 +145,6 @@ def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
     }
 
 
-def wall_step_ns(profile: Profile) -> float | None:
-    """Mean ProfilerStep duration: the wall-clock step, host-bound phases included."""
-    if not profile.steps:
-        return None
-    return sum(s.dur_ns for s in profile.steps) / len(profile.steps)
-
-
 def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, mapped_share: float) -> dict[str, Any]:
     meta = profile.meta
     steps = profile.num_steps
@@ -162,9 +156,10 @@ def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequen
         "rank": meta.rank,
         "ranks": sorted(ranks),
         "steps": steps,
+        "steps_source": describe_steps(meta, bool(profile.steps) or bool((profile.kernels["step"] >= 0).any())),
         "step_time_us": _us(step_ns),
         "step_time_source": step_source,
-        "wall_step_time_us": None if (wall := wall_step_ns(profile)) is None else _us(wall),
+        "wall_step_time_us": None if (wall := profile.wall_step_ns()) is None else _us(wall),
         "device_time_us": _us(device_time_per_step_ns(profile)),
         "has_call_stacks": profile.has_call_stacks,
         "mapped_share": round(mapped_share, 6),

@@ -58,7 +58,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
         facts.append(f"rank {meta.rank}" + (f" of {len(job.ranks)}" if len(job.ranks) > 1 else ""))
     facts.append(f"{p.num_steps} step{'s' if p.num_steps != 1 else ''}")
     facts.append(f"step {format_us(step_ns / 1000)}")
-    wall = document.wall_step_ns(p)
+    wall = p.wall_step_ns()
     if wall and wall > step_ns * 1.1:  # host-bound phases (data loading) lie outside the device step
         facts[-1] += f" on device, {format_us(wall / 1000)} wall"
     what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"

@@ -140,8 +140,8 @@ def test_steps(case):
         assert profile.meta.steps_from_capture
         assert [s.dur_ns for s in profile.steps] == [c.expected.capture_us * 1000]
         notes = [i.message for i in profile.issues if "step markers" in i.message]
-        assert notes == ["no step markers (ProfilerStep#N): the capture's measured span, first event to last, "
-                         "43,425.4 ms, is used as the one step"]
+        assert notes == ["no step markers (ProfilerStep#N) and no repeating launch sequence: the capture's "
+                         "measured span, first event to last, 43,425.4 ms, is used as the one step"]
     # all timestamps here are whole µs (JSON integers): exact, so no precision notice
     assert not [i for i in profile.issues if "float64" in i.message]
 

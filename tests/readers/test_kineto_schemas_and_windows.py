@@ -203,8 +203,8 @@ def test_no_step_markers_make_the_capture_span_the_one_step(tmp_path):
     assert p.steps == [Step(0, T0 * 1000, (T0 + 1000) * 1000)]
     assert p.step_time() == (1_000_000.0, "capture span")
     assert [i.message for i in p.issues] == [
-        "no step markers (ProfilerStep#N): the capture's measured span, first event to last, "
-        "1,000 µs, is used as the one step"]
+        "no step markers (ProfilerStep#N) and no repeating launch sequence: the capture's measured span, "
+        "first event to last, 1,000 µs, is used as the one step"]
     assert set(p.kernels["step"]) == {0}
 
 
