@@ -205,3 +205,27 @@ def test_msprof_cli_with_iteration_table_keeps_its_markers(tmp_path: Path) -> No
     p = load_location(locate(write_msprof_cli(small_run(steps=3), tmp_path)), use_cache=False)
     assert p.meta.steps_source is StepsSource.MARKERS and p.num_steps == 3
     assert not [i for i in p.issues if "inferred" in i.message]
+
+
+def test_kineto_trace_without_markers_gets_its_iterations(tmp_path: Path) -> None:
+    """A stock-PyTorch trace captured without a schedule (no prof.step(): no ProfilerStep#N)."""
+    import json
+
+    from tests.synth.write_kineto import write_kineto
+
+    run = small_run(steps=4, world_size=1)
+    (tmp_path / "marked").mkdir()
+    path = write_kineto(run, tmp_path / "marked" / "job.pt.trace.json")
+    marked = load_location(locate(path), use_cache=False)
+    trace = json.loads(path.read_text(encoding="utf-8"))
+    steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e not in steps]
+    bare = tmp_path / "bare" / "job.pt.trace.json"
+    bare.parent.mkdir()
+    bare.write_text(json.dumps(trace), encoding="utf-8")
+    p = load_location(locate(bare), use_cache=False)
+    assert len(steps) == 4 and marked.meta.steps_source is StepsSource.MARKERS
+    assert p.meta.steps_source is StepsSource.INFERRED and p.num_steps == 4
+    # every kernel lands in the same iteration as under the markers (kernels in steps 1..4 alike)
+    assert p.kernels["step"].tolist() == [s - min(marked.kernels["step"]) + 1 for s in marked.kernels["step"]]
+    assert p.step_time()[1] == "kernel step span"

@@ -18,6 +18,7 @@ to a local copy of the model with ``--path-map``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import shutil
@@ -220,24 +221,31 @@ def _steps(items: Callable[[bool], tuple[StepItem, ...]], n: int, warmup_step: b
 
 @dataclass(frozen=True, slots=True)
 class LMShape:
-    """What the char_lm script's LMConfig says (checked against the source), and the batch."""
+    """The sizes of char_lm's run: the script's own ``LMConfig`` defaults (read from its source, so
+    the run cannot drift from the script), and the batch."""
 
-    vocab: int = 8003
-    dim: int = 256
-    heads: int = 4
-    ffn: int = 688
-    layers: int = 2
-    seq: int = 256
+    vocab: int
+    dim: int
+    heads: int
+    ffn: int
+    layers: int
+    seq: int
     batch: int = 32
+
+    @classmethod
+    def of(cls, script: Path) -> LMShape:
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        [config] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LMConfig"]
+        values = {a.target.id: ast.literal_eval(a.value) for a in config.body
+                  if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and a.value is not None}
+        return cls(**values)
 
 
 def char_lm(steps: int = 5, *, warmup_step: bool = False) -> Job:
     """The language model's run (``warmup_step``: the first iteration copies its batch in more pieces)."""
     script = MODELS / "char_lm.py"
     src = SourceIndex(script, f"{REMOTE_ROOT}/char_lm/{script.name}")
-    c = LMShape()
-    for name in ("vocab", "dim", "heads", "ffn", "layers", "seq"):
-        src.line(f"{name}: int = {getattr(c, name)}")  # LookupError when the script's config moved
+    c = LMShape.of(script)
     b, s, d, nh = c.batch, c.seq, c.dim, c.heads
     t, hd = b * s, d // nh
     x3, xh, sc = (b, s, d), (b, nh, s, hd), (b, nh, s, s)
@@ -304,16 +312,10 @@ def char_lm(steps: int = 5, *, warmup_step: bool = False) -> Job:
                 ew("aten::add", "aclnnAdd", "Add", sc, "AddBackward0"),
                 L.softmax(sc, dur_us=120.0),
             ), label=f"block{layer}.softmax"))
-            copy = L.kernel("aclnnInplaceCopy_TransposeAiCore_Transpose", "Transpose", "AI_VECTOR_CORE", 70.0,
-                            inputs=(xh,), outputs=((b, s, nh, hd),))
-            contiguous = OpSpec("aten::contiguous", 3000, children=(
-                L.op("aten::clone", L.op("aten::empty_like", self_us=3),
-                     L.op("aten::copy_", L.scope("aclnnInplaceCopy", copy), inputs=((b, s, nh, hd), xh, ())),
-                     inputs=(xh,), autograd="CloneBackward0", backward=(L.op("aten::clone", self_us=3),)),))
             items.append(UserCall(at("y = (attn @ v).transpose(1, 2).contiguous().view(b, s, d)", a_fwd) + attn, (
                 L.matmul(sc, xh, xh, dur_us=90.0),
                 L.no_kernel("aten::transpose", inputs=(xh, (), ()), autograd="TransposeBackward0"),
-                Launch(contiguous),
+                L.contiguous(xh, (b, s, nh, hd), dur_us=70.0),
                 L.no_kernel("aten::view", inputs=((b, s, nh, hd), ()), autograd="ViewBackward0"),
             ), label=f"block{layer}.merge_heads"))
             out = L.linear_nd(t, d, d, mm_us=30.0)

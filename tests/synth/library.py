@@ -368,6 +368,17 @@ def backward_of(aten: str, api: str, op_type: str, shape: Shape, *, dur_us: floa
     return (op(aten, scope(api, k), inputs=(shape,) * n_inputs),)
 
 
+def contiguous(x: Shape, out: Shape, *, dur_us: float) -> Launch:
+    """``t.contiguous()`` of a permuted/transposed view ``x`` laid out as ``out``: aten::contiguous >
+    aten::clone > aten::copy_ > aclnnInplaceCopy (a Transpose kernel on the vector core, NPU215)."""
+    copy = kernel("aclnnInplaceCopy_TransposeAiCore_Transpose", "Transpose", AI_VECTOR_CORE, dur_us,
+                  inputs=(x,), outputs=(out,))
+    return Launch(OpSpec("aten::contiguous", 3000, children=(
+        op("aten::clone", op("aten::empty_like", self_us=3),
+           op("aten::copy_", scope("aclnnInplaceCopy", copy), inputs=(out, x, ())),
+           inputs=(x,), autograd="CloneBackward0", backward=(op("aten::clone", self_us=3),)),)))
+
+
 def matmul(a: Shape, b: Shape, out: Shape, *, dur_us: float, batched: bool = True, frames: tuple[StackEntry, ...] = (),
            dtype: str = "DT_BF16") -> Launch:
     """``a @ b``: aten::matmul > aten::bmm > aclnnBatchMatMul (BatchMatMulV2), or aten::mm > aclnnMm."""

@@ -384,15 +384,9 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
                               (Launch(drop.op, drop.frames + mod("Dropout", 2 * layer)),), label=f"block{layer}.attn_drop"))
         items.append(UserCall(fwd("out = attn @ v", a_fwd) + attn,
                               (L.matmul(sc, xh, xh, dur_us=k.attn_bmm_us),), label=f"block{layer}.pv"))
-        copy = L.kernel("aclnnInplaceCopy_TransposeAiCore_Transpose", "Transpose", "AI_VECTOR_CORE", k.copy_us,
-                        inputs=(xh,), outputs=((b, s, heads, hd),))
-        contiguous = OpSpec("aten::contiguous", 3000, children=(
-            L.op("aten::clone", L.op("aten::empty_like", self_us=3),
-                 L.op("aten::copy_", L.scope("aclnnInplaceCopy", copy), inputs=((b, s, heads, hd), xh, ())),
-                 inputs=(xh,), autograd="CloneBackward0", backward=(L.op("aten::clone", self_us=3),)),))
         items.append(UserCall(fwd("out = out.permute(0, 2, 1, 3).contiguous().view(b, s, h)", a_fwd) + attn, (
             L.no_kernel("aten::permute", inputs=(xh, ()), autograd="PermuteBackward0"),
-            Launch(contiguous),
+            L.contiguous(xh, (b, s, heads, hd), dur_us=k.copy_us),
             L.no_kernel("aten::view", inputs=((b, s, heads, hd), ()), autograd="ViewBackward0"),
         ), label=f"block{layer}.merge_heads"))
         wo = L.linear_nd(t, dim, dim, mm_us=k.proj_mm_us)
