@@ -10,7 +10,8 @@ definitions):
 * recall         -- share of the stack form's findings reported on the same line;
 * precision      -- share of the form's findings on the stack form's line for that code;
 * top hotspot    -- file:line of the first hotspot, and whether it is the stack form's;
-* steps          -- the profile's step count (the job's true count in the header).
+* steps          -- the profile's step count (the job's true count in the header) and where the
+                    steps came from (markers, or "inferred from a period of N launches, K repetitions").
 
 The stack form's own line compares its findings with the planted problems (recall of planted).
 
@@ -65,7 +66,7 @@ def main() -> None:
             s = score(ref, r)
             same = "same" if s.same_top_hotspot else "differs"
             print(f"  {form.value:8} {len(r.findings):8d} {_pct(s.recall):>7} {_pct(s.precision):>9} {r.steps!s:>5}  "
-                  f"{_loc(r.top_hotspot)} ({same})")
+                  f"{_loc(r.top_hotspot)} ({same}); steps: {r.steps_source}")
         missed = sorted(planted - ref.findings)
         if missed:
             print(f"  planted but not found in the stack form: {missed}")

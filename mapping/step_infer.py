@@ -52,17 +52,34 @@ class InferredSteps:
         extra = f"; the first has {self.first_extra} extra launches (warm-up)" if self.first_extra > 0 else ""
         tail = f"; {self.trailing} launches after the last one are in no step" if self.trailing else ""
         return (f"no step markers: {self.repetitions} steps inferred from a period of {self.period} launches, "
-                f"{self.repetitions} repetitions (cut at the longest device idle after {self.anchor}){extra}{tail}")
+                f"{self.repetitions} repetitions (each cut at the period's longest device idle, counted from "
+                f"{self.anchor}){extra}{tail}")
 
 
 def tokens(kernels: pd.DataFrame) -> np.ndarray:
     """One integer per kernel row: its name with digit runs folded (``Conv2D12``, ``hcom_allReduce__417_0_1``
     count as the same task every iteration), plus its input shapes where the producer wrote them."""
-    names = kernels["name"].astype(str).str.replace(_COUNTER, "#", regex=True)
+    tok = _codes(kernels["name"], fold=True)
     if "input_shapes" in kernels:
-        names = names + "|" + kernels["input_shapes"].astype(str)
-    codes, _ = pd.factorize(names, sort=False)
-    return codes.astype(np.int64)
+        shapes = _codes(kernels["input_shapes"], fold=False)
+        tok, _ = pd.factorize(tok * (int(shapes.max(initial=0)) + 2) + shapes + 1, sort=False)
+    return tok.astype(np.int64)
+
+
+def _codes(column: pd.Series, *, fold: bool) -> np.ndarray:
+    """Integer codes of a (categorical) string column, equal where the (folded) text is equal; the
+    regex runs once per distinct value, not per row."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        values = pd.Series(column.cat.categories.astype(str))
+        row_codes = column.cat.codes.to_numpy()
+    else:
+        row_codes, uniques = pd.factorize(column.astype(str), sort=False)
+        values = pd.Series(uniques.astype(str))
+    if fold:
+        values = values.str.replace(_COUNTER, "#", regex=True)
+    folded, _ = pd.factorize(values, sort=False)
+    folded = np.append(folded, -1)  # a missing value (code -1) stays its own token
+    return folded[row_codes].astype(np.int64)
 
 
 def infer_steps(kernels: pd.DataFrame, *, start_ns: int | None = None) -> InferredSteps | None:
@@ -70,6 +87,9 @@ def infer_steps(kernels: pd.DataFrame, *, start_ns: int | None = None) -> Inferr
     rows; untimed rows are ignored); None when the launch sequence does not repeat. ``start_ns``:
     where the capture begins (the first step starts there; default: the first task)."""
     timed = kernels[kernels["start_ns"].to_numpy() >= 0]
+    devices = timed["device"].to_numpy() if "device" in timed else np.zeros(0)
+    if len(np.unique(devices[devices >= 0])) > 1:  # devices run the same iterations: read the first one's
+        timed = timed[devices == devices[devices >= 0].min()]
     if len(timed) < 2 * MIN_PERIOD:
         return None
     timed = timed.sort_values("start_ns", kind="stable")

@@ -96,7 +96,8 @@ def test_clean_periods() -> None:
     assert (found.period, found.repetitions, found.first_extra, found.trailing) == (len(ITERATION), 5, 0, 0)
     assert_iterations(found, cols, spans)
     assert found.note() == (f"no step markers: 5 steps inferred from a period of {len(ITERATION)} launches, "
-                            f"5 repetitions (cut at the longest device idle after {found.anchor})")
+                            f"5 repetitions (each cut at the period's longest device idle, counted from "
+                            f"{found.anchor})")
 
 
 def test_noisy_first_step() -> None:
@@ -126,6 +127,18 @@ def test_a_capture_ending_inside_an_iteration() -> None:
     assert found is not None and found.repetitions == 4
     assert_iterations(found, partial, spans[:4])
     assert found.trailing == 6 and "6 launches after the last one are in no step" in found.note()
+
+
+def test_two_devices_in_one_capture_read_as_one() -> None:
+    """Two devices' launches interleave in time; the iterations are the first device's."""
+    a, spans = launches(5)
+    b, _ = launches(5, seed=11)
+    cols = {k: a[k] + b[k] for k in a}
+    cols["start_ns"] = a["start_ns"] + [t + 700 for t in b["start_ns"]]
+    cols["device"] = [0] * len(a["name"]) + [1] * len(b["name"])
+    found = infer_steps(table(cols))
+    assert found is not None and (found.period, found.repetitions) == (len(ITERATION), 5)
+    assert_iterations(found, a, spans)
 
 
 def test_no_repetition() -> None:
@@ -180,7 +193,8 @@ def test_msprof_cli_eager_job_counts_its_five_steps(eager_prof) -> None:
     assert p.meta.steps_source is StepsSource.INFERRED
     assert [i.message for i in p.issues if "steps inferred" in i.message] == [
         f"no step markers: 5 steps inferred from a period of {p.meta.extra['steps_inferred']['period']} launches, "
-        f"5 repetitions (cut at the longest device idle after {p.meta.extra['steps_inferred']['anchor']})"]
+        f"5 repetitions (each cut at the period's longest device idle, counted from "
+        f"{p.meta.extra['steps_inferred']['anchor']})"]
     # each step holds its iteration's device tasks: the same first and last task as the truth's
     k = p.kernels
     staged = k[is_class(k, TaskClass.COMPUTE, TaskClass.COMMUNICATION)]

@@ -8,7 +8,7 @@
 * **precision** -- share of the form's findings that are on the stack form's line for that code
   (a finding the stack form does not make at all counts as wrong);
 * the top hotspot line and the number of steps are the document's ``hotspots[0]`` and
-  ``profile.steps``.
+  ``profile.steps`` (with ``profile.steps_source``: markers, or how they were inferred).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class FormResult:
     confidence: dict[Key, str]
     top_hotspot: tuple[str, int] | None
     steps: int | None
+    steps_source: str | None
     status: int
     stderr: str
 
@@ -47,7 +48,7 @@ def check_form(job: Job, profile: Path, workspace: Path, form: Form) -> FormResu
                      path_map=[(job.remote_dir, str(workspace))], quiet=True)
     status = run_check(args, stdout=out, stderr=err)
     if status == 2:
-        return FormResult(form, frozenset(), {}, None, None, status, err.getvalue())
+        return FormResult(form, frozenset(), {}, None, None, None, status, err.getvalue())
     doc = json.loads(out.getvalue())
     findings: set[Key] = set()
     confidence: dict[Key, str] = {}
@@ -59,8 +60,9 @@ def check_form(job: Job, profile: Path, workspace: Path, form: Form) -> FormResu
         confidence[key] = f.get("confidence", "")
     hot = doc.get("hotspots") or []
     top = (_name(hot[0]["path"]), int(hot[0]["line"])) if hot else None
-    steps = doc["profile"].get("steps")
-    return FormResult(form, frozenset(findings), confidence, top, steps, status, err.getvalue())
+    prof = doc["profile"]
+    return FormResult(form, frozenset(findings), confidence, top, prof.get("steps"), prof.get("steps_source"), status,
+                      err.getvalue())
 
 
 def _name(path: str) -> str:

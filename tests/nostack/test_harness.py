@@ -49,6 +49,9 @@ def test_every_form_loads_and_scores_in_range(checked) -> None:
             assert value is None or 0.0 <= value <= 1.0
         # without stacks nothing may claim a captured stack
         assert "stack" not in r.confidence.values(), form.value
+        # the step count is right in every form; only the msprof CLI form has no markers
+        assert r.steps == job.steps, form.value
+        assert (r.steps_source == "markers") is (form is not Form.MSPROF), (form.value, r.steps_source)
 
 
 def test_msprof_form_has_no_step_markers(checked, tmp_path: Path) -> None:
