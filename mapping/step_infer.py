@@ -35,6 +35,9 @@ MIN_AGREEING = 3  # once-per-iteration tokens that must share the period
 GAP_TOLERANCE = 0.05  # a recurrence distance within 5 % of the period (launch order jitters across streams)
 MATCH = 0.9  # share of a period's tokens the next period must repeat
 
+NO_REPETITION = ("no step markers and no repeating launch sequence: the capture's span is the one step "
+                 "window of every per-step figure")
+
 
 @dataclass(frozen=True, slots=True)
 class InferredSteps:
@@ -208,11 +211,13 @@ def _similarity(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def steps_from_launches(kernels: pd.DataFrame, meta: ProfileMeta, issues: list[Issue], *,
-                        start_ns: int | None = None, host: Sequence[pd.DataFrame] = ()) -> list[Step]:
+                        start_ns: int | None = None, host: Sequence[pd.DataFrame] = (),
+                        say_none: bool = False) -> list[Step]:
     """For a reader that found no step markers: the inferred steps, with ``meta.steps_source`` and
     ``meta.extra["steps_inferred"]`` set, the notice in ``issues`` and each kernel's ``step`` the
     window it ran in (the windows are cut on the device timeline); [] (and nothing said) when
-    the launches do not repeat, for the reader to fall back to the capture span. The first step
+    the launches do not repeat, for the reader to fall back to the capture span (``say_none``: with
+    a notice saying so, for a reader that gives none of its own). The first step
     starts at ``start_ns``, else at the first timed row of ``host`` tables (host ops, CANN API
     events) or kernels."""
     if start_ns is None:
@@ -220,6 +225,8 @@ def steps_from_launches(kernels: pd.DataFrame, meta: ProfileMeta, issues: list[I
         start_ns = min(firsts) if firsts else None
     found = infer_steps(kernels, start_ns=start_ns)
     if found is None:
+        if say_none and len(kernels):
+            issues.append(Issue(meta.path, NO_REPETITION))
         return []
     meta.steps_source = StepsSource.INFERRED
     meta.extra["steps_inferred"] = {"period": found.period, "repetitions": found.repetitions,
@@ -232,9 +239,9 @@ def steps_from_launches(kernels: pd.DataFrame, meta: ProfileMeta, issues: list[I
 
 def describe(meta: ProfileMeta, has_steps: bool) -> str:
     """``steps_source`` of the JSON report: markers, "inferred from a period of N launches, K
-    repetitions", capture span, or none (no steps at all)."""
+    repetitions", or capture span (no step ranges: the one step is the capture)."""
     if not has_steps:
-        return "none"
+        return StepsSource.CAPTURE.value
     info = meta.extra.get("steps_inferred")
     if meta.steps_source is StepsSource.INFERRED and info:
         return f"inferred from a period of {info['period']} launches, {info['repetitions']} repetitions"

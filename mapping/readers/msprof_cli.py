@@ -277,7 +277,7 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
     _name_runtime_tasks(kernels)
     profile.steps = _steps_from_iterations(iterations)
     if not profile.steps:  # an eager job: msprof writes step_trace in graph mode only
-        profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_events,))
+        profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_events,), say_none=True)
     attach_kernels(profile, kernels)
 
     # -- statistics, memory, communication ----------------------------------------------------------
@@ -404,7 +404,7 @@ def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress:
     issues.extend(cann.issues)
     kernels = cann.kernels
     if not profile.steps:
-        profile.steps = steps_from_launches(kernels, profile.meta, issues, host=(profile.host_events,))
+        profile.steps = steps_from_launches(kernels, profile.meta, issues, host=(profile.host_events,), say_none=True)
     resolve_kernel_links(kernels, profile.host_ops)
     profile.kernels = kernels
     profile.comm_ops = cann.comm_ops

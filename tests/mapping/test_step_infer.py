@@ -19,7 +19,7 @@ from tests.synth.examples import small_run
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.load import load_location, locate
 from msprof_lsp.mapping.model import KERNEL_SCHEMA, ProfileKind, ProfileMeta, StepsSource, make_table
-from msprof_lsp.mapping.step_infer import describe, infer_steps, steps_from_launches
+from msprof_lsp.mapping.step_infer import NO_REPETITION, describe, infer_steps, steps_from_launches
 from msprof_lsp.mapping.timemodel import TaskClass, is_class
 
 # One training iteration as launched: (name, input shapes, duration µs). The names carry the
@@ -243,3 +243,10 @@ def test_kineto_trace_without_markers_gets_its_iterations(tmp_path: Path) -> Non
     # every kernel lands in the same iteration as under the markers (kernels in steps 1..4 alike)
     assert p.kernels["step"].tolist() == [s - min(marked.kernels["step"]) + 1 for s in marked.kernels["step"]]
     assert p.step_time()[1] == "kernel step span"
+
+
+def test_msprof_cli_eager_job_of_one_iteration_says_nothing_repeats(tmp_path: Path) -> None:
+    p = load_location(locate(write_msprof_cli(small_run(steps=1), tmp_path, step_trace=False)), use_cache=False)
+    assert p.steps == [] and p.num_steps == 1
+    assert describe(p.meta, False) == "capture span"
+    assert [i.message for i in p.issues if "step markers" in i.message] == [NO_REPETITION]

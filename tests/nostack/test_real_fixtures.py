@@ -24,9 +24,9 @@ CASES = (
     ("Ascend-msinsight/text/level1/rank0_ascend_pt", 1, "markers"),
     ("Ascend-msinsight/db/level1/rank0_ascend_pt", 1, "markers"),
     ("Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json", 1, "markers"),  # no stacks
-    ("verl-project-rl-insight/data/recipe/memory_data/20260526_085155_ascend_pt", 1, "none"),  # Level0
+    ("verl-project-rl-insight/data/recipe/memory_data/20260526_085155_ascend_pt", 1, "capture span"),  # Level0
     ("verl-project-rl-insight/data/recipe/mstx_data/mstx_profile/agent_loop_rollout_replica_0/xxx_ascend_pt", 1,
-     "none"),  # Overlap Analysis lanes only
+     "capture span"),  # Overlap Analysis lanes only
 )
 
 
