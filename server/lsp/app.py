@@ -37,15 +37,15 @@ from .capabilities import ClientCaps
 from .code_action import code_action
 from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
-from .documents import DocumentStore, path_of
-from .engine import Session
+from .session.documents import DocumentStore, path_of
+from .session.engine import Session
 from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
-from .linemap import split_lines
-from .loading import Loader
+from .session.linemap import split_lines
+from .session.loading import Loader
 from .publish import Publisher
 from .rpc import Protocol, serve_stdio
-from .snapshot import Snapshot, empty
+from .session.snapshot import Snapshot, empty
 
 log = logging.getLogger("msprof_lsp.server")
 

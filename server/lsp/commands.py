@@ -16,7 +16,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from msprof_lsp.mapping.errors import ProfileError
 
-from ..report.document import MAX_HOTSPOTS, hotspot_dict
+from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
 from .diagnostics import file_view, uri_for
 from .heat_view import file_heat, line_label, ops_dicts, ops_at
 

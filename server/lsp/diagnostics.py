@@ -15,8 +15,8 @@ from lsprotocol import types
 from msprof_lsp.hints import suppress
 
 from .convert import FileView, diagnostic
-from .documents import OpenDocument, path_of, uri_of
-from .linemap import LineMap
+from .session.documents import OpenDocument, path_of, uri_of
+from .session.linemap import LineMap
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer

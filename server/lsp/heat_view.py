@@ -15,8 +15,8 @@ from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import FileView
 from .diagnostics import file_view
-from .documents import path_of
-from .snapshot import ProfileInfo
+from .session.documents import path_of
+from .session.snapshot import ProfileInfo
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer

@@ -18,14 +18,14 @@ from lsprotocol import types
 from msprof_lsp.mapping import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
-from ..protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
+from ...protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
 from .engine import LoadRequest
-from .guard import spawn
-from .progress import LoadProgress
+from ..guard import spawn
+from ..progress import LoadProgress
 from .snapshot import ProfileInfo, Snapshot, empty
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from ..app import MsprofLanguageServer
     from .documents import OpenDocument
 
 T = TypeVar("T")
@@ -149,7 +149,7 @@ class Loader:
             if epoch == self.epoch:
                 self._failed("error", types.MessageType.Error,
                              f"msprof-lsp: loading the profile failed: {safe_io.describe_unexpected(exc)}")
-                from .guard import report
+                from ..guard import report
 
                 report(self.ls, "loading the profile", exc)
             return False

@@ -15,7 +15,7 @@ from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping.compare import Comparison, LineChange
 from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, SpanHeat
 
-from ..settings import Settings
+from ...settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
