@@ -41,7 +41,6 @@ from .session.documents import DocumentStore, path_of
 from .session.engine import Session
 from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
-from .session.linemap import split_lines
 from .session.loading import Loader
 from .publish import Publisher
 from .rpc import Protocol, serve_stdio
@@ -59,7 +58,7 @@ class MsprofLanguageServer(LanguageServer):
         self.settings_pushed = False
         self.startup_warnings: list[str] = []
         self.settings = Settings()
-        self.documents = DocumentStore()
+        self.documents = DocumentStore(lambda uri: self.workspace.get_text_document(uri).source)
         self.engine = Session()
         # one thread: loads, re-anchoring and rule runs mutate the same analysis state
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprof-analysis")
@@ -67,9 +66,6 @@ class MsprofLanguageServer(LanguageServer):
         self.loader = Loader(self)
         self.publisher = Publisher(self)
         self.poller: watch.Poller | None = None
-        self.heat_cache: dict[tuple, Any] = {}
-        self.analysed_lines_cache: dict[str, list[str]] = {}
-        self.diagnostics_cache: dict[tuple, Any] = {}
         self.exit_code = 0
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
@@ -123,15 +119,6 @@ class MsprofLanguageServer(LanguageServer):
             base = self.primary_folder() or Path.cwd()
             p = base / p
         return p.resolve()
-
-    def analysed_lines(self, path: str) -> list[str] | None:
-        hit = self.analysed_lines_cache.get(path)
-        if hit is None:
-            text = self.snapshot.texts.get(path)
-            if text is None:
-                return None
-            hit = self.analysed_lines_cache[path] = split_lines(text)
-        return hit
 
     # -- asking the client to re-query ---------------------------------------------------------
 

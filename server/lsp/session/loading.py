@@ -318,10 +318,7 @@ class Loader:
     def apply(self, snap: Snapshot, versions: dict[str, int] | None = None) -> None:
         """Install a snapshot; ``versions``: the buffer version each analysed text came from."""
         ls = self.ls
-        ls.snapshot = snap
-        ls.heat_cache.clear()
-        ls.analysed_lines_cache.clear()
-        ls.diagnostics_cache.clear()
+        ls.snapshot = snap  # what was derived from the previous one goes with it
         for doc in ls.documents.all():
             doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None,
                        (versions or {}).get(doc.path or ""))
