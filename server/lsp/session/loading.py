@@ -298,9 +298,10 @@ class Loader:
         """The buffer versions whose texts go to an analysis; their line maps are kept until it
         lands, so edits made meanwhile are followed edit by edit, not by one text diff."""
         versions: dict[str, int] = {}
-        for doc in self.ls.documents.all():
-            if doc.path is not None and texts.get(doc.path) == doc.text:
-                versions[doc.path] = doc.version
+        for path, text in texts.items():
+            doc = self.ls.documents.by_path(path)
+            if doc is not None and text is not None and text == doc.text:
+                versions[path] = doc.version
                 doc.pin(doc.version)
         return versions
 
