@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -58,7 +59,7 @@ class MsprofLanguageServer(LanguageServer):
         self.settings_pushed = False
         self.startup_warnings: list[str] = []
         self.settings = Settings()
-        self.documents = DocumentStore(lambda uri: self.workspace.get_text_document(uri).source)
+        self.documents = DocumentStore(self.buffer_text)
         self.engine = Session()
         # one thread: loads, re-anchoring and rule runs mutate the same analysis state
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprof-analysis")
@@ -119,6 +120,14 @@ class MsprofLanguageServer(LanguageServer):
             base = self.primary_folder() or Path.cwd()
             p = base / p
         return p.resolve()
+
+    def buffer_text(self, uri: str) -> str:
+        """An open buffer's text as pygls' workspace holds it (it applies every change); never
+        the file on disk, which ``get_text_document`` would read for a URI not open."""
+        ws = self.workspace
+        if unquote(uri) not in ws.text_documents:  # pygls keys its documents by the unquoted URI
+            return ""
+        return ws.get_text_document(uri).source
 
     # -- asking the client to re-query ---------------------------------------------------------
 
