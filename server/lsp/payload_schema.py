@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     old = target.read_text(encoding="utf-8") if target.is_file() else None
     if args.check:
         if old != new:
-            print(f"{target}: the payload interfaces differ from the structs; run {COMMAND}", file=sys.stderr)
+            # stderr, never print(): nothing in server/lsp/ writes to stdout (the JSON-RPC stream)
+            sys.stderr.write(f"{target}: the payload interfaces differ from the structs; run {COMMAND}\n")
             return 1
         return 0
     if old != new:
