@@ -41,7 +41,9 @@ def file_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
     if doc is not None:
         if doc.linemap is None or doc.base_generation != snap.generation:
             return None
-        return FileView(doc.uri, path, doc.version, doc.lines, doc.linemap)
+        # split once per buffer version: diagnostics, heat and every request of this version share it
+        lines = snap.derived(("buffer lines", path, doc.opened_seq, doc.version), lambda: doc.lines)
+        return FileView(doc.uri, path, doc.version, lines, doc.linemap)
     lines = snap.analysed_lines(path)
     if lines is None:
         return None
