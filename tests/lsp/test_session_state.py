@@ -115,3 +115,16 @@ def test_documents_by_path_follow_open_and_close():
     assert store.by_path(first.path) is second  # type: ignore[arg-type]
     store.close("file:///w/./a.py")
     assert store.by_path(first.path) is None  # type: ignore[arg-type]
+
+
+def test_buffer_text_is_the_workspace_document_never_the_file_on_disk(tmp_path):
+    on_disk = tmp_path / "train.py"
+    on_disk.write_text("on_disk = 1\n", encoding="utf-8")
+    ls = _server()
+    list(ls.protocol.lsp_initialize(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                           root_uri=tmp_path.as_uri())))  # pygls' own workspace set-up
+    uri = on_disk.as_uri()
+    assert ls.buffer_text(uri) == ""  # not open: no buffer, and the file is not read
+    ls.workspace.put_text_document(types.TextDocumentItem(uri=uri, language_id="python", version=1, text="in_editor = 2\n"))
+    doc = ls.documents.open(uri, 1)
+    assert doc.text == "in_editor = 2\n" and doc.lines == ["in_editor = 2", ""]
