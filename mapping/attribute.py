@@ -125,9 +125,11 @@ class Attributor:
         self._assign()
         self._aggregate()
         self._base_index: dict[str, SourceIndex | None] = {}
-        for s in self.base_sites:
+        self._sites_of: dict[str, list[int]] = {}  # path -> its sites (an edit re-anchors those alone)
+        for i, s in enumerate(self.base_sites):
             if s.span.path not in self._base_index:
                 self._base_index[s.span.path] = self.workspace.index(s.span.path)
+            self._sites_of.setdefault(s.span.path, []).append(i)
         self.current: list[Site | None] = list(self.base_sites)
         self.attribution = self._make_attribution()
 
@@ -785,9 +787,8 @@ class Attributor:
         if base is None and key in self._pending_paths():
             self._run()  # the file did not parse when attributing: anchor it now
             return self.attribution
-        for i, site in enumerate(self.base_sites):
-            if site.span.path != key:
-                continue
+        for i in self._sites_of.get(key, ()):
+            site = self.base_sites[i]
             self.current[i] = reanchor_site(site, base, new) if base is not None else site
             self.edit_notes.pop(i, None)
         self.attribution = self._make_attribution()

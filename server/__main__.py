@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"msprof-lsp {version()}")
         return 0
     if ns.check:
-        from .check import run_check
+        from .check.command import run_check
 
         try:
             return run_check(args)

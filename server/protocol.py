@@ -31,14 +31,13 @@ SERVER_COMMANDS = (
 PALETTE_COMMANDS = (CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE)
 """Commands a user runs from the VS Code palette (the client adds restart/showLogs itself)."""
 
-# Server -> client notification with the profile state (feeds the VS Code status bar):
-# {"state": "loading"|"loaded"|"error"|"none", "kind", "path", "rank", "ranks": [...],
-#  "steps", "stepTimeUs", "mappedShare", "message"}
+# Server -> client notification with the profile state (feeds the VS Code status bar); payload:
+# lsp/status_payload.py ProfileStatus.
 NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus"
 
 # Server -> client notification after each analysis is in place (its diagnostics published or
-# ready to pull): the open documents whose current version it analysed.
-# {"generation": int, "documents": [{"uri", "version"}]}
+# ready to pull): the open documents whose current version it analysed; payload:
+# lsp/status_payload.py Analysed.
 NOTIFY_ANALYSED = "msprof-lsp/analysed"
 
 # Where rule pages live. Installed packages link to the project's published docs; a source

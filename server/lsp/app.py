@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -37,15 +38,14 @@ from .capabilities import ClientCaps
 from .code_action import code_action
 from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
-from .documents import DocumentStore, path_of
-from .engine import Session
+from .session.documents import DocumentStore, path_of
+from .session.engine import Session
 from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
-from .linemap import split_lines
-from .loading import Loader
+from .session.loading import Loader
 from .publish import Publisher
 from .rpc import Protocol, serve_stdio
-from .snapshot import Snapshot, empty
+from .session.snapshot import Snapshot, empty
 
 log = logging.getLogger("msprof_lsp.server")
 
@@ -59,7 +59,7 @@ class MsprofLanguageServer(LanguageServer):
         self.settings_pushed = False
         self.startup_warnings: list[str] = []
         self.settings = Settings()
-        self.documents = DocumentStore()
+        self.documents = DocumentStore(self.buffer_text)
         self.engine = Session()
         # one thread: loads, re-anchoring and rule runs mutate the same analysis state
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprof-analysis")
@@ -67,9 +67,6 @@ class MsprofLanguageServer(LanguageServer):
         self.loader = Loader(self)
         self.publisher = Publisher(self)
         self.poller: watch.Poller | None = None
-        self.heat_cache: dict[tuple, Any] = {}
-        self.analysed_lines_cache: dict[str, list[str]] = {}
-        self.diagnostics_cache: dict[tuple, Any] = {}
         self.exit_code = 0
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
@@ -124,14 +121,13 @@ class MsprofLanguageServer(LanguageServer):
             p = base / p
         return p.resolve()
 
-    def analysed_lines(self, path: str) -> list[str] | None:
-        hit = self.analysed_lines_cache.get(path)
-        if hit is None:
-            text = self.snapshot.texts.get(path)
-            if text is None:
-                return None
-            hit = self.analysed_lines_cache[path] = split_lines(text)
-        return hit
+    def buffer_text(self, uri: str) -> str:
+        """An open buffer's text as pygls' workspace holds it (it applies every change); never
+        the file on disk, which ``get_text_document`` would read for a URI not open."""
+        ws = self.workspace
+        if unquote(uri) not in ws.text_documents:  # pygls keys its documents by the unquoted URI
+            return ""
+        return ws.get_text_document(uri).source
 
     # -- asking the client to re-query ---------------------------------------------------------
 

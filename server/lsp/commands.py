@@ -16,8 +16,9 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from msprof_lsp.mapping.errors import ProfileError
 
-from ..report.document import MAX_HOTSPOTS, hotspot_dict
+from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
 from .diagnostics import file_view, uri_for
+from .status_payload import to_json
 from .heat_view import file_heat, line_label, ops_dicts, ops_at
 
 
@@ -34,7 +35,7 @@ def _arg(args: tuple[Any, ...], i: int, kind: type | tuple[type, ...], what: str
 
 async def reload_profile(ls, *args: Any) -> dict[str, Any]:
     await ls.loader.load("reload requested")
-    return ls.loader.status
+    return to_json(ls.loader.status)
 
 
 async def select_profile(ls, *args: Any) -> dict[str, Any]:
@@ -48,7 +49,7 @@ async def select_profile(ls, *args: Any) -> dict[str, Any]:
     ls.loader.explicit = path
     ls.loader.explicit_rank = rank
     await ls.loader.load(f"profile selected: {path}")
-    return ls.loader.status
+    return to_json(ls.loader.status)
 
 
 def show_hotspots(ls, *args: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from msprof_lsp.mapping.positions import col_from_units, col_to_units
 
 from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
 from .capabilities import ClientCaps
-from .linemap import LineMap
+from .session.linemap import LineMap
 
 SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,

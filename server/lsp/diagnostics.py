@@ -15,8 +15,8 @@ from lsprotocol import types
 from msprof_lsp.hints import suppress
 
 from .convert import FileView, diagnostic
-from .documents import OpenDocument, path_of, uri_of
-from .linemap import LineMap
+from .session.documents import OpenDocument, path_of, uri_of
+from .session.linemap import LineMap
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -41,8 +41,10 @@ def file_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
     if doc is not None:
         if doc.linemap is None or doc.base_generation != snap.generation:
             return None
-        return FileView(doc.uri, path, doc.version, doc.lines, doc.linemap)
-    lines = ls.analysed_lines(path)
+        # split once per buffer version: diagnostics, heat and every request of this version share it
+        lines = snap.derived(("buffer lines", path, doc.opened_seq, doc.version), lambda: doc.lines)
+        return FileView(doc.uri, path, doc.version, lines, doc.linemap)
+    lines = snap.analysed_lines(path)
     if lines is None:
         return None
     return FileView(uri_of(path), path, None, lines, LineMap.identity())
@@ -67,21 +69,19 @@ def _suppressions(doc: OpenDocument) -> dict[int, frozenset[str]]:
 def compute(ls: MsprofLanguageServer, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
     """Diagnostics of ``path`` now; also the view they were computed for.
 
-    Cached per (snapshot, buffer version): push, pull and code actions for one version share one
-    computation (callers must not mutate the list).
+    Kept on the snapshot per buffer version: push, pull and code actions for one version share
+    one computation (callers must not mutate the list), and a new snapshot starts afresh.
     """
     if path is None:
         return None, []
+    return ls.snapshot.derived(("diagnostics", path, *buffer_state(ls, path)), lambda: _compute(ls, path))
+
+
+def buffer_state(ls: MsprofLanguageServer, path: str) -> tuple[int, int] | tuple[None, None]:
+    """Which buffer state a derived value of ``path`` is for: (opening, version), or the
+    analysed text when the file is not open."""
     doc = ls.documents.by_path(path)
-    key = (path, ls.snapshot.generation, doc.version if doc is not None else None)
-    hit = ls.diagnostics_cache.get(key)
-    if hit is not None:
-        return hit
-    result = _compute(ls, path)
-    if len(ls.diagnostics_cache) > 256:
-        ls.diagnostics_cache.clear()
-    ls.diagnostics_cache[key] = result
-    return result
+    return (doc.opened_seq, doc.version) if doc is not None else (None, None)
 
 
 def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list[types.Diagnostic]]:
@@ -97,16 +97,17 @@ def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list
         d = diagnostic(f, view, views, ls.caps, snap.generation)  # type: ignore[arg-type]
         if d is None:
             continue
-        if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, d):  # type: ignore[union-attr]
+        if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, view.lines, d):  # type: ignore[union-attr]
             continue
         out.append(d)
     return view, out
 
 
-def _newly_suppressed(doc: OpenDocument, d: types.Diagnostic) -> bool:
-    """A ``# msprof: ignore`` typed since the analysis (the rules already honoured older ones)."""
+def _newly_suppressed(doc: OpenDocument, lines: list[str], d: types.Diagnostic) -> bool:
+    """A ``# msprof: ignore`` typed since the analysis (the rules already honoured older ones);
+    ``lines``: the buffer's lines now."""
     first, last = d.range.start.line, d.range.end.line
-    if not any(0 <= i < len(doc.lines) and "msprof" in doc.lines[i] for i in {first, last}):
+    if not any(0 <= i < len(lines) and "msprof" in lines[i] for i in {first, last}):
         return False  # the cheap test: no directive text on the diagnostic's lines
     table = _suppressions(doc)
     code = str(d.code)

@@ -14,9 +14,9 @@ from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
 from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import FileView
-from .diagnostics import file_view
-from .documents import path_of
-from .snapshot import ProfileInfo
+from .diagnostics import buffer_state, file_view
+from .session.documents import path_of
+from .session.snapshot import ProfileInfo
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -95,13 +95,14 @@ def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = Fal
         path = doc.path if doc is not None else path_of(uri_or_path)
     if path is None:
         return None
+    return snap.derived(("heat", path, *buffer_state(ls, path)), lambda: _file_heat(ls, path))
+
+
+def _file_heat(ls: MsprofLanguageServer, path: str) -> FileHeat | None:
+    snap = ls.snapshot
     view = file_view(ls, path)
     if view is None:
         return None
-    cache_key = (snap.generation, path, view.version)
-    cached = ls.heat_cache.get(cache_key)
-    if cached is not None:
-        return cached
     lm = view.linemap
     lines: dict[int, HotLine] = {}
     for lh in snap.lines.get(path, ()):
@@ -122,11 +123,7 @@ def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = Fal
         moved = lm.lines(fh.span.line, fh.span.end_line)
         if moved is not None:
             functions.append(HotFunction(moved[0], moved[1], fh))
-    result = FileHeat(view, lines, functions, snap.steps_for(path), snap.info_for(path))
-    if len(ls.heat_cache) > 64:
-        ls.heat_cache.clear()
-    ls.heat_cache[cache_key] = result
-    return result
+    return FileHeat(view, lines, functions, snap.steps_for(path), snap.info_for(path))
 
 
 def ops_dicts(ops: list[OpHeat], num_steps: int, step_time_us: float) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from .guard import spawn
-from .linemap import LineMap
+from .session.linemap import LineMap
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 
 def did_open(ls: MsprofLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
     item = params.text_document
-    doc = ls.documents.open(item.uri, item.version, item.text)
+    doc = ls.documents.open(item.uri, item.version)  # pygls' workspace holds the text
     snap = ls.snapshot
     analysed = snap.texts.get(doc.path) if doc.path else None
     doc.rebase(snap.generation, analysed)
-    if doc.path and analysed is not None and analysed != doc.text:
-        ls.loader.mark_dirty(doc.path, doc.text)
+    if doc.path and analysed is not None and analysed != item.text:
+        ls.loader.mark_dirty(doc.path, item.text)
     ls.publisher.schedule(item.uri, 0.0)
     ls.loader.announce_analysed([doc])  # when the analysis already saw this text
     if doc.path:  # served by its own job, loaded now if no file of that job was open yet
@@ -35,7 +35,7 @@ def did_change(ls: MsprofLanguageServer, params: types.DidChangeTextDocumentPara
     if doc is None:
         return
     text = ls.workspace.get_text_document(uri).source  # pygls applied the changes already
-    doc.update(params.text_document.version, text, _steps(params.content_changes))
+    doc.update(params.text_document.version, _steps(params.content_changes))
     if doc.path:
         ls.loader.mark_dirty(doc.path, text)
     ls.publisher.schedule(uri)

@@ -13,8 +13,8 @@ from msprof_lsp.hints.finding import Finding, Fix, Related, Severity, TextEdit
 from msprof_lsp.mapping.heat import SourceHeat
 from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
 from msprof_lsp.mapping.spans import Confidence, Span
-from msprof_lsp.server.report import github, sarif, text
-from msprof_lsp.server.report.run import CheckRun, JobReport
+from msprof_lsp.server.check.report import github, sarif, text
+from msprof_lsp.server.check.report.run import CheckRun, JobReport
 
 from cli_support import fits_80_columns
 

@@ -12,7 +12,7 @@ from msprof_lsp.hints import suppress
 from msprof_lsp.hints.finding import Fix, TextEdit
 from msprof_lsp.server.lsp import code_action
 from msprof_lsp.server.lsp.convert import fix_payload
-from msprof_lsp.server.lsp.linemap import LineMap
+from msprof_lsp.server.lsp.session.linemap import LineMap
 
 URI = "file:///ws/train.py"
 

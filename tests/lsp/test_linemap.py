@@ -1,11 +1,11 @@
-"""LineMap: analysed line -> current line through any sequence of edits (server/lsp/linemap.py)."""
+"""LineMap: analysed line -> current line through any sequence of edits (server/lsp/session/linemap.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprof_lsp.server.lsp.linemap import LineMap, split_lines
+from msprof_lsp.server.lsp.session.linemap import LineMap, split_lines
 
 # An edit: replace lines [start, start + removed) by `added` new lines (positions as fractions of
 # the current length, so every drawn edit is valid).
@@ -85,24 +85,26 @@ def test_insertion_between_lines_touches_a_range_across_it() -> None:
 def test_an_analysis_that_lands_after_more_edits_keeps_every_untouched_line() -> None:
     """Edits at the top and the bottom made while an analysis of version 2 runs: rebasing from
     version 2's line maps keeps every line in between, where one text diff would lose them all."""
-    from msprof_lsp.server.lsp.documents import HISTORY, OpenDocument
+    from msprof_lsp.server.lsp.session.documents import HISTORY, DocumentStore
 
     text = "\n".join(f"line {i}" for i in range(1, 101))
-    doc = OpenDocument("file:///m.py", "/m.py", 1, text, split_lines(text))
+    buffer = {"file:///m.py": text}  # what pygls' workspace holds
+    store = DocumentStore(buffer.__getitem__)
+    doc = store.open("file:///m.py", 1)
     doc.rebase(1, text)
-    analysed = "# head\n" + text
-    doc.update(2, analysed)
+    analysed = buffer["file:///m.py"] = "# head\n" + text
+    doc.update(2)
     doc.pin(2)
     current = analysed
     for v in range(3, 3 + HISTORY + 10):  # more versions than the history keeps unpinned
-        current = "# more\n" + current if v % 2 else current + "\n# tail"
-        doc.update(v, current)
+        current = buffer["file:///m.py"] = "# more\n" + current if v % 2 else current + "\n# tail"
+        doc.update(v)
     doc.rebase(2, analysed, 2)
     now = split_lines(current)
     for i, line in enumerate(split_lines(analysed), start=1):
         assert now[doc.linemap.line(i) - 1] == line  # type: ignore[union-attr]
     assert not doc.pinned
-    diffed = OpenDocument("file:///m.py", "/m.py", 1, current, now)
+    diffed = store.open("file:///m.py", 1)  # opened again: no history
     diffed.rebase(2, analysed)  # without the version: the middle is lost
     assert diffed.linemap.line(50) is None  # type: ignore[union-attr]
 
@@ -112,11 +114,12 @@ def test_several_changes_in_one_notification_keep_the_code_between_them() -> Non
     between the two places is found; one diff of the texts would lose them all."""
     from lsprotocol import types
 
-    from msprof_lsp.server.lsp.documents import OpenDocument
+    from msprof_lsp.server.lsp.session.documents import DocumentStore
     from msprof_lsp.server.lsp.text_sync import _steps
 
     old = [f"line {i}" for i in range(1, 51)]
-    doc = OpenDocument("file:///m.py", "/m.py", 1, "\n".join(old), list(old))
+    buffer = {"file:///m.py": "\n".join(old)}
+    doc = DocumentStore(buffer.__getitem__).open("file:///m.py", 1)
     doc.rebase(1, doc.text)
 
     def change(line0: int, text: str) -> types.TextDocumentContentChangePartial:
@@ -126,7 +129,8 @@ def test_several_changes_in_one_notification_keep_the_code_between_them() -> Non
     # applied in order: "# a\n# b\n" above line 3, then (positions after that) "# z\n" above old line 40
     changes = [change(2, "# a\n# b\n"), change(41, "# z\n")]
     new = old[:2] + ["# a", "# b"] + old[2:39] + ["# z"] + old[39:]
-    doc.update(2, "\n".join(new), _steps(changes))
+    buffer["file:///m.py"] = "\n".join(new)
+    doc.update(2, _steps(changes))
     for i, line in enumerate(old, start=1):
         assert new[doc.linemap.line(i) - 1] == line  # type: ignore[union-attr]
     assert LineMap.diff(old, new).line(20) is None  # what the text diff alone would give

@@ -24,7 +24,7 @@ from msprof_lsp.mapping.model import Backend, ProfileKind, Step
 from msprof_lsp.mapping.readers.kineto import read
 from msprof_lsp.mapping.step_windows import capture_step, covered_per_step, merge_intervals
 from msprof_lsp.mapping.timemodel import profile_breakdown
-from msprof_lsp.server.report.text import breakdown_line
+from msprof_lsp.server.check.report.text import breakdown_line
 
 PID, TID, BWD = 25738, 25738, 25772
 T0 = 1_623_142_623_460_000  # epoch µs, written as JSON integers (no baseTimeNanoseconds)

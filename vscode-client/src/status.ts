@@ -1,22 +1,12 @@
 // The status bar: the `msprof-lsp/profileStatus` payload -> text, tooltip and the click menu.
 // Plain module: no vscode import; the extension maps StatusView/MenuItem onto vscode objects.
 
-export type ProfileState = "loading" | "loaded" | "error" | "none";
+import { ProfileStateValues, type ProfileState, type ProfileStatus } from "./generated/payloads";
 
-/** The server's notification payload (server/protocol.py NOTIFY_PROFILE_STATUS), normalised. */
-export interface ProfileStatus {
-  state: ProfileState;
-  kind: string;
-  path: string;
-  rank: number | null;
-  ranks: number[];
-  steps: number | null;
-  stepTimeUs: number | null;
-  mappedShare: number | null;
-  message: string;
-}
+// The payload's shape is generated from the server's struct (server/lsp/status_payload.py).
+export type { ProfileState, ProfileStatus };
 
-const STATES: readonly string[] = ["loading", "loaded", "error", "none"];
+const STATES: readonly string[] = ProfileStateValues;
 
 function str(value: unknown): string {
   return typeof value === "string" ? value : "";

@@ -1,9 +1,14 @@
-"""Open editor buffers as the server tracks them: text, version, lines, and the line map from the
-text the current analysis saw to the buffer.
+"""Open editor buffers as the server tracks them: version, the line map from the text the
+current analysis saw to the buffer, and the maps from recent versions (stale code actions).
+
+The text itself lives in pygls' workspace, which applies every change; a document reads it from
+there (``OpenDocument.text``) and keeps only one fingerprint per line, which is what the line-map
+diff of an edit compares, so a buffer is never held twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,14 +36,19 @@ HISTORY = 32  # versions a stale diagnostic can still be traced from
 MAX_PINNED = 4  # versions kept beyond HISTORY because an analysis of them is under way
 
 
+def line_keys(lines: Sequence[str]) -> tuple[int, ...]:
+    """One fingerprint per line: what a line-map diff compares, without keeping the text."""
+    return tuple(hash(line) for line in lines)
+
+
 @dataclass(slots=True)
 class OpenDocument:
     uri: str
     path: str | None  # None: not a file (untitled buffer, notebook cell)
     version: int
-    text: str
-    lines: list[str]
-    linemap: LineMap | None = None  # analysed text of ``path`` -> ``text``; None: nothing analysed
+    source: Callable[[], str] = field(repr=False)  # the buffer's text now (pygls' workspace)
+    keys: tuple[int, ...] = field(default=(), repr=False)  # line_keys of the text at ``version``
+    linemap: LineMap | None = None  # analysed text of ``path`` -> the buffer; None: nothing analysed
     base_generation: int = -1  # the snapshot the line map starts from
     opened_seq: int = 0  # order of opening (the newest open file picks the job)
     suppress_cache: tuple[int, dict[int, frozenset[str]]] | None = field(default=None, repr=False)
@@ -46,12 +56,21 @@ class OpenDocument:
     history: dict[int, LineMap] = field(default_factory=dict, repr=False)
     pinned: set[int] = field(default_factory=set, repr=False)  # versions an analysis is running on
 
-    def update(self, version: int, text: str, step: LineMap | None = None) -> None:
-        """The buffer changed: extend the line maps by this edit (``step``: its map when the
-        caller knows it change by change; else one diff of the two texts)."""
-        lines = split_lines(text)
+    @property
+    def text(self) -> str:
+        return self.source()
+
+    @property
+    def lines(self) -> list[str]:
+        return split_lines(self.source())
+
+    def update(self, version: int, step: LineMap | None = None) -> None:
+        """The buffer changed (the workspace holds the new text): extend the line maps by this
+        edit (``step``: its map when the caller knows it change by change; else one diff of the
+        old and new line fingerprints)."""
+        keys = line_keys(self.lines)
         if step is None:
-            step = LineMap.diff(self.lines, lines)
+            step = LineMap.diff(self.keys, keys)
         if self.linemap is not None:
             self.linemap = self.linemap.then(step)
         self.history = {v: m.then(step) for v, m in self.history.items()}
@@ -61,8 +80,7 @@ class OpenDocument:
             for v in old[: len(self.history) - HISTORY - len(self.pinned)]:
                 del self.history[v]
         self.version = version
-        self.text = text
-        self.lines = lines
+        self.keys = keys
         self.suppress_cache = None
 
     def line_now(self, version: int | None, line: int) -> int | None:
@@ -88,36 +106,51 @@ class OpenDocument:
             self.pinned = {v for v in self.pinned if v > analysed_version}
         if analysed_text is None:
             self.linemap = None
-        elif analysed_text == self.text:
+            return
+        text = self.text
+        if analysed_text == text:
             self.linemap = LineMap.identity()
         elif analysed_version is not None and analysed_version in self.history:
             self.linemap = self.history[analysed_version]
         else:
-            self.linemap = LineMap.diff(split_lines(analysed_text), self.lines)
+            self.linemap = LineMap.diff(split_lines(analysed_text), split_lines(text))
 
 
 class DocumentStore:
-    def __init__(self) -> None:
+    """The open documents by URI, and by path (a dictionary each: a look-up never scans)."""
+
+    def __init__(self, text_of: Callable[[str], str]) -> None:
+        self._text_of = text_of  # uri -> the buffer's text in the workspace
         self._docs: dict[str, OpenDocument] = {}
+        self._by_path: dict[str, list[str]] = {}  # path -> open URIs naming it, oldest first
         self._seq = 0
 
-    def open(self, uri: str, version: int, text: str) -> OpenDocument:
+    def open(self, uri: str, version: int) -> OpenDocument:
+        self.close(uri)
         self._seq += 1
-        doc = OpenDocument(uri, path_of(uri), version, text, split_lines(text), opened_seq=self._seq)
+        doc = OpenDocument(uri, path_of(uri), version, lambda: self._text_of(uri), opened_seq=self._seq)
+        doc.keys = line_keys(doc.lines)
         self._docs[uri] = doc
+        if doc.path is not None:
+            self._by_path.setdefault(doc.path, []).append(uri)
         return doc
 
     def close(self, uri: str) -> OpenDocument | None:
-        return self._docs.pop(uri, None)
+        doc = self._docs.pop(uri, None)
+        if doc is not None and doc.path is not None:
+            uris = self._by_path.get(doc.path, [])
+            if uri in uris:
+                uris.remove(uri)
+            if not uris:
+                self._by_path.pop(doc.path, None)
+        return doc
 
     def get(self, uri: str) -> OpenDocument | None:
         return self._docs.get(uri)
 
     def by_path(self, path: str) -> OpenDocument | None:
-        for doc in self._docs.values():
-            if doc.path == path:
-                return doc
-        return None
+        uris = self._by_path.get(path)
+        return self._docs[uris[0]] if uris else None
 
     def all(self) -> list[OpenDocument]:
         return list(self._docs.values())

@@ -17,7 +17,7 @@ from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.jobs import Job, source_root_for
 from msprof_lsp.mapping.model import ProfileKind
 
-from .. import pipeline
+from ... import pipeline
 
 
 @dataclass(frozen=True, slots=True)

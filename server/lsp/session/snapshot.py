@@ -3,19 +3,28 @@
 Positions in a snapshot refer to ``texts[path]``, the text each file had when it was analysed;
 open buffers reach them through their line map (documents.py). Only the summary is kept: heat
 per line/function/span, findings, the baseline comparison — not the raw profile events.
+
+What the request handlers derive from a snapshot (diagnostics, heat per buffer version, the
+analysed lines) is kept on the snapshot itself (:meth:`Snapshot.derived`): installing a new one
+drops it all, so a value computed from an older analysis is never served and no reload has to
+remember to clear a cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping.compare import Comparison, LineChange
 from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, SpanHeat
 
-from ..settings import Settings
+from ...settings import Settings
+from .linemap import split_lines
+
+T = TypeVar("T")
+MAX_DERIVED = 512  # derived values kept per snapshot (a long edit session keys them by version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +61,28 @@ class Snapshot:
     # files served by another job than ``info``'s (a workspace with several jobs): its profile
     infos: dict[str, ProfileInfo] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    # values derived from this snapshot; not an init field, so ``replace`` starts a copy empty
+    _derived: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """``compute()`` once per ``key`` for this snapshot (the key names the kind of value and
+        the buffer state it depends on). Only the event loop reads snapshots, so no lock."""
+        try:
+            return self._derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        value = compute()
+        if len(self._derived) >= MAX_DERIVED:
+            self._derived.clear()
+        self._derived[key] = value
+        return value
+
+    def analysed_lines(self, path: str) -> list[str] | None:
+        """The lines of ``texts[path]``, the text the analysis saw."""
+        text = self.texts.get(path)
+        if text is None:
+            return None
+        return self.derived(("lines", path), lambda: split_lines(text))
 
     def info_for(self, path: str | None) -> ProfileInfo | None:
         """The profile the file's numbers come from."""

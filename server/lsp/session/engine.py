@@ -25,8 +25,8 @@ from msprof_lsp.mapping.heat import Attribution
 from msprof_lsp.mapping.locations import Progress, no_progress
 from msprof_lsp.mapping.workspace import SourceWorkspace
 
-from .. import pipeline
-from ..settings import Settings
+from ... import pipeline
+from ...settings import Settings
 from .snapshot import ProfileInfo, Snapshot, merge
 from .targets import JobChoice, choose_job, find_jobs, owner
 

@@ -18,14 +18,15 @@ from lsprotocol import types
 from msprof_lsp.mapping import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
-from ..protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
+from ...protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
 from .engine import LoadRequest
-from .guard import spawn
-from .progress import LoadProgress
+from ..guard import spawn
+from ..progress import LoadProgress
+from ..status_payload import Analysed, AnalysedDocument, ProfileState, ProfileStatus, to_json
 from .snapshot import ProfileInfo, Snapshot, empty
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from ..app import MsprofLanguageServer
     from .documents import OpenDocument
 
 T = TypeVar("T")
@@ -42,8 +43,7 @@ class Loader:
         self.explicit: Path | None = None  # msprof-lsp.selectProfile
         self.explicit_rank: int | None = None
         self.baseline_override: Any = _UNSET  # msprof-lsp.setBaseline (None: cleared by the user)
-        self.status: dict[str, Any] = {"state": "none", "kind": "", "path": "", "rank": None, "ranks": [],
-                                       "steps": None, "stepTimeUs": None, "mappedShare": None, "message": ""}
+        self.status = ProfileStatus.of(ProfileState.NONE, None)
         self._dirty: dict[str, str | None] = {}
         self._refresh_sleeper: asyncio.Task[None] | None = None
         self._reload_sleeper: asyncio.Task[None] | None = None
@@ -64,20 +64,9 @@ class Loader:
         self._waiters.append(fut)
         return fut
 
-    def notify_status(self, state: str, message: str = "") -> None:
-        info = self.ls.snapshot.info if state == "loaded" else None
-        self.status = {
-            "state": state,
-            "kind": info.kind if info else "",
-            "path": info.path if info else (str(self.explicit) if self.explicit else ""),
-            "rank": info.rank if info else None,
-            "ranks": list(info.ranks) if info else [],
-            "steps": info.steps if info else None,
-            "stepTimeUs": round(info.step_time_us, 3) if info else None,
-            "mappedShare": round(info.mapped_share, 6) if info else None,
-            "message": message,
-        }
-        self.ls.protocol.notify(NOTIFY_PROFILE_STATUS, self.status)
+    def notify_status(self, state: ProfileState, message: str = "") -> None:
+        self.status = ProfileStatus.of(state, self.ls.snapshot.info, str(self.explicit) if self.explicit else "", message)
+        self.ls.protocol.notify(NOTIFY_PROFILE_STATUS, to_json(self.status))
 
     def _message(self, kind: types.MessageType, text: str) -> None:
         self.ls.window_show_message(types.ShowMessageParams(type=kind, message=text))
@@ -128,7 +117,7 @@ class Loader:
         req = self.request()
         versions = self._capture(req.open_texts)
         self.loading = True
-        self.notify_status("loading", reason)
+        self.notify_status(ProfileState.LOADING, reason)
         progress = LoadProgress(self.ls, "msprof-lsp: loading profile")
         await progress.begin()
         try:
@@ -136,20 +125,20 @@ class Loader:
         except NoProfileFound as exc:
             progress.end("no profile found")
             if epoch == self.epoch:
-                self._failed("none", types.MessageType.Info, f"msprof-lsp: {exc}. Record one, or choose one with "
+                self._failed(ProfileState.NONE, types.MessageType.Info, f"msprof-lsp: {exc}. Record one, or choose one with "
                              "\"msprof-lsp: Select profile\" or the msprof-lsp.profile setting.")
             return False
         except ProfileError as exc:
             progress.end("the profile cannot be read")
             if epoch == self.epoch:
-                self._failed("error", types.MessageType.Error, f"msprof-lsp: cannot read the profile: {exc}")
+                self._failed(ProfileState.ERROR, types.MessageType.Error, f"msprof-lsp: cannot read the profile: {exc}")
             return False
         except Exception as exc:  # noqa: BLE001 - an internal error is a message too, never a dead server
             progress.end("failed")
             if epoch == self.epoch:
-                self._failed("error", types.MessageType.Error,
+                self._failed(ProfileState.ERROR, types.MessageType.Error,
                              f"msprof-lsp: loading the profile failed: {safe_io.describe_unexpected(exc)}")
-                from .guard import report
+                from ..guard import report
 
                 report(self.ls, "loading the profile", exc)
             return False
@@ -163,7 +152,7 @@ class Loader:
         self._shown.clear()
         self.apply(snap, versions)
         self._announce(snap)
-        self.notify_status("loaded")
+        self.notify_status(ProfileState.LOADED)
         self._follow_open_file()
         return True
 
@@ -198,15 +187,15 @@ class Loader:
                 continue
             self.apply(result, versions)
             self._announce(result)
-            self.notify_status("loaded")
+            self.notify_status(ProfileState.LOADED)
 
-    def _failed(self, state: str, kind: types.MessageType, text: str) -> None:
+    def _failed(self, state: ProfileState, kind: types.MessageType, text: str) -> None:
         self._log(kind, text)
         if text != self._last_problem:  # a watcher reloading a half-written profile says it once
             self._last_problem = text
             self._message(kind, text)
         self.notify_status(state, text)  # last: whoever reacts to the status has the message
-        if state == "none" and not self.ls.engine.attribution:
+        if state is ProfileState.NONE and not self.ls.engine.attribution:
             self.apply(empty(self.ls.snapshot.generation + 1, self.ls.settings))
 
     def _announce(self, snap: Snapshot) -> None:
@@ -309,19 +298,17 @@ class Loader:
         """The buffer versions whose texts go to an analysis; their line maps are kept until it
         lands, so edits made meanwhile are followed edit by edit, not by one text diff."""
         versions: dict[str, int] = {}
-        for doc in self.ls.documents.all():
-            if doc.path is not None and texts.get(doc.path) == doc.text:
-                versions[doc.path] = doc.version
+        for path, text in texts.items():
+            doc = self.ls.documents.by_path(path)
+            if doc is not None and text is not None and text == doc.text:
+                versions[path] = doc.version
                 doc.pin(doc.version)
         return versions
 
     def apply(self, snap: Snapshot, versions: dict[str, int] | None = None) -> None:
         """Install a snapshot; ``versions``: the buffer version each analysed text came from."""
         ls = self.ls
-        ls.snapshot = snap
-        ls.heat_cache.clear()
-        ls.analysed_lines_cache.clear()
-        ls.diagnostics_cache.clear()
+        ls.snapshot = snap  # what was derived from the previous one goes with it
         for doc in ls.documents.all():
             doc.rebase(snap.generation, snap.texts.get(doc.path) if doc.path else None,
                        (versions or {}).get(doc.path or ""))
@@ -336,9 +323,9 @@ class Loader:
     def announce_analysed(self, docs: list[OpenDocument]) -> None:
         """Say which open documents the current analysis saw as they are now (its diagnostics
         are published by then): what a client or a test waits for instead of sleeping."""
-        seen = [{"uri": d.uri, "version": d.version} for d in docs if d.linemap is not None and d.linemap.is_identity]
+        seen = [AnalysedDocument(d.uri, d.version) for d in docs if d.linemap is not None and d.linemap.is_identity]
         if seen:
-            self.ls.protocol.notify(NOTIFY_ANALYSED, {"generation": self.ls.snapshot.generation, "documents": seen})
+            self.ls.protocol.notify(NOTIFY_ANALYSED, to_json(Analysed(self.ls.snapshot.generation, seen)))
 
     def cancel_all(self) -> None:
         self._cancel_reload()

@@ -15,7 +15,7 @@ from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import all_rules
 from msprof_lsp.mapping import safe_io
 
-from ..protocol import rule_doc_url
+from ...protocol import rule_doc_url
 from . import document
 from .run import CheckRun
 

@@ -18,12 +18,12 @@ from msprof_lsp.mapping.compare import compare
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.jobs import Job
 
-from . import pipeline
-from .cli import CheckArgs, UsageError, version
+from .. import pipeline
+from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, sarif, text
 from .report.run import CheckRun, JobReport, merge_repeated
-from .settings import Settings, apply, find_pyproject, from_pyproject
+from ..settings import Settings, apply, find_pyproject, from_pyproject
 
 
 class CheckFailed(Exception):
