@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from msprof_lsp.server.check import run_check
+from msprof_lsp.server.check.command import run_check
 from msprof_lsp.server.cli import CheckArgs
 
 from .jobs import Form, Job

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import shared_fixture
 from tests.nostack.jobs import MODELS
 
-from msprof_lsp.server.check import run_check
+from msprof_lsp.server.check.command import run_check
 from msprof_lsp.server.cli import CheckArgs
 
 # fixture, producer's step count (step_trace_time.csv rows / ProfilerStep#N events), steps_source
