@@ -80,183 +80,33 @@ def api_type_names(db: SqliteDb) -> dict[int, str]:
     return names
 
 
-def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
-    issues: list[Issue] = []
-    where = str(db.path)
-    kernel_parts: list[dict[str, np.ndarray]] = []
-    connections: list[np.ndarray] = []
+@dataclass(frozen=True, slots=True)
+class _KernelPart:
+    """Kernel rows from one CANN table: KERNEL_SCHEMA columns (+ ``gtid``) and each row's connectionId."""
 
-    if not db.has("TASK"):
-        issues.append(Issue(where, "no TASK table: no device kernels in this profile (NPU activity not captured?)"))
-        tasks = pd.DataFrame()
-    else:
-        tasks = db.frame(
-            "TASK",
-            {
-                "start_ns": (("startNs",), _INT),
-                "end_ns": (("endNs",), _INT),
-                "device": (("deviceId",), _INT),
-                "connection": (("connectionId",), _INT),
-                "gtid": (("globalTaskId",), _INT),
-                "task_type": (("taskType",), _ANY),
-                "stream": (("streamId",), _INT),
-                "task_id": (("taskId",), _INT),
-            },
-        )
+    columns: dict[str, np.ndarray]
+    connection: np.ndarray
+
+
+def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
+    """Device kernels (compute tasks, data copies, communication ops) sorted by start, with their
+    connection ids, PMU columns and wait times; CANN API calls as host events."""
+    issues: list[Issue] = []
+    tasks = _read_tasks(db, issues)
     devices = tasks["device"][tasks["device"] >= 0] if len(tasks) else pd.Series(dtype="int64")
     default_device = int(devices.mode().iloc[0]) if len(devices) else device_hint
 
-    compute_ids = np.empty(0, dtype=np.int64)
-    if len(tasks) and db.has("COMPUTE_TASK_INFO"):
-        info = db.frame(
-            "COMPUTE_TASK_INFO",
-            {
-                "gtid": (("globalTaskId",), _INT),
-                "name": (("name",), _ANY),
-                "block_dim": (("blockNum", "blockDim"), _INT),
-                "core": (("taskType",), _ANY),
-                "type": (("opType",), _ANY),
-                "input_formats": (("inputFormats",), _ANY),
-                "input_dtypes": (("inputDataTypes",), _ANY),
-                "input_shapes": (("inputShapes",), _ANY),
-                "output_formats": (("outputFormats",), _ANY),
-                "output_dtypes": (("outputDataTypes",), _ANY),
-                "output_shapes": (("outputShapes",), _ANY),
-                "op_state": (("opState",), _ANY),
-            },
-        )
-        info = info.drop_duplicates("gtid", keep="first")
-        compute_ids = info["gtid"].to_numpy()
-        k = tasks.merge(info, on="gtid", how="inner", sort=False)
-        if len(k):
-            task_types = db.resolve(k["task_type"].to_numpy())
-            cores = db.resolve(k["core"].to_numpy())
-            fallback = pd.Series(task_types).map(CORE_BY_TASK_TYPE).fillna("").to_numpy(dtype=object)
-            cores = np.where(cores == "", fallback, cores)
-            cols = {
-                "name": db.resolve(k["name"].to_numpy()),
-                "type": db.resolve(k["type"].to_numpy()),
-                "core": cores,
-                "start_ns": k["start_ns"].to_numpy(),
-                "dur_ns": np.maximum(k["end_ns"].to_numpy() - k["start_ns"].to_numpy(), 0),
-                "device": k["device"].to_numpy(),
-                "stream": k["stream"].to_numpy(),
-                "task_id": k["task_id"].to_numpy(),
-                "block_dim": k["block_dim"].to_numpy(),
-                "op_state": db.resolve(k["op_state"].to_numpy()),
-            }
-            for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes",
-                      "output_formats"):
-                cols[c] = _clean_list_text(db.resolve(k[c].to_numpy()))
-            cols["gtid"] = k["gtid"].to_numpy()
-            kernel_parts.append(cols)
-            connections.append(k["connection"].to_numpy())
-    elif len(tasks):
-        issues.append(Issue(where, "no COMPUTE_TASK_INFO table: kernel names, types and shapes are unknown"))
-
-    comm_task_ids = np.empty(0, dtype=np.int64)
-    if db.has("COMMUNICATION_TASK_INFO"):
-        comm_task_ids = db.frame("COMMUNICATION_TASK_INFO", {"gtid": (("globalTaskId",), _INT)})["gtid"].to_numpy()
-
-    if len(tasks):  # data copies: device time without compute info
-        rest = tasks[~tasks["gtid"].isin(compute_ids) & ~tasks["gtid"].isin(comm_task_ids)]
-        if len(rest):
-            tt = db.resolve(rest["task_type"].to_numpy())
-            keep = np.isin(tt, list(COPY_TASK_TYPES))
-            if keep.any():
-                r = rest[keep]
-                names = tt[keep]
-                part = dict(
-                    {
-                        "name": names,
-                        "type": names,
-                        "core": names,
-                        "start_ns": r["start_ns"].to_numpy(),
-                        "dur_ns": np.maximum(r["end_ns"].to_numpy() - r["start_ns"].to_numpy(), 0),
-                        "device": r["device"].to_numpy(),
-                        "stream": r["stream"].to_numpy(),
-                        "task_id": r["task_id"].to_numpy(),
-                        "gtid": r["gtid"].to_numpy(),
-                    }
-                )
-                kernel_parts.append(part)
-                connections.append(r["connection"].to_numpy())
-
-    comm_ops: list[CommOp] = []
-    if db.has("COMMUNICATION_OP"):
-        comm = db.frame(
-            "COMMUNICATION_OP",
-            {
-                "name": (("opName",), _ANY),
-                "start_ns": (("startNs",), _INT),
-                "end_ns": (("endNs",), _INT),
-                "connection": (("connectionId",), _INT),
-                "group": (("groupName",), _ANY),
-                "op_type": (("opType",), _ANY),
-                "device": (("deviceId",), _INT),
-            },
-        )
-        if len(comm):
-            names = db.resolve(comm["name"].to_numpy())
-            op_types = db.resolve(comm["op_type"].to_numpy())
-            types = np.array(
-                [comm_type(n) if n.startswith("hcom_") or not t else t for n, t in zip(names, op_types)],
-                dtype=object,
-            )
-            dev = comm["device"].to_numpy()
-            dev = np.where(dev >= 0, dev, default_device)
-            part = dict(
-                {
-                    "name": names,
-                    "type": types,
-                    "core": np.full(len(comm), "COMMUNICATION", dtype=object),
-                    "start_ns": comm["start_ns"].to_numpy(),
-                    "dur_ns": np.maximum(comm["end_ns"].to_numpy() - comm["start_ns"].to_numpy(), 0),
-                    "device": dev,
-                }
-            )
-            kernel_parts.append(part)
-            connections.append(comm["connection"].to_numpy())
-            groups = db.resolve(comm["group"].to_numpy())
-            for name, group, start, end in zip(
-                names, groups, comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy()
-            ):
-                comm_ops.append(
-                    CommOp(
-                        name=str(name),
-                        group=str(group),
-                        step=-1,
-                        kind="p2p" if str(name).startswith(P2P_PREFIXES) else "collective",
-                        start_ns=int(start),
-                        elapse_ns=int(max(end - start, 0)),
-                        transit_ns=-1,
-                        wait_ns=-1,
-                        sync_ns=-1,
-                        idle_ns=-1,
-                    )
-                )
-
-    n = sum(len(p["start_ns"]) for p in kernel_parts)
-    conn = np.concatenate(connections) if connections else np.empty(0, dtype=np.int64)
-    columns: dict[str, np.ndarray] = {}
-    for col in [*KERNEL_SCHEMA, "gtid"]:
-        if not any(col in p for p in kernel_parts):
-            continue
-        kind, default = KERNEL_SCHEMA.get(col, ("i8", -1))
-        dtype = np.int64 if kind == "i8" else object
-        columns[col] = (
-            np.concatenate([np.asarray(p[col], dtype=dtype) if col in p else
-                            np.full(len(p["start_ns"]), default, dtype=dtype) for p in kernel_parts])
-            if kernel_parts else np.empty(0, dtype=dtype)
-        )
-    order = np.argsort(columns["start_ns"], kind="stable") if n else np.empty(0, dtype=np.int64)
-    columns = {c: v[order] for c, v in columns.items()}
-    conn = conn[order]
-    gtid = columns.pop("gtid", None)
-    columns["wait_ns"] = _wait_times(columns.get("device"), columns.get("start_ns"), columns.get("dur_ns"), n)
-    columns.update(_read_pmu(db, gtid))
-    kernels = make_table(KERNEL_SCHEMA, columns, n)
-
+    parts: list[_KernelPart] = []
+    compute, compute_ids = _compute_kernels(db, tasks, issues)
+    if compute is not None:
+        parts.append(compute)
+    copies = _copy_kernels(db, tasks, compute_ids)
+    if copies is not None:
+        parts.append(copies)
+    comm, comm_ops = _comm_kernels(db, default_device)
+    if comm is not None:
+        parts.append(comm)
+    kernels, conn = _assemble_kernels(db, parts)
     return CannData(
         kernels=kernels,
         kernel_connection=conn,
@@ -264,6 +114,187 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
         comm_ops=comm_ops,
         issues=issues,
     )
+
+
+def _read_tasks(db: SqliteDb, issues: list[Issue]) -> pd.DataFrame:
+    """The TASK table (every device task); empty, with an Issue, when the table is missing."""
+    if not db.has("TASK"):
+        issues.append(Issue(str(db.path), "no TASK table: no device kernels in this profile (NPU activity not captured?)"))
+        return pd.DataFrame()
+    return db.frame(
+        "TASK",
+        {
+            "start_ns": (("startNs",), _INT),
+            "end_ns": (("endNs",), _INT),
+            "device": (("deviceId",), _INT),
+            "connection": (("connectionId",), _INT),
+            "gtid": (("globalTaskId",), _INT),
+            "task_type": (("taskType",), _ANY),
+            "stream": (("streamId",), _INT),
+            "task_id": (("taskId",), _INT),
+        },
+    )
+
+
+def _compute_kernels(db: SqliteDb, tasks: pd.DataFrame, issues: list[Issue]) -> tuple[_KernelPart | None, np.ndarray]:
+    """Tasks joined with COMPUTE_TASK_INFO (name, type, core, shapes), and the task ids that have it."""
+    compute_ids = np.empty(0, dtype=np.int64)
+    if not len(tasks):
+        return None, compute_ids
+    if not db.has("COMPUTE_TASK_INFO"):
+        issues.append(Issue(str(db.path), "no COMPUTE_TASK_INFO table: kernel names, types and shapes are unknown"))
+        return None, compute_ids
+    info = db.frame(
+        "COMPUTE_TASK_INFO",
+        {
+            "gtid": (("globalTaskId",), _INT),
+            "name": (("name",), _ANY),
+            "block_dim": (("blockNum", "blockDim"), _INT),
+            "core": (("taskType",), _ANY),
+            "type": (("opType",), _ANY),
+            "input_formats": (("inputFormats",), _ANY),
+            "input_dtypes": (("inputDataTypes",), _ANY),
+            "input_shapes": (("inputShapes",), _ANY),
+            "output_formats": (("outputFormats",), _ANY),
+            "output_dtypes": (("outputDataTypes",), _ANY),
+            "output_shapes": (("outputShapes",), _ANY),
+            "op_state": (("opState",), _ANY),
+        },
+    )
+    info = info.drop_duplicates("gtid", keep="first")
+    compute_ids = info["gtid"].to_numpy()
+    k = tasks.merge(info, on="gtid", how="inner", sort=False)
+    if not len(k):
+        return None, compute_ids
+    task_types = db.resolve(k["task_type"].to_numpy())
+    cores = db.resolve(k["core"].to_numpy())
+    fallback = pd.Series(task_types).map(CORE_BY_TASK_TYPE).fillna("").to_numpy(dtype=object)
+    cores = np.where(cores == "", fallback, cores)
+    cols = {
+        "name": db.resolve(k["name"].to_numpy()),
+        "type": db.resolve(k["type"].to_numpy()),
+        "core": cores,
+        "start_ns": k["start_ns"].to_numpy(),
+        "dur_ns": np.maximum(k["end_ns"].to_numpy() - k["start_ns"].to_numpy(), 0),
+        "device": k["device"].to_numpy(),
+        "stream": k["stream"].to_numpy(),
+        "task_id": k["task_id"].to_numpy(),
+        "block_dim": k["block_dim"].to_numpy(),
+        "op_state": db.resolve(k["op_state"].to_numpy()),
+    }
+    for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes", "output_formats"):
+        cols[c] = _clean_list_text(db.resolve(k[c].to_numpy()))
+    cols["gtid"] = k["gtid"].to_numpy()
+    return _KernelPart(cols, k["connection"].to_numpy()), compute_ids
+
+
+def _copy_kernels(db: SqliteDb, tasks: pd.DataFrame, compute_ids: np.ndarray) -> _KernelPart | None:
+    """Data copies: device tasks without compute or communication info that still take device time."""
+    if not len(tasks):
+        return None
+    comm_task_ids = np.empty(0, dtype=np.int64)
+    if db.has("COMMUNICATION_TASK_INFO"):
+        comm_task_ids = db.frame("COMMUNICATION_TASK_INFO", {"gtid": (("globalTaskId",), _INT)})["gtid"].to_numpy()
+    rest = tasks[~tasks["gtid"].isin(compute_ids) & ~tasks["gtid"].isin(comm_task_ids)]
+    if not len(rest):
+        return None
+    tt = db.resolve(rest["task_type"].to_numpy())
+    keep = np.isin(tt, list(COPY_TASK_TYPES))
+    if not keep.any():
+        return None
+    r = rest[keep]
+    names = tt[keep]
+    cols = {
+        "name": names,
+        "type": names,
+        "core": names,
+        "start_ns": r["start_ns"].to_numpy(),
+        "dur_ns": np.maximum(r["end_ns"].to_numpy() - r["start_ns"].to_numpy(), 0),
+        "device": r["device"].to_numpy(),
+        "stream": r["stream"].to_numpy(),
+        "task_id": r["task_id"].to_numpy(),
+        "gtid": r["gtid"].to_numpy(),
+    }
+    return _KernelPart(cols, r["connection"].to_numpy())
+
+
+def _comm_kernels(db: SqliteDb, default_device: int) -> tuple[_KernelPart | None, list[CommOp]]:
+    """COMMUNICATION_OP rows as COMMUNICATION kernels, and as CommOps (durations only)."""
+    if not db.has("COMMUNICATION_OP"):
+        return None, []
+    comm = db.frame(
+        "COMMUNICATION_OP",
+        {
+            "name": (("opName",), _ANY),
+            "start_ns": (("startNs",), _INT),
+            "end_ns": (("endNs",), _INT),
+            "connection": (("connectionId",), _INT),
+            "group": (("groupName",), _ANY),
+            "op_type": (("opType",), _ANY),
+            "device": (("deviceId",), _INT),
+        },
+    )
+    if not len(comm):
+        return None, []
+    names = db.resolve(comm["name"].to_numpy())
+    op_types = db.resolve(comm["op_type"].to_numpy())
+    types = np.array(
+        [comm_type(n) if n.startswith("hcom_") or not t else t for n, t in zip(names, op_types)],
+        dtype=object,
+    )
+    dev = comm["device"].to_numpy()
+    cols = {
+        "name": names,
+        "type": types,
+        "core": np.full(len(comm), "COMMUNICATION", dtype=object),
+        "start_ns": comm["start_ns"].to_numpy(),
+        "dur_ns": np.maximum(comm["end_ns"].to_numpy() - comm["start_ns"].to_numpy(), 0),
+        "device": np.where(dev >= 0, dev, default_device),
+    }
+    groups = db.resolve(comm["group"].to_numpy())
+    comm_ops = [
+        CommOp(
+            name=str(name),
+            group=str(group),
+            step=-1,
+            kind="p2p" if str(name).startswith(P2P_PREFIXES) else "collective",
+            start_ns=int(start),
+            elapse_ns=int(max(end - start, 0)),
+            transit_ns=-1,
+            wait_ns=-1,
+            sync_ns=-1,
+            idle_ns=-1,
+        )
+        for name, group, start, end in zip(names, groups, comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
+    ]
+    return _KernelPart(cols, comm["connection"].to_numpy()), comm_ops
+
+
+def _assemble_kernels(db: SqliteDb, parts: list[_KernelPart]) -> tuple[pd.DataFrame, np.ndarray]:
+    """One kernel table sorted by start (absent columns at their defaults), with wait times and PMU
+    columns, and the connection id of each row."""
+    n = sum(len(p.columns["start_ns"]) for p in parts)
+    conn = np.concatenate([p.connection for p in parts]) if parts else np.empty(0, dtype=np.int64)
+    columns: dict[str, np.ndarray] = {}
+    for col in [*KERNEL_SCHEMA, "gtid"]:
+        if not any(col in p.columns for p in parts):
+            continue
+        kind, default = KERNEL_SCHEMA.get(col, ("i8", -1))
+        dtype = np.int64 if kind == "i8" else object
+        columns[col] = np.concatenate(
+            [
+                np.asarray(p.columns[col], dtype=dtype) if col in p.columns
+                else np.full(len(p.columns["start_ns"]), default, dtype=dtype)
+                for p in parts
+            ]
+        )
+    order = np.argsort(columns["start_ns"], kind="stable") if n else np.empty(0, dtype=np.int64)
+    columns = {c: v[order] for c, v in columns.items()}
+    conn = conn[order]
+    gtid = columns.pop("gtid", None)
+    columns["wait_ns"] = _wait_times(columns.get("device"), columns.get("start_ns"), columns.get("dur_ns"), n)
+    columns.update(_read_pmu(db, gtid))
+    return make_table(KERNEL_SCHEMA, columns, n), conn
 
 
 def _wait_times(device: np.ndarray | None, start: np.ndarray | None, dur: np.ndarray | None, n: int) -> np.ndarray:

@@ -143,10 +143,48 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     """Build host ops, modules, kernels, host events and overlap slices, and resolve the flows."""
     procs = _processes(ev)
     X = ev.ph == ev.code("X")
-    issues: list[Issue] = []
     counts: dict[str, int] = {}
 
-    # -- host ops ------------------------------------------------------------------------------
+    op_rows, host_ops = _host_ops(ev, X, stacks)
+    h_start = host_ops["start_ns"].to_numpy(np.int64)
+    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64))
+    modules = _modules(ev, X, host_ops)
+    k_rows, kernels = _kernels(ev, X, procs)
+    counts["kernels"] = len(kernels)
+
+    op_key = (host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy())
+    k_key = (ev.pid[k_rows], ev.tid[k_rows], ev.ts_ns[k_rows])
+    depth = host_ops["depth"].to_numpy()
+    host_op, counts["torch_to_npu"], counts["torch_to_npu_unresolved"] = _link_torch_to_npu(
+        ev, op_key, k_key, depth, len(kernels)
+    )
+
+    host_events, enq, deq, counts["cann_events"] = _host_events(ev, X, procs)
+    if (host_op < 0).any():  # kernels without torch_to_npu: HostToDevice -> launch -> Dequeue -> Enqueue -> op
+        counts["host_to_device"] = _link_host_to_device(ev, host_ops, k_key, host_op, enq, deq)
+    kernels["host_op"] = host_op
+
+    counts["fwdbwd"], counts["fwdbwd_by_sequence"] = _link_fwdbwd(ev, host_ops, op_key, depth)
+    overlap = _overlap(ev, X, procs)
+
+    issues: list[Issue] = []
+    untimed = int((ev.ts_ns[np.concatenate([op_rows, k_rows])] < 0).sum())
+    if untimed:
+        issues.append(Issue(ev.path, f"{untimed} ops/kernels have no usable 'ts'; they cannot be linked"))
+    return TraceTables(
+        host_ops=host_ops,
+        modules=modules if len(modules) else empty_table(MODULE_SCHEMA),
+        kernels=kernels,
+        host_events=host_events,
+        overlap=overlap,
+        steps=steps,
+        issues=issues,
+        counts=counts,
+    )
+
+
+def _host_ops(ev: TraceEvents, X: np.ndarray, stacks: StackTable) -> tuple[np.ndarray, pd.DataFrame]:
+    """cpu_op and user_annotation slices (their rows, and the table with parents assigned)."""
     op_rows = np.flatnonzero(X & _in(ev.cat, ev.code("cpu_op"), ev.code("user_annotation")))
     stack_codes = ev.args["Call stack"][op_rows]
     uniq, inv = np.unique(stack_codes, return_inverse=True)
@@ -169,12 +207,11 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
         len(op_rows),
     )
     assign_parents(host_ops)
-    depth = host_ops["depth"].to_numpy()
+    return op_rows, host_ops
 
-    h_start = host_ops["start_ns"].to_numpy(np.int64)
-    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64))
 
-    # -- modules (python_function "nn.Module: <Class>_<k>") -------------------------------------
+def _modules(ev: TraceEvents, X: np.ndarray, host_ops: pd.DataFrame) -> pd.DataFrame:
+    """python_function "nn.Module: <Class>_<k>" slices; each host op gets its innermost module."""
     py_rows = np.flatnonzero(X & (ev.cat == ev.code("python_function")))
     module_codes = ev.codes_where(lambda s: s.startswith("nn.Module:"))
     mod_rows = py_rows[np.isin(ev.name[py_rows], module_codes)]
@@ -194,18 +231,16 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     if len(modules):
         assign_parents(modules)
         assign_modules(host_ops, modules)
+    return modules
 
-    # -- device kernels (Ascend Hardware) ------------------------------------------------------
-    hw_pids = procs.pids(HARDWARE)
-    k_rows = np.flatnonzero(X & np.isin(ev.pid, hw_pids))
-    k_pid = ev.pid[k_rows]
+
+def _kernels(ev: TraceEvents, X: np.ndarray, procs: _Processes) -> tuple[np.ndarray, pd.DataFrame]:
+    """Device kernels: the slices of the Ascend Hardware processes (their rows, and the table)."""
+    k_rows = np.flatnonzero(X & np.isin(ev.pid, procs.pids(HARDWARE)))
     stream = ev.args["Stream Id"][k_rows]
     stream = np.where(stream == NO_INT, ev.args["Physic Stream Id"][k_rows], stream)
     stream = np.where(stream == NO_INT, ev.tid[k_rows], stream)
     task_type = _text(ev, ev.args["Task Type"][k_rows], lambda t: t if t in KNOWN_CORES else "")
-    k_device = np.zeros(len(k_rows), dtype=np.int64)
-    for p in np.unique(k_pid).tolist():
-        k_device[k_pid == p] = procs.device(int(p))
     kernels = make_table(
         KERNEL_SCHEMA,
         {
@@ -213,18 +248,32 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
             "core": task_type,  # rule 11: only a real core name is kept; kernel_details overrides
             "start_ns": ev.ts_ns[k_rows],
             "dur_ns": np.maximum(ev.dur_ns[k_rows], 0),
-            "device": k_device,
+            "device": _devices(procs, ev.pid[k_rows]),
             "stream": stream,
             "task_id": _ints(ev.args["Task Id"][k_rows]),
         },
         len(k_rows),
     )
-    counts["kernels"] = len(kernels)
+    return k_rows, kernels
 
-    # -- torch_to_npu flows ---------------------------------------------------------------------
-    op_key = (host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy())
-    k_key = (k_pid, ev.tid[k_rows], ev.ts_ns[k_rows])
-    host_op = np.full(len(kernels), -1, dtype=np.int64)
+
+def _devices(procs: _Processes, pids: np.ndarray) -> np.ndarray:
+    """The device of each row, from its process's ``NPU <n>`` label (-1 unknown)."""
+    out = np.zeros(len(pids), dtype=np.int64)
+    for p in np.unique(pids).tolist():
+        out[pids == p] = procs.device(int(p))
+    return out
+
+
+def _link_torch_to_npu(
+    ev: TraceEvents,
+    op_key: tuple[np.ndarray, np.ndarray, np.ndarray],
+    k_key: tuple[np.ndarray, np.ndarray, np.ndarray],
+    depth: np.ndarray,
+    n_kernels: int,
+) -> tuple[np.ndarray, int, int]:
+    """``host_op`` per kernel from the torch_to_npu flows (-1 none), and (resolved, unresolved) flows."""
+    host_op = np.full(n_kernels, -1, dtype=np.int64)
     flow = (ev.cat == ev.code("async_npu")) | (ev.name == ev.code("torch_to_npu"))
     s_rows, f_rows = _flow_ends(ev, flow)
     s_op = match_rows(op_key, (ev.pid[s_rows], ev.tid[s_rows], ev.ts_ns[s_rows]), prefer=depth)
@@ -233,10 +282,15 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     ok = (f_k >= 0) & (pair >= 0)
     ok[ok] &= s_op[pair[ok]] >= 0
     host_op[f_k[ok]] = s_op[pair[ok]]
-    counts["torch_to_npu"] = int(ok.sum())
-    counts["torch_to_npu_unresolved"] = int(len(f_rows) - ok.sum())
+    resolved = int(ok.sum())
+    return host_op, resolved, int(len(f_rows) - resolved)
 
-    # -- enqueue / dequeue, CANN, GC -> host events ----------------------------------------------
+
+def _host_events(
+    ev: TraceEvents, X: np.ndarray, procs: _Processes
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, int]:
+    """CANN API, GC, enqueue and dequeue slices as host events; also the enqueue/dequeue rows and
+    the CANN event count."""
     enq = np.flatnonzero(X & (ev.cat == ev.code("enqueue")))
     deq = np.flatnonzero(X & (ev.cat == ev.code("dequeue")))
     cann = np.flatnonzero(X & np.isin(ev.pid, procs.pids(CANN)))
@@ -261,17 +315,13 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
         },
         len(he_rows),
     )
-    counts["cann_events"] = len(cann)
+    return host_events, enq, deq, len(cann)
 
-    # -- kernels without torch_to_npu: HostToDevice -> launch -> Dequeue -> Enqueue -> op -----
-    missing = host_op < 0
-    if missing.any():
-        added = _link_host_to_device(ev, host_ops, k_key, host_op, enq, deq)
-        counts["host_to_device"] = added
 
-    kernels["host_op"] = host_op
-
-    # -- fwdbwd flows and the Sequence-number fallback -------------------------------------------
+def _link_fwdbwd(
+    ev: TraceEvents, host_ops: pd.DataFrame, op_key: tuple[np.ndarray, np.ndarray, np.ndarray], depth: np.ndarray
+) -> tuple[int, int]:
+    """``host_ops.fwd_op`` from the fwdbwd flows, then the Sequence-number fallback; both counts."""
     fwd_op = np.full(len(host_ops), -1, dtype=np.int64)
     s_rows, f_rows = _flow_ends(ev, ev.cat == ev.code("fwdbwd"))
     s_op = match_rows(op_key, (ev.pid[s_rows], ev.tid[s_rows], ev.ts_ns[s_rows]), prefer=depth)
@@ -281,14 +331,14 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     ok[ok] &= s_op[pair[ok]] >= 0
     fwd_op[f_op[ok]] = s_op[pair[ok]]
     host_ops["fwd_op"] = fwd_op
-    counts["fwdbwd"] = int(ok.sum())
     fwd_thread = host_ops["fwd_thread"].to_numpy()
-    counts["fwdbwd_by_sequence"] = link_backward_by_sequence(host_ops, fwd_thread == 0, fwd_thread > 0)
+    return int(ok.sum()), link_backward_by_sequence(host_ops, fwd_thread == 0, fwd_thread > 0)
 
-    # -- Overlap Analysis ------------------------------------------------------------------------
-    ov_pids = procs.pids(OVERLAP)
-    ov_rows = np.flatnonzero(X & np.isin(ev.pid, ov_pids))
-    # lane = thread_name of (pid, tid), falling back to the slice name: one lookup per distinct triple
+
+def _overlap(ev: TraceEvents, X: np.ndarray, procs: _Processes) -> pd.DataFrame:
+    """Overlap Analysis slices, one lane per thread_name (the slice name where a thread has none)."""
+    ov_rows = np.flatnonzero(X & np.isin(ev.pid, procs.pids(OVERLAP)))
+    # one lane lookup per distinct (pid, tid, name)
     ov_keys = pd.DataFrame({"pid": ev.pid[ov_rows], "tid": ev.tid[ov_rows], "name": ev.name[ov_rows]})
     uniq = ov_keys.drop_duplicates()
     lane_of = [
@@ -296,33 +346,15 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
         for p, t, n in zip(uniq["pid"].tolist(), uniq["tid"].tolist(), uniq["name"].tolist())
     ]
     lanes = ov_keys.merge(uniq.assign(lane=lane_of), on=["pid", "tid", "name"], how="left")["lane"].to_numpy()
-    ov_pid = ev.pid[ov_rows]
-    ov_device = np.zeros(len(ov_rows), dtype=np.int64)
-    for p in np.unique(ov_pid).tolist():
-        ov_device[ov_pid == p] = procs.device(int(p))
-    overlap = make_table(
+    return make_table(
         OVERLAP_SCHEMA,
         {
             "lane": lanes,
             "start_ns": ev.ts_ns[ov_rows],
             "dur_ns": np.maximum(ev.dur_ns[ov_rows], 0),
-            "device": ov_device,
+            "device": _devices(procs, ev.pid[ov_rows]),
         },
         len(ov_rows),
-    )
-
-    untimed = int((ev.ts_ns[np.concatenate([op_rows, k_rows])] < 0).sum())
-    if untimed:
-        issues.append(Issue(ev.path, f"{untimed} ops/kernels have no usable 'ts'; they cannot be linked"))
-    return TraceTables(
-        host_ops=host_ops,
-        modules=modules if len(modules) else empty_table(MODULE_SCHEMA),
-        kernels=kernels,
-        host_events=host_events,
-        overlap=overlap,
-        steps=steps,
-        issues=issues,
-        counts=counts,
     )
 
 
