@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
-from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, merge_ops
+from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from .frames import Frame
 from .model import Profile
 from .source_index import SourceIndex
@@ -224,7 +224,7 @@ class Attributor:
         k = self.profile.kernels
         n = self.n_host
         if len(k):
-            self.source = "device"
+            self.source = TimeSource.DEVICE
             self.i_dur = k["dur_ns"].to_numpy(np.int64)
             host = k["host_op"].to_numpy(np.int64)
             host = np.where((host >= 0) & (host < n), host, -1)
@@ -250,7 +250,7 @@ class Attributor:
             self.i_in_step = ins & work_mask(k)  # waits and communication are no line's work
             self.i_host = host
         else:
-            self.source = "host"
+            self.source = TimeSource.HOST
             rows = np.nonzero(~self.h_scope & (self.h_self > 0))[0] if n else np.zeros(0, np.int64)
             self.i_rows = rows
             self.i_dur = self.h_self[rows]
@@ -664,7 +664,7 @@ class Attributor:
                 current.append(s)
                 ids[s] = j
             remap[i] = j
-        kernel_site = remap[self.i_site] if self.source == "device" else np.full(len(self.profile.kernels), -1, np.int64)
+        kernel_site = remap[self.i_site] if self.source is TimeSource.DEVICE else np.full(len(self.profile.kernels), -1, np.int64)
         op_site = remap[self.h_site] if self.n_host else np.zeros(0, np.int64)
         heat = self._heat(current, remap)
         return Attribution(current, kernel_site.astype(np.int64), op_site.astype(np.int64), heat, state=self)

@@ -27,6 +27,13 @@ class SiteKind(str, enum.Enum):
     FUNCTION = "function"  # the def header only: the call inside the function was ambiguous
 
 
+class TimeSource(str, enum.Enum):
+    """Which time attribution spreads over source lines."""
+
+    DEVICE = "device"  # kernel time
+    HOST = "host"  # host op self time: the profile has no kernels at all
+
+
 @dataclass(frozen=True, slots=True)
 class Site:
     """A place in local source that profile time was tied to."""
@@ -128,7 +135,7 @@ class SourceHeat:
     unattributed_ns: int  # no stack / no user frame / frame maps to no local file
     unmapped_files: list[str] = field(default_factory=list)  # profile paths with no local match, reported once
     notes: list[str] = field(default_factory=list)  # e.g. drift drops
-    time_source: str = "device"  # device: kernel time; host: host op self time (profiles without kernels)
+    time_source: TimeSource = TimeSource.DEVICE
     fwd_ns: int = 0  # attributed forward / backward time
     bwd_ns: int = 0
 

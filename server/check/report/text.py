@@ -61,7 +61,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     wall = p.wall_step_ns()
     if wall and wall > step_ns * 1.1:  # host-bound phases (data loading) lie outside the device step
         facts[-1] += f" on device, {format_us(wall / 1000)} wall"
-    what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
+    what = job.heat.time_source.value
     facts.append(f"{format_share(job.heat.mapped_share)} of {what} time mapped to code")
     lines += _wrap(" · ".join(facts), 2)
     lines += _wrap(breakdown_line(p), 2)
@@ -155,7 +155,7 @@ def hotspots(job: JobReport, run: CheckRun) -> list[str]:
     spans = document.hot_spans(job.heat)[:TOP_HOTSPOTS]
     if not spans:
         return []
-    what = "host" if getattr(job.heat, "time_source", "device") == "host" else "device"
+    what = job.heat.time_source.value
     out = [f"Hotspots ({what} time per step)", "   share    time/step  location / top operators"]
     for h in spans:
         span = h.site.span
