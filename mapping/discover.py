@@ -3,53 +3,25 @@
 Users point the tool at whatever their job left behind: a ``*_ascend_pt`` directory, a folder of
 them (one per rank, several runs over time), a ``PROF_*`` directory of the msprof CLI, a DB export,
 a Kineto ``*.pt.trace.json.gz``. Discovery walks the given paths (bounded depth, no VCS or virtual
-environment folders, no symlink loops) once and recognises each producer's root without reading
-trace contents beyond a small sniff; ``mapping.jobs`` groups what it finds into jobs, and
-``select_newest`` picks each job's ranks.
+environment folders, no symlink loops) once, listing each folder once, and offers every folder and
+file to the readers' probes (``readers.registry``): the first probe that recognises one returns its
+location with the reader's layout, so nothing is classified twice. ``mapping.jobs`` groups what it
+finds into jobs, and ``select_newest`` picks each job's ranks.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
-import re
-import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import safe_io
-from .errors import ProfileError
 from .locations import ProfileLocation
-from .model import ProfileKind
+from .readers.msprof_cli import PROF_DIR_RE
+from .readers.protocol import Candidate, Folder, Listings, SeenFile
+from .readers.registry import READERS
+from .readers.torch_npu import OUTPUT_DIR
 
 DEFAULT_MAX_DEPTH = 8
 """Directory levels below each given path; profiles sit a few levels down (prof/rank0/x_ascend_pt)."""
-
-SNIFF_BYTES = 64 * 1024
-"""How much of a JSON file discovery reads to tell a Kineto trace (object with traceEvents) from
-anything else, and to find ``distributedInfo.rank``."""
-
-GZ_TAIL_SCAN_LIMIT = 16 * 1024 * 1024
-"""Compressed size up to which a gzipped Kineto trace is decompressed to its end to find
-``distributedInfo`` (Kineto may write it after ``traceEvents``); bigger files rely on the head
-and the file name."""
-
-OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
-TEXT_OUTPUTS = ("trace_view.json", "kernel_details.csv", "operator_details.csv")
-DONE_MARKER = "analyse.done"
-
-_ROOT_RE = re.compile(r"_ascend_(?:pt|ms)$")
-_ROOT_TS_RE = re.compile(r"_(\d{17})_ascend_(?:pt|ms)$")
-PROF_DIR_RE = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+")
-_PROF_TS_RE = re.compile(r"^PROF_\d+_(\d{17})_")
-_PROFILER_INFO_RE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
-_TORCH_DB_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
-_MSPROF_DB_RE = re.compile(r"^msprof_\d+\.db$")
-_RANK_NAME_RE = re.compile(r"(?:^|[^a-z0-9])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE)
-_KINETO_TS_RE = re.compile(r"\.(\d{13})\.pt\.trace\.json(?:\.gz)?$")
-_DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(-?\d+)')
 
 SKIP_DIRS = frozenset(
     {
@@ -67,15 +39,6 @@ WHAT_WE_LOOK_FOR = (
 """One line for "no profile found" messages."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A profile as the walk found it, with what choosing between runs needs."""
-
-    location: ProfileLocation
-    has_output: bool  # False: a torch_npu root whose results were never parsed (only raw data)
-    name_ts: int  # timestamp in the directory/file name, 0 if none (tie-breaker after mtime)
-
-
 def discover(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[ProfileLocation]:
     """Every profile under ``paths`` taken as one pool: newest run per rank, sorted by rank.
 
@@ -90,13 +53,19 @@ def find_all(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> li
     return [c.location for c in find_candidates(paths, max_depth=max_depth)]
 
 
-def find_candidates(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Candidate]:
+def find_candidates(
+    paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH, listings: Listings | None = None
+) -> list[Candidate]:
+    """One pass over ``paths``: every profile, in walk order, each folder listed once (in
+    ``listings`` when given, so the caller can consult what the pass saw)."""
     found: list[Candidate] = []
     seen_dirs: set[tuple[int, int]] = set()
     seen_paths: set[Path] = set()
+    listings = listings if listings is not None else Listings()
     for path in paths:
-        path = Path(path)
-        for cand in _walk_root(path, max_depth, seen_dirs):
+        # Absolute: the layouts found here are read in pool workers, which run in another folder.
+        path = Path(path).absolute()
+        for cand in _walk_root(path, max_depth, seen_dirs, listings):
             key = cand.location.path
             if key not in seen_paths:
                 seen_paths.add(key)
@@ -126,49 +95,52 @@ def _newer(a: Candidate, b: Candidate) -> bool:
 # Walking
 
 
-def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]]) -> Iterable[Candidate]:
+def _probe_dir(folder: Folder) -> Candidate | None:
+    for reader in READERS:
+        cand = reader.probe_dir(folder)
+        if cand is not None:
+            return cand
+    return None
+
+
+def _probe_file(file: SeenFile) -> Candidate | None:
+    for reader in READERS:
+        cand = reader.probe_file(file)
+        if cand is not None:
+            return cand
+    return None
+
+
+def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings) -> Iterable[Candidate]:
     try:
         is_dir = path.is_dir()
         is_file = path.is_file()
     except OSError:
         return
     if is_file:
-        cand = _classify_file(path, explicit=True)
+        cand = _probe_file(SeenFile(path, True, listings))
         if cand is not None:
             yield cand
         return
     if not is_dir:
         return
-    if path.name == OUTPUT_DIR:  # a bare ASCEND_PROFILER_OUTPUT given directly
-        parent = path.parent
-        if _is_torch_root(parent, _list(parent)):
-            cand = _classify_torch_root(parent, _list(parent))
-        else:
-            cand = _classify_torch_root(path, _list(path), bare_output=True)
+    if path.name == OUTPUT_DIR:  # the result around it, else a bare output: its own profile
+        cand = _probe_dir(listings.folder(path))
         if cand is not None:
             yield cand
         return
-    if path.suffix == "" and path.name.startswith("PROF_") and PROF_DIR_RE.match(path.name):
-        # Given a PROF dir directly: inside a torch_npu root it is raw data, the root is the profile.
+    if PROF_DIR_RE.match(path.name):
+        # Given a PROF dir directly: inside a torch_npu result it is raw data, the result is the profile.
         for ancestor in (path.parent, path.parent.parent):
-            if _is_torch_root(ancestor, _list(ancestor)):
-                cand = _classify_torch_root(ancestor, _list(ancestor))
-                if cand is not None:
-                    yield cand
+            cand = _probe_dir(listings.folder(ancestor))
+            if cand is not None:
+                yield cand
                 return
-    yield from _walk_dir(path, 0, max_depth, seen_dirs)
-
-
-def _list(path: Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as it:
-            return list(it)
-    except OSError:
-        return []
+    yield from _walk_dir(path, 0, max_depth, seen_dirs, listings)
 
 
 def _walk_dir(
-    path: Path, depth: int, max_depth: int, seen_dirs: set[tuple[int, int]]
+    path: Path, depth: int, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings
 ) -> Iterable[Candidate]:
     try:
         st = path.stat()
@@ -178,27 +150,20 @@ def _walk_dir(
     if key in seen_dirs:  # symlink loop or the same folder reached twice
         return
     seen_dirs.add(key)
-    entries = _list(path)
-    if _is_torch_root(path, entries):
-        cand = _classify_torch_root(path, entries)
-        if cand is not None:
-            yield cand
-        return  # FRAMEWORK/, PROF_*/ inside are raw data of this run
-    if PROF_DIR_RE.match(path.name):
-        cand = _classify_prof_dir(path, entries)
-        if cand is not None:
-            yield cand
+    folder = listings.folder(path)
+    cand = _probe_dir(folder)
+    if cand is not None:
+        yield cand
+        return  # FRAMEWORK/, PROF_*/ inside a result are its raw data
+    if folder.entry("pyvenv.cfg") is not None:  # a virtual environment
         return
-    if any(e.name == "pyvenv.cfg" for e in entries):  # a virtual environment
-        return
-    bare = _has_output_dir(entries)
+    bare = folder.has_dir(OUTPUT_DIR)
     if bare:  # results copied out of their root: the output dir is the profile
-        out = path / OUTPUT_DIR
-        cand = _classify_torch_root(out, _list(out), bare_output=True)
+        cand = _probe_dir(folder.sub(OUTPUT_DIR))
         if cand is not None:
             yield cand
     subdirs: list[Path] = []
-    for entry in sorted(entries, key=lambda e: e.name):
+    for entry in sorted(folder.entries, key=lambda e: e.name):
         try:
             if entry.is_dir():
                 if bare and (entry.name == OUTPUT_DIR or PROF_DIR_RE.match(entry.name)):
@@ -210,324 +175,8 @@ def _walk_dir(
                 continue
         except OSError:
             continue
-        cand = _classify_file(Path(entry.path), explicit=False)
+        cand = _probe_file(SeenFile(Path(entry.path), False, listings))
         if cand is not None:
             yield cand
     for sub in subdirs:
-        yield from _walk_dir(sub, depth + 1, max_depth, seen_dirs)
-
-
-# ---------------------------------------------------------------------------------------------
-# torch_npu roots
-
-
-def _is_torch_root(path: Path, entries: list[os.DirEntry[str]]) -> bool:
-    if _ROOT_RE.search(path.name):
-        return True
-    # A renamed root still has its profiler_info*.json.
-    return any(_PROFILER_INFO_RE.match(e.name) for e in entries)
-
-
-def _has_output_dir(entries: list[os.DirEntry[str]]) -> bool:
-    return any(e.name == OUTPUT_DIR and _is_dir(e) for e in entries)
-
-
-def _classify_torch_root(
-    root: Path, entries: list[os.DirEntry[str]], *, bare_output: bool = False
-) -> Candidate | None:
-    out = root if bare_output else root / OUTPUT_DIR
-    out_entries = entries if bare_output else _list(out)
-    out_names = {e.name: e for e in out_entries}
-    info_rank: int | None = None
-    mtimes: list[float] = []
-    if not bare_output:
-        for e in entries:
-            m = _PROFILER_INFO_RE.match(e.name)
-            if m:
-                mtimes.append(_mtime(e))
-                if m.group(1) is not None:
-                    info_rank = int(m.group(1))
-                elif info_rank is None:
-                    info_rank = _rank_from_profiler_info(Path(e.path))
-            elif e.name == "profiler_metadata.json":
-                mtimes.append(_mtime(e))
-    name_ts = _int_or_zero(_ROOT_TS_RE.search(root.name))
-    has_text = any(n in out_names for n in TEXT_OUTPUTS)
-    dbs = sorted(
-        (e for e in out_entries if _TORCH_DB_RE.match(e.name)), key=lambda e: e.name
-    )
-    if has_text or not dbs:
-        files = [e for e in out_entries if _is_file(e)]
-        has_output = bool(files)
-        mtimes.extend(_mtime(e) for e in files)
-        rank = info_rank if info_rank is not None else _rank_from_names(root)
-        loc = ProfileLocation(
-            kind=ProfileKind.TORCH_NPU,
-            path=root,
-            rank=rank,
-            mtime=max(mtimes, default=_mtime_path(root)),
-            complete=DONE_MARKER in out_names,
-        )
-        return Candidate(loc, has_output, name_ts)
-    # DB-only export: the DB file is the location; analysis.db beside it is read with it.
-    db = dbs[-1]
-    m = _TORCH_DB_RE.match(db.name)
-    db_rank = int(m.group(1)) if m and m.group(1) is not None else None
-    rank = info_rank if info_rank is not None else db_rank
-    if rank is None:
-        rank = _rank_from_names(root)
-    mtimes.append(_mtime(db))
-    if "analysis.db" in out_names:
-        mtimes.append(_mtime(out_names["analysis.db"]))
-    loc = ProfileLocation(
-        kind=ProfileKind.TORCH_NPU_DB,
-        path=Path(db.path),
-        rank=rank,
-        mtime=max(mtimes),
-        complete=True,
-    )
-    return Candidate(loc, True, name_ts)
-
-
-def _rank_from_profiler_info(path: Path) -> int | None:
-    """``rank_id`` of a small profiler_info.json: string ``"0"`` or int ``0``; -1 = not distributed."""
-    try:
-        data = json.loads(safe_io.read_bytes(path, 1024 * 1024))
-    except (ProfileError, ValueError, RecursionError):
-        return None
-    value = data.get("rank_id") if isinstance(data, dict) else None
-    return _as_rank(value)
-
-
-def _as_rank(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        rank = int(value.strip())
-        return rank if rank >= 0 else None
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# msprof PROF_* directories
-
-
-_PROF_INPUT_DIRS = ("mindstudio_profiler_output",)
-
-
-def _classify_prof_dir(path: Path, entries: list[os.DirEntry[str]]) -> Candidate | None:
-    mtimes: list[float] = []
-    has_output = False
-    for e in entries:
-        if e.name in _PROF_INPUT_DIRS and e.is_dir():
-            files = [f for f in _list(Path(e.path)) if _is_file(f)]
-            has_output = has_output or bool(files)
-            mtimes.extend(_mtime(f) for f in files)
-        elif e.name.startswith("device_") and e.is_dir():
-            for sub in ("summary", "timeline"):
-                files = [f for f in _list(Path(e.path) / sub) if _is_file(f)]
-                has_output = has_output or bool(files)
-                mtimes.extend(_mtime(f) for f in files)
-        elif _MSPROF_DB_RE.match(e.name):
-            has_output = True
-            mtimes.append(_mtime(e))
-        elif e.name == "host" and e.is_dir():
-            info = Path(e.path) / "info.json"
-            if info.is_file():
-                mtimes.append(info.stat().st_mtime)
-    rank = _rank_from_names(path)
-    if rank is None:
-        rank = _rank_from_msprof_info(path / "host" / "info.json")
-    loc = ProfileLocation(
-        kind=ProfileKind.MSPROF,
-        path=path,
-        rank=rank,
-        mtime=max(mtimes, default=_mtime_path(path)),
-        complete=has_output,
-    )
-    return Candidate(loc, has_output, _int_or_zero(_PROF_TS_RE.match(path.name)))
-
-
-def _rank_from_msprof_info(path: Path) -> int | None:
-    # msprof's host/info.json may carry a rank id for distributed jobs [inferred]; -1 = none.
-    try:
-        data = json.loads(safe_io.read_bytes(path, 4 * 1024 * 1024))
-    except (ProfileError, ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    for key in ("rank_id", "rankId", "rank"):
-        rank = _as_rank(data.get(key))
-        if rank is not None:
-            return rank
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Single files
-
-
-def _classify_file(path: Path, *, explicit: bool) -> Candidate | None:
-    name = path.name
-    m = _TORCH_DB_RE.match(name)
-    if m:
-        return _db_candidate(path, int(m.group(1)) if m.group(1) is not None else None)
-    if _MSPROF_DB_RE.match(name):
-        # Only as part of its PROF dir; given directly, read that PROF dir.
-        if explicit and PROF_DIR_RE.match(path.parent.name):
-            return _classify_prof_dir(path.parent, _list(path.parent))
-        return None
-    if explicit and name.endswith(".db"):
-        return _db_candidate(path, None)
-    lower = name.lower()
-    if lower.endswith(".pt.trace.json") or lower.endswith(".pt.trace.json.gz"):
-        head, gz = _sniff(path)
-        return _kineto_candidate(path, head, gz)
-    if name == "trace_view.json":
-        return _lone_trace(path)
-    if lower.endswith(".json"):
-        head, _ = _sniff(path)
-        kind = _json_kind(head)
-        if kind == "kineto":
-            return _kineto_candidate(path, head, False)
-        if kind == "array" and explicit:
-            return _lone_trace(path)
-    elif lower.endswith(".json.gz"):
-        # Kineto traces are not always *.pt.trace.json.gz: HTA and job scripts write
-        # rank-3.json.gz, sampled_rank-0.json.gz, <job>_trace.json.gz; the sniff reads 64 KiB.
-        head, _ = _sniff(path)
-        if _json_kind(head) == "kineto":
-            return _kineto_candidate(path, head, True)
-    return None
-
-
-def _db_candidate(path: Path, suffix_rank: int | None) -> Candidate:
-    rank = suffix_rank
-    if rank is None:
-        # The root above ASCEND_PROFILER_OUTPUT may have profiler_info_{rank}.json.
-        root = path.parent.parent if path.parent.name == OUTPUT_DIR else path.parent
-        for e in _list(root):
-            m = _PROFILER_INFO_RE.match(e.name)
-            if m:
-                rank = int(m.group(1)) if m.group(1) is not None else _rank_from_profiler_info(Path(e.path))
-                if rank is not None:
-                    break
-    if rank is None:
-        rank = _rank_from_names(path)
-    mtimes = [_mtime_path(path)]
-    analysis = path.parent / "analysis.db"
-    if analysis.is_file():
-        mtimes.append(_mtime_path(analysis))
-    root_name = path.parent.parent.name if path.parent.name == OUTPUT_DIR else path.parent.name
-    loc = ProfileLocation(ProfileKind.TORCH_NPU_DB, path, rank, max(mtimes), True)
-    return Candidate(loc, True, _int_or_zero(_ROOT_TS_RE.search(root_name)))
-
-
-def _lone_trace(path: Path) -> Candidate:
-    loc = ProfileLocation(ProfileKind.TORCH_NPU, path, _rank_from_names(path), _mtime_path(path), True)
-    return Candidate(loc, True, 0)
-
-
-def _kineto_candidate(path: Path, head: bytes, gz: bool) -> Candidate:
-    rank = _rank_from_kineto(path, head, gz)
-    if rank is None:
-        rank = _rank_from_names(path)
-    loc = ProfileLocation(ProfileKind.KINETO, path, rank, _mtime_path(path), True)
-    return Candidate(loc, True, _int_or_zero(_KINETO_TS_RE.search(path.name)))
-
-
-def _sniff(path: Path) -> tuple[bytes, bool]:
-    """The first bytes of a (possibly gzipped) file; never the whole file."""
-    try:
-        head = safe_io.read_head(path, SNIFF_BYTES)
-    except (ProfileError, OSError):
-        return b"", False
-    if head[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as g:
-                return g.read(SNIFF_BYTES), True
-        except (OSError, EOFError, zlib.error):
-            return b"", True
-    return head, False
-
-
-def _json_kind(head: bytes) -> str:
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text.startswith(b"["):
-        return "array"
-    if text.startswith(b"{") and b'"traceEvents"' in text:
-        return "kineto"
-    return ""
-
-
-def _rank_from_kineto(path: Path, head: bytes, gz: bool) -> int | None:
-    m = _DIST_RANK_RE.search(head)
-    if m:
-        return _as_rank(int(m.group(1)))
-    tail = _tail(path, gz)
-    m = _DIST_RANK_RE.search(tail)
-    return _as_rank(int(m.group(1))) if m else None
-
-
-def _tail(path: Path, gz: bool) -> bytes:
-    try:
-        with safe_io.open_regular(path) as f:
-            if not gz:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - SNIFF_BYTES))
-                return f.read()
-            if os.fstat(f.fileno()).st_size > GZ_TAIL_SCAN_LIMIT:
-                return b""
-            tail = b""
-            for chunk in safe_io.inflate(path, f):
-                tail = (tail + chunk)[-SNIFF_BYTES:]
-            return tail
-    except (ProfileError, OSError):
-        return b""
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-
-def _rank_from_names(path: Path) -> int | None:
-    """``rank3``, ``rank_3``, ``rank-3`` in the file name or one of its two parent folders."""
-    for part in (path.name, path.parent.name, path.parent.parent.name):
-        m = _RANK_NAME_RE.search(part)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def _int_or_zero(m: re.Match[str] | None) -> int:
-    return int(m.group(1)) if m else 0
-
-
-def _is_dir(e: os.DirEntry[str]) -> bool:
-    try:
-        return e.is_dir()
-    except OSError:
-        return False
-
-
-def _is_file(e: os.DirEntry[str]) -> bool:
-    try:
-        return e.is_file()
-    except OSError:
-        return False
-
-
-def _mtime(e: os.DirEntry[str]) -> float:
-    try:
-        return e.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _mtime_path(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
+        yield from _walk_dir(sub, depth + 1, max_depth, seen_dirs, listings)

@@ -23,13 +23,15 @@ ones (``discover.select_newest``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .discover import DEFAULT_MAX_DEPTH, OUTPUT_DIR, Candidate, find_candidates, select_newest
+from .discover import DEFAULT_MAX_DEPTH, find_candidates, select_newest
 from .locations import ProfileLocation
 from .model import ProfileKind
+from .readers.protocol import Candidate, Listings, is_file
+from .readers.torch_npu import OUTPUT_DIR
 
 _DIGITS = re.compile(r"\d+")
 
@@ -39,6 +41,13 @@ class Job:
     folder: Path  # the folder the job's profiles were found in (per-rank folders: their parent)
     locations: tuple[ProfileLocation, ...]  # the ranks to load, sorted by rank (unranked first)
     runs_found: tuple[ProfileLocation, ...] = field(default=())  # every profile of the job
+    # The job's folder and the folders above it that discovery listed (resolved), each with whether
+    # it holds a .py file: finding the source root lists none of them again.
+    python_folders: tuple[tuple[Path, bool], ...] = field(default=(), compare=False, repr=False)
+
+    def source_root(self, boundary: Path) -> Path:
+        """The source folder this job's frames resolve against (see :func:`source_root_for`)."""
+        return source_root_for(self.folder, boundary, dict(self.python_folders))
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -70,7 +79,19 @@ class Job:
 
 def discover_jobs(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[Job]:
     """Every job under ``paths`` (one walk), sorted by folder."""
-    return group_candidates(find_candidates(paths, max_depth=max_depth))
+    listings = Listings()
+    jobs = group_candidates(find_candidates(paths, max_depth=max_depth, listings=listings))
+    return [replace(job, python_folders=_python_folders(job.folder, listings)) for job in jobs]
+
+
+def _python_folders(folder: Path, listings: Listings) -> tuple[tuple[Path, bool], ...]:
+    out: list[tuple[Path, bool]] = []
+    for d in (folder, *folder.parents):
+        entries = listings.made(d)
+        if entries is None:  # above the walked paths
+            break
+        out.append((d.resolve(), any(Path(e.name).suffix == ".py" and is_file(e) for e in entries)))
+    return tuple(out)
 
 
 def group_candidates(candidates: Sequence[Candidate]) -> list[Job]:
@@ -157,21 +178,25 @@ def _parsed_runs(runs: list[list[Candidate]]) -> list[list[Candidate]]:
     return parsed or runs
 
 
-def source_root_for(profile_path: Path, boundary: Path) -> Path:
+def source_root_for(profile_path: Path, boundary: Path, known: Mapping[Path, bool] | None = None) -> Path:
     """The nearest folder at or above the profile (not above ``boundary``) holding Python files.
 
     Kineto traces record prefix-stripped paths (``model.py``); resolving them against the job's
-    own folder first keeps two samples' ``model.py`` apart.
+    own folder first keeps two samples' ``model.py`` apart. ``known``: whether a (resolved) folder
+    holds one, where discovery already listed it.
     """
     boundary = boundary.resolve()
     here = profile_path.resolve()
     here = here if here.is_dir() else here.parent
     for d in (here, *here.parents):
-        try:
-            if any(p.suffix == ".py" for p in d.iterdir() if p.is_file()):
-                return d
-        except OSError:
-            pass
+        held = known.get(d) if known else None
+        if held is None:
+            try:
+                held = any(p.suffix == ".py" for p in d.iterdir() if p.is_file())
+            except OSError:
+                held = False
+        if held:
+            return d
         if d == boundary or boundary not in d.parents:
             break
     return boundary if boundary.is_dir() else boundary.parent

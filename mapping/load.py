@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import re
 from pathlib import Path
 
 from . import cache, safe_io
+from .discover import find_all
 from .errors import NoProfileFound, ProfileError
 from .locations import Progress, ProfileLocation, no_progress
-from .model import Profile, ProfileKind
-
-READER_MODULES = {
-    ProfileKind.TORCH_NPU: "torch_npu",
-    ProfileKind.TORCH_NPU_DB: "torch_npu_db",
-    ProfileKind.MSPROF: "msprof_cli",
-    ProfileKind.KINETO: "kineto",
-}
-"""``msprof_lsp.mapping.readers.<module>.read(location, progress) -> Profile`` per kind."""
-
-
-def _reader(location: ProfileLocation):  # noqa: ANN202
-    name = READER_MODULES.get(location.kind)
-    module_name = f"{__package__}.readers.{name}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        raise ProfileError(location.path, f"this build has no reader for {location.kind.value} profiles") from None
-    return module.read
+from .model import Profile
+from .readers.registry import reader_for
 
 
 def load_location(
@@ -40,7 +20,7 @@ def load_location(
     progress: Progress = no_progress,
 ) -> Profile:
     """The loaded, linked Profile of one location (from the cache when its inputs are unchanged)."""
-    read = _reader(location)
+    read = reader_for(location.kind, location.path).read
     discarded = None
     if use_cache:
         progress("Checking the profile cache", None)
@@ -64,48 +44,18 @@ def load_location(
     return profile
 
 
-_INFO_RANK = re.compile(r"^profiler_info_(\d+)\.json$")
-
-
 def locate(path: Path) -> ProfileLocation:
-    """Minimal location for the forms a torch_npu user points at (full discovery: mapping.discover).
+    """The one profile at ``path`` as discovery finds it (tools and tests that name one run).
 
-    A ``*_ascend_pt`` root, its ``ASCEND_PROFILER_OUTPUT``, a lone ``trace_view.json`` (JSON array);
-    a JSON object file is taken as Kineto, ``*.db`` as the torch_npu DB export, ``PROF_*`` as msprof.
+    NoProfileFound when there is none; ProfileError when ``path`` holds several (point at one).
     """
     path = Path(path)
-    if path.is_file():
-        name = path.name
-        if name.endswith(".db"):
-            return ProfileLocation(ProfileKind.TORCH_NPU_DB, path, mtime=path.stat().st_mtime)
-        if name.endswith(".json.gz"):
-            return ProfileLocation(ProfileKind.KINETO, path, mtime=path.stat().st_mtime)
-        if name.endswith(".json"):
-            kind = ProfileKind.KINETO if _first_byte(path) == b"{" else ProfileKind.TORCH_NPU
-            return ProfileLocation(kind, path, mtime=path.stat().st_mtime)
-        raise NoProfileFound(path, "is not a profile file (expected trace_view.json, *.json[.gz] or *.db)")
-    if not path.is_dir():
+    if not path.exists():
         raise NoProfileFound(path, "does not exist")
-    if path.name.startswith("PROF_"):
-        return ProfileLocation(ProfileKind.MSPROF, path, mtime=path.stat().st_mtime)
-    root = path.parent if path.name == "ASCEND_PROFILER_OUTPUT" else path
-    output = root / "ASCEND_PROFILER_OUTPUT"
-    if output.is_dir():
-        rank = None
-        for p in root.iterdir():
-            m = _INFO_RANK.match(p.name)
-            if m:
-                rank = int(m.group(1))
-                break
-        return ProfileLocation(
-            ProfileKind.TORCH_NPU,
-            path,
-            rank=rank,
-            mtime=output.stat().st_mtime,
-            complete=(output / "analyse.done").exists(),
-        )
-    raise NoProfileFound(path, "holds no torch_npu result (no ASCEND_PROFILER_OUTPUT/)")
-
-
-def _first_byte(path: Path) -> bytes:
-    return safe_io.read_head(path, 4096).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    found = find_all([path])
+    if not found:
+        raise NoProfileFound(path, "holds no profile")
+    if len(found) > 1:
+        raise ProfileError(path, f"holds {len(found)} profiles, point at one: "
+                                 + ", ".join(str(loc.path) for loc in found[:5]))
+    return found[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import ProfileKind
@@ -14,6 +14,12 @@ Progress = Callable[[str, "float | None"], None]
 
 def no_progress(message: str, fraction: float | None) -> None:  # noqa: ARG001
     return None
+
+
+class Layout:
+    """Base of the readers' layouts: where one profile's files are, as discovery listed them."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,8 @@ class ProfileLocation:
     rank: int | None = None
     mtime: float = 0.0  # newest input file's mtime; discovery picks the newest run
     complete: bool = True  # torch_npu: analyse.done present
+    # The reader's layout found by discovery (None: made by hand; the reader probes the path).
+    layout: Layout | None = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         rank = f", rank {self.rank}" if self.rank is not None else ""

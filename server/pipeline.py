@@ -17,7 +17,7 @@ from msprof_lsp.mapping.cluster import LoadResult, load_job, load_profile
 from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.heat import Attribution
-from msprof_lsp.mapping.jobs import Job, discover_jobs, source_root_for
+from msprof_lsp.mapping.jobs import Job, discover_jobs
 from msprof_lsp.mapping.locations import Progress, no_progress
 from msprof_lsp.mapping.model import Profile
 from msprof_lsp.mapping.workspace import SourceWorkspace
@@ -120,7 +120,7 @@ def analyse_paths(
             roots = paths
         else:
             boundary = next((p for p in paths if p == job.folder or p in job.folder.parents), paths[0])
-            roots = [source_root_for(job.folder, boundary)]
+            roots = [job.source_root(boundary)]
         loaded = load_found_job(job, settings, use_cache=use_cache, progress=progress)
         analyses.append(analyse_loaded(loaded, build_workspace(roots, settings), settings))
     return analyses

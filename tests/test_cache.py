@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from msprof_lsp.mapping import cache
-from msprof_lsp.mapping import load as load_mod
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.load import load_location, locate
 from msprof_lsp.mapping.locations import ProfileLocation
@@ -48,18 +48,24 @@ def result(tmp_path: Path) -> tuple[ProfileLocation, Path]:
     return locate(root), tmp_path / "cache"
 
 
+def patch_reader(monkeypatch: pytest.MonkeyPatch, kind: ProfileKind, read) -> None:
+    """Make the loader call ``read`` for ``kind`` (the registry's entry, as the loader finds it)."""
+    from msprof_lsp.mapping.readers import registry
+
+    monkeypatch.setitem(registry._BY_KIND, kind, replace(registry.reader_for(kind), read=read))
+
+
 def counting_reader(monkeypatch: pytest.MonkeyPatch) -> list[ProfileLocation]:
     """Wrap the real torch_npu reader so the test sees every time it runs."""
     from msprof_lsp.mapping.readers import torch_npu
 
     calls: list[ProfileLocation] = []
-    real = torch_npu.read
 
     def wrapped(location, progress):
         calls.append(location)
-        return real(location, progress)
+        return torch_npu.read(location, progress)
 
-    monkeypatch.setattr(torch_npu, "read", wrapped)
+    patch_reader(monkeypatch, ProfileKind.TORCH_NPU, wrapped)
     return calls
 
 
@@ -148,14 +154,12 @@ def test_input_changing_during_the_read_is_not_cached(result, monkeypatch: pytes
     loc, cache_dir = result
     from msprof_lsp.mapping.readers import torch_npu
 
-    real = torch_npu.read
-
     def read_while_written(location, progress):
-        profile = real(location, progress)
+        profile = torch_npu.read(location, progress)
         (Path(location.path) / "ASCEND_PROFILER_OUTPUT" / "late.csv").write_text("x")
         return profile
 
-    monkeypatch.setattr(torch_npu, "read", read_while_written)
+    patch_reader(monkeypatch, ProfileKind.TORCH_NPU, read_while_written)
     load_location(loc, cache_dir=cache_dir)
     assert not cache.entry_path(loc, cache_dir).exists()
 
@@ -196,7 +200,9 @@ def test_locate_forms(tmp_path: Path) -> None:
 
 
 def test_missing_reader_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(load_mod.READER_MODULES, ProfileKind.MSPROF, "no_such_reader_module")
+    from msprof_lsp.mapping.readers import registry
+
+    monkeypatch.delitem(registry._BY_KIND, ProfileKind.MSPROF)
     loc = ProfileLocation(ProfileKind.MSPROF, tmp_path)
     with pytest.raises(ProfileError, match="no reader for msprof profiles"):
         load_location(loc, cache_dir=tmp_path / "c")

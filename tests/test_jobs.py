@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -216,3 +218,90 @@ def test_the_editor_serves_the_newest_of_two_runs_in_one_folder(tmp_path: Path) 
     engine = Engine()
     engine.load(LoadRequest(settings=Settings(), folders=[tmp_path], use_cache=False))
     assert engine.loaded is not None and [loc.path for loc in engine.loaded.locations] == second
+
+
+# ---------------------------------------------------------------------------------------------
+# One discovery pass: each folder listed once, each profile recognised once, nothing classified again
+
+_SOURCE_INDEX = os.path.join("mapping", "workspace.py")
+
+
+class _PassCounter:
+    """What one --check does to the profile tree: the folder listings it makes (os.scandir and
+    os.listdir, which Path.iterdir, Path.glob and os.walk use), by folder, and the probe calls and
+    claims of every reader. Listings made by the source index (mapping/workspace.py walks the source
+    folders for .py files, not profiles) are left out. Every rank loads in this process, so the
+    readers' own listings are seen too."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from msprof_lsp.mapping import cluster, discover
+        from msprof_lsp.mapping.readers.registry import READERS
+
+        self.listed: Counter[Path] = Counter()
+        self.probed: Counter[tuple[str, Path]] = Counter()
+        self.claims: Counter[Path] = Counter()
+        real_scandir, real_listdir = os.scandir, os.listdir
+
+        def scandir(path=".", *args):
+            self._note(path)
+            return real_scandir(path, *args)
+
+        def listdir(path=".", *args):
+            self._note(path)
+            return real_listdir(path, *args)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        monkeypatch.setattr(os, "listdir", listdir)
+        monkeypatch.setattr(discover, "READERS", tuple(
+            replace(r, probe_dir=self._counting(r.kind.value, r.probe_dir),
+                    probe_file=self._counting(r.kind.value, r.probe_file)) for r in READERS
+        ))
+
+        def in_process(locations, *, use_cache, cache_dir, progress, workers=None):
+            return cluster.load_ranks_sequential(locations, use_cache=use_cache, cache_dir=cache_dir), []
+
+        monkeypatch.setattr(cluster, "_load_ranks", in_process)
+
+    def _note(self, path: object) -> None:
+        if isinstance(path, int):
+            return
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename.endswith(_SOURCE_INDEX):
+                return
+            frame = frame.f_back
+        self.listed[Path(os.fsdecode(path)).resolve()] += 1
+
+    def _counting(self, kind: str, probe):
+        def counted(seen):
+            self.probed[(kind, seen.path.resolve())] += 1
+            cand = probe(seen)
+            if cand is not None:
+                self.claims[Path(cand.location.path).resolve()] += 1
+            return cand
+
+        return counted
+
+
+@pytest.mark.parametrize(
+    ("fixture", "jobs", "profiles"),
+    [("HolisticTraceAnalysis", 3, 4), ("Ascend-msinsight/db", 1, 2)],
+)
+def test_check_lists_each_folder_once_and_recognises_each_profile_once(
+    fixture: str, jobs: int, profiles: int, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    folder = shared_fixture(fixture).resolve()
+    tree = {d for d in (folder, *folder.rglob("*")) if d.is_dir()}
+    seen = _PassCounter(monkeypatch)
+    r = run_cli(["--check", str(folder), "--no-cache", "--format", "json", "--fail-on", "never"], capsys)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert len(doc["profiles"]) == jobs and sum(len(p["ranks"]) for p in doc["profiles"]) == profiles
+    profile_dirs = {d for d in seen.listed if folder == d or folder in d.parents}
+    # every folder of the tree was looked at (the walk really went through this counter) ...
+    assert profile_dirs == tree
+    # ... and none of them twice: not by the readers, the loader or the source-root search
+    assert [d for d, n in seen.listed.items() if n > 1] == []
+    # each profile recognised by exactly one probe, once; no probe offered the same thing twice
+    assert len(seen.claims) == profiles and set(seen.claims.values()) == {1}
+    assert [k for k, n in seen.probed.items() if n > 1] == []

@@ -25,6 +25,8 @@ epoch ns without going through ``ts * 1000`` in floating point (see ``_us_to_ns`
 
 from __future__ import annotations
 
+import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ..errors import Issue
+from .. import safe_io
+from ..errors import Issue, ProfileError
 from ..frames import StackTable
 from ..locations import ProfileLocation, Progress, no_progress
 from ..model import (
@@ -60,6 +63,16 @@ from ..step_infer import steps_from_launches
 from ..step_windows import capture_step, no_step_markers_note, profiler_steps, step_ids
 from .kineto_json import Event, KinetoFile, decode, read_bytes
 from .kineto_stacks import PythonCalls, PythonTree
+from .protocol import (
+    SNIFF_BYTES,
+    Candidate,
+    Reader,
+    SeenFile,
+    as_rank,
+    int_or_zero,
+    mtime_path,
+    rank_from_names,
+)
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation"})
 KERNEL_CORES = {"kernel": "GPU", "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET"}
@@ -694,3 +707,65 @@ def _meta(trace: KinetoFile, location: ProfileLocation, has_kernels: bool) -> Pr
         extra=extra,
         files=[str(trace.path)],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Recognising a trace (the probe discovery runs)
+
+GZ_TAIL_SCAN_LIMIT = 16 * 1024 * 1024
+"""Compressed size up to which a gzipped trace is decompressed to its end to find
+``distributedInfo`` (Kineto may write it after ``traceEvents``); bigger files rely on the head
+and the file name."""
+
+_KINETO_TS_RE = re.compile(r"\.(\d{13})\.pt\.trace\.json(?:\.gz)?$")
+_DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(-?\d+)')
+
+
+def probe_file(file: SeenFile) -> Candidate | None:
+    """``*.pt.trace.json[.gz]`` by name; any other ``*.json[.gz]`` whose head is an object with
+    ``traceEvents`` (HTA and job scripts write rank-3.json.gz, <job>_trace.json.gz)."""
+    lower = file.name.lower()
+    named = lower.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+    if not named and (file.name == "trace_view.json" or not lower.endswith((".json", ".json.gz"))):
+        return None
+    head, gz = file.head()
+    if not named and not _is_kineto_head(head):
+        return None
+    rank = _rank_from_trace(file.path, head, gz)
+    if rank is None:
+        rank = rank_from_names(file.path)
+    loc = ProfileLocation(ProfileKind.KINETO, file.path, rank, mtime_path(file.path), True)
+    return Candidate(loc, True, int_or_zero(_KINETO_TS_RE.search(file.name)))
+
+
+def _is_kineto_head(head: bytes) -> bool:
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text.startswith(b"{") and b'"traceEvents"' in text
+
+
+def _rank_from_trace(path: Path, head: bytes, gz: bool) -> int | None:
+    m = _DIST_RANK_RE.search(head)
+    if m:
+        return as_rank(int(m.group(1)))
+    m = _DIST_RANK_RE.search(_tail(path, gz))
+    return as_rank(int(m.group(1))) if m else None
+
+
+def _tail(path: Path, gz: bool) -> bytes:
+    try:
+        with safe_io.open_regular(path) as f:
+            if not gz:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - SNIFF_BYTES))
+                return f.read()
+            if os.fstat(f.fileno()).st_size > GZ_TAIL_SCAN_LIMIT:
+                return b""
+            tail = b""
+            for chunk in safe_io.inflate(path, f):
+                tail = (tail + chunk)[-SNIFF_BYTES:]
+            return tail
+    except (ProfileError, OSError):
+        return b""
+
+
+READER = Reader(ProfileKind.KINETO, read, probe_file=probe_file)

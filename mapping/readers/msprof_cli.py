@@ -17,6 +17,7 @@ where present, the Overlap Analysis lanes.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import safe_io
 from ..errors import Issue, ProfileError
 from ..frames import StackTable
 from ..linking import resolve_kernel_links
-from ..locations import ProfileLocation, Progress, no_progress
+from ..locations import Layout, ProfileLocation, Progress, no_progress
 from ..model import (
     HOST_EVENT_SCHEMA,
     KERNEL_SCHEMA,
@@ -46,6 +48,20 @@ from . import ascend_csv, ascend_json
 from .cann_db import read_cann
 from .assemble import attach_kernels, optional, read_into
 from .npu_trace import tables_from_trace
+from .protocol import (
+    Candidate,
+    Folder,
+    Listings,
+    Reader,
+    SeenFile,
+    as_rank,
+    int_or_zero,
+    is_file,
+    is_dir,
+    mtime,
+    mtime_path,
+    rank_from_names,
+)
 from .sqlite_db import SqliteDb
 from .torch_npu import join_kernel_details
 from .trace_json import read_trace_events
@@ -54,7 +70,9 @@ OUTPUT = "mindstudio_profiler_output"
 _FILE_RE = re.compile(
     r"^(?P<base>[a-z][a-z_]*?)(?:_slice_(?P<slice>\d+))?(?P<nums>(?:_\d+)*)\.(?P<ext>csv|json)$"
 )
-_DB_RE = re.compile(r"^msprof_(\d{1,20})\.db$")
+DB_RE = re.compile(r"^msprof_(\d{1,20})\.db$")
+PROF_DIR_RE = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+")
+_PROF_TS_RE = re.compile(r"^PROF_\d+_(\d{17})_")
 _DEVICE_RE = re.compile(r"^device_(\d+)$")
 STAMP_DIGITS = 12
 """A trailing number this long is an export timestamp (YYYYmmddHHMMSS...), not a device/model id."""
@@ -63,7 +81,7 @@ EXPORT_HINT = "export it first: msprof --export=on --output=<this PROF_* directo
 
 
 @dataclass(slots=True)
-class MsprofLayout:
+class MsprofLayout(Layout):
     """The files of one PROF_* directory that the reader uses, newest export of each name."""
 
     root: Path
@@ -102,48 +120,110 @@ def newest_exports(paths: list[Path]) -> dict[str, list[Path]]:
     return out
 
 
-def layout(root: Path) -> MsprofLayout:
-    root = Path(root)
-    if not root.is_dir():
-        raise ProfileError(root, "not a directory (expected a msprof PROF_* directory)")
-    lay = MsprofLayout(root)
-    info = root / "host" / "info.json"
-    lay.info = info if info.is_file() else None
-    analyze = root / "analyze"
-    lay.analyze = analyze if analyze.is_dir() else None
-    dbs = sorted(p for p in root.iterdir() if _DB_RE.match(p.name))
+def _layout_of(root: Folder) -> MsprofLayout:
+    """The files of one PROF_* directory, from the pass's listings (each folder listed once)."""
+    lay = MsprofLayout(root.path)
+    host = root.sub("host") if root.has_dir("host") else None
+    info = host.entry("info.json") if host is not None else None
+    lay.info = Path(info.path) if info is not None and is_file(info) else None
+    lay.analyze = root.path / "analyze" if root.has_dir("analyze") else None
+    dbs = sorted(Path(e.path) for e in root.entries if DB_RE.match(e.name))
     lay.db = dbs[-1] if dbs else None
     device_dirs = sorted(
-        (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _DEVICE_RE.match(p.name))
+        (int(m.group(1)), e.name) for e in root.entries if (m := _DEVICE_RE.match(e.name)) and is_dir(e)
     )
     lay.devices = [d for d, _ in device_dirs]
 
-    out = root / OUTPUT
-    if out.is_dir():
+    def exports(folder: Folder) -> dict[str, list[Path]]:
+        return newest_exports([Path(e.path) for e in folder.files()])
+
+    if root.has_dir(OUTPUT):
         lay.style = "current"
-        for base, files in newest_exports([p for p in out.iterdir() if p.is_file()]).items():
+        for base, files in exports(root.sub(OUTPUT)).items():
             lay.files[base] = [(p, -1) for p in files]
     else:
-        for dev, ddir in device_dirs:
+        for dev, name in device_dirs:
+            ddir = root.sub(name)
             for sub in ("summary", "timeline"):
-                folder = ddir / sub
-                if not folder.is_dir():
+                if not ddir.has_dir(sub):
                     continue
                 lay.style = "cann7"
-                for base, files in newest_exports([p for p in folder.iterdir() if p.is_file()]).items():
+                for base, files in exports(ddir.sub(sub)).items():
                     lay.files.setdefault(base, []).extend((p, dev) for p in files)
         for sub in ("summary", "timeline"):  # host-side summaries (api_statistic) in older layouts
-            folder = root / "host" / sub
-            if folder.is_dir():
-                for base, files in newest_exports([p for p in folder.iterdir() if p.is_file()]).items():
+            if host is not None and host.has_dir(sub):
+                for base, files in exports(host.sub(sub)).items():
                     lay.files.setdefault(base, []).extend((p, -1) for p in files)
     if not lay.files:
         lay.style = "db" if lay.db is not None else "raw"
     return lay
 
 
+def probe_dir(folder: Folder) -> Candidate | None:
+    """A ``PROF_<n>_<time>_<letters>`` directory."""
+    if not PROF_DIR_RE.match(folder.path.name):
+        return None
+    lay = _layout_of(folder)
+    outputs = folder.sub(OUTPUT).files() if folder.has_dir(OUTPUT) else []
+    for e in folder.entries:
+        if _DEVICE_RE.match(e.name) and is_dir(e):
+            device = folder.sub(e.name)
+            for sub in ("summary", "timeline"):
+                if device.has_dir(sub):
+                    outputs.extend(device.sub(sub).files())
+    mtimes = [mtime(e) for e in outputs]
+    if lay.db is not None:
+        mtimes.append(mtime_path(lay.db))
+    if lay.info is not None:
+        mtimes.append(mtime_path(lay.info))
+    has_output = bool(outputs) or lay.db is not None
+    rank = rank_from_names(folder.path)
+    if rank is None and lay.info is not None:
+        rank = _rank_from_info(lay.info)
+    loc = ProfileLocation(
+        kind=ProfileKind.MSPROF,
+        path=folder.path,
+        rank=rank,
+        mtime=max(mtimes, default=mtime_path(folder.path)),
+        complete=has_output,
+        layout=lay,
+    )
+    return Candidate(loc, has_output, int_or_zero(_PROF_TS_RE.match(folder.path.name)))
+
+
+def probe_file(file: SeenFile) -> Candidate | None:
+    """A ``msprof_*.db`` named by the user: its PROF_* directory (walking finds the directory)."""
+    if file.explicit and DB_RE.match(file.name) and PROF_DIR_RE.match(file.path.parent.name):
+        return probe_dir(file.listings.folder(file.path.parent))
+    return None
+
+
+def _rank_from_info(path: Path) -> int | None:
+    # msprof's host/info.json may carry a rank id for distributed jobs [inferred]; -1 = none.
+    try:
+        data = json.loads(safe_io.read_bytes(path, 4 * 1024 * 1024))
+    except (ProfileError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for key in ("rank_id", "rankId", "rank"):
+        rank = as_rank(data.get(key))
+        if rank is not None:
+            return rank
+    return None
+
+
+def _layout(location: ProfileLocation) -> MsprofLayout:
+    if isinstance(location.layout, MsprofLayout):
+        return location.layout
+    root = Path(location.path)
+    if not root.is_dir():
+        raise ProfileError(root, "not a directory (expected a msprof PROF_* directory)")
+    return _layout_of(Listings().folder(root))
+
+
 def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile:
-    lay = layout(location.path)
+    lay = _layout(location)
     meta = ProfileMeta(kind=ProfileKind.MSPROF, path=str(lay.root), backend=Backend.ASCEND, rank=location.rank)
     meta.with_stack = False  # msprof records no Python stacks
     meta.extra["layout"] = lay.style
@@ -413,3 +493,6 @@ def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress:
         profile.host_events = make_table(HOST_EVENT_SCHEMA, cann.host_events, n).sort_values(
             "start_ns", kind="stable").reset_index(drop=True)
     _read_analyze(lay, profile, issues)
+
+
+READER = Reader(ProfileKind.MSPROF, read, probe_dir, probe_file)

@@ -12,6 +12,7 @@ A directory without ``analyse.done`` is still being written: it loads what is re
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import safe_io
 from ..errors import Issue, ProfileError
 from ..frames import StackTable
 from ..linking import match_rows
-from ..locations import Progress, ProfileLocation, no_progress
+from ..locations import Layout, Progress, ProfileLocation, no_progress
 from ..model import (
     HOST_OP_SCHEMA,
     KERNEL_SCHEMA,
@@ -36,23 +38,44 @@ from ..overlap import breakdown_from_overlap
 from ..step_infer import steps_from_launches
 from .assemble import attach_kernels, optional, read_into
 from .npu_trace import tables_from_trace
+from .protocol import (
+    Candidate,
+    Folder,
+    Reader,
+    SeenFile,
+    as_rank,
+    int_or_zero,
+    is_file,
+    mtime,
+    mtime_path,
+    probe_path,
+    rank_from_names,
+)
 from .trace_json import read_trace_events
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 TRACE = "trace_view.json"
 DONE = "analyse.done"
+TEXT_OUTPUTS = (TRACE, "kernel_details.csv", "operator_details.csv")
 _LINK_COLUMNS = ("host_op", "stack", "fwd_op", "link", "backward")
 _FILL_COLUMNS = ("stream", "task_id", "device", "core")
-_INFO_RE = re.compile(r"^profiler_info(_\d+)?\.json$")
+_ROOT_RE = re.compile(r"_ascend_(?:pt|ms)$")
+_ROOT_TS_RE = re.compile(r"_(\d{17})_ascend_(?:pt|ms)$")
+_INFO_RE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
+METADATA = "profiler_metadata.json"
+DB_NAME_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
+"""The DB export's file name (``ascend_pytorch_profiler_<rank>.db``), read by :mod:`.torch_npu_db`."""
 
 
 @dataclass(frozen=True, slots=True)
-class NpuLayout:
+class NpuLayout(Layout):
     """Where the files of one torch_npu result are."""
 
     root: Path  # the *_ascend_pt directory (profiler_info*.json live here)
-    output: Path | None  # ASCEND_PROFILER_OUTPUT; None for a lone trace file
+    output: Path | None  # ASCEND_PROFILER_OUTPUT; None for a lone trace file or a never-parsed root
     trace: Path | None  # trace_view.json if present
+    infos: tuple[Path, ...] = ()  # the root's profiler_info*.json, sorted by name
+    metadata: Path | None = None  # the root's profiler_metadata.json
 
     def out(self, name: str) -> Path | None:
         if self.output is None:
@@ -61,43 +84,141 @@ class NpuLayout:
         return p if p.is_file() else None
 
 
-def layout(path: Path) -> NpuLayout:
-    """Resolve the three accepted forms to a layout; ProfileError when none fits."""
-    path = Path(path)
-    if path.is_file():
-        return NpuLayout(root=path.parent, output=None, trace=path)
-    if not path.is_dir():
-        raise ProfileError(path, "does not exist")
-    if path.name == OUTPUT_DIR or (not (path / OUTPUT_DIR).is_dir() and _has_outputs(path)):
-        output = path
-        root = path.parent if _info_files(path.parent) else path
-    else:
-        output = path / OUTPUT_DIR
-        root = path
-        if not output.is_dir():
-            raise ProfileError(
-                path,
-                f"has no {OUTPUT_DIR}/: torch_npu has not parsed this result yet (or it was exported as "
-                "a DB only)",
-            )
-    trace = output / TRACE
-    return NpuLayout(root=root, output=output, trace=trace if trace.is_file() else None)
+# ---------------------------------------------------------------------------------------------
+# Recognising a result (the probes discovery runs; shared with the DB export's reader)
 
 
-def _has_outputs(path: Path) -> bool:
-    return any((path / n).is_file() for n in (TRACE, "kernel_details.csv", "operator_details.csv", DONE))
+def is_run_root(folder: Folder) -> bool:
+    """A ``*_ascend_pt`` / ``*_ascend_ms`` directory; a renamed one still has its profiler_info*.json."""
+    return bool(_ROOT_RE.search(folder.path.name)) or any(_INFO_RE.match(e.name) for e in folder.entries)
 
 
-def _info_files(root: Path) -> list[Path]:
+def run_folders(folder: Folder) -> tuple[Folder, Folder] | None:
+    """(root, output) of a run root or of its ASCEND_PROFILER_OUTPUT, or of a bare one (results
+    copied out of their root: the output folder is its own root); None for any other folder."""
+    if folder.path.name == OUTPUT_DIR and not is_run_root(folder):
+        parent = folder.parent
+        return (parent, folder) if is_run_root(parent) else (folder, folder)
+    if is_run_root(folder):
+        return folder, folder.sub(OUTPUT_DIR)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What a run root's profiler_info*.json / profiler_metadata.json tell discovery."""
+
+    rank: int | None
+    mtimes: tuple[float, ...]
+    infos: tuple[Path, ...]
+    metadata: Path | None
+
+
+def run_facts(root: Folder, bare: bool) -> RunFacts:
+    if bare:  # a bare output's neighbours may belong to another run
+        return RunFacts(None, (), (), None)
+    rank: int | None = None
+    mtimes: list[float] = []
+    infos: list[Path] = []
+    metadata = None
+    for e in root.entries:
+        m = _INFO_RE.match(e.name)
+        if m and is_file(e):
+            infos.append(Path(e.path))
+            mtimes.append(mtime(e))
+            if m.group(1) is not None:
+                rank = int(m.group(1))
+            elif rank is None:
+                rank = _rank_from_profiler_info(Path(e.path))
+        elif e.name == METADATA and is_file(e):
+            metadata = Path(e.path)
+            mtimes.append(mtime(e))
+    return RunFacts(rank, tuple(mtimes), tuple(sorted(infos, key=lambda p: p.name)), metadata)
+
+
+def root_name_ts(root: Path) -> int:
+    """The 17-digit timestamp torch_npu puts in a root's name (0 if none)."""
+    return int_or_zero(_ROOT_TS_RE.search(root.name))
+
+
+def has_text_outputs(output: Folder) -> bool:
+    return any(output.entry(n) is not None for n in TEXT_OUTPUTS)
+
+
+def _rank_from_profiler_info(path: Path) -> int | None:
+    """``rank_id`` of a small profiler_info.json: string ``"0"`` or int ``0``; -1 = not distributed."""
     try:
-        return sorted(p for p in root.iterdir() if _INFO_RE.match(p.name) and p.is_file())
-    except OSError:
-        return []
+        data = json.loads(safe_io.read_bytes(path, 1024 * 1024))
+    except (ProfileError, ValueError, RecursionError):
+        return None
+    return as_rank(data.get("rank_id") if isinstance(data, dict) else None)
+
+
+def probe_dir(folder: Folder) -> Candidate | None:
+    """A run root or bare output with the text export (or with nothing parsed yet)."""
+    found = run_folders(folder)
+    if found is None:
+        return None
+    root, out = found
+    bare = root is out
+    if not has_text_outputs(out) and any(DB_NAME_RE.match(e.name) for e in out.entries):
+        return None  # a DB-only export: the DB reader's
+    facts = run_facts(root, bare)
+    files = out.files()
+    output = out.path if bare or root.has_dir(OUTPUT_DIR) else None
+    trace = out.entry(TRACE)
+    lay = NpuLayout(
+        root=root.path,
+        output=output,
+        trace=Path(trace.path) if output is not None and trace is not None and is_file(trace) else None,
+        infos=facts.infos,
+        metadata=facts.metadata,
+    )
+    loc = ProfileLocation(
+        kind=ProfileKind.TORCH_NPU,
+        path=root.path,
+        rank=facts.rank if facts.rank is not None else rank_from_names(root.path),
+        mtime=max([*facts.mtimes, *(mtime(e) for e in files)], default=mtime_path(root.path)),
+        complete=out.entry(DONE) is not None,
+        layout=lay,
+    )
+    return Candidate(loc, bool(files), root_name_ts(root.path))
+
+
+def probe_file(file: SeenFile) -> Candidate | None:
+    """A lone ``trace_view.json``, or (named by the user) any JSON file holding an event array."""
+    lower = file.name.lower()
+    if file.name != TRACE:
+        if not (file.explicit and lower.endswith(".json") and not lower.endswith(".pt.trace.json")):
+            return None
+        head, _ = file.head()
+        if not head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
+            return None
+    lay = NpuLayout(root=file.path.parent, output=None, trace=file.path)
+    loc = ProfileLocation(ProfileKind.TORCH_NPU, file.path, rank_from_names(file.path), mtime_path(file.path),
+                          True, layout=lay)
+    return Candidate(loc, True, 0)
+
+
+def _layout(location: ProfileLocation) -> NpuLayout:
+    if isinstance(location.layout, NpuLayout):
+        return location.layout
+    found = probe_path(READER, location.path)
+    if found is None or not isinstance(found.location.layout, NpuLayout):
+        if not Path(location.path).exists():
+            raise ProfileError(location.path, "does not exist")
+        raise ProfileError(location.path, f"is not a torch_npu result (no {OUTPUT_DIR}/, no {TRACE})")
+    return found.location.layout
 
 
 def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile:
     """Load and link one torch_npu text-export result."""
-    lay = layout(location.path)
+    lay = _layout(location)
+    if lay.output is None and lay.trace is None:
+        raise ProfileError(
+            lay.root,
+            f"has no {OUTPUT_DIR}/: torch_npu has not parsed this result yet (or it was exported as a DB only)",
+        )
     meta = ProfileMeta(kind=ProfileKind.TORCH_NPU, path=str(location.path), rank=location.rank)
     issues: list[Issue] = []
     stacks = StackTable()
@@ -270,15 +391,15 @@ def _read_meta(lay: NpuLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
         return  # a lone trace file: its neighbours may belong to another run
     from .ascend_json import read_profiler_info, read_profiler_metadata
 
-    infos = _info_files(lay.root)
+    infos = lay.infos
     if infos:
         pick = infos[0]
         if meta.rank is not None:
             pick = next((p for p in infos if p.name == f"profiler_info_{meta.rank}.json"), pick)
         # (these two readers record the file in meta.files themselves)
         optional(pick, issues, lambda p: (None, read_profiler_info(p, meta)))
-    md = lay.root / "profiler_metadata.json"
-    if md.is_file():
+    md = lay.metadata
+    if md is not None:
         optional(md, issues, lambda p: (None, read_profiler_metadata(p, meta)))
 
 
@@ -324,3 +445,6 @@ def _gate_on_meta(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None
                     "profiler_info says record_shapes=True but no op carries 'Input Dims'",
                 )
             )
+
+
+READER = Reader(ProfileKind.TORCH_NPU, read, probe_dir, probe_file)

@@ -12,6 +12,7 @@ for every other producer. Both files are opened read-only and never modified.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import pandas as pd
 from .. import linking
 from ..errors import Issue, ProfileError
 from ..frames import StackTable, parse_frame
-from ..locations import ProfileLocation, Progress
+from ..locations import Layout, ProfileLocation, Progress
 from ..model import (
     HOST_EVENT_SCHEMA,
     HOST_OP_SCHEMA,
@@ -39,10 +40,11 @@ from ..units import ms_to_ns, us_to_ns
 from .ascend_json import read_profiler_info, read_profiler_metadata
 from .cann_db import api_type_names, read_cann
 from .npu_trace import kernel_steps
+from .msprof_cli import DB_RE as MSPROF_DB_RE
+from .protocol import Candidate, Folder, Reader, SeenFile, mtime, mtime_path, probe_path, rank_from_names
 from .sqlite_db import SqliteDb
+from .torch_npu import DB_NAME_RE, OUTPUT_DIR, has_text_outputs, root_name_ts, run_facts, run_folders
 
-DB_NAME_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
-OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 ANALYSIS_DB = "analysis.db"
 
 OP, QUEUE, TRACE, MSTX = "op", "queue", "trace", "mstx"
@@ -52,12 +54,87 @@ _DIGITS_RE = re.compile(r"(\d+)")
 _INT, _ANY, _REAL = "int", "any", "real"
 
 
+@dataclass(frozen=True, slots=True)
+class DbLayout(Layout):
+    """The DB file and the run root's JSON files read with it (analysis.db sits beside the DB)."""
+
+    db: Path
+    infos: tuple[Path, ...] = ()  # profiler_info*.json of the run root, sorted by name
+    metadata: Path | None = None  # profiler_metadata.json of the run root
+
+
+def probe_dir(folder: Folder) -> Candidate | None:
+    """A run root (or bare output) whose results are DB-only: the newest-named DB is the location."""
+    found = run_folders(folder)
+    if found is None:
+        return None
+    root, out = found
+    dbs = sorted((e for e in out.entries if DB_NAME_RE.match(e.name)), key=lambda e: e.name)
+    if not dbs or has_text_outputs(out):
+        return None
+    db = dbs[-1]
+    facts = run_facts(root, bare=root is out)
+    rank = facts.rank if facts.rank is not None else _name_rank(db.name)
+    mtimes = [*facts.mtimes, mtime(db)]
+    analysis = out.entry(ANALYSIS_DB)
+    if analysis is not None:
+        mtimes.append(mtime(analysis))
+    loc = ProfileLocation(
+        kind=ProfileKind.TORCH_NPU_DB,
+        path=Path(db.path),
+        rank=rank if rank is not None else rank_from_names(root.path),
+        mtime=max(mtimes),
+        complete=True,
+        layout=DbLayout(Path(db.path), facts.infos, facts.metadata),
+    )
+    return Candidate(loc, True, root_name_ts(root.path))
+
+
+def probe_file(file: SeenFile) -> Candidate | None:
+    """``ascend_pytorch_profiler*.db``; named by the user, any ``*.db`` but msprof's own."""
+    name = file.name
+    if not DB_NAME_RE.match(name) and not (file.explicit and name.endswith(".db") and not MSPROF_DB_RE.match(name)):
+        return None
+    path = file.path
+    # The run root (above ASCEND_PROFILER_OUTPUT) may have profiler_info_{rank}.json.
+    root = path.parent.parent if path.parent.name == OUTPUT_DIR else path.parent
+    facts = run_facts(file.listings.folder(root), bare=False)
+    rank = _name_rank(name)
+    if rank is None:
+        rank = facts.rank if facts.rank is not None else rank_from_names(path)
+    mtimes = [mtime_path(path)]
+    analysis = path.parent / ANALYSIS_DB
+    if analysis.is_file():
+        mtimes.append(mtime_path(analysis))
+    loc = ProfileLocation(ProfileKind.TORCH_NPU_DB, path, rank, max(mtimes), True,
+                          layout=DbLayout(path, facts.infos, facts.metadata))
+    return Candidate(loc, True, root_name_ts(root))
+
+
+def _name_rank(name: str) -> int | None:
+    m = DB_NAME_RE.match(name)
+    return int(m.group(1)) if m and m.group(1) is not None else None
+
+
+def _layout(location: ProfileLocation) -> DbLayout:
+    if isinstance(location.layout, DbLayout):
+        return location.layout
+    found = probe_path(READER, location.path)
+    if found is None or not isinstance(found.location.layout, DbLayout):
+        if not Path(location.path).exists():
+            raise ProfileError(location.path, "file not found")
+        raise ProfileError(location.path, "no ascend_pytorch_profiler*.db found (export_type=db writes it to "
+                                          f"{OUTPUT_DIR}/)")
+    return found.location.layout
+
+
 def read(location: ProfileLocation, progress: Progress) -> Profile:
-    db_path = find_db(location.path, location.rank)
+    lay = _layout(location)
+    db_path = lay.db
     meta = ProfileMeta(kind=ProfileKind.TORCH_NPU_DB, path=str(db_path), rank=location.rank)
     meta.export_type = ("db",)
     issues: list[Issue] = []
-    _read_json_meta(db_path, meta, issues)
+    _read_json_meta(lay, meta, issues)
 
     progress(f"reading {db_path.name}", 0.0)
     with SqliteDb(db_path) as db:
@@ -115,26 +192,6 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
 # Locating the files
 
 
-def find_db(path: Path, rank: int | None = None) -> Path:
-    """The DB file for a location: the file itself, or the one inside a root / output dir."""
-    path = Path(path)
-    if path.is_file() or not path.exists():
-        if not path.exists():
-            raise ProfileError(path, "file not found")
-        return path
-    for folder in (path / OUTPUT_DIR, path):
-        if not folder.is_dir():
-            continue
-        dbs = sorted(p for p in folder.iterdir() if DB_NAME_RE.match(p.name))
-        if rank is not None:
-            ranked = [p for p in dbs if p.name == f"ascend_pytorch_profiler_{rank}.db"]
-            dbs = ranked or dbs
-        if dbs:
-            return dbs[-1]
-    raise ProfileError(path, "no ascend_pytorch_profiler*.db found (export_type=db writes it to "
-                             "ASCEND_PROFILER_OUTPUT/)")
-
-
 def companion_files(db_path: Path) -> list[Path]:
     """The other files :func:`read` reads for this DB (for the cache key)."""
     root = db_path.parent.parent if db_path.parent.name == OUTPUT_DIR else db_path.parent
@@ -142,18 +199,16 @@ def companion_files(db_path: Path) -> list[Path]:
     return out + sorted(root.glob("profiler_info*.json"))
 
 
-def _read_json_meta(db_path: Path, meta: ProfileMeta, issues: list[Issue]) -> None:
+def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
     """profiler_info*.json / profiler_metadata.json of the run root, when the DB sits in one."""
-    root = db_path.parent.parent if db_path.parent.name == OUTPUT_DIR else db_path.parent
-    infos = sorted(root.glob("profiler_info*.json"))
-    md = root / "profiler_metadata.json"
-    if not infos and not md.is_file():
+    infos, md = lay.infos, lay.metadata
+    if not infos and md is None:
         return
     for p in infos:
         issues.extend(read_profiler_info(p, meta))
         meta.files.append(str(p))
         break
-    if md.is_file():
+    if md is not None:
         issues.extend(read_profiler_metadata(md, meta))
         meta.files.append(str(md))
     meta.export_type = meta.export_type or ("db",)
@@ -708,3 +763,6 @@ def _ms(v: float) -> int:
 
 def _num_key(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
+
+
+READER = Reader(ProfileKind.TORCH_NPU_DB, read, probe_dir, probe_file)

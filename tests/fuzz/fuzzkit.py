@@ -185,11 +185,8 @@ def warm() -> None:
     import msprof_lsp.mapping.load  # noqa: F401
     import msprof_lsp.mapping.readers.ascend_csv  # noqa: F401
     import msprof_lsp.mapping.readers.trace_json  # noqa: F401
+    import msprof_lsp.mapping.readers.registry  # noqa: F401 - every reader module
     import msprof_lsp.mapping.workspace  # noqa: F401
-    from msprof_lsp.mapping.load import READER_MODULES
-
-    for name in READER_MODULES.values():
-        __import__(f"msprof_lsp.mapping.readers.{name}")
 
 
 def families(scratch: Path) -> list[Family]:

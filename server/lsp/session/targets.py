@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msprof_lsp.mapping.errors import NoProfileFound
-from msprof_lsp.mapping.jobs import Job, source_root_for
+from msprof_lsp.mapping.jobs import Job
 from msprof_lsp.mapping.model import ProfileKind
 
 from ... import pipeline
@@ -50,7 +50,7 @@ def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
             out.append(
                 JobChoice(
                     folder=job.folder.resolve(),
-                    source_root=source_root_for(job.folder, folder).resolve(),
+                    source_root=job.source_root(folder).resolve(),
                     newest=max((loc.mtime for loc in job.locations), default=0.0),
                     kinds=job.kinds,
                     ranks=job.ranks,
