@@ -95,17 +95,10 @@ def _newer(a: Candidate, b: Candidate) -> bool:
 # Walking
 
 
-def _probe_dir(folder: Folder) -> Candidate | None:
+def _claim(seen: Folder | SeenFile) -> Candidate | None:
+    """The first reader (in table order) that recognises a folder or file."""
     for reader in READERS:
-        cand = reader.probe_dir(folder)
-        if cand is not None:
-            return cand
-    return None
-
-
-def _probe_file(file: SeenFile) -> Candidate | None:
-    for reader in READERS:
-        cand = reader.probe_file(file)
+        cand = reader.probe_dir(seen) if isinstance(seen, Folder) else reader.probe_file(seen)
         if cand is not None:
             return cand
     return None
@@ -118,21 +111,21 @@ def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]], list
     except OSError:
         return
     if is_file:
-        cand = _probe_file(SeenFile(path, True, listings))
+        cand = _claim(SeenFile(path, True, listings))
         if cand is not None:
             yield cand
         return
     if not is_dir:
         return
     if path.name == OUTPUT_DIR:  # the result around it, else a bare output: its own profile
-        cand = _probe_dir(listings.folder(path))
+        cand = _claim(listings.folder(path))
         if cand is not None:
             yield cand
         return
     if PROF_DIR_RE.match(path.name):
         # Given a PROF dir directly: inside a torch_npu result it is raw data, the result is the profile.
         for ancestor in (path.parent, path.parent.parent):
-            cand = _probe_dir(listings.folder(ancestor))
+            cand = _claim(listings.folder(ancestor))
             if cand is not None:
                 yield cand
                 return
@@ -151,7 +144,7 @@ def _walk_dir(
         return
     seen_dirs.add(key)
     folder = listings.folder(path)
-    cand = _probe_dir(folder)
+    cand = _claim(folder)
     if cand is not None:
         yield cand
         return  # FRAMEWORK/, PROF_*/ inside a result are its raw data
@@ -159,7 +152,7 @@ def _walk_dir(
         return
     bare = folder.has_dir(OUTPUT_DIR)
     if bare:  # results copied out of their root: the output dir is the profile
-        cand = _probe_dir(folder.sub(OUTPUT_DIR))
+        cand = _claim(folder.sub(OUTPUT_DIR))
         if cand is not None:
             yield cand
     subdirs: list[Path] = []
@@ -175,7 +168,7 @@ def _walk_dir(
                 continue
         except OSError:
             continue
-        cand = _probe_file(SeenFile(Path(entry.path), False, listings))
+        cand = _claim(SeenFile(Path(entry.path), False, listings))
         if cand is not None:
             yield cand
     for sub in subdirs:

@@ -61,6 +61,7 @@ class Job:
         """One line: where, which producer, how many ranks (``trace_filter: kineto, 2 ranks (0, 1)``)."""
         where = str(self.folder)
         if base is not None:
+            base = base.absolute() if self.folder.is_absolute() else base  # discovery's folders are absolute
             try:
                 where = str(self.folder.relative_to(base)) if self.folder != base else "."
             except ValueError:

@@ -270,3 +270,23 @@ def test_run_with_text_and_db_exports_is_read_from_text(tmp_path: Path) -> None:
     (root / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
     [loc] = discover([tmp_path])
     assert (loc.kind, loc.path.name, loc.rank) == (ProfileKind.TORCH_NPU_DB, "ascend_pytorch_profiler_0.db", 0)
+
+
+def test_one_reader_per_kind_and_discovery_hands_it_its_layout(tmp_path: Path) -> None:
+    """The registry covers every ProfileKind once, and each location discovery finds carries the
+    layout of the reader its kind names (so reading never classifies the folder again)."""
+    from msprof_lsp.mapping.locations import Layout
+    from msprof_lsp.mapping.readers.registry import READERS, reader_for
+
+    assert sorted(r.kind.value for r in READERS) == sorted(k.value for k in ProfileKind)
+    assert all(reader_for(r.kind) is r for r in READERS)
+    text = _torch_root(tmp_path / "a", "w_20260101000000000_ascend_pt", rank=0, info_suffix=True, mtime=1e9)
+    prof = tmp_path / "b" / "PROF_000001_20260101000000000_ABCDEFG"
+    _touch(prof / "mindstudio_profiler_output" / "op_summary_20260101000000.csv", "Op Name\n")
+    found = {loc.kind: loc for loc in find_all([tmp_path])}
+    assert found[ProfileKind.TORCH_NPU].path == text and found[ProfileKind.MSPROF].path == prof
+    npu, msprof = found[ProfileKind.TORCH_NPU].layout, found[ProfileKind.MSPROF].layout
+    assert isinstance(npu, Layout) and isinstance(msprof, Layout)
+    assert npu.output == text / "ASCEND_PROFILER_OUTPUT" and npu.trace == npu.output / "trace_view.json"
+    assert npu.infos == (text / "profiler_info_0.json",)
+    assert msprof.style == "current" and list(msprof.files) == ["op_summary"]

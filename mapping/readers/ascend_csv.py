@@ -111,10 +111,6 @@ class KernelTable:
     def to_frame(self) -> pd.DataFrame:
         return make_table(KERNEL_SCHEMA, self.columns, self.length)
 
-    @property
-    def pmu_columns(self) -> list[str]:
-        return [c for c in self.columns if c.startswith(PMU_PREFIX)]
-
 
 def read_kernel_table(path: Path, *, producer: str = "torch_npu") -> KernelTable:
     """Read kernel_details.csv (``producer="torch_npu"``) or op_summary_*.csv (``"msprof"``).

@@ -19,10 +19,11 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from .. import safe_io
 from ..errors import ProfileError
-from ..locations import Progress, ProfileLocation
+from ..locations import Layout, Progress, ProfileLocation
 from ..model import Profile, ProfileKind
 
 SNIFF_BYTES = 64 * 1024
@@ -131,7 +132,7 @@ class Reader:
     probe_file: Callable[[SeenFile], Candidate | None] = _no_probe
 
 
-def probe_path(reader: Reader, path: Path) -> Candidate | None:
+def _probe_path(reader: Reader, path: Path) -> Candidate | None:
     """``reader``'s own probe on one path (a location made by hand, without a layout)."""
     path = Path(path)
     listings = Listings()
@@ -143,6 +144,23 @@ def probe_path(reader: Reader, path: Path) -> Candidate | None:
     except OSError:
         pass
     return None
+
+
+L = TypeVar("L", bound=Layout)
+
+
+def own_layout(location: ProfileLocation, reader: Reader, kind: type[L], expected: str) -> L:
+    """The ``kind`` layout discovery found for ``location``, else ``reader``'s probe on its path.
+
+    ProfileError when the path is missing or not the reader's (``expected`` says what was looked for).
+    """
+    if isinstance(location.layout, kind):
+        return location.layout
+    found = _probe_path(reader, location.path)
+    if found is not None and isinstance(found.location.layout, kind):
+        return found.location.layout
+    path = Path(location.path)
+    raise ProfileError(path, expected if path.exists() else "does not exist")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from .protocol import (
     is_file,
     mtime,
     mtime_path,
-    probe_path,
+    own_layout,
     rank_from_names,
 )
 from .trace_json import read_trace_events
@@ -200,20 +200,9 @@ def probe_file(file: SeenFile) -> Candidate | None:
     return Candidate(loc, True, 0)
 
 
-def _layout(location: ProfileLocation) -> NpuLayout:
-    if isinstance(location.layout, NpuLayout):
-        return location.layout
-    found = probe_path(READER, location.path)
-    if found is None or not isinstance(found.location.layout, NpuLayout):
-        if not Path(location.path).exists():
-            raise ProfileError(location.path, "does not exist")
-        raise ProfileError(location.path, f"is not a torch_npu result (no {OUTPUT_DIR}/, no {TRACE})")
-    return found.location.layout
-
-
 def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile:
     """Load and link one torch_npu text-export result."""
-    lay = _layout(location)
+    lay = own_layout(location, READER, NpuLayout, f"is not a torch_npu result (no {OUTPUT_DIR}/, no {TRACE})")
     if lay.output is None and lay.trace is None:
         raise ProfileError(
             lay.root,

@@ -41,7 +41,7 @@ from .ascend_json import read_profiler_info, read_profiler_metadata
 from .cann_db import api_type_names, read_cann
 from .npu_trace import kernel_steps
 from .msprof_cli import DB_RE as MSPROF_DB_RE
-from .protocol import Candidate, Folder, Reader, SeenFile, mtime, mtime_path, probe_path, rank_from_names
+from .protocol import Candidate, Folder, Reader, SeenFile, mtime, mtime_path, own_layout, rank_from_names
 from .sqlite_db import SqliteDb
 from .torch_npu import DB_NAME_RE, OUTPUT_DIR, has_text_outputs, root_name_ts, run_facts, run_folders
 
@@ -116,20 +116,9 @@ def _name_rank(name: str) -> int | None:
     return int(m.group(1)) if m and m.group(1) is not None else None
 
 
-def _layout(location: ProfileLocation) -> DbLayout:
-    if isinstance(location.layout, DbLayout):
-        return location.layout
-    found = probe_path(READER, location.path)
-    if found is None or not isinstance(found.location.layout, DbLayout):
-        if not Path(location.path).exists():
-            raise ProfileError(location.path, "file not found")
-        raise ProfileError(location.path, "no ascend_pytorch_profiler*.db found (export_type=db writes it to "
-                                          f"{OUTPUT_DIR}/)")
-    return found.location.layout
-
-
 def read(location: ProfileLocation, progress: Progress) -> Profile:
-    lay = _layout(location)
+    lay = own_layout(location, READER, DbLayout,
+                     f"no ascend_pytorch_profiler*.db found (export_type=db writes it to {OUTPUT_DIR}/)")
     db_path = lay.db
     meta = ProfileMeta(kind=ProfileKind.TORCH_NPU_DB, path=str(db_path), rank=location.rank)
     meta.export_type = ("db",)

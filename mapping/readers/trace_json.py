@@ -73,7 +73,6 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _BYTE_POS = re.compile(r"\(byte (\d+)\)")
 _WS = b" \t\r\n"
-_POW10 = 10 ** np.arange(19, dtype=np.int64)
 _EPOCH_US_FLOAT_LIMIT = 2**53 / 1000  # numeric ts above this lose sub-ns digits as float64
 
 
