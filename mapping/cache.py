@@ -78,7 +78,7 @@ def input_files(location: ProfileLocation) -> list[Path]:
             # The DB reader also reads analysis.db beside it and the run root's profiler_info.
             from .readers.torch_npu_db import companion_files
 
-            return [root, *companion_files(root)]
+            return [root, *companion_files(location)]
         return [root]
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):

@@ -284,24 +284,27 @@ class _PassCounter:
 
 
 @pytest.mark.parametrize(
-    ("fixture", "jobs", "profiles"),
-    [("HolisticTraceAnalysis", 3, 4), ("Ascend-msinsight/db", 1, 2)],
+    ("fixture", "jobs", "profiles", "cache"),
+    [("HolisticTraceAnalysis", 3, 4, False), ("Ascend-msinsight/db", 1, 2, False), ("Ascend-msinsight/db", 1, 2, True)],
 )
 def test_check_lists_each_folder_once_and_recognises_each_profile_once(
-    fixture: str, jobs: int, profiles: int, monkeypatch: pytest.MonkeyPatch, capsys
+    fixture: str, jobs: int, profiles: int, cache: bool, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     folder = shared_fixture(fixture).resolve()
     tree = {d for d in (folder, *folder.rglob("*")) if d.is_dir()}
     seen = _PassCounter(monkeypatch)
-    r = run_cli(["--check", str(folder), "--no-cache", "--format", "json", "--fail-on", "never"], capsys)
-    assert r.code == 0, r.err
-    doc = json.loads(r.out)
-    assert len(doc["profiles"]) == jobs and sum(len(p["ranks"]) for p in doc["profiles"]) == profiles
-    profile_dirs = {d for d in seen.listed if folder == d or folder in d.parents}
-    # every folder of the tree was looked at (the walk really went through this counter) ...
-    assert profile_dirs == tree
-    # ... and none of them twice: not by the readers, the loader or the source-root search
-    assert [d for d, n in seen.listed.items() if n > 1] == []
-    # each profile recognised by exactly one probe, once; no probe offered the same thing twice
-    assert len(seen.claims) == profiles and set(seen.claims.values()) == {1}
-    assert [k for k, n in seen.probed.items() if n > 1] == []
+    argv = ["--check", str(folder), "--format", "json", "--fail-on", "never"] + ([] if cache else ["--no-cache"])
+    for run in ("cold", "warm") if cache else ("uncached",):  # with the cache: filling it, then reading it
+        seen.listed.clear(), seen.probed.clear(), seen.claims.clear()
+        r = run_cli(argv, capsys)
+        assert r.code == 0, (run, r.err)
+        doc = json.loads(r.out)
+        assert len(doc["profiles"]) == jobs and sum(len(p["ranks"]) for p in doc["profiles"]) == profiles
+        profile_dirs = {d for d in seen.listed if folder == d or folder in d.parents}
+        # every folder of the tree was looked at (the walk really went through this counter) ...
+        assert profile_dirs == tree, run
+        # ... and none of them twice: not by the readers, the loader, the cache or the source-root search
+        assert [d for d in profile_dirs if seen.listed[d] > 1] == [], run
+        # each profile recognised by exactly one probe, once; no probe offered the same thing twice
+        assert len(seen.claims) == profiles and set(seen.claims.values()) == {1}, run
+        assert [k for k, n in seen.probed.items() if n > 1] == [], run

@@ -117,8 +117,7 @@ def _name_rank(name: str) -> int | None:
 
 
 def read(location: ProfileLocation, progress: Progress) -> Profile:
-    lay = own_layout(location, READER, DbLayout,
-                     f"no ascend_pytorch_profiler*.db found (export_type=db writes it to {OUTPUT_DIR}/)")
+    lay = _db_layout(location)
     db_path = lay.db
     meta = ProfileMeta(kind=ProfileKind.TORCH_NPU_DB, path=str(db_path), rank=location.rank)
     meta.export_type = ("db",)
@@ -181,11 +180,16 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
 # Locating the files
 
 
-def companion_files(db_path: Path) -> list[Path]:
-    """The other files :func:`read` reads for this DB (for the cache key)."""
-    root = db_path.parent.parent if db_path.parent.name == OUTPUT_DIR else db_path.parent
-    out = [p for p in (db_path.parent / ANALYSIS_DB, root / "profiler_metadata.json") if p.is_file()]
-    return out + sorted(root.glob("profiler_info*.json"))
+def _db_layout(location: ProfileLocation) -> DbLayout:
+    return own_layout(location, READER, DbLayout,
+                      f"no ascend_pytorch_profiler*.db found (export_type=db writes it to {OUTPUT_DIR}/)")
+
+
+def companion_files(location: ProfileLocation) -> list[Path]:
+    """The other files :func:`read` reads for this DB (for the cache key), from its layout: the run
+    root is not listed again."""
+    lay = _db_layout(location)
+    return [p for p in (lay.db.parent / ANALYSIS_DB, lay.metadata) if p is not None and p.is_file()] + list(lay.infos)
 
 
 def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
