@@ -29,6 +29,7 @@ from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from .frames import Frame
 from .model import Profile
+from .shape_anchor import ShapeAnchorer
 from .source_index import SourceIndex
 from .spans import Span
 from .step_windows import in_steps
@@ -88,6 +89,8 @@ class _Group:
     bwd_sites: tuple[int, ...] = ()
     fallback: tuple[int, int] = (-1, -1)  # (forward, backward) site of the fallback statement
     library: Frame | None = None  # the chosen frame's library line (FrameChoice.library)
+    shapes: str = ""  # stackless kernels: "inputs|outputs|backward" (shape anchoring's key)
+    kname: str = ""  # stackless kernels: the OpType
 
 
 @dataclass(slots=True)
@@ -117,6 +120,7 @@ class Attributor:
         meta = self.profile.meta
         def_lines = meta.def_line_frames
         self.anchorer = Anchorer(self.workspace, def_line_frames=def_lines)
+        self.shape_anchorer = ShapeAnchorer(self.workspace)
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}
         for g in self.groups:
@@ -245,6 +249,7 @@ class Attributor:
             self.i_name = k["name"].astype(str).to_numpy()
             self.i_core = k["core"].astype(str).to_numpy()
             self.i_shapes = k["input_shapes"].astype(str).to_numpy()
+            self.i_out_shapes = k["output_shapes"].astype(str).to_numpy()
             ins = np.zeros(len(k), dtype=bool)
             ins[self.profile.kernels.index.get_indexer(self.profile.kernels_in_steps().index)] = True
             self.i_in_step = ins & work_mask(k)  # waits and communication are no line's work
@@ -262,6 +267,7 @@ class Attributor:
             self.i_name = self.i_type
             self.i_core = np.full(len(rows), "CPU", dtype=object)
             self.i_shapes = self.profile.host_ops["input_dims"].to_numpy()[rows] if len(rows) else np.zeros(0, object)
+            self.i_out_shapes = np.full(len(rows), "", dtype=object)
             self.i_in_step = in_steps(self.profile.steps, self.h_start[rows])
             self.i_host = rows
         self.h_in_step = in_steps(self.profile.steps, self.h_start) if n else np.zeros(0, bool)
@@ -279,12 +285,20 @@ class Attributor:
             "mod": self.h_modpath[self.h_top[hc]] if n else np.zeros(0, np.int64),
             "ann": self._ann_code(self.h_top[hc]) if n else np.zeros(0, np.int64),
             "kt": np.full(n, -1, dtype=np.int64),
+            "shp": np.full(n, -1, dtype=np.int64),
         })
         ni = len(self.i_dur)
         ctx = self.i_ctx
         cc = np.where(ctx >= 0, ctx, 0)
         has = ctx >= 0
         kt_codes, kt_names = pd.factorize(pd.Series(self.i_type, dtype=object))
+        # kernels without a stack or module chain are also told apart by their shapes (and
+        # direction), which shape anchoring (mapping.shape_anchor) turns into the layer's call
+        stackless = (self.i_sid < 0) & (np.where(has, self.h_modpath[self.h_top[cc]] if n else -1, -1) < 0)
+        sig = pd.Series(self.i_shapes, dtype=object).astype(str) + "|" + pd.Series(
+            self.i_out_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_bwd).astype(str)
+        shp_codes, shp_names = pd.factorize(sig)
+        self._shape_sigs = [str(x) for x in shp_names]
         i_keys = pd.DataFrame({
             "sid": self.i_sid,
             "ctx": np.where(has, self.h_name[cc] if n else -1, -1),
@@ -292,10 +306,11 @@ class Attributor:
             "mod": np.where(has, self.h_modpath[self.h_top[cc]] if n else -1, -1),
             "ann": np.where(has, self._ann_code(self.h_top[cc]) if n else -1, -1),
             "kt": np.where(has, -1, kt_codes),
+            "shp": np.where(stackless, shp_codes, -1),
         }) if ni else h_keys.iloc[:0]
         both = pd.concat([h_keys, i_keys], ignore_index=True)
         if len(both):
-            gid = both.groupby(["sid", "ctx", "top", "mod", "ann", "kt"], sort=False).ngroup().to_numpy(np.int64)
+            gid = both.groupby(["sid", "ctx", "top", "mod", "ann", "kt", "shp"], sort=False).ngroup().to_numpy(np.int64)
         else:
             gid = np.zeros(0, np.int64)
         self.h_group = gid[:n]
@@ -319,6 +334,9 @@ class Attributor:
                                          int(self.h_modpath[self.h_top[c]]), ""))
                 else:
                     groups.append(_Group(int(self.i_sid[i]), -1, -1, -1, str(kt_names[kt_codes[i]])))
+                if stackless[i]:
+                    groups[-1].shapes = self._shape_sigs[shp_codes[i]]
+                    groups[-1].kname = str(self.i_type[i])
         self.groups = groups
 
     def _ann_code(self, ops: np.ndarray) -> np.ndarray:
@@ -461,11 +479,26 @@ class Attributor:
                 if g.ctx >= 0 and self.h_scope[g.ctx]:
                     g.anchor = Anchor(note=f"time under {self.h_names[self.h_name[g.ctx]]} outside any op")
                     continue
+                # the layer its shapes name first; else the one construct of its type
+                by_shape = self._by_shape(g, ctx, cache) if g.shapes else None
+                if by_shape is not None and by_shape.sites:
+                    g.anchor = by_shape
+                    continue
                 key = ("i", ctx.keys) if ctx.keys else ("i", ctx)
                 anchor = cache.get(key)
                 if anchor is None:
                     anchor = cache[key] = a.anchor_inferred(ctx)
-                g.anchor = anchor
+                # not attributed: the shape note (which layers fit) says more than the type note
+                g.anchor = anchor if anchor.sites or by_shape is None else by_shape
+
+    def _by_shape(self, g: _Group, ctx: OpContext, cache: dict) -> Anchor | None:
+        """A stackless kernel group anchored by the layer its shapes name (None: not a layer op)."""
+        ins, outs, bwd = g.shapes.split("|")
+        key = ("shape", ctx.keys, g.kname, g.shapes)
+        if key not in cache:
+            sa = self.shape_anchorer.anchor(ctx.keys, g.kname, ctx.label, ins, outs, bwd == "True")
+            cache[key] = None if not sa.note else (Anchor((sa.site,)) if sa.site is not None else Anchor(note=sa.note))
+        return cache[key]
 
     def _no_frame_note(self, sid: int) -> str:
         stack = self.profile.stacks[sid]

@@ -52,9 +52,11 @@ class ProfileBuilder:
         return len(self.modules) - 1
 
     def kernel(self, name: str, type: str, start: int, dur: int, *, host_op: int = -1, core: str = "AI_CORE",
-               step: int = -1, shapes: str = "", backward: bool = False, fwd_op: int = -1) -> int:
+               step: int = -1, shapes: str = "", backward: bool = False, fwd_op: int = -1,
+               out_shapes: str = "") -> int:
         self.kernels.append(dict(name=name, type=type, core=core, start_ns=start, dur_ns=dur, host_op=host_op,
-                                 step=step, input_shapes=shapes, backward=backward, fwd_op=fwd_op))
+                                 step=step, input_shapes=shapes, backward=backward, fwd_op=fwd_op,
+                                 output_shapes=out_shapes))
         return len(self.kernels) - 1
 
     def step(self, sid: int, start: int, end: int) -> None:
@@ -72,10 +74,10 @@ class ProfileBuilder:
         host = make_table(HOST_OP_SCHEMA, ops, len(self.ops))
         cols: dict[str, list[Any]] = {k: [] for k in ("name", "type", "core", "start_ns", "dur_ns", "host_op",
                                                       "step", "input_shapes", "backward", "fwd_op", "stack",
-                                                      "link")}
+                                                      "link", "output_shapes")}
         for k in self.kernels:
             for c in ("name", "type", "core", "start_ns", "dur_ns", "host_op", "step", "input_shapes",
-                      "backward", "fwd_op"):
+                      "backward", "fwd_op", "output_shapes"):
                 cols[c].append(k[c])
             if k["backward"] and k["fwd_op"] >= 0:
                 cols["stack"].append(self._stack_of_chain(k["fwd_op"]))
