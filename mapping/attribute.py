@@ -29,6 +29,7 @@ from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from .frames import Frame
 from .model import Profile
+from .sequence_anchor import SequenceAnchorer
 from .shape_anchor import ShapeAnchorer
 from .source_index import SourceIndex
 from .spans import Span
@@ -91,6 +92,8 @@ class _Group:
     library: Frame | None = None  # the chosen frame's library line (FrameChoice.library)
     shapes: str = ""  # stackless kernels: "inputs|outputs|backward" (shape anchoring's key)
     kname: str = ""  # stackless kernels: the OpType
+    keys: frozenset[str] = frozenset()  # stackless kernels: construct keys (sequence anchoring)
+    by_shape: bool = False  # anchored by shape: a landmark for sequence anchoring
 
 
 @dataclass(slots=True)
@@ -299,6 +302,7 @@ class Attributor:
             self.i_out_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_bwd).astype(str)
         shp_codes, shp_names = pd.factorize(sig)
         self._shape_sigs = [str(x) for x in shp_names]
+        self.i_stackless = stackless
         i_keys = pd.DataFrame({
             "sid": self.i_sid,
             "ctx": np.where(has, self.h_name[cc] if n else -1, -1),
@@ -480,9 +484,10 @@ class Attributor:
                     g.anchor = Anchor(note=f"time under {self.h_names[self.h_name[g.ctx]]} outside any op")
                     continue
                 # the layer its shapes name first; else the one construct of its type
+                g.keys = ctx.keys
                 by_shape = self._by_shape(g, ctx, cache) if g.shapes else None
                 if by_shape is not None and by_shape.sites:
-                    g.anchor = by_shape
+                    g.anchor, g.by_shape = by_shape, True
                     continue
                 key = ("i", ctx.keys) if ctx.keys else ("i", ctx)
                 anchor = cache.get(key)
@@ -533,6 +538,8 @@ class Attributor:
                 fb = anchor.fallback if g.library is None else replace(anchor.fallback, library=g.library)
                 g.fallback = (self._register(fb), self._register(replace(fb, note=_join(fb.note, bnote))))
         self.i_site = self._sites_for(self.i_group, self.i_bwd, self.i_ctx, self.i_dur)
+        if self.source == "device":
+            self._by_sequence()
         n = self.n_host
         if n:
             real = ~self.h_scope
@@ -540,6 +547,34 @@ class Attributor:
             self.h_site = np.where(real, op_site, -1)
         else:
             self.h_site = np.zeros(0, np.int64)
+
+    def _by_sequence(self) -> None:
+        """Stackless kernels still without a site, placed by launch order between the kernels
+        anchored by shape (mapping.sequence_anchor)."""
+        land_g = np.array([g.by_shape for g in self.groups] + [False], dtype=bool)
+        grp = np.where(self.i_group >= 0, self.i_group, len(self.groups))
+        land = self.i_stackless & land_g[grp] & (self.i_site >= 0)
+        need = self.i_stackless & (self.i_site < 0) & ~land
+        if not land.any() or not need.any():
+            return
+        seq = SequenceAnchorer(self.workspace)
+        start = self.profile.kernels["start_ns"].to_numpy(np.int64)
+        rows = np.nonzero(land | need)[0]
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        prev: Site | None = None
+        pending: list[int] = []
+        for r in rows.tolist():
+            if not land[r]:
+                pending.append(r)
+                continue
+            site = self.base_sites[int(self.i_site[r])]
+            if prev is not None and pending:
+                sites = seq.align(prev, site, [self.groups[int(self.i_group[p])].keys for p in pending])
+                for p, s in zip(pending, sites):
+                    if s is not None:
+                        self.i_site[p] = self._register(s)
+            pending = []
+            prev = site
 
     def _sites_for(self, group: np.ndarray, bwd: np.ndarray, ctx: np.ndarray, dur: np.ndarray) -> np.ndarray:
         """Base site index per row from its group's decision (and ordinal when several calls)."""

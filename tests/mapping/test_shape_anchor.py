@@ -331,3 +331,87 @@ class Net(nn.Module):
     sa = ShapeAnchorer(_ws(tmp_path, text))
     hit = sa.anchor(frozenset({"matmul"}), "MatMulV2", "MatMulV2", "64,32;32,32", "64,32", False)
     assert hit.site is None and "self.fc is called at 2 places" in hit.note
+
+
+# ---------------------------------------------------------------------------------------------
+# sequence anchoring between shape-anchored kernels
+
+SEQ_MODEL = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, 2 * d)
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x))
+
+
+class Net(nn.Module):
+    def __init__(self, d=64, classes=10):
+        super().__init__()
+        self.fc1 = nn.Linear(d, d)
+        self.act = nn.ReLU()
+        self.drop = nn.Dropout(0.1)
+        self.block = Block(d)
+        self.fc2 = nn.Linear(2 * d, classes)
+
+    def forward(self, x):
+        x = self.drop(self.act(self.fc1(x)))
+        x = self.block(x)
+        x = F.gelu(x)
+        return self.fc2(x)
+'''
+
+
+def test_sequence_anchoring_places_kernels_between_shape_landmarks(tmp_path):
+    """msprof CLI form of one step of SEQ_MODEL: the elementwise kernels have several candidate
+    constructs in the workspace (two ReLU-like, two Dropout-like would defeat the type-only rule)
+    but one between their neighbouring layers; backward runs the same intervals in reverse."""
+    text = SEQ_MODEL + '''
+
+def other(x):
+    return F.dropout(F.relu(x)), torch.tanh(x), F.gelu(x)
+'''
+    b = ProfileBuilder(kind=ProfileKind.MSPROF)
+    t = iter(range(0, 10_000, 100))
+    k = {}
+
+    def kern(key, name, typ, shapes="", out=""):
+        k[key] = b.kernel(name, typ, next(t), 10, shapes=shapes, out_shapes=out)
+
+    kern("fc1", "mm", "MatMulV2", "32,64;64,64", "32,64")
+    kern("relu", "relu", "Relu", "32,64", "32,64")
+    kern("mask", "genmask", "DropOutGenMask", "2", "256")
+    kern("domask", "domask", "DropOutDoMask", "32,64;256;1", "32,64")
+    kern("proj", "mm", "MatMulV2", "32,64;128,64", "32,128")
+    kern("tanh", "tanh", "Tanh", "32,128", "32,128")
+    kern("gelu", "gelu", "Gelu", "32,128", "32,128")
+    kern("fc2", "mm", "MatMulV2", "32,128;10,128", "32,10")
+    # backward, reverse order
+    kern("fc2_dx", "mm", "MatMulV2", "32,10;10,128", "32,128")
+    kern("gelu_grad", "gelug", "GeluGrad", "32,128;32,128;32,128", "32,128")
+    kern("tanh_grad", "tanhg", "TanhGrad", "32,128;32,128", "32,128")
+    kern("proj_dw", "mm", "MatMulV2", "32,128;32,64", "128,64")
+    kern("relu_grad", "relug", "ReluGrad", "32,64;32,64", "32,64")
+    kern("fc1_dw", "mm", "MatMulV2", "32,64;32,64", "64,64")
+    p = b.build()
+    a = attribute(p, _ws(tmp_path, text))
+    expect = {
+        "relu": "self.act(self.fc1(x))", "domask": "self.drop(self.act(self.fc1(x)))",
+        "mask": "self.drop(self.act(self.fc1(x)))", "tanh": "torch.tanh(self.proj(x))", "gelu": "F.gelu(x)",
+        "gelu_grad": "F.gelu(x)", "tanh_grad": "torch.tanh(self.proj(x))", "relu_grad": "self.act(self.fc1(x))",
+    }
+    for key, needle in expect.items():
+        site = a.site_of_kernel(k[key])
+        assert site is not None, (key, a.heat.notes)
+        assert span_tuple(site.span) == locate(text, needle), key
+        assert site.confidence is Confidence.INFERRED and "by launch order" in site.note
+    relu = a.site_of_kernel(k["relu"])
+    assert f"after self.fc1(x) (line {locate(text, 'self.fc1(x)')[0]})" in relu.note
+    # fc1's own forward and dW are square 64x64: fc1 is the only 64x64 layer, so shape decides
+    assert span_tuple(a.site_of_kernel(k["fc1_dw"]).span) == locate(text, "self.fc1(x)")
+    assert a.heat.attributed_ns == a.heat.total_device_ns
