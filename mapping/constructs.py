@@ -19,7 +19,7 @@ from .source_index import CallSite, ModuleAttr, SourceIndex
 SEARCHABLE_KEYS = frozenset({
     "relu", "dropout", "matmul", "conv", "layer_norm", "rms_norm", "batch_norm", "softmax",
     "log_softmax", "cross_entropy", "gelu", "silu", "sigmoid", "tanh", "layout", "to", "item",
-    "embedding", "attention", "pool",
+    "embedding", "attention", "pool", "optimizer_step",
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +112,10 @@ def op_keys(name: str) -> frozenset[str]:
 # ---------------------------------------------------------------------------------------------
 # Device kernel OpTypes -> keys
 
+# optimizer updates: Ascend Apply* kernels (ApplyAdamW), fused/foreach optimizer kernels; they
+# belong to ``optimizer.step()`` even where no Optimizer.step# scope was recorded
+OPTIMIZER_KERNEL = re.compile(r"^Apply[A-Z]|multi_tensor_apply|fused_?adam|fused_?sgd|foreach_adam", re.IGNORECASE)
+
 _KERNEL_PATTERNS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
     (re.compile(p, re.I), frozenset(k.split())) for p, k in (
         (r"dropout|genmask|genbitmask|domask", "dropout"),
@@ -133,6 +137,7 @@ _KERNEL_PATTERNS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (r"^flashattention|^fusedinferattention|^promptflashattention|^increflashattention", "attention"),
         (r"^(gather|embedding)", "embedding"),
         (r"^(maxpool|avgpool|adaptiveavgpool|adaptivemaxpool)", "pool"),
+        (OPTIMIZER_KERNEL.pattern, "optimizer_step"),
         (r"^(add|axpy|addn|sub)$", "add"),
         (r"^(mul|muls)$", "mul"),
         (r"^(realdiv|div|divs)$", "div"),

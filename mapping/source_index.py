@@ -377,6 +377,23 @@ class _Fragment:
     placed: dict[tuple[str, int], tuple[list[tuple[Span, Span]], list[Statement]]] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Placed:
+    """All fragments' rows at absolute lines, before the file's tables are built from them."""
+
+    calls: list[_RawCall] = field(default_factory=list)
+    spans: list[tuple[Span, Span]] = field(default_factory=list)  # (call span, statement span) per call
+    functions: list[FunctionInfo] = field(default_factory=list)
+    classes: list[tuple[str, str, Span, tuple[str, ...], list[str]]] = field(default_factory=list)
+    attrs: list[tuple[_RawAttr, int]] = field(default_factory=list)  # with the chunk's line delta
+    imports: list[ImportInfo] = field(default_factory=list)
+    loops: list[tuple[str, Span, Span, str, str, str, int, int]] = field(default_factory=list)
+    statements: list[Statement] = field(default_factory=list)
+    bindings: list[tuple[str, str, str, Span]] = field(default_factory=list)
+    module_names: set[str] = field(default_factory=set)
+    main_guard: Span | None = None
+
+
 class _Scope:
     __slots__ = ("kind", "qualname", "name", "self_name", "loop_depth", "methods")
 
@@ -882,84 +899,87 @@ class SourceIndex:
         return index
 
     def _compose(self, frags: list[tuple[int, str, _Fragment]]) -> None:
+        """Join the chunks' fragments into the file's tables, in named phases."""
+        raw = self._place_fragments(frags)
+        self._compose_imports(raw)
+        calls = self._compose_calls(raw)
+        self._compose_functions(raw, calls)
+        self._compose_classes(raw, calls)
+
+    def _place_fragments(self, frags: list[tuple[int, str, _Fragment]]) -> "_Placed":
+        """Every fragment's rows moved to absolute lines (call spans reused per chunk and shift)."""
         path = self.path
-        raw_calls: list[_RawCall] = []
-        functions: list[FunctionInfo] = []
-        class_rows = []
-        raw_attrs: list[tuple[_RawAttr, int]] = []
-        imports: list[ImportInfo] = []
-        loops = []
-        statements: list[Statement] = []
-        bindings = []
-        module_names: set[str] = set()
-        main_guard = None
+        raw = _Placed()
         module_order = 0
         chunk_map: dict[str, _Fragment] = {}
-        placed_spans: list[tuple[Span, Span]] = []
         for line, chunk, frag in frags:
             chunk_map[chunk] = frag
             d = line - 1
-            base = len(raw_calls)
+            base = len(raw.calls)
             placed = frag.placed.get((path, d))
             if placed is None:
                 placed = ([(_shift(c.span, path, d), _shift(c.stmt, path, d)) for c in frag.calls],
                           [Statement(_shift(st.span, path, d), st.text, st.function) for st in frag.statements])
                 frag.placed = {(path, d): placed}
-            placed_spans.extend(placed[0])
-            statements.extend(placed[1])
-            raw_calls.extend(frag.calls)
+            raw.spans.extend(placed[0])
+            raw.statements.extend(placed[1])
+            raw.calls.extend(frag.calls)
             # module-level execution order continues across chunks
             n_mod = sum(1 for c in frag.calls if c.function == MODULE_SCOPE)
             call_delta_mod = module_order
             module_order += n_mod
             if n_mod:
-                for i in range(base, len(raw_calls)):
-                    c = raw_calls[i]
+                for i in range(base, len(raw.calls)):
+                    c = raw.calls[i]
                     if c.function == MODULE_SCOPE and call_delta_mod:
-                        raw_calls[i] = _RawCall(c.span, c.text, c.callee, c.name, c.receiver, c.function, c.cls,
+                        raw.calls[i] = _RawCall(c.span, c.text, c.callee, c.name, c.receiver, c.function, c.cls,
                                                 c.stmt, c.order + call_delta_mod, c.depth, c.operator,
                                                 c.self_attr, c.element, c.loop_attr, c.in_loop)
             for f in frag.functions:
-                functions.append(FunctionInfo(f.qualname, f.name, f.cls, f.parent, _shift(f.span, path, d),
-                                              f.def_line + d, f.first_line + d, _shift(f.header, path, d),
-                                              _shift(f.body, path, d), f.self_name))
+                raw.functions.append(FunctionInfo(f.qualname, f.name, f.cls, f.parent, _shift(f.span, path, d),
+                                                  f.def_line + d, f.first_line + d, _shift(f.header, path, d),
+                                                  _shift(f.body, path, d), f.self_name))
             for row in frag.classes:
-                class_rows.append((row[0], row[1], _shift(row[2], path, d), row[3], row[4]))
+                raw.classes.append((row[0], row[1], _shift(row[2], path, d), row[3], row[4]))
             for a in frag.attrs:
-                raw_attrs.append((a, d))
+                raw.attrs.append((a, d))
             for (mod, name, asname, bound, target, span, fn) in frag.imports:
-                imports.append(ImportInfo(mod, name, asname, bound, target, _shift(span, path, d), fn))
+                raw.imports.append(ImportInfo(mod, name, asname, bound, target, _shift(span, path, d), fn))
             for (kind, span, header, fn, target, iter_text, start, end) in frag.loops:
-                loops.append((kind, _shift(span, path, d), _shift(header, path, d), fn, target, iter_text,
-                              base + start, base + end))
+                raw.loops.append((kind, _shift(span, path, d), _shift(header, path, d), fn, target, iter_text,
+                                  base + start, base + end))
             for (fn, name, ctor, span) in frag.bindings:
-                bindings.append((fn, name, ctor, _shift(span, path, d)))
-            module_names |= frag.module_names
-            if frag.main_guard is not None and main_guard is None:
-                main_guard = _shift(frag.main_guard, path, d)
+                raw.bindings.append((fn, name, ctor, _shift(span, path, d)))
+            raw.module_names |= frag.module_names
+            if frag.main_guard is not None and raw.main_guard is None:
+                raw.main_guard = _shift(frag.main_guard, path, d)
         self._chunks = chunk_map
-        self.module_names = frozenset(module_names)
+        self.module_names = frozenset(raw.module_names)
+        self.statements = tuple(raw.statements)
+        self.main_guard = raw.main_guard
+        return raw
+
+    def _compose_imports(self, raw: "_Placed") -> None:
+        """Imports, and the per-scope import tables :meth:`resolve` reads."""
+        imports = raw.imports
         self.imports = tuple(imports)
-        self.statements = tuple(statements)
-        self.main_guard = main_guard
         self.torch_npu_import = next(
             (i for i in imports if i.module == "torch_npu" or i.module.startswith("torch_npu.")), None
         )
-
-        # import tables per scope for qualified names
         scope_imports: dict[str, dict[str, str]] = {}
         for imp in imports:
             if imp.bound:
                 scope_imports.setdefault(imp.function, {}).setdefault(imp.bound, imp.target)
         self._scope_imports = scope_imports
-        self._parents = {f.qualname: f.parent for f in functions}
-        resolve = self.resolve
+        self._parents = {f.qualname: f.parent for f in raw.functions}
 
-        # calls with absolute spans, qualified names and occurrences
+    def _compose_calls(self, raw: "_Placed") -> list[CallSite]:
+        """Calls with absolute spans, qualified names and occurrences, indexed per function."""
+        resolve = self.resolve
         occ: dict[tuple[str, str], int] = {}
         calls: list[CallSite] = []
         resolved: dict[tuple[str, str], str] = {}
-        for c, (span, stmt) in zip(raw_calls, placed_spans):
+        for c, (span, stmt) in zip(raw.calls, raw.spans):
             key = (c.function, c.text)
             k = occ.get(key, 0)
             occ[key] = k + 1
@@ -973,15 +993,19 @@ class SourceIndex:
             calls.append(CallSite(span, c.text, c.callee, qual, c.name, c.receiver, c.function,
                                   c.cls, stmt, c.order, c.depth, k, c.operator, c.self_attr,
                                   c.element, c.loop_attr, c.in_loop, len(calls)))
-        # execution order per function: post-order already; sort indices by (function, order)
         self.calls = tuple(calls)
         # calls are collected in post-order, so each function's list is already in execution order
         by_fn: dict[str, list[int]] = {}
         for i, c in enumerate(calls):
             by_fn.setdefault(c.function, []).append(i)
         self._calls_by_fn = by_fn
+        return calls
+
+    def _compose_functions(self, raw: "_Placed", calls: list[CallSite]) -> None:
+        """Functions with their calls, loops with their body's calls, ``name = Ctor(...)`` bindings."""
+        by_fn = self._calls_by_fn
         self.functions = {}
-        for f in functions:
+        for f in raw.functions:
             if f.qualname in self.functions:
                 continue  # a redefinition (if/else variants): the first one wins
             self.functions[f.qualname] = FunctionInfo(f.qualname, f.name, f.cls, f.parent, f.span, f.def_line,
@@ -990,14 +1014,18 @@ class SourceIndex:
         self.loops = tuple(
             LoopInfo(kind, span, header, fn, target, iter_text,
                      tuple(i for i in range(start, end) if calls[i].function == fn))
-            for (kind, span, header, fn, target, iter_text, start, end) in loops
+            for (kind, span, header, fn, target, iter_text, start, end) in raw.loops
         )
         self.bindings = tuple(
-            Binding(fn, name, ctor, resolve(ctor, fn), span) for (fn, name, ctor, span) in bindings
+            Binding(fn, name, ctor, self.resolve(ctor, fn), span) for (fn, name, ctor, span) in raw.bindings
         )
-        # classes with their sub-module attributes and where each is called
+
+    def _compose_classes(self, raw: "_Placed", calls: list[CallSite]) -> None:
+        """Classes with their sub-module attributes and where each is called."""
+        path = self.path
+        resolve = self.resolve
         attrs_by_cls: dict[str, dict[str, ModuleAttr]] = {}
-        for a, d in raw_attrs:
+        for a, d in raw.attrs:
             fn = f"{a.cls}.__init__"
             elements = tuple(
                 ModuleAttr(str(i), _shift(s, path, d), ctor, resolve(ctor, fn), ctor.rsplit(".", 1)[-1], text, i)
@@ -1012,7 +1040,7 @@ class SourceIndex:
             if c.self_attr and c.cls:
                 attr_calls.setdefault(c.cls, {}).setdefault(c.self_attr, []).append(i)
         self.classes = {}
-        for (qual, name, span, bases, methods) in class_rows:
+        for (qual, name, span, bases, methods) in raw.classes:
             if qual in self.classes:
                 continue
             self.classes[qual] = ClassInfo(

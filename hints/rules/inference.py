@@ -29,6 +29,7 @@ from msprof_lsp.hints.fixes import inference as fx
 from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping import timemodel
+from msprof_lsp.mapping.constructs import OPTIMIZER_KERNEL
 from msprof_lsp.mapping.spans import Confidence, Span
 
 from .. import profile_query as pq, source_query as sq
@@ -49,8 +50,6 @@ def _train_flag(concrete: str) -> bool | None:
 
 
 GRAD_KERNEL = re.compile(r"Grad(V\d+)?$|Backward")
-# optimizer updates: Ascend Apply* kernels (ApplyAdamW), fused/foreach optimizer kernels
-OPTIMIZER_KERNEL = re.compile(r"^Apply[A-Z]|multi_tensor_apply|fused_?adam|fused_?sgd|foreach_adam", re.IGNORECASE)
 # collectives that reduce gradients (allGather and broadcast also move parameters and outputs)
 GRADIENT_COLLECTIVE = re.compile(r"all_?reduce|reduce_?scatter", re.IGNORECASE)
 # host ops that issue a collective (device tasks go through the time model's classifier)

@@ -415,3 +415,23 @@ def other(x):
     # fc1's own forward and dW are square 64x64: fc1 is the only 64x64 layer, so shape decides
     assert span_tuple(a.site_of_kernel(k["fc1_dw"]).span) == locate(text, "self.fc1(x)")
     assert a.heat.attributed_ns == a.heat.total_device_ns
+
+
+def test_optimizer_update_kernels_land_on_optimizer_step(tmp_path):
+    """msprof CLI form: no Optimizer.step# scope, only the fused update kernels."""
+    text = SEQ_MODEL + '''
+
+def train(model, loader):
+    opt = torch.optim.AdamW(model.parameters())
+    for x, y in loader:
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+'''
+    b = ProfileBuilder(kind=ProfileKind.MSPROF)
+    kid = b.kernel("ApplyAdamWV2_1", "ApplyAdamWV2", 0, 40, core="AI_VECTOR_CORE", shapes="64,64;64,64;64,64;64,64")
+    a = attribute(b.build(), _ws(tmp_path, text))
+    site = a.site_of_kernel(kid)
+    assert site is not None and span_tuple(site.span) == locate(text, "opt.step()")
+    assert site.confidence is Confidence.INFERRED
