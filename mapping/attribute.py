@@ -29,7 +29,7 @@ from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from .frames import Frame
 from .model import Profile
-from .sequence_anchor import SequenceAnchorer
+from .sequence_anchor import SequenceAnchorer, attached, shared_tensor
 from .shape_anchor import ShapeAnchorer
 from .source_index import SourceIndex
 from .spans import Span
@@ -298,8 +298,14 @@ class Attributor:
         # kernels without a stack or module chain are also told apart by their shapes (and
         # direction), which shape anchoring (mapping.shape_anchor) turns into the layer's call
         stackless = (self.i_sid < 0) & (np.where(has, self.h_modpath[self.h_top[cc]] if n else -1, -1) < 0)
-        sig = pd.Series(self.i_shapes, dtype=object).astype(str) + "|" + pd.Series(
-            self.i_out_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_bwd).astype(str)
+        # the op the user called (aten::linear: X, W, bias) names the layer for every kernel it
+        # launched (TransData, Cast, the matmul itself); kernels without host op use their own
+        own = pd.Series(self.i_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_out_shapes, dtype=object).astype(str)
+        if n:
+            dims = self.profile.host_ops["input_dims"].astype(str).to_numpy(object)
+            top_dims = pd.Series(np.where(has, dims[self.h_top[cc]], ""), dtype=object) + "|"
+            own = pd.Series(np.where(has, top_dims.to_numpy(object), own.to_numpy(object)), dtype=object)
+        sig = own + "|" + pd.Series(self.i_bwd).astype(str)
         shp_codes, shp_names = pd.factorize(sig)
         self._shape_sigs = [str(x) for x in shp_names]
         self.i_stackless = stackless
@@ -340,7 +346,7 @@ class Attributor:
                     groups.append(_Group(int(self.i_sid[i]), -1, -1, -1, str(kt_names[kt_codes[i]])))
                 if stackless[i]:
                     groups[-1].shapes = self._shape_sigs[shp_codes[i]]
-                    groups[-1].kname = str(self.i_type[i])
+                    groups[-1].kname = self.h_names[self.h_name[self.h_top[c]]] if c >= 0 else str(self.i_type[i])
         self.groups = groups
 
     def _ann_code(self, ops: np.ndarray) -> np.ndarray:
@@ -549,32 +555,45 @@ class Attributor:
             self.h_site = np.zeros(0, np.int64)
 
     def _by_sequence(self) -> None:
-        """Stackless kernels still without a site, placed by launch order between the kernels
-        anchored by shape (mapping.sequence_anchor)."""
+        """Stackless kernels still without a site, placed by launch order around the kernels
+        anchored by shape (mapping.sequence_anchor): between two of them by the calls that run
+        in between, and next to one when they convert or finish its tensors."""
         land_g = np.array([g.by_shape for g in self.groups] + [False], dtype=bool)
         grp = np.where(self.i_group >= 0, self.i_group, len(self.groups))
         land = self.i_stackless & land_g[grp] & (self.i_site >= 0)
-        need = self.i_stackless & (self.i_site < 0) & ~land
-        if not land.any() or not need.any():
+        if not land.any() or not (self.i_stackless & (self.i_site < 0)).any():
             return
         seq = SequenceAnchorer(self.workspace)
         start = self.profile.kernels["start_ns"].to_numpy(np.int64)
-        rows = np.nonzero(land | need)[0]
-        rows = rows[np.argsort(start[rows], kind="stable")]
-        prev: Site | None = None
-        pending: list[int] = []
-        for r in rows.tolist():
-            if not land[r]:
-                pending.append(r)
+        rows = np.nonzero(self.i_stackless & work_mask(self.profile.kernels))[0]
+        rows = rows[np.argsort(start[rows], kind="stable")].tolist()
+        marks = [i for i, r in enumerate(rows) if land[r]]
+        for j, m in enumerate([-1, *marks]):
+            nxt = marks[j] if j < len(marks) else len(rows)
+            segment = rows[m + 1:nxt]
+            if not segment:
                 continue
-            site = self.base_sites[int(self.i_site[r])]
-            if prev is not None and pending:
-                sites = seq.align(prev, site, [self.groups[int(self.i_group[p])].keys for p in pending])
-                for p, s in zip(pending, sites):
-                    if s is not None:
-                        self.i_site[p] = self._register(s)
-            pending = []
-            prev = site
+            a = rows[m] if m >= 0 else -1
+            b = rows[nxt] if nxt < len(rows) else -1
+            pending = [r for r in segment if self.i_site[r] < 0]
+            if a >= 0 and b >= 0 and pending:
+                sites = seq.align(self.base_sites[int(self.i_site[a])], self.base_sites[int(self.i_site[b])],
+                                  [self.groups[int(self.i_group[p])].keys for p in pending])
+                for p, site in zip(pending, sites):
+                    if site is not None:
+                        self.i_site[p] = self._register(site)
+            # conversions and bias/reduce kernels right after / right before a layer's kernel
+            for land_row, run in ((a, segment), (b, segment[::-1])):
+                if land_row < 0:
+                    continue
+                for r in run:
+                    if self.i_site[r] >= 0 or not attached(self.groups[int(self.i_group[r])].keys):
+                        break
+                    shared = shared_tensor((self.i_shapes[r], self.i_out_shapes[r]),
+                                           (self.i_shapes[land_row], self.i_out_shapes[land_row]))
+                    if shared is None:
+                        break
+                    self.i_site[r] = self._register(seq.beside(self.base_sites[int(self.i_site[land_row])], shared))
 
     def _sites_for(self, group: np.ndarray, bwd: np.ndarray, ctx: np.ndarray, dur: np.ndarray) -> np.ndarray:
         """Base site index per row from its group's decision (and ordinal when several calls)."""

@@ -16,6 +16,11 @@ operators never count, ``@`` does) are candidates. Per kernel family in one inte
 candidate call takes every kernel of that family; as many kernels as calls (or a whole multiple:
 ``F.dropout`` launches a mask and an apply kernel) are matched in order; otherwise nothing is
 picked. The site's confidence is ``inferred`` and its note names the two landmark calls.
+
+Kernels that only convert or finish a layer's tensors -- ``TransData``/``Cast`` before a
+convolution, the bias ``Axpy`` or ``ReduceSum`` after a matmul -- have no call of their own: a run
+of them right before or right after a landmark kernel, each sharing a 2-D-or-more tensor shape
+with it (a 2-D one also transposed), goes to the landmark's call (where a stack would have put it: the same host op).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 
 from .constructs import SEARCHABLE_KEYS, call_keys, module_class_called
 from .heat import Site
+from .shapes import parse_shapes
 from .source_index import CallSite, SourceIndex
 from .spans import Confidence
 from .workspace import SourceWorkspace
@@ -114,11 +120,39 @@ class SequenceAnchorer:
         return call_keys(index, c.idx) if index is not None else frozenset()
 
     @staticmethod
+    def beside(landmark: Site, shared: str) -> Site:
+        """The landmark's call, for a kernel that converts or finishes its tensor ``shared``."""
+        note = f"next to the kernel of {landmark.call_text} in launch order, sharing its tensor {shared}; no call stack"
+        return Site(landmark.span, Confidence.INFERRED, landmark.function, landmark.call_text, None, note,
+                    kind=landmark.kind, occurrence=landmark.occurrence)
+
+    @staticmethod
     def _site(c: CallSite, a: Site, b: Site) -> Site:
         note = (f"by launch order: after {a.call_text} (line {a.span.line}), before {b.call_text} "
                 f"(line {b.span.line}); no call stack")
         return Site(c.span, Confidence.INFERRED, c.function, c.text, None, note, kind="call",
                     occurrence=c.occurrence)
+
+
+# keys of kernels that convert or finish another op's tensors (format, dtype, bias, reductions)
+_ATTACHED_KEYS = frozenset({"layout", "to", "add", "mul", "div"})
+
+
+def attached(keys: frozenset[str]) -> bool:
+    """Can a kernel with these keys belong to the layer op beside it?"""
+    return keys <= _ATTACHED_KEYS
+
+
+def shared_tensor(kernel: tuple[str, str], landmark: tuple[str, str]) -> str | None:
+    """A tensor shape (2-D or more) that a kernel's inputs/outputs share with a landmark's, as
+    ``64×3×32×32``, or None. Arguments are (input shapes, output shapes) texts."""
+    mine = {s for text in kernel for s in parse_shapes(text) if s is not None and len(s) >= 2}
+    for text in landmark:
+        for s in parse_shapes(text):
+            # a 2-D weight is also seen transposed (TransData of W before a matmul taking Wᵀ)
+            if s is not None and (s in mine or (len(s) == 2 and (s[1], s[0]) in mine)):
+                return "×".join(str(d) for d in s)
+    return None
 
 
 def _related(pa: _Place, pb: _Place) -> bool:
