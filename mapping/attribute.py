@@ -30,7 +30,7 @@ from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site,
 from .frames import Frame
 from .model import Profile
 from .sequence_anchor import SequenceAnchorer, attached, shared_tensor
-from .shape_anchor import ShapeAnchorer
+from .shape_anchor import Form, ShapeAnchorer
 from .source_index import SourceIndex
 from .spans import Span
 from .step_windows import in_steps
@@ -94,6 +94,7 @@ class _Group:
     kname: str = ""  # stackless kernels: the OpType
     keys: frozenset[str] = frozenset()  # stackless kernels: construct keys (sequence anchoring)
     by_shape: bool = False  # anchored by shape: a landmark for sequence anchoring
+    forward: bool = False  # the landmark is a forward use of the layer (not a gradient)
 
 
 @dataclass(slots=True)
@@ -508,8 +509,10 @@ class Attributor:
         key = ("shape", ctx.keys, g.kname, g.shapes)
         if key not in cache:
             sa = self.shape_anchorer.anchor(ctx.keys, g.kname, ctx.label, ins, outs, bwd == "True")
-            cache[key] = None if not sa.note else (Anchor((sa.site,)) if sa.site is not None else Anchor(note=sa.note))
-        return cache[key]
+            cache[key] = (None if not sa.note else (Anchor((sa.site,)) if sa.site is not None else Anchor(note=sa.note)),
+                          sa.form is Form.FORWARD)
+        anchor, g.forward = cache[key]
+        return anchor
 
     def _no_frame_note(self, sid: int) -> str:
         stack = self.profile.stacks[sid]
@@ -551,6 +554,15 @@ class Attributor:
             real = ~self.h_scope
             op_site = self._sites_for(self.h_group, self.h_is_bwd, self.h_ctx, self.h_self)
             self.h_site = np.where(real, op_site, -1)
+            if self.source == "device":
+                # a stackless op anchored through its kernels (shape, sequence) is where they are:
+                # the first forward kernel launched under its user-called op decides
+                kf = np.nonzero((self.i_site >= 0) & ~self.i_bwd & (self.i_ctx >= 0) & self.i_stackless)[0][::-1]
+                top_site = np.full(n, -1, dtype=np.int64)
+                top_site[self.h_top[self.i_ctx[kf]]] = self.i_site[kf]
+                cand = top_site[self.h_top]
+                self.h_site = np.where(real & (self.h_site < 0) & (cand >= 0) & (self.h_stack[self.h_ctx] < 0),
+                                       cand, self.h_site)
         else:
             self.h_site = np.zeros(0, np.int64)
 
@@ -575,13 +587,6 @@ class Attributor:
                 continue
             a = rows[m] if m >= 0 else -1
             b = rows[nxt] if nxt < len(rows) else -1
-            pending = [r for r in segment if self.i_site[r] < 0]
-            if a >= 0 and b >= 0 and pending:
-                sites = seq.align(self.base_sites[int(self.i_site[a])], self.base_sites[int(self.i_site[b])],
-                                  [self.groups[int(self.i_group[p])].keys for p in pending])
-                for p, site in zip(pending, sites):
-                    if site is not None:
-                        self.i_site[p] = self._register(site)
             # conversions and bias/reduce kernels right after / right before a layer's kernel
             for land_row, run in ((a, segment), (b, segment[::-1])):
                 if land_row < 0:
@@ -594,6 +599,15 @@ class Attributor:
                     if shared is None:
                         break
                     self.i_site[r] = self._register(seq.beside(self.base_sites[int(self.i_site[land_row])], shared))
+            pending = [r for r in segment if self.i_site[r] < 0]
+            ga = self.groups[int(self.i_group[a])] if a >= 0 else None
+            gb = self.groups[int(self.i_group[b])] if b >= 0 else None
+            if ga is not None and gb is not None and pending and ga.forward == gb.forward:
+                sites = seq.align(self.base_sites[int(self.i_site[a])], self.base_sites[int(self.i_site[b])],
+                                  ga.forward, [self.groups[int(self.i_group[p])].keys for p in pending])
+                for p, site in zip(pending, sites):
+                    if site is not None:
+                        self.i_site[p] = self._register(site)
 
     def _sites_for(self, group: np.ndarray, bwd: np.ndarray, ctx: np.ndarray, dur: np.ndarray) -> np.ndarray:
         """Base site index per row from its group's decision (and ordinal when several calls)."""

@@ -136,6 +136,7 @@ class ShapeAnchor:
     site: Site | None
     note: str
     candidates: tuple[Site, ...] = ()
+    form: Form | None = None  # how the kernel used the layer's weight (with ``site``)
 
 
 class ShapeAnchorer:
@@ -186,7 +187,7 @@ class ShapeAnchorer:
             called = f", called at line {site.span.line}" if site.kind == "call" else ""
             note = f"by shape {what} to {c.where}{called} ({m.form.value}); no call stack"
             return ShapeAnchor(Site(site.span, Confidence.INFERRED, site.function, site.call_text, None, note,
-                                    kind=site.kind, occurrence=site.occurrence), note)
+                                    kind=site.kind, occurrence=site.occurrence), note, form=m.form)
         names = [f"{m.construction.where}" + (f" called at line {s.span.line}" if s.kind == "call" else "")
                  for s, m in by_site.values()] + unplaced
         return ShapeAnchor(None, f"{label}: shapes {what} fit {len(names)} layers ({'; '.join(names[:4])}"
