@@ -758,6 +758,7 @@ class Anchorer:
         if not keys:
             return Anchor(note=f"{ctx.label}: no source construct known for this op")
         cands: list[Site] = []
+        stmts: set[tuple[str, Span, str]] = set()  # (path, statement, function) of the call candidates
         for path in self.workspace.python_files():
             index = self.workspace.index(path)
             if index is None:
@@ -776,13 +777,23 @@ class Anchorer:
                                 cands.append(_attr_site(e, owner, Confidence.INFERRED, None, "", index))
                         continue
                 cands.append(call_site(c, Confidence.INFERRED))
-                if len(cands) > 1:
+                stmts.add((path, c.stmt, c.function))
+                if len(stmts) > 1:
                     break
-            if len(cands) > 1:
+            if len(stmts) > 1:
                 break
         if len(cands) == 1:
             site = replace(cands[0], note=f"inferred from the op type ({ctx.label}); no call stack")
             return Anchor((site,))
+        if len(cands) > 1 and len(stmts) == 1 and all(s.kind == "call" for s in cands):
+            # several candidates, one statement (print(f"{loss.item()}")): the statement has it
+            path, stmt, function = next(iter(stmts))
+            index = self.workspace.index(path)
+            if index is not None:
+                text = index.lines.slice(stmt.line, stmt.col, stmt.end_line, stmt.end_col)
+                return Anchor((Site(stmt, Confidence.INFERRED, function, text, None,
+                                    f"inferred from the op type ({ctx.label}); no call stack", kind="statement",
+                                    occurrence=index.statement_occurrence(stmt, function)),))
         if not cands:
             return Anchor(note=f"{ctx.label}: no matching construct in the workspace")
         return Anchor(note=f"{ctx.label}: several constructs in the workspace could launch it; "

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
+from .constructs import op_keys
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from .frames import Frame
 from .model import Profile
@@ -125,6 +126,7 @@ class Attributor:
         def_lines = meta.def_line_frames
         self.anchorer = Anchorer(self.workspace, def_line_frames=def_lines)
         self.shape_anchorer = ShapeAnchorer(self.workspace)
+        self._sequence = SequenceAnchorer(self.workspace)
         self.notes: dict[str, int] = {}
         self.edit_notes: dict[int, str] = {}
         for g in self.groups:
@@ -547,14 +549,14 @@ class Attributor:
                 fb = anchor.fallback if g.library is None else replace(anchor.fallback, library=g.library)
                 g.fallback = (self._register(fb), self._register(replace(fb, note=_join(fb.note, bnote))))
         self.i_site = self._sites_for(self.i_group, self.i_bwd, self.i_ctx, self.i_dur)
-        if self.source == "device":
+        if self.source is TimeSource.DEVICE:
             self._by_sequence()
         n = self.n_host
         if n:
             real = ~self.h_scope
             op_site = self._sites_for(self.h_group, self.h_is_bwd, self.h_ctx, self.h_self)
             self.h_site = np.where(real, op_site, -1)
-            if self.source == "device":
+            if self.source is TimeSource.DEVICE:
                 # a stackless op anchored through its kernels (shape, sequence) is where they are:
                 # the first forward kernel launched under its user-called op decides
                 kf = np.nonzero((self.i_site >= 0) & ~self.i_bwd & (self.i_ctx >= 0) & self.i_stackless)[0][::-1]
@@ -563,6 +565,7 @@ class Attributor:
                 cand = top_site[self.h_top]
                 self.h_site = np.where(real & (self.h_site < 0) & (cand >= 0) & (self.h_stack[self.h_ctx] < 0),
                                        cand, self.h_site)
+                self._host_by_sequence()
         else:
             self.h_site = np.zeros(0, np.int64)
 
@@ -575,7 +578,7 @@ class Attributor:
         land = self.i_stackless & land_g[grp] & (self.i_site >= 0)
         if not land.any() or not (self.i_stackless & (self.i_site < 0)).any():
             return
-        seq = SequenceAnchorer(self.workspace)
+        seq = self._sequence
         start = self.profile.kernels["start_ns"].to_numpy(np.int64)
         rows = np.nonzero(self.i_stackless & work_mask(self.profile.kernels))[0]
         rows = rows[np.argsort(start[rows], kind="stable")].tolist()
@@ -608,6 +611,28 @@ class Attributor:
                 for p, site in zip(pending, sites):
                     if site is not None:
                         self.i_site[p] = self._register(site)
+
+    def _host_by_sequence(self) -> None:
+        """Stackless forward ops without kernels (``chunk``, ``view``) placed by launch order
+        between the placed user-called ops around them, as kernels are."""
+        n = self.n_host
+        top = (self.h_top == np.arange(n)) & ~self.h_scope & ~self.h_is_bwd & (self.h_stack < 0)
+        rows = np.nonzero(top & (self.h_start >= 0))[0]
+        if not len(rows) or not (self.h_site[rows] < 0).any() or not (self.h_site[rows] >= 0).any():
+            return
+        seq = self._sequence
+        rows = rows[np.lexsort((self.h_start[rows], self.profile.host_ops["tid"].to_numpy(np.int64)[rows]))].tolist()
+        marks = [i for i, r in enumerate(rows) if self.h_site[r] >= 0
+                 and seq.position(self.base_sites[int(self.h_site[r])]) is not None]
+        for m0, m1 in zip(marks, marks[1:]):
+            pending = [r for r in rows[m0 + 1:m1] if self.h_site[r] < 0]
+            if not pending:
+                continue
+            a, b = self.base_sites[int(self.h_site[rows[m0]])], self.base_sites[int(self.h_site[rows[m1]])]
+            sites = seq.align(a, b, True, [op_keys(self.h_names[self.h_name[r]]) for r in pending])
+            for r, site in zip(pending, sites):
+                if site is not None:
+                    self.h_site[r] = self._register(site)
 
     def _sites_for(self, group: np.ndarray, bwd: np.ndarray, ctx: np.ndarray, dur: np.ndarray) -> np.ndarray:
         """Base site index per row from its group's decision (and ordinal when several calls)."""

@@ -301,6 +301,9 @@ def call_keys(index: SourceIndex, i: int) -> frozenset[str]:
     return keys
 
 
+_LITERAL_CONVERSION = re.compile(r"""\w+\(\s*(?:[rbuRBU]?(?:"[^"]*"|'[^']*')|[-+]?[\d.][\d_.eE+-]*)\s*\)""")
+
+
 def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
     if call.operator:
         return _OPERATOR_KEYS.get(call.callee, frozenset())
@@ -332,6 +335,8 @@ def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
             return frozenset({"optimizer_step"}) if call.name == "step" else frozenset({"zero_grad"})
         if call.name == "step":
             return frozenset()  # scheduler.step(), prof.step()
+    if call.qualname in ("builtins.float", "builtins.int", "builtins.bool") and _LITERAL_CONVERSION.fullmatch(call.text):
+        return frozenset()  # float("-inf"), int(4): no tensor is read
     if call.qualname:  # resolved through the imports: a torch function, or some other module's
         keys = _QUALNAME_KEYS.get(call.qualname)
         if keys is not None:

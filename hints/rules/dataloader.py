@@ -128,6 +128,16 @@ class DataloaderInput(Rule):
         built = _constructions(ctx)
         if len(built) == 1:
             index, call = built[0]
+            # no stack: the gaps are between iterations of the one loop over that loader
+            loops = [lp for lp, b in sq.loops_iterating_loader(index, call.function)
+                     if b is not None and call.stmt.line <= b.span.line <= call.stmt.end_line]
+            if len(loops) == 1:
+                loop_span = loops[0].header
+                fixes = sq.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
+                                      (fx.non_blocking_copies, loop_span, index.path, {}))
+                related = [Related(call.span, f"the DataLoader is built here: {sq.text(index, call.span)}")]
+                return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall,
+                                   evidence=evidence, confidence=Confidence.INFERRED, related=related, fixes=fixes)
             fixes = sq.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
                                   (fx.non_blocking_copies, call.span, index.path, {}))
             return ctx.finding(self, span=call.span, message=message, total_ns=total, wall=wall, evidence=evidence,
