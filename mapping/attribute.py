@@ -179,6 +179,12 @@ class Attributor:
         ) if n else np.zeros(0, bool)
         self.h_top = _jump_root(np.where(ok, parent, idx)) if n else idx
         self.h_root = _jump_root(np.where(parent >= 0, parent, idx)) if n else idx
+        # without stacks: the op whose shapes name the layer is the outermost of the chain of
+        # shaped ops around it (aten::linear above aten::addmm above aclnnAddmm), not a
+        # record_function wrapper above them (DistributedDataParallel.forward)
+        shaped = (h["input_dims"].astype(str).to_numpy(object) != "") & ~self.h_scope if n else np.zeros(0, bool)
+        self.h_shaped = shaped
+        self.h_user = _jump_root(np.where((parent >= 0) & shaped[pp], parent, idx)) if n else idx
         self.h_ctx = np.where(self.h_bwd_fwd >= 0, self.h_bwd_fwd, idx)
         # nearest record_function scope around each op (ProfilerStep#N does not count)
         step_name = np.array([s.startswith("ProfilerStep") for s in self.h_names], dtype=bool) \
@@ -306,7 +312,7 @@ class Attributor:
         own = pd.Series(self.i_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_out_shapes, dtype=object).astype(str)
         if n:
             dims = self.profile.host_ops["input_dims"].astype(str).to_numpy(object)
-            top_dims = pd.Series(np.where(has, dims[self.h_top[cc]], ""), dtype=object) + "|"
+            top_dims = pd.Series(np.where(has, dims[self.h_user[cc]], ""), dtype=object) + "|"
             own = pd.Series(np.where(has, top_dims.to_numpy(object), own.to_numpy(object)), dtype=object)
         sig = own + "|" + pd.Series(self.i_bwd).astype(str)
         shp_codes, shp_names = pd.factorize(sig)
@@ -349,7 +355,7 @@ class Attributor:
                     groups.append(_Group(int(self.i_sid[i]), -1, -1, -1, str(kt_names[kt_codes[i]])))
                 if stackless[i]:
                     groups[-1].shapes = self._shape_sigs[shp_codes[i]]
-                    groups[-1].kname = self.h_names[self.h_name[self.h_top[c]]] if c >= 0 else str(self.i_type[i])
+                    groups[-1].kname = self.h_names[self.h_name[self.h_user[c]]] if c >= 0 else str(self.i_type[i])
         self.groups = groups
 
     def _ann_code(self, ops: np.ndarray) -> np.ndarray:
@@ -561,8 +567,8 @@ class Attributor:
                 # the first forward kernel launched under its user-called op decides
                 kf = np.nonzero((self.i_site >= 0) & ~self.i_bwd & (self.i_ctx >= 0) & self.i_stackless)[0][::-1]
                 top_site = np.full(n, -1, dtype=np.int64)
-                top_site[self.h_top[self.i_ctx[kf]]] = self.i_site[kf]
-                cand = top_site[self.h_top]
+                top_site[self.h_user[self.i_ctx[kf]]] = self.i_site[kf]
+                cand = top_site[self.h_user]
                 self.h_site = np.where(real & (self.h_site < 0) & (cand >= 0) & (self.h_stack[self.h_ctx] < 0),
                                        cand, self.h_site)
                 self._host_by_sequence()
@@ -616,7 +622,7 @@ class Attributor:
         """Stackless forward ops without kernels (``chunk``, ``view``) placed by launch order
         between the placed user-called ops around them, as kernels are."""
         n = self.n_host
-        top = (self.h_top == np.arange(n)) & ~self.h_scope & ~self.h_is_bwd & (self.h_stack < 0)
+        top = (self.h_user == np.arange(n)) & self.h_shaped & ~self.h_is_bwd & (self.h_stack < 0)
         rows = np.nonzero(top & (self.h_start >= 0))[0]
         if not len(rows) or not (self.h_site[rows] < 0).any() or not (self.h_site[rows] >= 0).any():
             return

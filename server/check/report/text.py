@@ -10,6 +10,7 @@ import textwrap
 from collections.abc import Iterable
 
 from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.timemodel import device_time_per_step_ns, profile_breakdown
 from msprof_lsp.mapping.units import format_share, format_us
 
@@ -160,6 +161,8 @@ def hotspots(job: JobReport, run: CheckRun) -> list[str]:
     for h in spans:
         span = h.site.span
         loc = f"{document.rel_path(span.path, run.cwd)}:{span.line}"
+        if h.site.confidence is Confidence.INFERRED:
+            loc += "  (inferred: no call stack)"  # ranked with the others, marked
         out.append(f"  {format_share(h.share):>6} {format_us(h.per_step_ns / 1000):>12}  {loc}")
         code = " ".join(h.site.call_text.split())
         if code:
