@@ -82,11 +82,11 @@ class ReluDropoutFusion(Rule):
         groups: dict[tuple, list[_Pair]] = defaultdict(list)
         constructs: dict[tuple, _Construct | None] = {}
         for pair in pairs:
-            c = _construct(ctx, pair) if how != "kernel order" else None
+            c = _construct(ctx, pair) if how != "kernel order" else _kernel_construct(ctx, pair)
             key = (c.span.path, c.span.line, c.span.col, c.span.end_line, c.span.end_col) if c else ("",)
             groups[key].append(pair)
             constructs[key] = c
-        if how == "kernel order":
+        if how == "kernel order" and ("",) in groups:
             c = _inferred_construct(ctx)
             constructs[("",)] = c
         for key, members in groups.items():
@@ -469,6 +469,16 @@ def _sequential_from_elements(index: SourceIndex, relu: Span, drop: Span, conf: 
                 runs = next((index.calls[i] for i in cls.attr_calls.get(attr.attr, ())), None)
                 return _sequential_pair(index, attr, conf, runs)
     return None
+
+
+def _kernel_construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
+    """Kernel-only evidence: the construct on the line the attribution placed the pair's
+    DoMask kernel (shape / launch-order anchoring, inferred), None when it placed none."""
+    site = _ops.site_of_kernel_row(ctx, int(ctx.profile.kernels.index.get_loc(pair.kernels[-1])))
+    index = _ops.index_of(ctx, site.span.path) if site is not None else None
+    if site is None or index is None:
+        return None
+    return _at_line(index, site.span.line, site.function, Confidence.INFERRED)
 
 
 def _inferred_construct(ctx: RuleContext) -> _Construct | None:

@@ -272,3 +272,52 @@ def test_anchor_spans_in_the_project_are_real_calls(tmp_path):
     assert MODEL.lines[ln - 1][col:].startswith("self.drop(")
     assert TRAIN.line("loss.backward()") < TRAIN.line("optimizer.step()")
     assert Path(tmp_path).exists()
+
+
+def test_kernel_only_pair_lands_where_the_attribution_placed_it(tmp_path):
+    """msprof CLI form (kernels only, no stacks): two ReLU→Dropout constructs in the workspace, so
+    the type-only search refuses; the launch order between the two shape-anchored Linear kernels
+    places the pair on ``self.drop(self.act(self.fc1(x)))``."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "mapping"))
+    from srcmap_builder import ProfileBuilder
+
+    from msprof_lsp.mapping.attribute import attribute
+    from msprof_lsp.mapping.workspace import SourceWorkspace
+
+    text = '''import torch.nn.functional as F
+from torch import nn
+
+
+class Head(nn.Module):
+    def __init__(self, d=64, classes=10):
+        super().__init__()
+        self.fc1 = nn.Linear(d, 2 * d)
+        self.act = nn.ReLU()
+        self.drop = nn.Dropout(0.2)
+        self.fc2 = nn.Linear(2 * d, classes)
+
+    def forward(self, x):
+        x = self.drop(self.act(self.fc1(x)))
+        return self.fc2(x)
+
+
+def other(x):
+    return F.dropout(F.relu(x), p=0.5)
+'''
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "model.py").write_text(text, encoding="utf-8")
+    b = ProfileBuilder(kind=ProfileKind.MSPROF)
+    for t, (typ, shapes, out) in enumerate((
+            ("MatMulV2", "32,64;128,64", "32,128"), ("Relu", "32,128", "32,128"),
+            ("DropOutGenMaskV4", "2", "512"), ("DropOutDoMask", "32,128;512;", "32,128"),
+            ("MatMulV2", "32,128;10,128", "32,10"))):
+        b.kernel(f"{typ}_{t}", typ, 1000 * t, 100, core="AI_VECTOR_CORE", shapes=shapes, out_shapes=out)
+    prof = b.build()
+    ws = SourceWorkspace([root])
+    ctx = RuleContext(prof, attribute(prof, ws), ws, RuleConfig(min_share=0.0))
+    [f] = run_rules(ctx, [rule("NPU101")])
+    assert f.evidence["evidence"] == "kernel order" and f.confidence is Confidence.INFERRED
+    assert f.span is not None and span_text(f.span) == "self.drop(self.act(self.fc1(x)))"
