@@ -435,3 +435,24 @@ def train(model, loader):
     site = a.site_of_kernel(kid)
     assert site is not None and span_tuple(site.span) == locate(text, "opt.step()")
     assert site.confidence is Confidence.INFERRED
+
+
+def test_type_only_candidates_in_one_statement_give_the_statement(tmp_path):
+    """``aten::item`` with no stack: ``loss.item()`` and the ``print`` around it are both
+    candidates, in one statement; ``float("-inf")`` reads no tensor and is none."""
+    text = '''import torch
+
+
+def train(model, batches):
+    mask = torch.full((4, 4), float("-inf"))
+    for x in batches:
+        loss = model(x, mask)
+        print(f"loss {loss.item():.4f}")
+'''
+    b = ProfileBuilder(kind=ProfileKind.TORCH_NPU)
+    op = b.op("aten::item", 0, 100)
+    b.op("aten::_local_scalar_dense", 10, 80, parent=op)
+    a = attribute(b.build(), _ws(tmp_path, text))
+    site = a.site_of_op(op)
+    assert site is not None and site.kind == "statement" and site.confidence is Confidence.INFERRED
+    assert span_tuple(site.span) == locate(text, 'print(f"loss {loss.item():.4f}")')
