@@ -89,6 +89,8 @@ class ReluDropoutFusion(Rule):
         if how == "kernel order" and ("",) in groups:
             c = _inferred_construct(ctx)
             constructs[("",)] = c
+        if how == "kernel order":
+            _attach_backward_kernels(ctx, groups, constructs)
         for key, members in groups.items():
             yield self._finding(ctx, members, constructs[key], how)
 
@@ -471,10 +473,36 @@ def _sequential_from_elements(index: SourceIndex, relu: Span, drop: Span, conf: 
     return None
 
 
+def _attach_backward_kernels(ctx: RuleContext, groups: dict[tuple, list[_Pair]],
+                             constructs: dict[tuple, _Construct | None]) -> None:
+    """Kernel-only evidence: the ``ReluGrad`` / backward ``DropOutDoMask`` kernels the attribution
+    placed on a group's construct belong to it too (as the host links give them)."""
+    a = ctx.attribution
+    k = ctx.profile.kernels
+    if a is None or not len(k):
+        return
+    types = _facts.kernel_types(ctx.profile)
+    taken = {r for members in groups.values() for p in members for r in p.kernels}
+    ok = _facts.kernels_in_steps_mask(ctx.profile) & _facts.is_task(ctx.profile)
+    cand = [int(i) for i in np.flatnonzero(ok) if types[i] == "ReluGrad" or DO_MASK.search(str(types[i]))]
+    for key, members in groups.items():
+        c = constructs.get(key)
+        if c is None:
+            continue
+        spans = {s for s in (c.relu, c.dropout) if s is not None}
+        extra = []
+        for i in cand:  # positions, as the pairs' kernels are
+            site = a.site_of_kernel(i)
+            if i not in taken and site is not None and site.span in spans:
+                extra.append(i)
+                taken.add(i)
+        members[0].kernels.extend(extra)
+
+
 def _kernel_construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
     """Kernel-only evidence: the construct on the line the attribution placed the pair's
     DoMask kernel (shape / launch-order anchoring, inferred), None when it placed none."""
-    site = _ops.site_of_kernel_row(ctx, int(ctx.profile.kernels.index.get_loc(pair.kernels[-1])))
+    site = _ops.site_of_kernel_row(ctx, int(pair.kernels[-1]))  # kernel positions
     index = _ops.index_of(ctx, site.span.path) if site is not None else None
     if site is None or index is None:
         return None

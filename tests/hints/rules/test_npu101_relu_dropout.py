@@ -313,7 +313,10 @@ def other(x):
     for t, (typ, shapes, out) in enumerate((
             ("MatMulV2", "32,64;128,64", "32,128"), ("Relu", "32,128", "32,128"),
             ("DropOutGenMaskV4", "2", "512"), ("DropOutDoMask", "32,128;512;", "32,128"),
-            ("MatMulV2", "32,128;10,128", "32,10"))):
+            ("MatMulV2", "32,128;10,128", "32,10"),
+            # backward: dX of fc2, the dropout and ReLU gradients, dW of fc1
+            ("MatMulV2", "32,10;10,128", "32,128"), ("DropOutDoMask", "32,128;512;", "32,128"),
+            ("ReluGrad", "32,128;32,128", "32,128"), ("MatMulV2", "32,128;32,64", "128,64"))):
         b.kernel(f"{typ}_{t}", typ, 1000 * t, 100, core="AI_VECTOR_CORE", shapes=shapes, out_shapes=out)
     prof = b.build()
     ws = SourceWorkspace([root])
@@ -321,3 +324,7 @@ def other(x):
     [f] = run_rules(ctx, [rule("NPU101")])
     assert f.evidence["evidence"] == "kernel order" and f.confidence is Confidence.INFERRED
     assert f.span is not None and span_text(f.span) == "self.drop(self.act(self.fc1(x)))"
+    # the forward pair and the backward kernels the attribution placed on its calls
+    assert {k["type"]: k["count"] for k in f.evidence["kernels"]} == {
+        "Relu": 1, "DropOutGenMaskV4": 1, "DropOutDoMask": 2, "ReluGrad": 1}
+    assert f.evidence["pairs"] == 1
