@@ -8,19 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.nostack.jobs import JOBS, Form, Job, write_forms
-from tests.nostack.score import FormResult, check_form, score
+from tests.nostack.jobs import Form
+from tests.nostack.score import score
+from tests.nostack.test_harness import checked  # noqa: F401 - the harness's fixture: every form of each job, checked
 
 HOST_FORMS = (Form.NOSTACK, Form.LEVEL0, Form.DB)
-
-
-@pytest.fixture(scope="module", params=sorted(JOBS))
-def checked(request, tmp_path_factory) -> tuple[Job, dict[Form, FormResult]]:
-    job = JOBS[request.param]()
-    tmp = tmp_path_factory.mktemp(job.name)
-    paths = write_forms(job, tmp / "profiles")
-    ws = job.workspace(tmp)
-    return job, {form: check_form(job, path, ws, form) for form, path in paths.items()}
 
 
 @pytest.mark.parametrize("form", HOST_FORMS, ids=lambda f: f.value)
