@@ -140,3 +140,20 @@ def test_text_groups_by_file_and_fits_80_columns(run):
     assert "Found 3 findings (1 warning, 1 info, 1 hint) in 1 file." in out
     coloured = text.render(run, color=True)
     assert "\x1b[33;1mwarning" in coloured
+
+
+def test_text_hotspots_rank_inferred_anchors_with_the_others_and_mark_them(run):
+    from msprof_lsp.mapping.heat import Site, SpanHeat
+
+    job = run.jobs[0]
+    src = job.findings[0].span.path
+    stack = Site(Span(src, 5, 11, 5, 53), Confidence.STACK, "head", "F.dropout(F.relu(x), p=0.1, training=True)")
+    inferred = Site(Span(src, 5, 21, 5, 30), Confidence.INFERRED, "head", "F.relu(x)")
+    job.heat.spans = [SpanHeat(inferred, 900_000, 900_000, 0, 0, 2, 450_000.0, 0.052),
+                      SpanHeat(stack, 400_000, 400_000, 0, 0, 2, 200_000.0, 0.023)]
+    lines = text.hotspots(job, run)
+    rows = [ln for ln in lines if "pkg/model.py:5" in ln]
+    assert len(rows) == 2
+    assert rows[0].endswith("pkg/model.py:5  (inferred: no call stack)") and "5.2%" in rows[0]
+    assert rows[1].endswith("pkg/model.py:5") and "2.3%" in rows[1]
+    assert fits_80_columns("\n".join(lines))
