@@ -785,14 +785,14 @@ class Anchorer:
         if len(cands) == 1:
             site = replace(cands[0], note=f"inferred from the op type ({ctx.label}); no call stack")
             return Anchor((site,))
-        if len(cands) > 1 and len(stmts) == 1 and all(s.kind == "call" for s in cands):
+        if len(cands) > 1 and len(stmts) == 1 and all(s.kind is SiteKind.CALL for s in cands):
             # several candidates, one statement (print(f"{loss.item()}")): the statement has it
             path, stmt, function = next(iter(stmts))
             index = self.workspace.index(path)
             if index is not None:
                 text = index.lines.slice(stmt.line, stmt.col, stmt.end_line, stmt.end_col)
                 return Anchor((Site(stmt, Confidence.INFERRED, function, text, None,
-                                    f"inferred from the op type ({ctx.label}); no call stack", kind="statement",
+                                    f"inferred from the op type ({ctx.label}); no call stack", kind=SiteKind.STATEMENT,
                                     occurrence=index.statement_occurrence(stmt, function)),))
         if not cands:
             return Anchor(note=f"{ctx.label}: no matching construct in the workspace")

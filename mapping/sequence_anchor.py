@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .constructs import call_keys
-from .heat import Site
+from .heat import Site, SiteKind
 from .shapes import parse_shapes
 from .source_index import CallSite, ClassInfo, SourceIndex
 from .spans import Confidence, Span
@@ -145,7 +145,7 @@ class SequenceAnchorer:
 
     def position(self, site: Site) -> int | None:
         """The one position of a landmark's call in the flattened forward (None: not there once)."""
-        if site.kind != "call":
+        if site.kind is not SiteKind.CALL:
             return None
         _ = self.flat
         found = self._pos.get((site.span.path, site.span), [])
@@ -218,13 +218,13 @@ class SequenceAnchorer:
 
     def _site(self, e: Entry, a: Site, b: Site) -> Site:
         c = e.call
-        return Site(c.span, Confidence.INFERRED, c.function, c.text, None, self._note(a, b), kind="call",
+        return Site(c.span, Confidence.INFERRED, c.function, c.text, None, self._note(a, b), kind=SiteKind.CALL,
                     occurrence=c.occurrence)
 
     def _statement(self, e: Entry, a: Site, b: Site) -> Site:
         stmt = e.call.stmt
         text = e.index.lines.slice(stmt.line, stmt.col, stmt.end_line, stmt.end_col)
-        return Site(stmt, Confidence.INFERRED, e.call.function, text, None, self._note(a, b), kind="statement",
+        return Site(stmt, Confidence.INFERRED, e.call.function, text, None, self._note(a, b), kind=SiteKind.STATEMENT,
                     occurrence=e.index.statement_occurrence(stmt, e.call.function))
 
     @staticmethod

@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 
 from .constructs import call_keys
-from .heat import Site
+from .heat import Site, SiteKind
 from .shapes import Shape, numel, parse_shapes
 from .sizes import Construction, LayerKind, SizeResolver, SizeTable
 from .source_index import SourceIndex
@@ -184,11 +184,11 @@ class ShapeAnchorer:
         if len(by_site) == 1 and not unplaced:
             site, m = next(iter(by_site.values()))
             c = m.construction
-            called = f", called at line {site.span.line}" if site.kind == "call" else ""
+            called = f", called at line {site.span.line}" if site.kind is SiteKind.CALL else ""
             note = f"by shape {what} to {c.where}{called} ({m.form.value}); no call stack"
             return ShapeAnchor(Site(site.span, Confidence.INFERRED, site.function, site.call_text, None, note,
                                     kind=site.kind, occurrence=site.occurrence), note, form=m.form)
-        names = [f"{m.construction.where}" + (f" called at line {s.span.line}" if s.kind == "call" else "")
+        names = [f"{m.construction.where}" + (f" called at line {s.span.line}" if s.kind is SiteKind.CALL else "")
                  for s, m in by_site.values()] + unplaced
         return ShapeAnchor(None, f"{label}: shapes {what} fit {len(names)} layers ({'; '.join(names[:4])}"
                                  f"{' …' if len(names) > 4 else ''}); not attributed",
@@ -217,10 +217,10 @@ class ShapeAnchorer:
                 e = next((e for e in elems if e.index == c.element), None)
                 if e is not None:
                     return Site(e.span, Confidence.INFERRED, f"{c.cls}.__init__", e.text, None, "",
-                                kind="element"), ""
+                                kind=SiteKind.ELEMENT), ""
         if len(calls) == 1:
             x = calls[0]
-            return Site(x.span, Confidence.INFERRED, x.function, x.text, None, "", kind="call",
+            return Site(x.span, Confidence.INFERRED, x.function, x.text, None, "", kind=SiteKind.CALL,
                         occurrence=x.occurrence), ""
         if not calls:
             return None, f"self.{c.attr} is never called"
@@ -238,7 +238,7 @@ class ShapeAnchorer:
         # the outermost use: ``(x * self.weight)`` inside a larger expression keeps the inner one
         if len(uses) == 1:
             x = uses[0]
-            return Site(x.span, Confidence.INFERRED, x.function, x.text, None, "", kind="call",
+            return Site(x.span, Confidence.INFERRED, x.function, x.text, None, "", kind=SiteKind.CALL,
                         occurrence=x.occurrence), ""
         return None, (f"self.{c.attr} is used in {len(uses)} places" if uses else f"self.{c.attr} is not used "
                       "in a matmul")

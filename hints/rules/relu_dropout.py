@@ -481,9 +481,9 @@ def _attach_backward_kernels(ctx: RuleContext, groups: dict[tuple, list[_Pair]],
     k = ctx.profile.kernels
     if a is None or not len(k):
         return
-    types = _facts.kernel_types(ctx.profile)
+    types = pq.kernel_types(ctx.profile.kernels)
     taken = {r for members in groups.values() for p in members for r in p.kernels}
-    ok = _facts.kernels_in_steps_mask(ctx.profile) & _facts.is_task(ctx.profile)
+    ok = pq.kernels_in_steps_mask(ctx.profile) & pq.is_task(ctx.profile)
     cand = [int(i) for i in np.flatnonzero(ok) if types[i] == "ReluGrad" or DO_MASK.search(str(types[i]))]
     for key, members in groups.items():
         c = constructs.get(key)
@@ -502,8 +502,8 @@ def _attach_backward_kernels(ctx: RuleContext, groups: dict[tuple, list[_Pair]],
 def _kernel_construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
     """Kernel-only evidence: the construct on the line the attribution placed the pair's
     DoMask kernel (shape / launch-order anchoring, inferred), None when it placed none."""
-    site = _ops.site_of_kernel_row(ctx, int(pair.kernels[-1]))  # kernel positions
-    index = _ops.index_of(ctx, site.span.path) if site is not None else None
+    site = sq.site_of_kernel_row(ctx, int(pair.kernels[-1]))  # kernel positions
+    index = sq.index_of(ctx, site.span.path) if site is not None else None
     if site is None or index is None:
         return None
     return _at_line(index, site.span.line, site.function, Confidence.INFERRED)

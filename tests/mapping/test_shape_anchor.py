@@ -8,6 +8,7 @@ import pytest
 from srcmap_builder import ProfileBuilder, locate, span_tuple
 
 from msprof_lsp.mapping.attribute import attribute
+from msprof_lsp.mapping.heat import SiteKind
 from msprof_lsp.mapping.model import ProfileKind
 from msprof_lsp.mapping.shape_anchor import Form, ShapeAnchorer, match_layer
 from msprof_lsp.mapping.sizes import LayerKind, resolve_sizes
@@ -314,7 +315,7 @@ class Net(nn.Module):
     sa = ShapeAnchorer(_ws(tmp_path, text))
     hit = sa.anchor(frozenset({"matmul"}), "MatMulV2", "MatMulV2", "64,48;16,48", "64,16", False)
     assert hit.site is not None and span_tuple(hit.site.span) == locate(text, "nn.Linear(48, 16)")
-    assert hit.site.kind == "element" and "nn.Linear(48, 16) at line 6" in hit.note
+    assert hit.site.kind is SiteKind.ELEMENT and "nn.Linear(48, 16) at line 6" in hit.note
 
 
 def test_a_layer_called_twice_is_not_picked(tmp_path):
@@ -454,5 +455,5 @@ def train(model, batches):
     b.op("aten::_local_scalar_dense", 10, 80, parent=op)
     a = attribute(b.build(), _ws(tmp_path, text))
     site = a.site_of_op(op)
-    assert site is not None and site.kind == "statement" and site.confidence is Confidence.INFERRED
+    assert site is not None and site.kind is SiteKind.STATEMENT and site.confidence is Confidence.INFERRED
     assert span_tuple(site.span) == locate(text, 'print(f"loss {loss.item():.4f}")')
