@@ -35,12 +35,15 @@ import pandas as pd
 from .heat import Attribution
 from .model import Profile, Step
 from .step_windows import windows
-from .timemodel import TaskClass, task_classes
+from .timemodel import TaskClass, task_classes, work_mask
 
 MAX_STEPS = 8  # steps analysed per profile (the first ones); each is its own graph
 
+# Runtime calls that block the host until device work is done: the syncs, and the memory copies
+# (a copy to pageable host memory returns only when the copy, queued behind the stream, is done)
 SYNC_CALL = re.compile(
-    r"(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|aclrtSynchronize\w*)$"
+    r"(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|aclrtSynchronize\w*|"
+    r"cudaMemcpy\w*|aclrtMemcpy\w*)$"
 )
 _EVENT_WAIT = re.compile(r"^(EVENT_WAIT|Notify[ _]Wait)")
 _EVENT_RECORD = re.compile(r"^(EVENT_RECORD|Notify[ _]Record)")
@@ -101,7 +104,7 @@ class LinePath:
     path: str
     line: int
     total_per_step_ns: float  # the line's device time per step (heat)
-    on_path_per_step_ns: float  # its kernels' time on the critical path, per analysed step
+    on_path_per_step_ns: float  # its work kernels' time on the critical path, per analysed step
     host_on_path_per_step_ns: float  # its host ops' self time on the path, per analysed step
 
 
@@ -243,8 +246,8 @@ def step_graph(profile: Profile, step: Step, classes: np.ndarray | None = None) 
     for key, items in threads.items():
         points: list[tuple[int, int, int, int]] = []  # (time, 0 end / 1 start, tie, item)
         for i, (s, e, _, _) in enumerate(items):
-            points.append((s, 1, -(e - s), i))
-            points.append((e, 0, e - s, i))
+            points.append((s, 1, -(e - s), i))  # at one time: ends, then starts longest first
+            points.append((e, 0 if e > s else 2, e - s, i))  # an empty item closes right after it opens
         points.sort()
         nodes = [g.node(p[0]) for p in points]
         open_items: list[int] = []
@@ -351,8 +354,19 @@ def step_path(profile: Profile, step: Step, classes: np.ndarray | None = None) -
     segments = [g.seg[i] for i in path[:-1]]
     span = (segments[-1].end_ns - segments[0].start_ns) if segments else 0
     h_names = profile.host_ops["name"]
-    kept = [replace(s, name=str(h_names.iat[s.host_op])) if s.kind is SegmentKind.HOST and s.host_op >= 0 else s
-            for s in segments if s.weight_ns > 0]
+    kept: list[Segment] = []
+    for s in segments:
+        if s.weight_ns <= 0:
+            continue
+        if s.kind is SegmentKind.HOST and s.host_op >= 0:
+            s = replace(s, name=str(h_names.iat[s.host_op]))
+        last = kept[-1] if kept else None
+        if (last is not None and last.end_ns == s.start_ns and last.kind is s.kind and last.name == s.name
+                and last.host_op == s.host_op and last.kernel == s.kernel):
+            # one op's self time split by its children's boundaries reads as one segment
+            kept[-1] = replace(last, end_ns=s.end_ns, weight_ns=last.weight_ns + s.weight_ns)
+        else:
+            kept.append(s)
     return StepPath(step.id, total, span, kept)
 
 
@@ -375,9 +389,10 @@ def critical_path(profile: Profile, attribution: Attribution | None = None, max_
         return cp
     on: dict[tuple[str, int], list[float]] = {}
     n = len(paths)
+    work = work_mask(profile.kernels)
     for p in paths:
         for s in p.segments:
-            if s.kernel >= 0 and s.kind in (SegmentKind.KERNEL, SegmentKind.COMM):
+            if s.kernel >= 0 and work[s.kernel]:  # work, as the line's total counts it
                 site, slot = attribution.site_of_kernel(s.kernel), 0
             elif s.host_op >= 0 and s.kind is SegmentKind.HOST:
                 site, slot = attribution.site_of_op(s.host_op), 1

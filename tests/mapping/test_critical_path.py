@@ -54,8 +54,8 @@ def test_step_path_device_bound_step_with_sync():
     assert sp is not None
     assert sp.total_ns == 860
     assert [(s.kind, s.weight_ns) for s in sp.segments] == [
-        (SegmentKind.HOST, 40), (SegmentKind.HOST, 10), (SegmentKind.KERNEL, 400),
-        (SegmentKind.KERNEL, 400), (SegmentKind.WAIT, 10)]
+        (SegmentKind.HOST, 50), (SegmentKind.KERNEL, 400), (SegmentKind.KERNEL, 400), (SegmentKind.WAIT, 10)]
+    assert sp.segments[-1].name == "sync"
     assert [s.kernel for s in sp.segments if s.kind is SegmentKind.KERNEL] == [0, 1]
     assert sp.segments[0].host_op == 0
     kinds = sp.by_kind()
@@ -93,3 +93,61 @@ def test_step_path_event_wait_follows_the_communication_stream():
         (SegmentKind.WAIT, 40), (SegmentKind.COMM, 400), (SegmentKind.WAIT, 10), (SegmentKind.WAIT, 10),
         (SegmentKind.KERNEL, 100)]
     assert sp.span_ns == 600
+
+
+def test_synthetic_kineto_step(tmp_path):
+    """A synthetic CUDA step (tests/synth): a host-bound DataLoader fetch, then the model.
+    Independent counts: the fetch, during which nothing else runs, lies wholly on the path;
+    the segments follow each other in time; kinds add up to the total; the total fits the span."""
+    from pathlib import Path
+
+    from msprof_lsp.mapping.load import load_location, locate
+    from tests.synth.examples import small_run
+    from tests.synth.write_kineto import write_kineto
+
+    trace = write_kineto(small_run(steps=2, world_size=1), tmp_path / "trace.pt.trace.json")
+    profile = load_location(locate(Path(trace)), use_cache=False)
+    cp = critical_path(profile)
+    assert [p.step for p in cp.steps] == [s.id for s in profile.steps] == [1, 2]
+    h = profile.host_ops
+    for sp, step in zip(cp.steps, profile.steps):
+        assert sum(sp.by_kind().values()) == sp.total_ns <= sp.span_ns <= step.dur_ns
+        for a, b in zip(sp.segments, sp.segments[1:]):
+            assert a.end_ns <= b.start_ns
+        fetch = h[h["name"].astype(str).str.startswith("enumerate(DataLoader)")
+                  & (h["start_ns"] >= step.start_ns) & (h["start_ns"] < step.end_ns)]
+        assert len(fetch) == 1
+        f0 = int(fetch["start_ns"].iloc[0])
+        f1 = f0 + int(fetch["dur_ns"].iloc[0])
+        inside = sum(min(s.end_ns, f1) - max(s.start_ns, f0) for s in sp.segments if s.start_ns < f1 and s.end_ns > f0)
+        assert inside == f1 - f0
+        assert sp.by_kind()[SegmentKind.KERNEL] > 0  # the model's kernels reach the path too
+
+
+def test_lines_on_path_through_attribution():
+    """Per line: kernels on the path count for the line their kernel_site names; a kernel off
+    the path does not; host self time goes to host_on_path."""
+    import numpy as np
+
+    from msprof_lsp.mapping.heat import Attribution, LineHeat, Site, SourceHeat
+    from msprof_lsp.mapping.spans import Confidence, Span
+
+    p = _profile(
+        {"name": ["A", "B"], "start_ns": [0, 100], "dur_ns": [100, 50], "pid": [1, 1], "tid": [1, 1]},
+        {"name": ["k1", "k2", "k3"], "core": ["GPU"] * 3, "start_ns": [50, 450, 60], "dur_ns": [400, 400, 10],
+         "stream": [7, 7, 8], "device": [0] * 3, "step": [0] * 3, "host_op": [0, 1, 0]},
+        {"name": ["cudaLaunchKernel", "cudaDeviceSynchronize"], "cat": ["cuda_runtime"] * 2,
+         "start_ns": [40, 150], "dur_ns": [10, 710], "pid": [1, 1], "tid": [1, 1]},
+    )
+    sites = [Site(Span("/w/m.py", 3, 0, 3, 5), Confidence.STACK, "f", "a()"),
+             Site(Span("/w/m.py", 4, 0, 4, 5), Confidence.STACK, "f", "b()")]
+    heat = SourceHeat(1000.0, 1, [], [LineHeat("/w/m.py", 3, 410, 410.0, 0.41), LineHeat("/w/m.py", 4, 400, 400.0, 0.4)],
+                      [], 810, 810, 0)
+    att = Attribution(sites, np.array([0, 1, 0]), np.array([0, 1]), heat)
+    cp = critical_path(p, att)
+    by_line = {lp.line: lp for lp in cp.lines}
+    assert by_line[3].on_path_per_step_ns == 400  # k1; k3 (stream 8) is off the path
+    assert by_line[3].total_per_step_ns == 410.0
+    assert by_line[4].on_path_per_step_ns == 400
+    assert by_line[3].host_on_path_per_step_ns == 50  # A's time up to k1's launch call's end
+    assert by_line[4].host_on_path_per_step_ns == 0  # B's slack is off the path
