@@ -208,39 +208,71 @@ _KIND_OF_CLASS = {
 }
 
 
-def step_graph(profile: Profile, step: Step, classes: np.ndarray | None = None) -> tuple[_Graph, int] | None:
+@dataclass(slots=True)
+class _Tables:
+    """The columns the graphs read, converted once per profile (not once per step)."""
+
+    h_start: np.ndarray
+    h_end: np.ndarray
+    h_pid: np.ndarray
+    h_tid: np.ndarray
+    h_names: np.ndarray
+    e_start: np.ndarray
+    e_end: np.ndarray
+    e_pid: np.ndarray
+    e_tid: np.ndarray
+    e_sync: np.ndarray  # bool: a blocking runtime call
+    k_step: np.ndarray
+    k_start: np.ndarray
+    k_end: np.ndarray
+    k_names: np.ndarray
+    k_dev: np.ndarray
+    k_stream: np.ndarray
+    k_launcher: np.ndarray
+    k_classes: np.ndarray
+
+    @classmethod
+    def of(cls, profile: Profile) -> "_Tables":
+        h, k, ev = profile.host_ops, profile.kernels, profile.host_events
+        i8 = np.int64
+        h_start, e_start, k_start = (t["start_ns"].to_numpy(i8) for t in (h, ev, k))
+        e_names = ev["name"].astype(str).to_numpy()
+        sync_names = {n for n in set(e_names.tolist()) if SYNC_CALL.search(n)}
+        return cls(
+            h_start, h_start + h["dur_ns"].to_numpy(i8), h["pid"].to_numpy(i8), h["tid"].to_numpy(i8),
+            h["name"].astype(str).to_numpy(),
+            e_start, e_start + ev["dur_ns"].to_numpy(i8), ev["pid"].to_numpy(i8), ev["tid"].to_numpy(i8),
+            np.isin(e_names, list(sync_names)) if sync_names else np.zeros(len(e_names), dtype=bool),
+            k["step"].to_numpy(i8), k_start, k_start + k["dur_ns"].to_numpy(i8), k["name"].astype(str).to_numpy(),
+            k["device"].to_numpy(i8), k["stream"].to_numpy(i8), k["host_op"].to_numpy(i8), task_classes(k),
+        )
+
+
+def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> tuple[_Graph, int] | None:
     """The event graph of one step and its end node (the latest node); None when the step is
     empty."""
     g = _Graph()
-    h, k, ev = profile.host_ops, profile.kernels, profile.host_events
-    h_start = h["start_ns"].to_numpy(np.int64)
-    h_end = h_start + h["dur_ns"].to_numpy(np.int64)
+    t = tables if tables is not None else _Tables.of(profile)
+    h_start, h_end, e_start, e_end = t.h_start, t.h_end, t.e_start, t.e_end
+    k_step, k_start, k_end = t.k_step, t.k_start, t.k_end
     h_in = np.flatnonzero((h_start >= step.start_ns) & (h_start < step.end_ns))
-    e_start = ev["start_ns"].to_numpy(np.int64)
-    e_end = e_start + ev["dur_ns"].to_numpy(np.int64)
     e_in = np.flatnonzero((e_start >= step.start_ns) & (e_start < step.end_ns))
-    e_names = ev["name"].astype(str).to_numpy()
-    k_step = k["step"].to_numpy(np.int64)
-    k_start = k["start_ns"].to_numpy(np.int64)
-    k_end = k_start + k["dur_ns"].to_numpy(np.int64)
     if (k_step >= 0).any():
         k_in = np.flatnonzero(k_step == step.id)
     else:
         k_in = np.flatnonzero((k_start >= step.start_ns) & (k_start < step.end_ns))
-    if classes is None:
-        classes = task_classes(k)
 
     # -- host threads: one chain of boundary points each ----------------------------------------
     # items: (start, end, host_op row or -1, is a sync call)
     threads: dict[tuple[int, int], list[tuple[int, int, int, bool]]] = {}
-    pid, tid = h["pid"].to_numpy(np.int64), h["tid"].to_numpy(np.int64)
-    for r in h_in.tolist():
-        threads.setdefault((int(pid[r]), int(tid[r])), []).append((int(h_start[r]), int(h_end[r]), r, False))
-    epid, etid = ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)
+    for r, p_, t_, a_, b_ in zip(h_in.tolist(), t.h_pid[h_in].tolist(), t.h_tid[h_in].tolist(),
+                                 h_start[h_in].tolist(), h_end[h_in].tolist()):
+        threads.setdefault((p_, t_), []).append((a_, b_, r, False))
     syncs: list[tuple[int, int]] = []  # (end node, end time) of sync calls
-    for r in e_in.tolist():
-        is_sync = bool(SYNC_CALL.search(e_names[r]))
-        threads.setdefault((int(epid[r]), int(etid[r])), []).append((int(e_start[r]), int(e_end[r]), -1, is_sync))
+    for p_, t_, a_, b_, sy in zip(t.e_pid[e_in].tolist(), t.e_tid[e_in].tolist(), e_start[e_in].tolist(),
+                                  e_end[e_in].tolist(), t.e_sync[e_in].tolist()):
+        threads.setdefault((p_, t_), []).append((a_, b_, -1, sy))
+    op_thread: dict[int, tuple[int, int]] = {}
     op_nodes: dict[int, tuple[int, int]] = {}  # host op row -> (first point index, last) in its thread
     thread_points: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}
     for key, items in threads.items():
@@ -252,7 +284,7 @@ def step_graph(profile: Profile, step: Step, classes: np.ndarray | None = None) 
         nodes = [g.node(p[0]) for p in points]
         open_items: list[int] = []
         first: dict[int, int] = {}
-        for j, (t, is_start, _, i) in enumerate(points):
+        for j, (when, is_start, _, i) in enumerate(points):
             if j > 0:
                 top = open_items[-1] if open_items else -1
                 if top >= 0 and items[top][3]:  # inside a sync call: waiting for the device
@@ -264,40 +296,39 @@ def step_graph(profile: Profile, step: Step, classes: np.ndarray | None = None) 
                 open_items.append(i)
                 first[i] = j
             else:
-                if i in open_items:  # improperly nested items close wherever they are
+                if open_items and open_items[-1] == i:
+                    open_items.pop()
+                elif i in open_items:  # improperly nested items close wherever they are
                     open_items.remove(i)
                 row = items[i][2]
                 if row >= 0:
                     op_nodes[row] = (first[i], j)
+                    op_thread[row] = key
                 if items[i][3]:
-                    syncs.append((nodes[j], t))
+                    syncs.append((nodes[j], when))
         thread_points[key] = (np.array([p[0] for p in points], dtype=np.int64), nodes)
-    op_thread = {r: (int(pid[r]), int(tid[r])) for r in h_in.tolist()}
 
     # -- device streams --------------------------------------------------------------------------
-    names = k["name"].astype(str).to_numpy()
-    dev = k["device"].to_numpy(np.int64)
-    stream = k["stream"].to_numpy(np.int64)
-    launcher = k["host_op"].to_numpy(np.int64)
+    names, dev, stream, launcher, classes = t.k_names, t.k_dev, t.k_stream, t.k_launcher, t.k_classes
     k_nodes: dict[int, tuple[int, int]] = {}
     order = k_in[np.lexsort((k_start[k_in], stream[k_in], dev[k_in]))]
     prev_end = -1
     prev_key: tuple[int, int] | None = None
-    for r in order.tolist():
-        cls = TaskClass(int(classes[r]))
-        kind = _KIND_OF_CLASS[cls]
-        a, b = g.node(int(k_start[r])), g.node(int(k_end[r]))
-        g.edge(a, b, kind, kernel=r, name=names[r])
+    for r, s0, s1, cls, d_, st_, op, name in zip(
+            order.tolist(), k_start[order].tolist(), k_end[order].tolist(), classes[order].tolist(),
+            dev[order].tolist(), stream[order].tolist(), launcher[order].tolist(), names[order].tolist()):
+        kind = _KIND_OF_CLASS[TaskClass(cls)]
+        a, b = g.node(s0), g.node(s1)
+        g.edge(a, b, kind, kernel=r, name=name)
         k_nodes[r] = (a, b)
-        key = (int(dev[r]), int(stream[r]))
+        key = (d_, st_)
         if key == prev_key:
             g.edge(prev_end, a, SegmentKind.WAIT, name=Dependency.STREAM.value)
         prev_end, prev_key = b, key
-        op = int(launcher[r])
-        if op in op_nodes and op in op_thread:
+        if op in op_nodes:
             times, nodes = thread_points[op_thread[op]]
             lo, hi = op_nodes[op]
-            j = int(np.searchsorted(times[lo:hi + 1], k_start[r], side="right")) - 1 + lo
+            j = int(np.searchsorted(times[lo:hi + 1], s0, side="right")) - 1 + lo
             g.edge(nodes[max(j, lo)], a, SegmentKind.WAIT, name=Dependency.LAUNCH.value)
 
     # -- cross-stream events (Ascend EVENT_RECORD -> EVENT_WAIT) --------------------------------
@@ -318,13 +349,12 @@ def step_graph(profile: Profile, step: Step, classes: np.ndarray | None = None) 
 
     # -- host synchronisation: the sync call ends after the device work it waited for ---------
     if syncs and len(k_in):
-        work = [r for r in k_in.tolist() if _KIND_OF_CLASS[TaskClass(int(classes[r]))] is not SegmentKind.WAIT]
-        ends = np.array([k_end[r] for r in work], dtype=np.int64)
-        o = np.argsort(ends, kind="stable")
-        work_sorted = [work[i] for i in o.tolist()]
-        ends = ends[o]
-        for node, t in syncs:
-            j = int(np.searchsorted(ends, t, side="right")) - 1
+        work = k_in[classes[k_in] != int(TaskClass.WAIT)]
+        o = np.argsort(k_end[work], kind="stable")
+        work_sorted = work[o].tolist()
+        ends = k_end[work][o]
+        for node, when in syncs:
+            j = int(np.searchsorted(ends, when, side="right")) - 1
             if j >= 0:
                 g.edge(k_nodes[work_sorted[j]][1], node, SegmentKind.WAIT, name=Dependency.SYNC.value)
 
@@ -334,8 +364,8 @@ def step_graph(profile: Profile, step: Step, classes: np.ndarray | None = None) 
     return g, int(np.flatnonzero(times == times.max())[-1])
 
 
-def step_path(profile: Profile, step: Step, classes: np.ndarray | None = None) -> StepPath | None:
-    built = step_graph(profile, step, classes)
+def step_path(profile: Profile, step: Step, tables: _Tables | None = None) -> StepPath | None:
+    built = step_graph(profile, step, tables)
     if built is None:
         return None
     g, _ = built
@@ -353,13 +383,13 @@ def step_path(profile: Profile, step: Step, classes: np.ndarray | None = None) -
     total, path = res
     segments = [g.seg[i] for i in path[:-1]]
     span = (segments[-1].end_ns - segments[0].start_ns) if segments else 0
-    h_names = profile.host_ops["name"]
+    h_names = tables.h_names if tables is not None else profile.host_ops["name"].astype(str).to_numpy()
     kept: list[Segment] = []
     for s in segments:
         if s.weight_ns <= 0:
             continue
         if s.kind is SegmentKind.HOST and s.host_op >= 0:
-            s = replace(s, name=str(h_names.iat[s.host_op]))
+            s = replace(s, name=str(h_names[s.host_op]))
         last = kept[-1] if kept else None
         if (last is not None and last.end_ns == s.start_ns and last.kind is s.kind and last.name == s.name
                 and last.host_op == s.host_op and last.kernel == s.kernel):
@@ -382,8 +412,8 @@ def critical_path(profile: Profile, attribution: Attribution | None = None, max_
     if len(steps) > max_steps:
         notes.append(f"critical path of the first {max_steps} of {len(steps)} steps")
         steps = steps[:max_steps]
-    classes = task_classes(profile.kernels)
-    paths = [p for s in steps if (p := step_path(profile, s, classes)) is not None]
+    tables = _Tables.of(profile)
+    paths = [p for s in steps if (p := step_path(profile, s, tables)) is not None]
     cp = CriticalPath(paths, notes=notes)
     if attribution is None or not paths:
         return cp
