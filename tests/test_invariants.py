@@ -143,6 +143,13 @@ def assert_document_invariants(doc: dict) -> None:
     b = prof["breakdown"]
     for s in b["steps"]:
         assert_step_adds_up(s)
+    cp = prof.get("critical_path")
+    for s in ([cp] + cp["steps"]) if cp else []:  # its kinds add up and it fits its span
+        assert all(v >= 0 for v in s["by_kind_us"].values()), s
+        assert sum(s["by_kind_us"].values()) == pytest.approx(s["total_us"], abs=US_SLACK), s
+        assert s["total_us"] <= s["span_us"] + US_SLACK, s
+    for line in (cp or {}).get("lines", []):
+        assert line["on_path_us"] >= 0 and line["host_on_path_us"] >= 0, line
     mean = b["mean"]
     if b["steps"]:
         assert_step_adds_up(mean)

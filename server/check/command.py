@@ -14,6 +14,7 @@ from typing import TextIO
 
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.mapping.attribute import attribute
+from msprof_lsp.mapping.critical_path import critical_path
 from msprof_lsp.mapping.compare import compare
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.jobs import Job
@@ -96,6 +97,7 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                 JobReport(
                     profile=a.profile,
                     heat=a.attribution.heat,
+                    critical_path=critical_path(a.profile, a.attribution),
                     findings=a.findings,
                     cluster=a.loaded.cluster,
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),

@@ -102,6 +102,29 @@ def test_hotspot_shares_match_the_profile(project, capsys):
         assert h["device_time_us"] == pytest.approx(sum(o["time_us"] for o in h["ops"]), rel=1e-3, abs=0.01)
 
 
+def test_json_critical_path(project, capsys):
+    """profile.critical_path: its kinds add up to its total, the total fits the path's span and the
+    step, and each line's time on the path is at most its total (all steps analysed here)."""
+    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    cp = doc["profile"]["critical_path"]
+    assert cp is not None and len(cp["steps_analysed"]) == doc["profile"]["steps"]
+    assert set(cp["by_kind_us"]) == {"host", "kernel", "comm", "wait"}
+    assert sum(cp["by_kind_us"].values()) == pytest.approx(cp["total_us"], abs=0.01)
+    assert 0 < cp["total_us"] <= cp["span_us"] + 0.01
+    shown = sum(s["us"] for s in cp["segments"])
+    assert len(cp["segments"]) == min(cp["steps"][0]["segments"], 200)
+    if len(cp["segments"]) == cp["steps"][0]["segments"]:
+        assert shown == pytest.approx(cp["steps"][0]["total_us"], abs=0.01)
+    assert shown <= cp["steps"][0]["total_us"] + 0.01
+    assert cp["lines"], "lines with time on the path expected on a profile with stacks"
+    hot = {(h["path"], h["line"]) for h in doc["hotspots"]}
+    for line in cp["lines"]:
+        assert not line["path"].startswith("/")
+        assert line["on_path_us"] <= line["total_us"] + 0.01
+        if line["on_path_us"] > 0:
+            assert (line["path"], line["line"]) in hot or len(hot) == 20
+
+
 def test_output_file(project, tmp_path, capsys):
     target = tmp_path / "report.json"
     r = run_cli(["--check", ".", "--format", "json", "--output", str(target), "--fail-on", "never"], capsys)

@@ -14,6 +14,7 @@ from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.mapping.compare import Comparison
+from msprof_lsp.mapping.critical_path import CriticalPath
 from msprof_lsp.mapping.heat import SpanHeat
 from msprof_lsp.mapping.model import ClusterSummary, Profile
 from msprof_lsp.mapping.step_infer import describe as describe_steps
@@ -122,6 +123,39 @@ def hotspot_dict(h: SpanHeat, cwd: Path, steps: int) -> dict[str, Any]:
             }
             for o in h.ops
         ],
+    }
+
+
+MAX_PATH_LINES = 20
+MAX_PATH_SEGMENTS = 200  # of the first analysed step
+
+
+def critical_path_dict(cp: CriticalPath | None, cwd: Path) -> dict[str, Any] | None:
+    """The critical path per analysed step and per source line (docs/numbers.md "Critical path")."""
+    if cp is None or not cp.steps:
+        return None
+    n = len(cp.steps)
+    return {
+        "steps_analysed": [p.step for p in cp.steps],
+        "total_us": _us(cp.total_per_step_ns),
+        "span_us": _us(sum(p.span_ns for p in cp.steps) / n),
+        "by_kind_us": {k.value: _us(v) for k, v in cp.by_kind_per_step().items()},
+        "steps": [
+            {"step": p.step, "total_us": _us(p.total_ns), "span_us": _us(p.span_ns), "segments": len(p.segments),
+             "by_kind_us": {k.value: _us(v) for k, v in p.by_kind().items()}}
+            for p in cp.steps
+        ],
+        "segments": [
+            {"kind": s.kind.value, "start_us": _us(s.start_ns - cp.steps[0].segments[0].start_ns),
+             "us": _us(s.weight_ns), "name": s.name}
+            for s in cp.steps[0].segments[:MAX_PATH_SEGMENTS]
+        ] if cp.steps[0].segments else [],
+        "lines": [
+            {"path": rel_path(lp.path, cwd), "line": lp.line, "total_us": _us(lp.total_per_step_ns),
+             "on_path_us": _us(lp.on_path_per_step_ns), "host_on_path_us": _us(lp.host_on_path_per_step_ns)}
+            for lp in cp.lines[:MAX_PATH_LINES]
+        ],
+        "notes": list(cp.notes),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from msprof_lsp.hints.finding import Finding, Fix, Severity
 from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.mapping.compare import Comparison
+from msprof_lsp.mapping.critical_path import CriticalPath
 from msprof_lsp.mapping.heat import SourceHeat
 from msprof_lsp.mapping.model import ClusterSummary, Profile
 
@@ -26,6 +27,7 @@ class JobReport:
     ranks: list[int] = field(default_factory=list)
     comparison: Comparison | None = None
     notes: list[str] = field(default_factory=list)
+    critical_path: CriticalPath | None = None
 
 
 def merge_repeated(jobs: list[JobReport], cwd: Path) -> None:
@@ -99,6 +101,7 @@ class CheckRun:
         hotspots = []
         for job in self.jobs:
             pdict = document.profile_dict(job.profile, job.cluster, job.ranks, cwd, job.heat.mapped_share)
+            pdict["critical_path"] = document.critical_path_dict(job.critical_path, cwd)
             profiles.append(pdict)
             for f in sorted(job.findings, key=Finding.sort_key):
                 findings.append(document.finding_dict(f, cwd, pdict["path"]))
