@@ -1,6 +1,6 @@
 """Benchmark: reading a large kernel_details.csv.
 
-Generates a spec-exact torch_npu Level1 kernel_details.csv (ascend-formats.md §5: CRLF rows from
+Generates a spec-exact torch_npu Level1 kernel_details.csv (CRLF rows from
 ``csv.writer`` defaults, leading ``Step Id``, ``Device_id``, TAB inside the quoted start times,
 triple-quoted shapes, ``N/A`` cells on HCCL rows, PipeUtilization PMU columns and
 ``cube_utilization(%)``) and times, each in its own subprocess so peak RSS is per candidate:
@@ -46,7 +46,7 @@ HEADER = [
     "cube_utilization(%)",
 ]
 
-# (name, type, core, input shapes, dtypes, formats, output shapes) per §13 naming.
+# (name, type, core, input shapes, dtypes, formats, output shapes), in kernel-name order.
 KERNELS = [
     ("aclnnMatmul_MatMulV3Common_MatMulV3", "MatMulV3", "AI_CORE",
      "8192,4096;4096,1536", "DT_BF16;DT_BF16", "ND;ND", "8192,1536"),
@@ -86,7 +86,7 @@ def write_kernel_details(path: Path, rows: int, seed: int = 7) -> None:
         f.write(format_row(HEADER))
         for i in range(rows):
             step = str(1 + i * 4 // rows) if i % 97 else ""
-            if i % 211 == 0:  # communication task: N/A ids and PMU, as in §5
+            if i % 211 == 0:  # communication task: N/A ids and PMU,
                 dur_ns = rng.randrange(50_000, 5_000_000)
                 row = [step, "0", "4294967295", "N/A", "N/A", f"hcom_allReduce__{i % 500}_0_1",
                        "hcom_allReduce_", "N/A", "HCCL"]
@@ -112,7 +112,7 @@ def write_kernel_details(path: Path, rows: int, seed: int = 7) -> None:
 
 def format_row(fields: list[str]) -> str:
     """One CSV row as torch_npu's files hold it: QUOTE_MINIMAL, \\r\\n, and -- unlike Python's
-    csv.writer, which leaves a TAB bare -- a cell holding a TAB is quoted (§0 rule 3 samples)."""
+    csv.writer, which leaves a TAB bare -- a cell holding a TAB is quoted."""
     out = []
     for cell in fields:
         if any(c in cell for c in ',"\t\r\n'):

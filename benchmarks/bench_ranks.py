@@ -1,6 +1,6 @@
 """Multi-rank loading: process pool vs one-after-another, measured in the same run.
 
-Generates N rank DB exports (formats §11 tables, via the tests' DB builder) of a chosen size,
+Generates N rank DB exports (the DB tables, via the tests' DB builder) of a chosen size,
 then loads them twice without the cache -- sequentially in this process, and through
 ``mapping.cluster``'s process pool -- and prints both times and the speed-up ratio. The ratio is
 bounded by the cores the machine really has free; on a shared 2-core box expect well under 2.

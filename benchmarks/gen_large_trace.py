@@ -1,4 +1,4 @@
-"""Write a spec-exact torch_npu profile directory of a requested size (formats §2, §5, §9).
+"""Write a spec-exact torch_npu profile directory of a requested size.
 
     python benchmarks/gen_large_trace.py OUT_DIR --mb 500
 

@@ -1,4 +1,4 @@
-"""Frame -> Site: which call in the user's source launched an op (hint-rules §0.4).
+"""Frame -> Site: which call in the user's source launched an op.
 
 Three ways in, by decreasing confidence:
 

@@ -1,4 +1,4 @@
-"""Which user constructs launch which operators (formats §13): op / kernel names -> construct keys,
+"""Which user constructs launch which operators: op / kernel names -> construct keys,
 and source calls -> the keys they can launch.
 
 A *key* is a small family name ("relu", "dropout", "matmul", ...). An op matches a call when their

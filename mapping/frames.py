@@ -1,4 +1,4 @@
-"""Python call-stack frames as the profilers record them (formats §0 rule 9).
+"""Python call-stack frames as the profilers record them.
 
 A frame string is ``"<co_filename>(<line>): <function>"``; stacks are innermost first. Entries that
 are not of that form (``nn.Module: Linear_0``, ``<built-in method relu of ...>``) are kept as

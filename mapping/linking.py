@@ -1,4 +1,4 @@
-"""Producer-agnostic linking of host ops, modules and device kernels (formats §10, §14.3).
+"""Producer-agnostic linking of host ops, modules and device kernels.
 
 Every reader (torch_npu text and DB, Kineto, msprof) fills the model tables, sets
 ``kernels.host_op`` from its own flow/correlation data and ``host_ops.stack`` / ``host_ops.fwd_op``
@@ -156,7 +156,7 @@ def resolve_kernel_links(kernels: pd.DataFrame, host_ops: pd.DataFrame) -> None:
 
 
 def link_backward_by_sequence(host_ops: pd.DataFrame, forward: np.ndarray, backward: np.ndarray) -> int:
-    """Sequence-number fallback for ``fwd_op`` (formats §10.2 step 4); returns links added.
+    """Sequence-number fallback for ``fwd_op``; returns links added.
 
     Each backward autograd node (``backward`` mask, ``seq`` >= 0, no ``fwd_op`` yet) is linked to
     the forward op (``forward`` mask) of the same process with the same sequence number that

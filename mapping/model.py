@@ -252,7 +252,7 @@ class StepBreakdown:
 
     @property
     def step_time_ns(self) -> int:
-        """Computing + Communication(Not Overlapped) + Free (hint-rules §0.2 (1))."""
+        """Computing + Communication(Not Overlapped) + Free."""
         return self.computing_ns + self.comm_not_overlapped_ns + self.free_ns
 
 
@@ -373,7 +373,7 @@ class Profile:
         return max(n, 1)
 
     def step_time(self) -> tuple[float, str]:
-        """Average step time in ns and where it came from (hint-rules §0.2, first available).
+        """Average step time in ns and where it came from (first available).
 
         (1) step_trace_time Computing + Communication(Not Overlapped) + Free, averaged per step;
         (2) ProfilerStep#N durations (or, for a profile without markers whose launches do not

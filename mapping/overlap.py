@@ -1,6 +1,6 @@
 """Per-step time breakdown computed from ``Overlap Analysis`` slices (when step_trace_time.csv is absent).
 
-torch_npu writes step_trace_time.csv from the same slices (formats §7); this recomputes its main
+torch_npu writes step_trace_time.csv from the same slices; this recomputes its main
 columns so a profile without the CSV still has step figures. Which slices belong to a step: those
 starting inside the step's *device* span (first kernel start to last kernel end of the kernels
 whose ``step`` is N on that device), or inside the host ProfilerStep range when the step has no

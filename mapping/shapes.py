@@ -1,4 +1,4 @@
-"""Tensor-shape lists as the Ascend profilers write them (ascend-formats.md §0 rule 4).
+"""Tensor-shape lists as the Ascend profilers write them.
 
 A shape list is one text: tensors joined by ``;``, dims by ``,`` -- ``"81920,4096;8192,512"``.
 An empty entry is a scalar or absent input (``"1;;1;2"``, ``";"``); ``""`` is an empty list.

@@ -27,7 +27,7 @@ class Span:
 
 
 class Confidence(str, enum.Enum):
-    """How a profile time was tied to source (hint-rules §0.4)."""
+    """How a profile time was tied to source."""
 
     STACK = "stack"  # a captured call stack points at this line
     MODULE = "module"  # located through a function / nn.Module name plus static search

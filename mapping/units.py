@@ -75,7 +75,7 @@ def ns_to_us(ns: int | float) -> float:
 
 
 def format_us(us: float) -> str:
-    """Human form used in messages: µs below 10 ms, else ms with one decimal (hint-rules §0.3)."""
+    """Human form used in messages: µs below 10 ms, else ms with one decimal."""
     if abs(us) < 10_000:
         if abs(us) >= 100:
             return f"{us:,.0f} µs"

@@ -33,7 +33,7 @@ def _torch_root(
     done: bool = True,
     with_raw_prof: bool = True,
 ) -> Path:
-    """A torch_npu text-export root as §2 lays it out (contents minimal: discovery reads none)."""
+    """A torch_npu text-export root lays it out (contents minimal: discovery reads none)."""
     root = parent / name
     info = {"config": {"common_config": {"with_stack": True}}, "rank_id": rank if rank is not None else -1}
     info_name = f"profiler_info_{int(rank)}.json" if info_suffix and rank is not None else "profiler_info.json"

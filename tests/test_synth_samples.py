@@ -153,7 +153,7 @@ def test_cnn_shows_the_seed_problems():
 
 
 def _outermost_aten_sequence(trace) -> str:
-    """hint-rules §3 NPU21x: aten ops not nested in the previously kept aten op, in ts order, joined by '-'."""
+    """NPU21x: aten ops not nested in the previously kept aten op, in ts order, joined by '-'."""
     ops = sorted((e for e in trace if e.get("cat") == "cpu_op" and e["name"].startswith("aten::")
                   and "Call stack" in e["args"]), key=lambda e: ns(e["ts"]))
     kept, end = [], -1

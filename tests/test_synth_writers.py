@@ -36,7 +36,7 @@ OUT = "ASCEND_PROFILER_OUTPUT"
 TS_RE = re.compile(r"^\d{16}\.\d{3}$")
 FRAME_RE = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\):\s?(?P<func>.*)$")
 
-# Reference header lists (ascend-formats.md §5, §6, §7, §12), typed in by hand.
+# Reference header lists, typed in by hand.
 KD_LEVEL1 = ("Step Id,Device_id,Model ID,Task ID,Stream ID,Name,Type,OP State,Accelerator Core,Start Time(us),"
              "Duration(us),Wait Time(us),Block Num,Mix Block Num,HF32 Eligible,Input Shapes,Input Data Types,"
              "Input Formats,Output Shapes,Output Data Types,Output Formats,Context ID").split(",")
@@ -352,7 +352,7 @@ def test_kernel_details_level1_bytes(text_export):
     dev = {(e["name"], e["ts"]) for e in trace if e.get("ph") == "X" and e.get("args", {}).get("Model Id")}
     for r in rows:
         assert r["Start Time(us)"].endswith("\t") and TS_RE.match(r["Start Time(us)"].strip())
-        assert (r["Name"], r["Start Time(us)"].strip()) in dev  # the §10.4 join
+        assert (r["Name"], r["Start Time(us)"].strip()) in dev  # the join
         if r["Accelerator Core"] == "COMMUNICATION":
             assert r["Task ID"] == "N/A" and r["Input Shapes"] == "N/A"
         else:

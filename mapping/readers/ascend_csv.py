@@ -1,4 +1,4 @@
-"""Readers for the Ascend profilers' CSV outputs (ascend-formats.md §5-§7, §12.2-§12.4).
+"""Readers for the Ascend profilers' CSV outputs.
 
 torch_npu's ``ASCEND_PROFILER_OUTPUT/*.csv`` and the msprof CLI's
 ``mindstudio_profiler_output/<name>_<ts>.csv`` share most layouts (torch_npu renames a few
@@ -86,7 +86,7 @@ def _kernel_cols(producer: str) -> list[Col]:
 
 # Columns that are neither in the schema nor worth a float column.
 _KERNEL_IGNORE = ("Model ID", "HF32 Eligible", "Context ID", "Subtask Id", "Batch Id")
-# Aliased extra columns: one pmu: name whatever the spelling (§5).
+# Aliased extra columns: one pmu: name whatever the spelling.
 _KERNEL_EXTRA_ALIASES = {
     header_key("Mix Block Dim"): "Mix Block Num",
     header_key("Mix Block Num"): "Mix Block Num",
@@ -116,7 +116,7 @@ def read_kernel_table(path: Path, *, producer: str = "torch_npu") -> KernelTable
     """Read kernel_details.csv (``producer="torch_npu"``) or op_summary_*.csv (``"msprof"``).
 
     Both producers' header spellings are accepted either way; ``producer`` picks the names used
-    in error messages. Every header variant of §5 is handled (leading Step Id, with/without
+    in error messages. Every header variant is handled (leading Step Id, with/without
     Device_id, Level0 short form, Block Num/Dim aliases, any PMU metric set).
     """
     if producer not in ("torch_npu", "msprof"):
@@ -136,7 +136,7 @@ def read_kernel_table(path: Path, *, producer: str = "torch_npu") -> KernelTable
 
 
 # ---------------------------------------------------------------------------------------------
-# operator_details.csv (§6)
+# operator_details.csv
 
 _OPERATOR_COLS = [
     Col("name", ("Name",), "text", required=True),
@@ -190,7 +190,7 @@ def _per_category(values: pd.Categorical, fn: Any, dtype: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# op_statistic.csv / op_statistic_*.csv (§7, §12.4)
+# op_statistic.csv / op_statistic_*.csv
 
 # The per-type totals op_statistic and communication_statistic share (after their type columns).
 _STAT_TOTAL_COLS = [
@@ -244,7 +244,7 @@ def _records(cls: type[R], cols: Columns, spec: Sequence[Col]) -> list[R]:
 
 
 # ---------------------------------------------------------------------------------------------
-# step_trace_time.csv (§7) and msprof-analyze's cluster_step_trace_time.csv
+# step_trace_time.csv and msprof-analyze's cluster_step_trace_time.csv
 
 _STEP_TRACE_COLS = [
     Col("device", ("Device_id",), "int"),
@@ -308,7 +308,7 @@ def read_step_trace_time(path: Path) -> tuple[list[StepBreakdown], list[Issue]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# msprof step_trace_*.csv (§12.4, graph mode)
+# msprof step_trace_*.csv (graph mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +360,7 @@ def read_msprof_step_trace(path: Path) -> tuple[list[Iteration], list[Issue]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# api_statistic.csv / api_statistic_*.csv (§7)
+# api_statistic.csv / api_statistic_*.csv
 
 API_STATISTIC_COLUMNS = ("level", "api_name", "time_ns", "count", "avg_ns", "min_ns", "max_ns",
                          "variance", "device")
@@ -398,7 +398,7 @@ def _column(cols: Columns, key: str, spec: Sequence[Col]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# msprof communication_statistic_*.csv (§12.4)
+# msprof communication_statistic_*.csv
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +428,7 @@ def read_communication_statistic(path: Path) -> tuple[list[CommStatistic], list[
 
 
 # ---------------------------------------------------------------------------------------------
-# operator_memory.csv / memory_record.csv (§7; msprof *_{ts}.csv in KB, §12.4)
+# operator_memory.csv / memory_record.csv (msprof *_{ts}.csv in KB)
 
 _OP_MEMORY_COLS = [
     Col("device", ("Device_id",), "int"),

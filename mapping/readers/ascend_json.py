@@ -1,4 +1,4 @@
-"""Readers for the small JSON files of Ascend profiles (ascend-formats.md §3, §8, §12.1).
+"""Readers for the small JSON files of Ascend profiles.
 
 profiler_info*.json and profiler_metadata.json fill ProfileMeta; communication.json gives CommOps
 (durations ms -> ns, start µs -> ns, exactly: numbers are decoded as Decimal, never float);
@@ -68,7 +68,7 @@ def _object(path: Path, value: Any, what: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# profiler_info.json / profiler_info_{rank}.json (§3)
+# profiler_info.json / profiler_info_{rank}.json
 
 _COMMON_BOOLS = ("with_stack", "record_shapes", "profile_memory", "with_modules")
 
@@ -176,7 +176,7 @@ def _rank_of(value: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# profiler_metadata.json (§3)
+# profiler_metadata.json
 
 
 def read_profiler_metadata(path: Path, meta: ProfileMeta) -> list[Issue]:
@@ -205,7 +205,7 @@ def read_profiler_metadata(path: Path, meta: ProfileMeta) -> list[Issue]:
 
 
 # ---------------------------------------------------------------------------------------------
-# communication.json (§8) and msprof-analyze's cluster_communication.json
+# communication.json and msprof-analyze's cluster_communication.json
 
 _TIME = "Communication Time Info"
 _BANDWIDTH = "Communication Bandwidth Info"
@@ -352,7 +352,7 @@ def _plain(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# communication_matrix.json (§8)
+# communication_matrix.json
 
 
 def read_communication_matrix(path: Path) -> tuple[dict[str, Any], list[Issue]]:
@@ -372,7 +372,7 @@ def read_communication_matrix(path: Path) -> tuple[dict[str, Any], list[Issue]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# msprof info.json (§12.1)
+# msprof info.json
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The CANN tables of a profiler DB (formats §11): device tasks, communication ops, CANN API calls.
+"""The CANN tables of a profiler DB: device tasks, communication ops, CANN API calls.
 
 torch_npu's DB export moves CANN's ``msprof_*.db`` tables into ``ascend_pytorch_profiler*.db`` and
 the msprof CLI writes the same tables into ``PROF_*/msprof_*.db``, so both readers use this module.
@@ -33,7 +33,7 @@ COPY_TASK_TYPES = frozenset({"MEMCPY_ASYNC"})
 Event record/wait and notify tasks are not: they would count waiting as busy time."""
 
 CANN_LEVEL_BY_TYPE = {20000: "acl", 15000: "model", 10000: "node", 5500: "communication", 5000: "runtime"}
-"""ENUM_API_TYPE ids of the CANN levels (§11), used when the enum table is missing."""
+"""ENUM_API_TYPE ids of the CANN levels, used when the enum table is missing."""
 
 CANN_PREFIX = {
     "acl": "AscendCL",
@@ -43,7 +43,7 @@ CANN_PREFIX = {
     "communication": "Communication",
     "hccl": "Hccl",
 }
-"""Level → the ``<Level>@<api>`` event prefix the text export uses (§9.3), so rules see one name."""
+"""Level → the ``<Level>@<api>`` event prefix the text export uses, so rules see one name."""
 
 P2P_PREFIXES = ("hcom_send", "hcom_receive", "hcom_batchsendrecv")
 _COMM_TYPE_RE = re.compile(r"^(?P<type>.+?)_(?:\d+_)*\d+$")
@@ -70,7 +70,7 @@ def comm_type(name: str) -> str:
 
 
 def api_type_names(db: SqliteDb) -> dict[int, str]:
-    """ENUM_API_TYPE id → name (``op``, ``queue``, ``acl``, ...), with the §11 ids as defaults."""
+    """ENUM_API_TYPE id → name (``op``, ``queue``, ``acl``, ...), with the ids as defaults."""
     names: dict[int, str] = {50001: "op", 50002: "queue", 50003: "trace", 50004: "mstx"}
     names.update(CANN_LEVEL_BY_TYPE)
     if db.has("ENUM_API_TYPE") and db.column("ENUM_API_TYPE", "id") and db.column("ENUM_API_TYPE", "name"):
@@ -298,7 +298,7 @@ def _assemble_kernels(db: SqliteDb, parts: list[_KernelPart]) -> tuple[pd.DataFr
 
 
 def _wait_times(device: np.ndarray | None, start: np.ndarray | None, dur: np.ndarray | None, n: int) -> np.ndarray:
-    """Gap since the previous task on the same device ended (§5 ``Wait Time``); 0 for the first."""
+    """Gap since the previous task on the same device ended (``Wait Time``); 0 for the first."""
     if not n or start is None or dur is None:
         return np.zeros(n, dtype=np.int64)
     dev = device if device is not None else np.full(n, -1, dtype=np.int64)

@@ -37,7 +37,7 @@ from ..units import us_text_to_ns
 from .csv_text import CsvSource, header_key
 
 MISSING_TOKENS = frozenset({"", "N/A", "NULL", "NA", "None"})
-"""Cells that mean "no value" in Ascend CSVs (§0 rule 7)."""
+"""Cells that mean "no value" in Ascend CSVs."""
 
 SENTINEL_MIN = 4294967295
 """Integer ids at or above 2**32-1 are sentinels (Model ID, Subtask Id, invalid notify ids)."""

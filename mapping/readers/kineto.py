@@ -1,4 +1,4 @@
-"""Reader for stock PyTorch (Kineto) Chrome traces: ``*.json``, ``*.pt.trace.json[.gz]`` (§14).
+"""Reader for stock PyTorch (Kineto) Chrome traces: ``*.json``, ``*.pt.trace.json[.gz]``.
 
 ``read(location, progress) -> Profile`` fills the common model:
 

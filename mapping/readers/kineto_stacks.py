@@ -1,4 +1,4 @@
-"""Python call stacks of a Kineto trace, rebuilt from its ``python_function`` events (§14.4).
+"""Python call stacks of a Kineto trace, rebuilt from its ``python_function`` events.
 
 Stock PyTorch writes no ``Call stack`` on its ops. With ``with_stack=True`` the Python tracer
 records every Python call as a ``python_function`` event (``"model.py(14): forward"``,

@@ -1,4 +1,4 @@
-"""msprof CLI output: a ``PROF_*`` directory (formats §12).
+"""msprof CLI output: a ``PROF_*`` directory.
 
 Layouts read:
 

@@ -1,4 +1,4 @@
-"""torch_npu trace_view.json events -> the model tables, with flows resolved (formats §9, §10).
+"""torch_npu trace_view.json events -> the model tables, with flows resolved.
 
 Input is the columnar :class:`TraceEvents` from :mod:`.trace_json`; everything here is numpy masks
 and vectorised joins. Processes are identified by their ``process_name`` metadata, never by pid
@@ -9,7 +9,7 @@ What is linked here, producer-specific:
   -> ``kernels.host_op``;
 * kernels without such a flow: ``HostToDevice`` -> CANN launch -> enclosing Dequeue ->
   Enqueue by correlation_id -> deepest cpu_op around the Enqueue (how torch_npu itself builds
-  ``torch_to_npu``, §10.1);
+  ``torch_to_npu``);
 * ``fwdbwd`` flows -> ``host_ops.fwd_op``, then the Sequence-number fallback.
 The producer-agnostic part (nesting, ancestor walk, backward resolution) is :mod:`..linking`.
 """
@@ -135,7 +135,7 @@ def _in(codes: np.ndarray, *wanted: int) -> np.ndarray:
 
 
 def _join_shapes(text: str) -> str:
-    # torch_npu writes "2,3;\r\n3" (formats §0 rule 5); the model keeps "2,3;3".
+    # torch_npu writes "2,3;\r\n3"; the model keeps "2,3;3".
     return _SHAPE_SEP_RE.sub(";", text)
 
 
@@ -372,7 +372,7 @@ def _link_host_to_device(
     enq: np.ndarray,
     deq: np.ndarray,
 ) -> int:
-    """Link kernels that have no torch_to_npu flow the way torch_npu builds that flow (§10.1)."""
+    """Link kernels that have no torch_to_npu flow the way torch_npu builds that flow."""
     htd_codes = ev.codes_where(lambda s: s.startswith("HostToDevice"))
     mask = (ev.cat == ev.code("HostToDevice")) | np.isin(ev.name, htd_codes)
     s_rows, f_rows = _flow_ends(ev, mask)

@@ -1,9 +1,9 @@
-"""Reader for the torch_npu.profiler text export (``*_ascend_pt``, formats §2-§10).
+"""Reader for the torch_npu.profiler text export (``*_ascend_pt``).
 
 Accepts the ``*_ascend_pt`` root, its ``ASCEND_PROFILER_OUTPUT/`` directory, or a lone
 ``trace_view.json``. trace_view.json gives host ops, modules, kernels, flows and overlap slices
 (:mod:`.npu_trace`); kernel_details.csv adds core type, shapes, formats, step and PMU columns to
-the same kernels, joined by (name, start ns) (§10.4); the other CSV/JSON files go through the
+the same kernels, joined by (name, start ns); the other CSV/JSON files go through the
 readers in :mod:`.ascend_csv` / :mod:`.ascend_json`. Linking is :mod:`..linking`.
 
 A directory without ``analyse.done`` is still being written: it loads what is readable, with
@@ -312,7 +312,7 @@ def _read_kernel_details(path: Path) -> tuple[pd.DataFrame, list[Issue]]:
 
 
 def join_kernel_details(trace_kernels: pd.DataFrame, details: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Merge kernel_details.csv rows into the trace kernels by (name, start ns) (formats §10.4).
+    """Merge kernel_details.csv rows into the trace kernels by (name, start ns).
 
     Matched kernels take every kernel_details column (core, type, shapes, formats, step, PMU) and
     keep the trace's links; stream/task/device fill in from the trace where the CSV lacks them.
@@ -414,7 +414,7 @@ def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> 
 def _gate_on_meta(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None:
     """Notes for what the capture settings promise but the files lack (never for what they exclude).
 
-    Level0 prunes CANN events and op/api statistics (§4): their absence is normal then.
+    Level0 prunes CANN events and op/api statistics: their absence is normal then.
     """
     meta = profile.meta
     if meta.with_stack and len(profile.host_ops) and not profile.stacks and lay.trace is not None:

@@ -1,9 +1,9 @@
 """torch_npu.profiler DB export: ``ascend_pytorch_profiler[_{rank}].db`` + sibling ``analysis.db``.
 
-Formats §11. The framework tables (PYTORCH_API, CONNECTION_IDS, PYTORCH_CALLCHAINS, STRING_IDS,
+The framework tables (PYTORCH_API, CONNECTION_IDS, PYTORCH_CALLCHAINS, STRING_IDS,
 STEP_TIME, GC_RECORD, META_DATA, RANK_DEVICE_MAP, HOST_INFO) give host ops, their stacks and the
 forward/backward pairs; the CANN tables (mapping.readers.cann_db) give kernels, communication ops
-and CANN API calls. Kernels reach their launching op through the §11 chain
+and CANN API calls. Kernels reach their launching op through the chain
 ``TASK.connectionId = CONNECTION_IDS.connectionId → CONNECTION_IDS.id = PYTORCH_API.connectionId``;
 then the shared linking (nesting, ancestor walk to a stack, backward through the forward op) runs as
 for every other producer. Both files are opened read-only and never modified.
@@ -403,7 +403,7 @@ def _group_by_connection(conns: pd.DataFrame, op_by_group: pd.Series) -> pd.Seri
 def _forward_links(host_ops: pd.DataFrame, conns: pd.DataFrame, op_by_group: pd.Series) -> np.ndarray:
     """host op row → its forward op row, for backward autograd nodes.
 
-    torch_npu gives the forward op and the backward node one shared connection id (§11; the
+    torch_npu gives the forward op and the backward node one shared connection id (the
     fwd/bwd offset): a connectionId that appears in the groups of two or more ops. The op with
     ``fwdThreadId`` 0 (else the earliest) is the forward one. Backward nodes left without such a
     link fall back to the sequence number (same ``sequenceNumber``, forward op ``fwdThreadId`` 0,
@@ -435,7 +435,7 @@ def _link(profile: Profile) -> None:
     h = profile.host_ops
     linking.assign_parents(h)
     fthread = h["fwd_thread"].to_numpy()
-    # torch_npu: Fwd thread id 0 on forward ops, non-zero on backward nodes (§9.2).
+    # torch_npu: Fwd thread id 0 on forward ops, non-zero on backward nodes.
     linking.link_backward_by_sequence(h, fthread == 0, fthread > 0)
     if len(profile.modules):
         linking.assign_parents(profile.modules)
@@ -444,7 +444,7 @@ def _link(profile: Profile) -> None:
 
 
 def _launching_ops(kernel_conn: np.ndarray, fw: _Framework) -> np.ndarray:
-    """Kernel row → host op row through CONNECTION_IDS (§11), -1 when unlinked."""
+    """Kernel row → host op row through CONNECTION_IDS, -1 when unlinked."""
     out = np.full(len(kernel_conn), -1, dtype=np.int64)
     if not len(kernel_conn) or not len(fw.group_by_conn):
         return out
@@ -629,7 +629,7 @@ def _step_breakdown(st: pd.DataFrame, profile: Profile, issues: list[Issue], whe
 
 def _comm_from_analysis(db: SqliteDb) -> list[CommOp]:
     """CommAnalyzerTime (+ CommAnalyzerBandwidth): communication.json's content as tables.
-    Durations in ms, start in µs, as in communication.json (§8) [inferred from msprof-analyze]."""
+    Durations in ms, start in µs, as in communication.json [inferred from msprof-analyze]."""
     if not db.has("CommAnalyzerTime"):
         return []
     t = db.frame(
@@ -700,7 +700,7 @@ def _comm_from_analysis(db: SqliteDb) -> list[CommOp]:
 
 
 def _comm_matrix(db: SqliteDb) -> dict:
-    """CommAnalyzerMatrix rows in communication_matrix.json's nesting (§8):
+    """CommAnalyzerMatrix rows in communication_matrix.json's nesting:
     ``{step: {kind: {op: {"src-dst": {...}}}}}``."""
     cols = db.tables["CommAnalyzerMatrix"]
     out: dict = {}

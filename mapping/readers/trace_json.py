@@ -44,25 +44,25 @@ NO_STR = -1
 ArgKind = Literal["int", "str", "any"]
 
 TORCH_NPU_ARGS: dict[str, ArgKind] = {
-    # cpu_op (formats §9.2)
+    # cpu_op
     "Sequence number": "int",
     "Fwd thread id": "int",
     "Input Dims": "str",
     "Input type": "str",
     "Call stack": "str",
-    # metadata events: process_name / thread_name / process_labels (§9.1)
+    # metadata events: process_name / thread_name / process_labels
     "name": "str",
     "labels": "str",
     # enqueue / dequeue
     "correlation_id": "int",
-    # device tasks (§9.3)
+    # device tasks
     "Task Type": "str",
     "Stream Id": "int",
     "Physic Stream Id": "int",
     "Task Id": "int",
     # CANN API events
     "level": "str",
-    # python_function (§9.2)
+    # python_function
     "Python id": "int",
     "Python parent id": "int",
 }

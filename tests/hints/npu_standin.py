@@ -1,5 +1,5 @@
 """A stand-in for the torch_npu APIs the fixes emit, written from their documented signatures
-and semantics (hint-rules §3, torch_npu 2.14.0) so fixed code can run on CPU in tests.
+and semantics (torch_npu 2.14.0) so fixed code can run on CPU in tests.
 
 It only exists in tests: the product never imports torch or torch_npu.
 """

@@ -1,4 +1,4 @@
-"""The rule framework: registry contract, context helpers (§0.3 messages, per-step numbers) and the
+"""The rule framework: registry contract, context helpers (messages, per-step numbers) and the
 engine's selection, severity, min_share, suppression, crash isolation and ordering."""
 
 from __future__ import annotations

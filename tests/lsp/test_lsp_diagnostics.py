@@ -67,7 +67,7 @@ async def test_ranges_on_the_sample(client: LanguageClient) -> None:
                 line = d.range.start.line + 1
                 share = shares[("model.py", line)]
                 assert f"({share * 100:.1f}% of step)" in d.message  # the number in the message
-                assert d.severity == types.DiagnosticSeverity.Warning  # >= 5 %: warning (hint-rules §0.2)
+                assert d.severity == types.DiagnosticSeverity.Warning  # >= 5 %: warning
     finally:
         doc.close()
 

@@ -2,7 +2,7 @@
 
 Rows are appended in the order the test describes them; ids returned are the table rows other
 rows refer to. Kernels get ``stack``/``fwd_op``/``link``/``backward`` the way the linking step
-fills them (formats §10.2 steps 3-4): the launching op's stack, else the nearest ancestor's;
+fills them: the launching op's stack, else the nearest ancestor's;
 backward kernels the forward op's.
 """
 

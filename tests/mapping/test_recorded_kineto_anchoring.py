@@ -1,5 +1,5 @@
 """Anchoring on a REAL trace: torch (CPU) records a small model with the verbose ``Call stack``
-(def-line frames, prefix-stripped paths, ``nn.Module: <Class>_<k>`` entries; formats §14.4) and
+(def-line frames, prefix-stripped paths, ``nn.Module: <Class>_<k>`` entries) and
 every forward op must land on the call that launched it.
 
 The trace is read here with the json module only (host ops, their nesting and stacks): the
@@ -140,7 +140,7 @@ def test_recorded_def_line_frames_map_to_their_calls(recorded):
         stack = e.get("args", {}).get("Call stack", "")
         if e["name"] not in names or "model.py(" not in stack:
             continue
-        # the recorded frame is the def line of forward (formats §14.4), not the call's line
+        # the recorded frame is the def line of forward, not the call's line
         assert f"model.py({locate(MODEL, 'def forward')[0]}): forward" in stack
         want = expected_call(stack)
         site = a.site_of_op(row)

@@ -1,4 +1,4 @@
-"""Writes torch_npu DB exports for tests, table by table exactly as formats §11 lists them.
+"""Writes torch_npu DB exports for tests, table by table exactly lists them.
 
 No public sample of the DB export exists, so tests build their own: one ``DbBuilder`` per file,
 strings interned into STRING_IDS (framework ids from ``1 << 28``, CANN ids below, as torch_npu
@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 FWK_STRING_BASE = 1 << 28
-FWD_BWD_OFFSET = 5 << 28  # §11: fwd/bwd link connection ids
+FWD_BWD_OFFSET = 5 << 28  #: fwd/bwd link connection ids
 
 TABLES: dict[str, list[str]] = {
     "STRING_IDS": ["id INTEGER PRIMARY KEY", "value TEXT"],

@@ -1,4 +1,4 @@
-"""Kineto reader on a GPU-shaped trace built here exactly per ascend-formats §14.
+"""Kineto reader on a GPU-shaped trace built here exactly
 
 There is no CUDA machine to record one, so the test writes the events Kineto writes for a
 CUDA run (libkineto output_json: kernel/memcpy/memset on pid = device and tid = stream with

@@ -1,4 +1,4 @@
-"""msprof CLI reader on PROF_* trees: the synth writer's output, and trees built here per §12 (current
+"""msprof CLI reader on PROF_* trees: the synth writer's output, and trees built here (current
 layout with slices, two devices and an older re-export; the CANN 7.0.x / 6.3.RC2 per-device layout;
 ``--type=db``; raw data only; a truncated timeline). No public msprof sample exists."""
 
@@ -74,7 +74,7 @@ def summary_row(k: dict, *, device_column: bool = True) -> list[object]:
 
 
 def timeline(kernels: list[dict], cann: list[tuple[str, Decimal, Decimal]]) -> list[dict]:
-    """A bare-array msprof_*.json: Ascend Hardware per device, a CANN process; no Python (§12.5)."""
+    """A bare-array msprof_*.json: Ascend Hardware per device, a CANN process; no Python."""
     ev: list[dict] = [
         {"name": "process_name", "ph": "M", "pid": 4376751100, "tid": 0, "args": {"name": "CANN"}},
         {"name": "process_labels", "ph": "M", "pid": 4376751100, "tid": 0, "args": {"labels": "CPU"}},

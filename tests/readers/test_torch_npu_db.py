@@ -1,4 +1,4 @@
-"""torch_npu DB export reader, on DB files built here table by table per formats §11.
+"""torch_npu DB export reader, on DB files built here table by table
 
 The workload below is described once (per step: a Linear, a ReLU with its backward, a Mul whose
 backward is paired only by sequence number, an all-reduce, a ``.item()`` copy, an unlinked kernel);

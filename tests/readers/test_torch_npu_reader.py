@@ -1,5 +1,5 @@
 """torch_npu text reader: the real 2024 trace (figures computed here with the json module), the verl
-excerpt, and a spec-exact result built below (formats §5, §9, §10) with call stacks."""
+excerpt, and a spec-exact result built below with call stacks."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_real_kernel_totals_per_name(real) -> None:
 
 
 def test_real_aclnn_mm_launches(real) -> None:
-    """formats §13: each aclnnMm scope launches MatMulV2, 3 TransData, Cast and MemSet."""
+    """Each aclnnMm scope launches MatMulV2, 3 TransData, Cast and MemSet."""
     ref, prof = real
     k = prof.kernels
     names = prof.host_ops["name"].astype(str).to_numpy()
@@ -109,7 +109,7 @@ def test_real_aclnn_mm_launches(real) -> None:
             expected[pair["s"]].append(kname[pair["f"]].rsplit("_", 1)[-1])
     assert len(per_scope) == len(expected) > 0
     assert sorted(sorted(v) for v in per_scope.values()) == sorted(sorted(v) for v in expected.values())
-    # formats §13 lists "MatMulV2, 3 TransData, Cast, MemSet"; this trace has two Casts per call
+    # lists "MatMulV2, 3 TransData, Cast, MemSet"; this trace has two Casts per call
     assert all(
         Counter(v) == {"MatMulV2": 1, "TransData": 3, "Cast": 2, "MemSet": 1} for v in expected.values()
     )
@@ -178,7 +178,7 @@ def test_real_host_events(real) -> None:
 
 
 def test_real_host_to_device_fallback_matches_torch_to_npu(tmp_path: Path, real) -> None:
-    """Without torch_to_npu flows, HostToDevice -> Dequeue -> Enqueue finds the same scopes (§10.1)."""
+    """Without torch_to_npu flows, HostToDevice -> Dequeue -> Enqueue finds the same scopes."""
     ref, prof = real
     stripped = [e for e in ref if e.get("name") != "torch_to_npu"]
     path = tmp_path / "trace_view.json"
@@ -240,7 +240,7 @@ def test_verl_overlap_only_result(tmp_path: Path) -> None:
 
 
 # =============================================================================================
-# A spec-exact result with call stacks, built here (no public sample has stacks, formats §1)
+# A spec-exact result with call stacks, built here (no public sample has stacks)
 
 T0 = 1_736_413_971_558_000_000  # ns
 P, MAIN, BWD, QUEUE = 4242, 4242, 4300, 4301

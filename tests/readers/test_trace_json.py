@@ -55,7 +55,7 @@ def test_real_2024_trace_matches_json_module(chunk_bytes: int) -> None:
 
 
 def test_real_2024_kernel_ts_equals_torch_to_npu_id() -> None:
-    """formats §9.4: the torch_to_npu id is the kernel start in ns -- our ns must be exact."""
+    """The torch_to_npu id is the kernel start in ns -- our ns must be exact."""
     path = shared_fixture(TRACE_2024)
     ref = json.loads(path.read_text(encoding="utf-8"))
     ev = read_trace_events(path)

@@ -1,6 +1,6 @@
 """Lay a run description out in time: one consistent timeline per step, produced lazily.
 
-The model (what torch_npu + CANN do, formats §9-§10):
+The model (what torch_npu + CANN do):
 * host ops nest properly on their thread: an op's self time is split before/after its children;
 * a dispatch scope enqueues its launches (task queue on: ``Enqueue`` on the op's thread, the
   matching ``Dequeue@<scope>`` on the task-queue thread runs the CANN ``AscendCL@<api>`` call with one

@@ -3,7 +3,7 @@
 Times: epoch µs with 3 decimals as strings (``"1736413971558972.912"``); durations as the shortest
 decimal of the ns value (``185.504``, ``16``). CSV cells follow the torch_npu files: comma-separated,
 quoted when they contain a comma, quote, TAB or line break (quotes doubled), so a shape value
-``"8,512"`` (quotes included, formats §0 rule 4) is written ``\"\"\"8,512\"\"\"`` and a time with its trailing
+``"8,512"`` (quotes included) is written ``\"\"\"8,512\"\"\"`` and a time with its trailing
 TAB ``"…972.912\\t"``.
 """
 

@@ -1,4 +1,4 @@
-"""Builders for the host op trees and kernels common PyTorch calls produce on Ascend (formats §13).
+"""Builders for the host op trees and kernels common PyTorch calls produce on Ascend.
 
 Each builder returns an ``OpSpec`` (or a ``Launch`` with the torch library frames between the user
 line and the op) whose structure follows torch_npu: the outermost aten op, the aten ops it
@@ -91,7 +91,7 @@ def kernel(name: str, op_type: str, core: str, dur_us: float, *, inputs: Shapes 
 
 
 def aclnn(api: str, impl: str, op_type: str, core: str, dur_us: float, **kw) -> KernelSpec:
-    """aclnn-path kernel: ``<aclnnApi>_<KernelImpl>_<OpType>`` (formats §13)."""
+    """aclnn-path kernel: ``<aclnnApi>_<KernelImpl>_<OpType>``."""
     return kernel(f"{api}_{impl}_{op_type}", op_type, core, dur_us, **kw)
 
 
@@ -192,7 +192,7 @@ def conv2d(x: Shape, w: Shape, out: Shape, *, conv_us: float, trans_us: float = 
            acl_op: bool = True, bwd_scale: float = 2.0, frames: tuple[StackEntry, ...] = CONV_FWD,
            dtype: str = "FLOAT16") -> Launch:
     """``nn.Conv2d``: aten::conv2d > aten::convolution > aten::_convolution > Conv2D (acl_op) with
-    ``trans_Cast_<n>``, ``trans_TransData_<n>`` and ``Conv2D<n>`` (formats §13), or aclnnConvolution."""
+    ``trans_Cast_<n>``, ``trans_TransData_<n>`` and ``Conv2D<n>``, or aclnnConvolution."""
     if acl_op:
         ks = (kernel("trans_Cast_{n}", "Cast", AI_VECTOR_CORE, trans_us / 2, inputs=(w,), outputs=(w,), dtype="FLOAT"),
               kernel("trans_TransData_{n}", "TransData", AI_VECTOR_CORE, trans_us, inputs=(x,), outputs=(x,),
@@ -339,7 +339,7 @@ def grad_seed() -> Launch:
 def allreduce(size_mb: float, *, dur_us: float, link: str = "HCCS", transit_share: float = 0.8,
               wait_share: float = 0.1, core: str = COMMUNICATION) -> OpSpec:
     """A DDP bucket all-reduce: ``c10d::allreduce_`` launching ``hcom_allReduce__<n>_0_1`` on the
-    comm stream (formats §8, §13)."""
+    comm stream."""
     k = KernelSpec("hcom_allReduce__{n}_0_1", "hcom_allReduce_", core, us(dur_us), block_dim=0,
                    comm=CommInfo(size_mb=size_mb, link=link, transit_share=transit_share, wait_share=wait_share))
     return OpSpec("c10d::allreduce_", self_ns=us(30), kernels=(k,))

@@ -4,7 +4,7 @@ Computing = union of non-communication operator tasks (not runtime copies / even
 Communication = union of collectives;
 Communication(Not Overlapped) = Communication minus Computing; Free = the rest of the span from the
 step's first operator/collective task start to its last one's end. Stage = Computing + Not Overlapped + Free (= span),
-Bubble 0, Preparing = first task start - ProfilerStep start (formats §7).
+Bubble 0, Preparing = first task start - ProfilerStep start.
 """
 
 from __future__ import annotations

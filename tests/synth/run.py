@@ -9,7 +9,7 @@ Nothing here has a timestamp: ``clock.lay_out`` turns the description into a con
 the writers turn the timeline into files, ``truth`` computes the expected figures. All durations
 are integer nanoseconds so the expected figures are exact.
 
-Frames follow the profilers (formats §0 rule 9): innermost first, ``<module>`` last, the line being
+Frames follow the profilers: innermost first, ``<module>`` last, the line being
 the executing line (``def_line`` is what Kineto records for functions entered after tracing began).
 """
 
@@ -33,7 +33,7 @@ DSA_SQE = "DSA_SQE"
 COMM_CORES = frozenset({HCCL, COMMUNICATION})
 
 # Device tasks that are runtime work, not operators: they appear in trace_view.json but not in
-# op_summary / kernel_details (formats §12.2).
+# op_summary / kernel_details.
 NON_OP_TASK_TYPES = frozenset({"MEMCPY_ASYNC", "EVENT_RECORD", "EVENT_WAIT"})
 
 
@@ -92,7 +92,7 @@ def first_user_frame(stack: Stack) -> Frame | None:
 
 @dataclass(frozen=True, slots=True)
 class CommInfo:
-    """communication.json figures of one collective kernel (formats §8)."""
+    """communication.json figures of one collective kernel."""
 
     size_mb: float  # bytes moved per rank
     link: str = "HCCS"  # RDMA, HCCS, PCIE, SDMA, SIO
@@ -135,7 +135,7 @@ class KernelSpec:
     @property
     def linked(self) -> bool:
         """Whether trace_view.json links the task to its launch: the 2024 sample has no
-        torch_to_npu or HostToDevice flow on MEMCPY_ASYNC tasks (formats §9.4)."""
+        torch_to_npu or HostToDevice flow on MEMCPY_ASYNC tasks."""
         return self.type != "MEMCPY_ASYNC"
 
     @property
@@ -272,7 +272,7 @@ class RepeatedSteps(Sequence[StepSpec]):
 
 @dataclass(frozen=True, slots=True)
 class ProfilerConfig:
-    """torch_npu.profiler settings (profiler_info.json ``config``, formats §3)."""
+    """torch_npu.profiler settings (profiler_info.json ``config``)."""
 
     with_stack: bool = True
     record_shapes: bool = True

@@ -3,7 +3,7 @@
 Every frame points at a real line of the sample's source, found by searching the call text in the
 parsed file (``SourceIndex``), never by a line number written here; the paths are the ones a
 training host would record (``/home/ma-user/work/<sample>/model.py``). The timings are knobs (one
-dataclass per sample) chosen so the generated profiles show the seed problems of hint-rules.md §2;
+dataclass per sample) chosen so the generated profiles show the seed problems;
 ``samples/make_npu_profiles.py`` writes them, tests/test_synth_samples.py checks them.
 """
 
@@ -96,7 +96,7 @@ F_CROSS_ENTROPY = (lib("torch/nn/functional.py", 3494, "cross_entropy", 3424),)
 
 
 def _config(active: int) -> ProfilerConfig:
-    """What the sample's profiler would be configured with on an NPU (formats §2 capture advice)."""
+    """What the sample's profiler would be configured with on an NPU (the capture advice)."""
     schedule = (("wait", 1), ("active", active), ("warmup", 1), ("repeat", 1), ("skip_first", 0))
     return ProfilerConfig(with_stack=True, record_shapes=True, level="Level1",
                           aic_metrics="ACL_AICORE_PIPE_UTILIZATION", task_queue=True, schedule=schedule)

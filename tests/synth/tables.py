@@ -39,7 +39,7 @@ OP_SUMMARY_BASE = (
     "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Num", "Mix Block Num", "HF32 Eligible",
     *SHAPE_COLS, "Context ID",
 )
-# torch_npu's renames op_summary -> kernel_details (formats §5)
+# torch_npu's renames op_summary -> kernel_details
 KD_RENAMES = {"Op Name": "Name", "OP Type": "Type", "Task Type": "Accelerator Core",
               "Task Start Time(us)": "Start Time(us)", "Task Duration(us)": "Duration(us)",
               "Task Wait Time(us)": "Wait Time(us)"}
@@ -242,7 +242,7 @@ class OpTimes:
 
 
 def op_times(tl: StepTimeline, *, aicore_counts: bool) -> dict[int, OpTimes]:
-    """Per-op host/device self and total times (formats §6)."""
+    """Per-op host/device self and total times."""
     kernels = {k.uid: k for k in tl.kernels}
     out: dict[int, OpTimes] = {}
     child_host: dict[int, int] = {}
@@ -461,7 +461,7 @@ def communication_step(run: Run, tl: StepTimeline) -> dict | None:
 
 
 def matrix_type(op_type: str) -> str:
-    """``hcom_allReduce_`` -> ``allreduce`` (the matrix key vocabulary, formats §8)."""
+    """``hcom_allReduce_`` -> ``allreduce`` (the matrix key vocabulary)."""
     return op_type.lower().replace("hcom_", "").replace("_", "")
 
 

@@ -1,7 +1,7 @@
-"""trace_view.json / msprof_*.json events from a laid-out step (formats §9, §12.5).
+"""trace_view.json / msprof_*.json events from a laid-out step.
 
 Processes are identified by ``process_name`` metadata; their pids are synthetic like CANN's
-(``<pid>02``, ``<pid>1100`` ...) so nothing can rely on pid values (formats §0 rule 10).
+(``<pid>02``, ``<pid>1100`` ...) so nothing can rely on pid values.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .overlap import step_overlap
 from .run import Frame, Run, Stack
 from .variant import TextVariant
 
-# CANN-layer name prefixes Level0 prunes from trace_view.json (formats §4).
+# CANN-layer name prefixes Level0 prunes from trace_view.json.
 LEVEL0_PRUNE = ("CANN", "AscendCL", "Runtime", "GE", "Node", "Model", "Hccl", "acl_to_npu", "Communication@")
 
 OVERLAP_TIDS = {

@@ -2,7 +2,7 @@
 
 Nothing here reads a written file. Kernel figures cover operator tasks (the op_summary /
 kernel_details rows); runtime tasks (MEMCPY_ASYNC) are counted separately. Attribution follows the
-linking recipe (formats §10.2): a kernel belongs to the first user frame (outside installed
+linking recipe: a kernel belongs to the first user frame (outside installed
 packages) of its launching call's stack; a backward kernel to the stack of the forward op its
 autograd node came from; collectives issued by DDP on the backward thread have no frame.
 """
@@ -35,7 +35,7 @@ class StepTruth:
 
     @property
     def step_time_ns(self) -> int:
-        """Computing + Communication(Not Overlapped) + Free (hint-rules §0.2 (1))."""
+        """Computing + Communication(Not Overlapped) + Free."""
         return self.computing_ns + self.comm_not_overlapped_ns + self.free_ns
 
     @property

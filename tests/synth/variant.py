@@ -1,7 +1,7 @@
 """How a torch_npu text export is written: the real-world variations and the broken forms.
 
 The defaults give a current (CANN 8.x, Level1) export. Each knob reproduces one variation seen in
-real files or named by the reference (formats §0, §5, §9, §15), or one kind of damaged output for
+real files or named by the reference, or one kind of damaged output for
 negative tests.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# kernel_details.csv header families (formats §5)
+# kernel_details.csv header families
 KD_AUTO = "auto"  # level0 for Level0, else level1
 KD_LEVEL0 = "level0"  # short: [Step Id,] Device_id, Name, Type, Accelerator Core, times, Block Num, shapes
 KD_LEVEL1 = "level1"  # all op_summary columns (Device_id, Model ID, ... Context ID) + PMU

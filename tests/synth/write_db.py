@@ -1,5 +1,5 @@
 """torch_npu DB export (``export_type=db``): ``ascend_pytorch_profiler_{rank}.db`` + ``analysis.db``
-(formats §11). Framework times in ns; strings interned in STRING_IDS (framework ids from 1<<28).
+Framework times in ns; strings interned in STRING_IDS (framework ids from 1<<28).
 
 The kernel -> source chain is the one msprof-analyze walks:
 COMPUTE_TASK_INFO.globalTaskId = TASK.globalTaskId -> TASK.connectionId = CONNECTION_IDS.connectionId

@@ -1,4 +1,4 @@
-"""Stock PyTorch (Kineto) Chrome trace from a run description (formats §14).
+"""Stock PyTorch (Kineto) Chrome trace from a run description.
 
 The description is translated to what torch does on the target device: no torch_npu dispatch
 scopes (kernels hang off the aten op), CUDA ``aten::native_dropout`` / CPU eager dropout and relu
@@ -73,7 +73,7 @@ def _translate_op(op: OpSpec, device: str) -> OpSpec:
         name = "aten::native_dropout_backward"
     if device == "cpu":
         if name == "aten::native_dropout":
-            # CPU eager dropout: aten::dropout > empty_like, bernoulli_, div_, mul (formats §14.4)
+            # CPU eager dropout: aten::dropout > empty_like, bernoulli_, div_, mul
             return replace(op, name="aten::empty_like", children=(), kernels=(), autograd="", backward=(),
                            sync=False)
         if name == "aten::relu":
@@ -336,7 +336,7 @@ def write_kineto(run: Run, path: str | os.PathLike[str], *, device: str = "cuda"
 
     ``source_root``: the directory stripped from user paths (torch strips ``sys.path`` entries);
     default: the directory of the outermost ``<module>`` frame found.
-    ``verbose_stacks``: add the ``Call stack`` arg (``_ExperimentalConfig(verbose=True)``, §14.4).
+    ``verbose_stacks``: add the ``Call stack`` arg (``_ExperimentalConfig(verbose=True)``).
     """
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device must be 'cuda' or 'cpu', not {device!r}")
@@ -367,7 +367,7 @@ def write_kineto(run: Run, path: str | os.PathLike[str], *, device: str = "cuda"
             end = max(end, tl.end_ns)
         for tracer in w.tracers.values():
             tracer.close(0)
-        # Kineto's own bookkeeping events, with string pids (formats §14.1)
+        # Kineto's own bookkeeping events, with string pids
         w.emit({"ph": "X", "cat": "Trace", "ts": w.rel(krun.start_ns), "dur": (end - krun.start_ns) / 1000,
                 "pid": "Spans", "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}})
         w.emit({"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",

@@ -1,4 +1,4 @@
-"""msprof CLI output: ``PROF_{6d}_{17d}_{16 letters}/`` (formats §12).
+"""msprof CLI output: ``PROF_{6d}_{17d}_{16 letters}/``.
 
 ``mindstudio_profiler_output/`` holds the summaries (op_summary, op_statistic, api_statistic,
 step_trace, communication_statistic) and ``msprof_<ts>.json``: the trace_view array without the

@@ -1,4 +1,4 @@
-"""torch_npu.profiler text export: ``{worker}_{YYYYmmddHHMMSSmmm}_ascend_pt/`` (formats §2-§9).
+"""torch_npu.profiler text export: ``{worker}_{YYYYmmddHHMMSSmmm}_ascend_pt/``.
 
 Streams: every file is written while the steps are laid out one at a time; only the small
 aggregates (statistics, communication entries) are kept until the end.
@@ -138,7 +138,7 @@ class _Files:
         for f in (self.kernels, self.operators, self.step_trace):
             if f is not None:
                 f.close()
-                if f.rows == 0:  # torch_npu writes no CSV without data rows (formats §4)
+                if f.rows == 0:  # torch_npu writes no CSV without data rows
                     f.path.unlink()
 
 

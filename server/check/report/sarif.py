@@ -1,4 +1,4 @@
-"""SARIF 2.1.0 output that GitHub code scanning accepts (lsp-notes §9).
+"""SARIF 2.1.0 output that GitHub code scanning accepts (lsp-notes).
 
 Stable ``ruleId``s, repo-relative URIs under ``%SRCROOT%``, code-point columns, fingerprints that
 survive line moves (rule + file + the anchored source text + occurrence), fixes as SARIF

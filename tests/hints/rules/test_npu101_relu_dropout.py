@@ -1,5 +1,5 @@
 """NPU101 relu-dropout-fusion on spec-exact profiles of a small project, on kernel-only tables and
-on the real fixtures (hint-rules §2 NPU101)."""
+on the real fixtures."""
 
 from __future__ import annotations
 

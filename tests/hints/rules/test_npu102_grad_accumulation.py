@@ -39,7 +39,7 @@ def _run(comm_us: float):
 
 
 def _expected_share(run) -> float:
-    """Mean not-overlapped communication per step over the mean step time (hint-rules §0.2)."""
+    """Mean not-overlapped communication per step over the mean step time."""
     t = truth(run)
     return sum(s.comm_not_overlapped_ns for s in t.steps) / len(t.steps) / t.mean_step_time_ns
 

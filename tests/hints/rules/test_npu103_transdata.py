@@ -57,7 +57,7 @@ def test_fires_on_the_conv_call_with_the_numbers(tmp_path):
     path, new = applied(f, "allow_internal_format")
     assert path.endswith("train.py")
     assert "import torch_npu\ntorch_npu.npu.config.allow_internal_format = False\n" in new
-    assert "input_format" not in new  # never the non-existent argument (hint-rules §5)
+    assert "input_format" not in new  # never the non-existent argument
 
 
 def test_just_below_transdata_min_percent(tmp_path):

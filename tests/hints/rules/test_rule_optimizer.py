@@ -40,7 +40,7 @@ def test_real_2024_adam_step():
     items = [e for e in ev if e.get("name") == "aten::item" and e.get("ph") == "X"]
     inside = [e for e in items if e["tid"] == step["tid"] and t0 <= _ts(e) and _ts(e) + Decimal(str(e["dur"])) <= t1]
     assert (len(inside), len(items)) == (40, 45)
-    # no step_trace_time.csv: the step is the ProfilerStep range (hint-rules §0.2 (2)); the catalog's 17.1 %
+    # no step_trace_time.csv: the step is the ProfilerStep range; the catalog's 17.1 %
     assert round(100 * step["dur"] / pstep["dur"], 1) == 17.1
 
     (f,) = only(findings(read(ProfileLocation(ProfileKind.TORCH_NPU, path)), ["NPU220"]), "NPU220")
