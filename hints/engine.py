@@ -1,6 +1,8 @@
 """Run the rules over one profile: select/ignore, severity, min_share, suppressions, isolation.
 
-``run_rules`` is the single entry point the server and ``--check`` call. A rule that raises does
+``run_rules`` is the single entry point the server and ``--check`` call. Rules return fix offers;
+with ``fixes=True`` (``--check``, tests) they are expanded here into edits, one parse per file;
+the language server passes False and expands them when code actions are asked for. A rule that raises does
 not stop the others: it becomes one ``Information`` notice naming the rule and the error (and
 the traceback goes to the log). Output order is stable: path, line, column, code, message.
 """
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 
 from .context import RuleContext
 from .finding import Finding, Severity
+from .fixes.offers import expand
 from .registry import Rule, all_rules
 
 log = logging.getLogger("msprof_lsp.hints")
@@ -50,7 +53,7 @@ def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
     return f
 
 
-def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> list[Finding]:
+def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: bool = True) -> list[Finding]:
     """All findings for this profile after selection, severity, ``min_share`` and suppressions."""
     chosen = all_rules() if rules is None else list(rules)
     out: list[Finding] = []
@@ -70,4 +73,6 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None) -> list[Fin
             if settled is None or ctx.is_suppressed(settled):
                 continue
             out.append(settled)
+    if fixes:
+        expand(out, ctx.source_text)
     return _ordered(out)

@@ -53,6 +53,45 @@ class Fix:
     group: str = ""
 
 
+class Safety(str, enum.Enum):
+    """How much a fix can be trusted without a second look (docs/quick-fixes.md)."""
+
+    SAFE = "safe"  # same numerics and semantics: preferred, part of fixAll
+    REVIEW = "review"  # changes numerics, memory or training semantics, or needs a re-profile
+    PER_MATCH = "per-match"  # the transform decides from the construct it matched
+
+
+@dataclass(frozen=True, slots=True)
+class Construct:
+    """What a rule recognised, handed to its fix so both act on the same thing: the kind of
+    construct (a rule-defined name, e.g. ``nested`` for ``dropout(relu(x))``) and the names it
+    matched (``torch.nn.functional.relu``)."""
+
+    kind: str
+    names: tuple[str, ...] = ()
+
+
+OptionValue = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class FixOffer:
+    """A fix a finding offers, not yet computed: which fix (a ``hints.fixes.CATALOG`` id), where
+    (the anchor in ``path``), on which recognised construct, with which options.
+
+    ``--check`` expands the offers of a file from one parse of it; the language server does so
+    only when code actions are asked for. Offers of one finding with the same non-empty
+    ``choice`` are tries of one fix at several places: the first that matches is kept.
+    """
+
+    fix: str
+    path: str
+    anchor: Span | int  # a line alone: the fix looks for its construct on that line
+    options: tuple[tuple[str, OptionValue], ...] = ()
+    construct: Construct | None = None
+    choice: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Related:
     """Another place involved in a finding (the ReLU of a ReLU->Dropout pair, optimizer.step())."""
@@ -72,7 +111,8 @@ class Finding:
     time_per_step_us: float = 0.0  # attributable (device) time per step, µs
     confidence: Confidence = Confidence.STACK
     evidence: dict[str, Any] = field(default_factory=dict)
-    fixes: list[Fix] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)  # the offers expanded (hints.fixes.expand)
+    offers: list[FixOffer] = field(default_factory=list)
     related: list[Related] = field(default_factory=list)
 
     def sort_key(self) -> tuple:

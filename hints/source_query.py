@@ -1,6 +1,6 @@
 """Source queries the rules share: from a profile op, kernel or stack to a place in the user's
-source, static searches over the workspace, the training loop, and quick fixes run through
-``hints.fixes.offer``.
+source, static searches over the workspace, the training loop, and quick fixes offered through
+``hints.fixes.make_offer``.
 
 Confidence follows docs/rules/README.md "Confidence": a user frame of a recorded stack is
 ``stack`` (Kineto frames that carry def lines are ``module``: the call itself is found by
@@ -26,8 +26,8 @@ from msprof_lsp.mapping.spans import Confidence, Span
 
 from . import profile_query as pq
 from .context import RuleContext
-from .finding import Fix, Related
-from .fixes import offer
+from .finding import FixOffer, Related
+from .fixes import make_offer
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
@@ -469,25 +469,9 @@ def loops_iterating_loader(index: SourceIndex, function: str) -> list[tuple[Loop
 # Quick fixes and related information
 
 
-def fix(
-    ctx: RuleContext,
-    transform: Callable[..., Any],
-    anchor: Span | int,
-    path: str,
-    **options: Any,
-) -> Fix | None:
-    """Run a fix transform on the current text of ``path``; None when it does not match."""
-    source = ctx.source_text(path)
-    if source is None:
-        return None
-    res = offer(transform, source, anchor, path=path, **options)
-    return res.fix if res is not None else None
-
-
-def fixes(ctx: RuleContext, *candidates: tuple[Callable[..., Any], Span | int, str, dict[str, Any]]) -> list[Fix]:
-    """The fixes that apply among ``(transform, anchor, path, options)``; safe ones first."""
-    out = [f for t, a, p, o in candidates if (f := fix(ctx, t, a, p, **o)) is not None]
-    return sorted(out, key=lambda f: not f.safe)
+def fixes(ctx: RuleContext, *candidates: tuple[Callable[..., Any], Span | int, str, dict[str, Any]]) -> list[FixOffer]:
+    """Offers of ``(transform, anchor, path, options)``; expanded (and sorted safe first) later."""
+    return [make_offer(t, p, a, **o) for t, a, p, o in candidates]
 
 
 def related(span: Span | None, message: str) -> list[Related]:

@@ -60,9 +60,12 @@ def load(
     )
 
 
-def findings_for(profile: Profile, attribution: Attribution, workspace: SourceWorkspace, settings: Settings) -> list[Finding]:
-    """Run the rules (selection, severities, min_share and suppressions from ``settings``)."""
-    return run_rules(RuleContext(profile, attribution, workspace, settings.rule_config()))
+def findings_for(
+    profile: Profile, attribution: Attribution, workspace: SourceWorkspace, settings: Settings, *, fixes: bool = True
+) -> list[Finding]:
+    """Run the rules (selection, severities, min_share and suppressions from ``settings``);
+    ``fixes=False`` leaves the fix offers unexpanded (the language server expands them on demand)."""
+    return run_rules(RuleContext(profile, attribution, workspace, settings.rule_config()), fixes=fixes)
 
 
 def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Settings) -> Analysis:

@@ -1,9 +1,11 @@
 """Quick fixes as libcst transforms, one module per fix family.
 
 Every transform is a pure function ``(source, anchor, *, path=None, why=None, **options) ->
-FixResult | None``. ``CATALOG`` lists them per rule code so rules, the server and the docs agree on
-what is offered where; ``suppression_edit`` (hints.suppress) is the extra "Disable <CODE> for this
-line" action every rule offers.
+FixResult | None`` where ``source`` is the text or its parsed ``Source``. ``CATALOG`` lists them
+per rule code so rules, the server and the docs agree on what is offered where; rules name them in
+``FixOffer``s (``offers.make_offer``), expanded into edits by ``offers.expand``.
+``suppression_edit`` (hints.suppress) is the extra "Disable <CODE> for this line" action every
+rule offers.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from msprof_lsp.hints.finding import Safety
 
 from . import (
     aicpu,
@@ -29,11 +33,12 @@ from . import (
 )
 from .edits import apply_edits, minimal_edits
 from .apply import Applied, Declined, apply_fixes
-from .result import Anchor, FixResult, where
+from .result import Anchor, FixResult, Text, where
+from .offers import Expansion, expand, expand_offers, make_offer
 
 __all__ = [
-    "CATALOG", "Anchor", "Applied", "Declined", "FixResult", "FixSpec", "apply_edits", "apply_fixes", "fixes_for",
-    "minimal_edits", "offer",
+    "CATALOG", "Anchor", "Applied", "Declined", "Expansion", "FixResult", "FixSpec", "apply_edits", "apply_fixes",
+    "expand", "expand_offers", "fixes_for", "make_offer", "minimal_edits", "offer", "transform_of",
 ]
 
 log = logging.getLogger("msprof_lsp.hints.fixes")
@@ -43,46 +48,63 @@ log = logging.getLogger("msprof_lsp.hints.fixes")
 class FixSpec:
     code: str  # rule code the fix belongs to
     transform: Callable[..., FixResult | None]
-    safety: str  # "safe", "review", or "safe|review" (decided per match, see the transform)
+    safety: Safety
     options: tuple[str, ...]  # keyword options beyond path/why, with the setting that feeds them
     summary: str
     group: str = ""  # the fixes of one code with the same group rewrite one construct: alternatives
 
+    @property
+    def id(self) -> str:
+        """What a ``FixOffer`` names: ``<module>.<transform>``, e.g. ``relu_dropout.compile_pair``."""
+        return fix_id(self.transform)
+
+
+def fix_id(transform: Callable[..., object]) -> str:
+    return f"{transform.__module__.rsplit('.', 1)[-1]}.{transform.__name__}"
+
 
 CATALOG: tuple[FixSpec, ...] = (
-    FixSpec("NPU101", relu_dropout.compile_pair, "review", ("backend: compileBackend / profile backend",), "torch.compile the ReLU->Dropout pair", "pair"),
-    FixSpec("NPU101", relu_dropout.inplace_relu, "review", (), "inplace=True when the ReLU input is dead", "pair"),
-    FixSpec("NPU101", relu_dropout.drop_zero_dropout, "safe", (), "delete a dropout with literal p=0", "pair"),
-    FixSpec("NPU102", grad_accum.accumulate_gradients, "review", ("accum_steps: accumSteps",), "gradient accumulation with no_sync()"),
-    FixSpec("NPU103", npu_switches.disable_internal_format, "review", (), "allow_internal_format = False"),
-    FixSpec("NPU104", dataloader.tune_dataloader, "review", ("workers: dataloaderWorkers",), "workers and pinned memory"),
-    FixSpec("NPU104", dataloader.non_blocking_copies, "review", (), ".to(device, non_blocking=True)"),
-    FixSpec("NPU107", npu_switches.disable_jit_compile, "safe|review", (), "set_compile_mode(jit_compile=False)"),
-    FixSpec("NPU108", host_sync.defer_loss_item, "review", ("every",), "accumulate loss.detach(); log every N"),
-    FixSpec("NPU108", host_sync.remove_synchronize, "review", (), "delete synchronize() in the loop"),
-    FixSpec("NPU109", empty_cache.remove_empty_cache, "safe", (), "delete empty_cache() in the loop"),
-    FixSpec("NPU201", aicpu.double_to_float, "review", (), ".double() -> .float()"),
-    FixSpec("NPU201", aicpu.masked_fill, "review", (), "t[mask] = v -> t.masked_fill_(mask, v)"),
-    FixSpec("NPU201", aicpu.index_select, "review", (), "t[idx] -> torch.index_select(t, 0, idx)"),
-    FixSpec("NPU210", fused_api.rms_norm, "review", (), "torch_npu.npu_rms_norm"),
-    FixSpec("NPU211", fused_api.swiglu, "review", (), "torch_npu.npu_swiglu"),
-    FixSpec("NPU212", fused_api.rotary_mul, "review", (), "torch_npu.npu_rotary_mul"),
-    FixSpec("NPU213", fused_api.attention, "review", ("backend: ascend | cuda | cpu",), "npu_fusion_attention / SDPA"),
-    FixSpec("NPU214", fused_api.fast_gelu, "review", ("backend: ascend | cuda | cpu",), "torch_npu.fast_gelu / tanh GELU"),
-    FixSpec("NPU215", fused_api.confusion_transpose, "review", (), "torch_npu.npu_confusion_transpose"),
-    FixSpec("NPU216", fused_api.scaled_masked_softmax, "review", (), "torch_npu.npu_scaled_masked_softmax"),
-    FixSpec("NPU217", fused_api.add_layer_norm, "review", (), "torch_npu.npu_add_layer_norm"),
-    FixSpec("NPU220", optimizer.fused_optimizer, "review", (), "fused=True", "optimizer"),
-    FixSpec("NPU220", optimizer.npu_fused_optimizer, "review", (), "torch_npu.optim.NpuFused<Name>", "optimizer"),
-    FixSpec("NPU221", optimizer.fused_grad_clip, "review", (), "clip_grad_norm_fused_ / foreach=True"),
-    FixSpec("NPU230", gc_freeze.freeze_before_loop, "review", (), "gc.freeze() before the loop"),
+    FixSpec("NPU101", relu_dropout.compile_pair, Safety.REVIEW, ("backend: compileBackend / profile backend",), "torch.compile the ReLU->Dropout pair", "pair"),
+    FixSpec("NPU101", relu_dropout.inplace_relu, Safety.REVIEW, (), "inplace=True when the ReLU input is dead", "pair"),
+    FixSpec("NPU101", relu_dropout.drop_zero_dropout, Safety.SAFE, (), "delete a dropout with literal p=0", "pair"),
+    FixSpec("NPU102", grad_accum.accumulate_gradients, Safety.REVIEW, ("accum_steps: accumSteps",), "gradient accumulation with no_sync()"),
+    FixSpec("NPU103", npu_switches.disable_internal_format, Safety.REVIEW, (), "allow_internal_format = False"),
+    FixSpec("NPU104", dataloader.tune_dataloader, Safety.REVIEW, ("workers: dataloaderWorkers",), "workers and pinned memory"),
+    FixSpec("NPU104", dataloader.non_blocking_copies, Safety.REVIEW, (), ".to(device, non_blocking=True)"),
+    FixSpec("NPU107", npu_switches.disable_jit_compile, Safety.PER_MATCH, (), "set_compile_mode(jit_compile=False)"),
+    FixSpec("NPU108", host_sync.defer_loss_item, Safety.REVIEW, ("every",), "accumulate loss.detach(); log every N"),
+    FixSpec("NPU108", host_sync.remove_synchronize, Safety.REVIEW, (), "delete synchronize() in the loop"),
+    FixSpec("NPU109", empty_cache.remove_empty_cache, Safety.SAFE, (), "delete empty_cache() in the loop"),
+    FixSpec("NPU201", aicpu.double_to_float, Safety.REVIEW, (), ".double() -> .float()"),
+    FixSpec("NPU201", aicpu.masked_fill, Safety.REVIEW, (), "t[mask] = v -> t.masked_fill_(mask, v)"),
+    FixSpec("NPU201", aicpu.index_select, Safety.REVIEW, (), "t[idx] -> torch.index_select(t, 0, idx)"),
+    FixSpec("NPU210", fused_api.rms_norm, Safety.REVIEW, (), "torch_npu.npu_rms_norm"),
+    FixSpec("NPU211", fused_api.swiglu, Safety.REVIEW, (), "torch_npu.npu_swiglu"),
+    FixSpec("NPU212", fused_api.rotary_mul, Safety.REVIEW, (), "torch_npu.npu_rotary_mul"),
+    FixSpec("NPU213", fused_api.attention, Safety.REVIEW, ("backend: ascend | cuda | cpu",), "npu_fusion_attention / SDPA"),
+    FixSpec("NPU214", fused_api.fast_gelu, Safety.REVIEW, ("backend: ascend | cuda | cpu",), "torch_npu.fast_gelu / tanh GELU"),
+    FixSpec("NPU215", fused_api.confusion_transpose, Safety.REVIEW, (), "torch_npu.npu_confusion_transpose"),
+    FixSpec("NPU216", fused_api.scaled_masked_softmax, Safety.REVIEW, (), "torch_npu.npu_scaled_masked_softmax"),
+    FixSpec("NPU217", fused_api.add_layer_norm, Safety.REVIEW, (), "torch_npu.npu_add_layer_norm"),
+    FixSpec("NPU220", optimizer.fused_optimizer, Safety.REVIEW, (), "fused=True", "optimizer"),
+    FixSpec("NPU220", optimizer.npu_fused_optimizer, Safety.REVIEW, (), "torch_npu.optim.NpuFused<Name>", "optimizer"),
+    FixSpec("NPU221", optimizer.fused_grad_clip, Safety.REVIEW, (), "clip_grad_norm_fused_ / foreach=True"),
+    FixSpec("NPU230", gc_freeze.freeze_before_loop, Safety.REVIEW, (), "gc.freeze() before the loop"),
     *(
-        FixSpec(code, env_vars.set_env_value, "review", ("name", "value"), "edit os.environ in the script")
+        FixSpec(code, env_vars.set_env_value, Safety.REVIEW, ("name", "value"), "edit os.environ in the script")
         for code in ("NPU241", "NPU243", "NPU244", "NPU245", "NPU246", "NPU247")  # NPU242 is informational
     ),
-    FixSpec("NPU250", inference.eval_before_loop, "safe", (), "model.eval() before the loop"),
-    FixSpec("NPU250", inference.inference_mode, "review", (), "with torch.inference_mode():"),
+    FixSpec("NPU250", inference.eval_before_loop, Safety.SAFE, (), "model.eval() before the loop"),
+    FixSpec("NPU250", inference.inference_mode, Safety.REVIEW, (), "with torch.inference_mode():"),
 )
+
+
+_BY_ID = {s.id: s.transform for s in CATALOG}
+
+
+def transform_of(fix: str) -> Callable[..., FixResult | None] | None:
+    """The transform a ``FixOffer.fix`` names."""
+    return _BY_ID.get(fix)
 
 
 def fixes_for(code: str) -> list[FixSpec]:
@@ -92,7 +114,7 @@ def fixes_for(code: str) -> list[FixSpec]:
 
 def offer(
     transform: Callable[..., FixResult | None],
-    source: str,
+    source: Text,
     anchor: Anchor,
     *,
     why: list[str] | None = None,

@@ -18,7 +18,7 @@ import libcst as cst
 from . import cst_tools as ct
 from .cst_tools import Source
 from .dataflow import NameFlow
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 FLOAT64 = ("torch.float64", "torch.double")
 INDEX_MAKERS = ("torch.randperm", "torch.arange", "torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.argsort", "torch.multinomial")
@@ -26,7 +26,7 @@ INDEX_METHODS = ("argsort", "long")
 BOOL_FUNCS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and", "logical_or", "logical_not", "logical_xor", "bool")
 
 
-def double_to_float(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def double_to_float(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -84,7 +84,7 @@ def _single_index(sub: cst.Subscript) -> cst.BaseExpression | None:
     return idx.value
 
 
-def masked_fill(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def masked_fill(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -138,7 +138,7 @@ def _index_tensor(src: Source, sub: cst.Subscript, idx: cst.Name) -> bool:
     return isinstance(value.func, cst.Attribute) and value.func.attr.value in INDEX_METHODS
 
 
-def index_select(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def index_select(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")

@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from msprof_lsp.hints.finding import Fix, TextEdit
+from msprof_lsp.hints.finding import Fix, FixOffer, TextEdit
 
 from .edits import apply_edits, edited_lines
 
 
 @dataclass(frozen=True, slots=True)
 class Declined:
-    fix: Fix
+    """A fix not applied, or an offer whose construct the transform did not match, and why."""
+
+    fix: Fix | FixOffer
     reason: str
 
 

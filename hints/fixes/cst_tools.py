@@ -335,9 +335,12 @@ class Source:
         return self.module.with_changes(body=body)
 
 
-def parse(text: str) -> Source | None:
+def parse(text: str | Source) -> Source | None:
     """Parse a document; None when it does not parse (mid-edit code gets no quick fix), or is
-    over a source limit (libcst would crash or take minutes on it)."""
+    over a source limit (libcst would crash or take minutes on it). An already parsed Source is
+    returned as it is: the fixes of one file share one parse (``offers.expand``)."""
+    if isinstance(text, Source):
+        return text
     return _parse(text)
 
 

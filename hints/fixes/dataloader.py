@@ -16,7 +16,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 # DataLoader's positional parameters, in order (torch 2.13).
@@ -51,7 +51,7 @@ def _iterated_name(loop: cst.For) -> str | None:
     return ct.dotted(it)
 
 
-def tune_dataloader(source: str, anchor: Anchor, *, workers: int = 4, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def tune_dataloader(source: Text, anchor: Anchor, *, workers: int = 4, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Load batches in worker processes into pinned memory."""
     src = ct.parse(source)
     if src is None:
@@ -141,7 +141,7 @@ def _is_device_arg(src: Source, arg: cst.Arg) -> bool:
     return isinstance(v, (cst.Name, cst.Attribute, cst.Call))
 
 
-def non_blocking_copies(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def non_blocking_copies(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Make the batch's host-to-device copies in the consuming loop non-blocking."""
     src = ct.parse(source)
     if src is None:

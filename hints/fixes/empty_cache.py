@@ -11,12 +11,12 @@ from __future__ import annotations
 import libcst as cst
 
 from . import cst_tools as ct
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 EMPTY_CACHE = ("torch.npu.empty_cache", "torch_npu.npu.empty_cache", "torch.cuda.empty_cache")
 
 
-def remove_empty_cache(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def remove_empty_cache(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")

@@ -15,7 +15,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result
+from .result import Anchor, FixResult, Text, anchor_path, decline, result
 
 Value = str | None | Callable[[str | None], str | None]
 
@@ -41,7 +41,7 @@ def _sites(src: Source, name: str) -> list[tuple[cst.SimpleStatementLine, cst.Ba
 
 
 def set_env_value(
-    source: str,
+    source: Text,
     anchor: Anchor = 1,
     *,
     name: str,

@@ -32,7 +32,7 @@ import libcst as cst
 from . import cst_tools as ct
 from .cst_tools import Source
 from .dataflow import NameFlow
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 SNIPPETS: dict[str, str] = {
     "NPU210": "y = torch_npu.npu_rms_norm(x, weight, epsilon=eps)[0]  # returns (y, rstd); weight dtype = x dtype",
@@ -88,7 +88,7 @@ def _npu(module: cst.Module) -> tuple[str, cst.Module]:
     return "torch_npu", module
 
 
-def _finish(source: str, src: Source, replacements: dict, title: str, anchor: Anchor, path: str | None, notes: tuple[str, ...], *, npu: bool) -> FixResult | None:
+def _finish(source: Text, src: Source, replacements: dict, title: str, anchor: Anchor, path: str | None, notes: tuple[str, ...], *, npu: bool) -> FixResult | None:
     module = src.rewrite(replacements)
     if npu and ct.binds_module(module, "torch_npu") is None:
         module = ct.add_import_after(module, "torch_npu", after="torch")
@@ -159,7 +159,7 @@ def _match_rms(src: Source, node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.
     return None
 
 
-def rms_norm(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def rms_norm(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -194,7 +194,7 @@ def _chunk_source(src: Source, value: cst.BaseExpression) -> cst.BaseExpression 
     return x if ok else None
 
 
-def swiglu(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def swiglu(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -269,7 +269,7 @@ def _is_rotate_half(src: Source, name: str) -> bool:
     return False
 
 
-def rotary_mul(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def rotary_mul(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -445,7 +445,7 @@ def _match_attention(src: Source, node: cst.BaseExpression, stmt: cst.BaseStatem
     return _Attn(q, k, v, scale, add_mask, bool_mask, dropout_p, inl.consumed)
 
 
-def attention(source: str, anchor: Anchor, *, backend: str = "ascend", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def attention(source: Text, anchor: Anchor, *, backend: str = "ascend", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Fuse a hand-written scaled-dot-product attention (``backend``: ascend | cuda | cpu)."""
     src = ct.parse(source)
     if src is None:
@@ -497,7 +497,7 @@ def attention(source: str, anchor: Anchor, *, backend: str = "ascend", path: str
 # -- NPU214 gelu -------------------------------------------------------------------------------------------
 
 
-def fast_gelu(source: str, anchor: Anchor, *, backend: str = "ascend", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def fast_gelu(source: Text, anchor: Anchor, *, backend: str = "ascend", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -549,7 +549,7 @@ def _method_call(node: cst.CSTNode, *names: str) -> cst.Call | None:
     return None
 
 
-def confusion_transpose(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def confusion_transpose(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -583,7 +583,7 @@ def confusion_transpose(source: str, anchor: Anchor, *, path: str | None = None,
 # -- NPU216 scaled masked softmax ------------------------------------------------------------------------------
 
 
-def scaled_masked_softmax(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def scaled_masked_softmax(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -611,7 +611,7 @@ def scaled_masked_softmax(source: str, anchor: Anchor, *, path: str | None = Non
 # -- NPU217 add + layer_norm ------------------------------------------------------------------------------------
 
 
-def add_layer_norm(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def add_layer_norm(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")

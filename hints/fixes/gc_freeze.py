@@ -11,10 +11,10 @@ from __future__ import annotations
 import libcst as cst
 
 from . import cst_tools as ct
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 
-def freeze_before_loop(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def freeze_before_loop(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")

@@ -29,7 +29,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 WRAPPERS = (
     "torch.nn.parallel.DistributedDataParallel",
@@ -288,142 +288,185 @@ def _loader_len(src: Source, it: cst.BaseExpression, func: cst.FunctionDef | Non
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Counter:
+    """The loop's micro-batch counter: its name, the loop header that provides it, the epoch length."""
+
+    name: str
+    target: cst.BaseAssignTargetExpression
+    iter: cst.BaseExpression
+    length: str | None  # code for the number of micro-batches per epoch, when known
+
+
+@dataclass(frozen=True, slots=True)
+class _NoSync:
+    """The DDP/FSDP-wrapped model the forward calls (None: none), and the first statement that calls it."""
+
+    model: str | None = None
+    first_forward: int | None = None
+
+
 def accumulate_gradients(
-    source: str,
+    source: Text,
     anchor: Anchor,
     *,
     accum_steps: int = 4,
     path: str | None = None,
     why: list[str] | None = None,
 ) -> FixResult | None:
-    """Rewrite the training loop at the anchor to step the optimizer every ``accum_steps`` micro-batches."""
+    """Rewrite the training loop at the anchor to step the optimizer every ``accum_steps`` micro-batches.
+
+    Phases: recognise the loop, find or add its counter, find the wrapped model for ``no_sync()``,
+    divide the loss, regroup the body under ``if sync_now:``, then add the constant and imports.
+    """
     if accum_steps < 2:
         return decline(why, "accumSteps must be at least 2")
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
+    info = _training_loop(src, anchor, why)
+    if info is None:
+        return None
+    module = src.module
+    counter = _counter(src, info.loop, why)
+    if counter is None:
+        return None
+    defined = ct.module_level_names(module)
+    sync = ct.fresh_name(module, "sync_now")
+    cond = f"({counter.name} + 1) % {CONST} == 0"
+    if counter.length:
+        cond += f" or {counter.name} + 1 == {counter.length}"
+    no_sync = _no_sync(src, info, why)
+    if no_sync is None:
+        return None
+    body = _regrouped_body(info, _loss_divided(info), sync, ct.stmt(f"{sync} = {cond}"), no_sync)
+    new_loop = info.loop.with_changes(target=counter.target, iter=counter.iter, body=info.loop.body.with_changes(body=body))
+    module = src.rewrite({info.loop: new_loop})
+    if no_sync.model is not None:
+        module = ct.add_stdlib_import(module, "contextlib")
+    if CONST not in defined:
+        module = ct.insert_after_imports(module, [ct.stmt(f"{CONST} = {accum_steps}  # micro-batches per optimizer step (msprof-lsp NPU102)")])
+    title = f"Accumulate gradients over {accum_steps if CONST not in defined else CONST} micro-batches"
+    if no_sync.model is not None:
+        title += f" with {no_sync.model}.no_sync()"
+    notes = _notes(info, counter, no_sync)
+    return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)
+
+
+def _training_loop(src: Source, anchor: Anchor, why: list[str] | None) -> _Loop | None:
+    """The innermost for-loop around the anchor that is a recognised training loop."""
     loops = src.at(where(anchor), cst.For)
     if not loops:
         return decline(why, "no for-loop around this line")
     reasons: list[str] = []
-    info = None
     for loop in loops:
         info = _recognise(src, loop, reasons)
         if info is not None:
-            break
-    if info is None:
-        return decline(why, reasons[0] if reasons else "no recognised training loop")
-    module = src.module
-    loop = info.loop
-    body = info.body
-    func = src.function_of(loop)
+            return info
+    return decline(why, reasons[0] if reasons else "no recognised training loop")
 
-    # -- the counter ------------------------------------------------------------------------
+
+def _counter(src: Source, loop: cst.For, why: list[str] | None) -> _Counter | None:
+    """The counter ``enumerate``/``range`` already gives, else a fresh one with ``enumerate(...)``."""
+    func = src.function_of(loop)
     target, it = loop.target, loop.iter
-    counter: str | None = None
-    new_target, new_iter = target, it
-    length: str | None = None
     if isinstance(it, cst.Call) and ct.dotted(it.func) == "enumerate":
         pos = ct.positional(it)
         start = ct.argument(it, 1, "start")
         if start is not None and ct.literal(start.value) != 0:
             return decline(why, "enumerate(..., start=...) with a non-zero start")
         if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(target.elements[0].value, cst.Name) and len(pos) >= 1:
-            counter = target.elements[0].value.value
-            length = _loader_len(src, pos[0].value, func)
+            return _Counter(target.elements[0].value.value, target, it, _loader_len(src, pos[0].value, func))
     elif isinstance(it, cst.Call) and ct.dotted(it.func) == "range" and isinstance(target, cst.Name):
         pos = ct.positional(it)
         if len(pos) == 1 or (len(pos) == 2 and ct.literal(pos[0].value) == 0):
-            counter = target.value
             n = pos[-1].value
             length = ct.code(n)
             if isinstance(n, (cst.Comparison, cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not n.lpar:
                 length = f"({length})"
-    if counter is None:
-        counter = ct.fresh_name(module, "step")
-        t = target
-        if isinstance(t, cst.Tuple) and not t.lpar:
-            t = t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        new_target = cst.Tuple(
-            elements=[
-                cst.Element(cst.Name(counter), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                cst.Element(t),
-            ],
-            lpar=[],
-            rpar=[],
-        )
-        new_iter = cst.Call(func=cst.Name("enumerate"), args=[cst.Arg(it)])
-        length = _loader_len(src, it, func)
+            return _Counter(target.value, target, it, length)
+    name = ct.fresh_name(src.module, "step")
+    t = target
+    if isinstance(t, cst.Tuple) and not t.lpar:
+        t = t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    new_target = cst.Tuple(
+        elements=[
+            cst.Element(cst.Name(name), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            cst.Element(t),
+        ],
+        lpar=[],
+        rpar=[],
+    )
+    return _Counter(name, new_target, cst.Call(func=cst.Name("enumerate"), args=[cst.Arg(it)]), _loader_len(src, it, func))
 
-    defined = ct.module_level_names(module)
-    sync = ct.fresh_name(module, "sync_now")
-    cond = f"({counter} + 1) % {CONST} == 0"
-    if length:
-        cond += f" or {counter} + 1 == {length}"
-    sync_stmt = ct.stmt(f"{sync} = {cond}")
 
-    # -- DDP / FSDP -----------------------------------------------------------------------------
-    wrapped = _wrapped_models(src, loop)
+def _no_sync(src: Source, info: _Loop, why: list[str] | None) -> _NoSync | None:
+    """The DDP/FSDP model whose forward and backward go under ``no_sync()`` off the boundary steps."""
+    wrapped = _wrapped_models(src, info.loop)
+    if not wrapped:
+        return _NoSync()
     b = info.backward
-    model_name = None
-    first_fwd = None
-    if wrapped:
-        for i, s in enumerate(body[: b + 1]):
-            if _calls_model(s, wrapped):
-                first_fwd = i
-                model_name = next(n for n in sorted(wrapped) if _calls_model(s, {n}))
-                break
-        if first_fwd is None:
-            return decline(why, "the DDP/FSDP-wrapped model is not called in this loop before backward()")
-        if info.zero_grad >= first_fwd and info.zero_grad < b:
-            return decline(why, "zero_grad() sits between the forward and backward()")
+    for i, s in enumerate(info.body[: b + 1]):
+        if _calls_model(s, wrapped):
+            if i <= info.zero_grad < b:
+                return decline(why, "zero_grad() sits between the forward and backward()")
+            return _NoSync(next(n for n in sorted(wrapped) if _calls_model(s, {n})), i)
+    return decline(why, "the DDP/FSDP-wrapped model is not called in this loop before backward()")
 
-    # -- loss / ACCUM_STEPS -------------------------------------------------------------------------
-    replacements: dict[cst.CSTNode, ct.Replacement] = {}
+
+def _loss_divided(info: _Loop) -> list[cst.BaseStatement]:
+    """The loop body with the loss divided by the constant: at its assignment, else in backward()."""
+    body, b = info.body, info.backward
     assign = _loss_assignment(body, b, info.loss) if info.loss else None
     if assign is not None:
-        replacements[assign] = assign.with_changes(value=_divided(assign.value, CONST))
-        new_body_stmts = [ct.rewrite(s, replacements) if isinstance(s, cst.CSTNode) else s for s in body]  # type: ignore[misc]
+        replacements: dict[cst.CSTNode, ct.Replacement] = {assign: assign.with_changes(value=_divided(assign.value, CONST))}
+        return [ct.rewrite(s, replacements) if isinstance(s, cst.CSTNode) else s for s in body]  # type: ignore[misc]
+    bw_call = _stmt_call(body[b])
+    recv = bw_call.func.value  # type: ignore[union-attr]
+    if info.scaler:
+        arg = ct.positional(recv)[0]  # type: ignore[arg-type]
+        new_recv = recv.with_changes(args=[arg.with_changes(value=_divided(arg.value, CONST))])  # type: ignore[union-attr]
     else:
-        bw_call = _stmt_call(body[b])
-        recv = bw_call.func.value  # type: ignore[union-attr]
-        if info.scaler:
-            arg = ct.positional(recv)[0]  # type: ignore[arg-type]
-            new_recv = recv.with_changes(args=[arg.with_changes(value=_divided(arg.value, CONST))])  # type: ignore[union-attr]
-        else:
-            new_recv = _divided(recv, CONST).with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        new_call = bw_call.with_changes(func=bw_call.func.with_changes(value=new_recv))  # type: ignore[union-attr]
-        new_body_stmts = list(body)
-        new_body_stmts[b] = ct.rewrite(body[b], {bw_call: new_call})  # type: ignore[arg-type]
-    # ct.rewrite on a statement returns the rewritten statement (the mapping is by identity).
+        new_recv = _divided(recv, CONST).with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    new_call = bw_call.with_changes(func=bw_call.func.with_changes(value=new_recv))  # type: ignore[union-attr]
+    out = list(body)
+    out[b] = ct.rewrite(body[b], {bw_call: new_call})  # type: ignore[arg-type]
+    return out
 
-    # -- assemble the new loop body ---------------------------------------------------------------
+
+def _regrouped_body(
+    info: _Loop, new_body: list[cst.BaseStatement], sync: str, sync_stmt: cst.BaseStatement, no_sync: _NoSync
+) -> list[cst.BaseStatement]:
+    """``sync_now = ...`` first; the optimizer statements (and zero_grad) under ``if sync_now:`` where
+    the first of them was; forward and backward under ``no_sync()`` for a wrapped model."""
+    body, b = info.body, info.backward
     moved = sorted(info.moved)
     zg = info.zero_grad
     zg_first = zg < b
     group_idx = [i for i in range(len(body)) if i in moved or (i == zg and not zg_first)]
-    group = [new_body_stmts[i] for i in group_idx]
+    group = [new_body[i] for i in group_idx]
     if zg_first:
-        zg_stmt = new_body_stmts[zg]
+        zg_stmt = new_body[zg]
         comments = [ln for ln in zg_stmt.leading_lines if ln.comment is not None]  # type: ignore[union-attr]
         group.append(zg_stmt.with_changes(leading_lines=comments))  # type: ignore[union-attr]
     first_group = group_idx[0] if group_idx else None
     if_stmt = cst.If(
         test=cst.Name(sync),
         body=cst.IndentedBlock(body=[group[0].with_changes(leading_lines=()), *group[1:]]),  # type: ignore[union-attr]
-        leading_lines=new_body_stmts[first_group].leading_lines if first_group is not None else (),  # type: ignore[union-attr]
+        leading_lines=new_body[first_group].leading_lines if first_group is not None else (),  # type: ignore[union-attr]
     )
     out: list[cst.BaseStatement] = [sync_stmt]
+    first_fwd = no_sync.first_forward
     i = 0
     while i < len(body):
         if i == zg and zg_first:
             i += 1  # moved to the end of `if sync_now:` with its comments
             continue
-        if model_name is not None and i == first_fwd:
-            inner = [new_body_stmts[k] for k in range(first_fwd, b + 1) if not (k == zg and zg_first)]
+        if no_sync.model is not None and i == first_fwd:
+            inner = [new_body[k] for k in range(first_fwd, b + 1) if not (k == zg and zg_first)]
             lead = inner[0].leading_lines  # type: ignore[union-attr]
             inner[0] = inner[0].with_changes(leading_lines=())  # type: ignore[union-attr]
-            w = ct.stmt(f"with (contextlib.nullcontext() if {sync} else {model_name}.no_sync()):\n    pass")
+            w = ct.stmt(f"with (contextlib.nullcontext() if {sync} else {no_sync.model}.no_sync()):\n    pass")
             out.append(w.with_changes(body=cst.IndentedBlock(body=inner), leading_lines=lead))  # type: ignore[union-attr]
             i = b + 1
             continue
@@ -432,26 +475,20 @@ def accumulate_gradients(
                 out.append(if_stmt)
             i += 1
             continue
-        out.append(new_body_stmts[i])
+        out.append(new_body[i])
         i += 1
+    return out
 
-    new_loop = loop.with_changes(target=new_target, iter=new_iter, body=loop.body.with_changes(body=out))
-    module = src.rewrite({loop: new_loop})
-    if model_name is not None:
-        module = ct.add_stdlib_import(module, "contextlib")
-    if CONST not in defined:
-        module = ct.insert_after_imports(module, [ct.stmt(f"{CONST} = {accum_steps}  # micro-batches per optimizer step (msprof-lsp NPU102)")])
+
+def _notes(info: _Loop, counter: _Counter, no_sync: _NoSync) -> tuple[str, ...]:
     notes = [
         f"effective batch = batch size x {CONST}: learning-rate schedules count optimizer steps",
         f"the loss seen by logging is divided by {CONST}",
     ]
-    if not length:
+    if not counter.length:
         notes.append("leftover micro-batches at the end of an epoch carry into the next epoch's first step")
-    if model_name is not None:
-        notes.append(f"{model_name}.no_sync() skips the gradient all-reduce on non-boundary steps (FSDP: holds unsharded grads)")
+    if no_sync.model is not None:
+        notes.append(f"{no_sync.model}.no_sync() skips the gradient all-reduce on non-boundary steps (FSDP: holds unsharded grads)")
     if info.scaler:
         notes.append("AMP: scaler.scale(loss).backward() every micro-step, scaler.step/update on boundaries")
-    title = f"Accumulate gradients over {accum_steps if CONST not in defined else CONST} micro-batches"
-    if model_name is not None:
-        title += f" with {model_name}.no_sync()"
-    return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=tuple(notes))
+    return tuple(notes)

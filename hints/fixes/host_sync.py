@@ -15,7 +15,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 SYNCS = ("torch.npu.synchronize", "torch_npu.npu.synchronize", "torch.cuda.synchronize")
 CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.time_ns", "time.perf_counter_ns", "time.monotonic_ns")
@@ -46,7 +46,7 @@ def _loop_counter(loop: cst.For) -> str | None:
     return None
 
 
-def defer_loss_item(source: str, anchor: Anchor, *, every: int = 100, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def defer_loss_item(source: Text, anchor: Anchor, *, every: int = 100, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Stop synchronising with the device on every step just to read the loss."""
     src = ct.parse(source)
     if src is None:
@@ -99,7 +99,7 @@ def defer_loss_item(source: str, anchor: Anchor, *, every: int = 100, path: str 
     return decline(why, "no `total += loss.item()` or per-step `print(..., loss.item())` here")
 
 
-def remove_synchronize(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def remove_synchronize(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Delete a device-wide synchronize inside a loop (it blocks the host every iteration)."""
     src = ct.parse(source)
     if src is None:
@@ -115,6 +115,6 @@ def remove_synchronize(source: str, anchor: Anchor, *, path: str | None = None, 
     return decline(why, "no synchronize() statement here")
 
 
-def _delete_statement(src: Source, source: str, line: cst.SimpleStatementLine, title: str, *, safe: bool, anchor: Anchor, path: str | None) -> FixResult | None:
+def _delete_statement(src: Source, source: Text, line: cst.SimpleStatementLine, title: str, *, safe: bool, anchor: Anchor, path: str | None) -> FixResult | None:
     module = src.rewrite(ct.removal(src, line))
     return result(source, module.code, title, safe=safe, path=anchor_path(anchor, path))

@@ -17,7 +17,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 
 def _module_classes(src: Source) -> set[str]:
@@ -43,7 +43,7 @@ def _is_model_name(src: Source, name: str, classes: set[str]) -> bool:
     return False
 
 
-def _loop_and_model(source: str, anchor: Anchor, why: list[str] | None) -> tuple[Source, cst.For | cst.While, str] | None:
+def _loop_and_model(source: Text, anchor: Anchor, why: list[str] | None) -> tuple[Source, cst.For | cst.While, str] | None:
     """The parsed file, the inference loop at the anchor and the one model it calls (both fixes
     start from these)."""
     src = ct.parse(source)
@@ -72,7 +72,7 @@ def _preceding(src: Source, loop: cst.CSTNode) -> list[cst.BaseStatement]:
     return list(block.body[:i])
 
 
-def eval_before_loop(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def eval_before_loop(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     found = _loop_and_model(source, anchor, why)
     if found is None:
         return None
@@ -93,7 +93,7 @@ def eval_before_loop(source: str, anchor: Anchor, *, path: str | None = None, wh
     )
 
 
-def inference_mode(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def inference_mode(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     found = _loop_and_model(source, anchor, why)
     if found is None:
         return None

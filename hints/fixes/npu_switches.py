@@ -16,7 +16,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result
+from .result import Anchor, FixResult, Text, anchor_path, decline, result
 
 INTERNAL_FORMAT = "npu.config.allow_internal_format"
 COMPILE_MODE = "npu.set_compile_mode"
@@ -62,7 +62,7 @@ def _assignments(src: Source, suffix: str) -> list[cst.Assign]:
     return out
 
 
-def disable_internal_format(source: str, anchor: Anchor = 1, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def disable_internal_format(source: Text, anchor: Anchor = 1, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Turn off private (NZ/5HD) formats so TransData conversions around Cube ops disappear (review)."""
     src = ct.parse(source)
     if src is None:
@@ -87,7 +87,7 @@ def disable_internal_format(source: str, anchor: Anchor = 1, *, path: str | None
     )
 
 
-def disable_jit_compile(source: str, anchor: Anchor = 1, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def disable_jit_compile(source: Text, anchor: Anchor = 1, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Use prebuilt operator binaries instead of online compilation."""
     src = ct.parse(source)
     if src is None:

@@ -19,7 +19,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 FUSED_CAPABLE = ("Adam", "AdamW", "SGD", "Adagrad")
 # NpuFused<Name>: positional parameters after params, from the torch_npu 2.14.0 signatures.
@@ -50,7 +50,7 @@ def _optimizer_calls(src: Source, anchor: Anchor, names: tuple[str, ...]) -> lis
     return out
 
 
-def fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def fused_optimizer(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -79,7 +79,7 @@ def fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None, why
     )
 
 
-def npu_fused_optimizer(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def npu_fused_optimizer(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
@@ -138,7 +138,7 @@ def _npu_fused_names(src: Source) -> list[str]:
     return names
 
 
-def fused_grad_clip(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def fused_grad_clip(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")

@@ -18,19 +18,45 @@ No fused relu+dropout API exists in torch or torch_npu, so the fixes are:
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
 
+from msprof_lsp.hints.finding import Construct
+
 from . import cst_tools as ct
 from .cst_tools import Source
 from .dataflow import NameFlow
-from .result import Anchor, FixResult, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
-RELU_FUNCS = ("torch.nn.functional.relu", "torch.relu")
+# What counts as a ReLU and a dropout, for the NPU101 rule (on the source index) and these fixes
+# (on libcst) alike, so that the construct the rule reports is the one the fix rewrites.
+RELU_FUNCS = ("torch.nn.functional.relu", "torch.relu", "torch.nn.functional.relu_", "torch.relu_")
+INPLACE_RELU_FUNCS = ("torch.nn.functional.relu_", "torch.relu_")
 DROPOUT_FUNCS = ("torch.nn.functional.dropout", "torch.dropout")
 RELU_MODULE = "torch.nn.ReLU"
 DROPOUT_MODULE = "torch.nn.Dropout"
+
+
+class PairKind(str, enum.Enum):
+    """The shape of a recognised ReLU->Dropout pair (``Construct.kind`` of an NPU101 offer)."""
+
+    NESTED = "nested"  # dropout(relu(x)), functional or through self.<module>
+    STATEMENTS = "statements"  # y = relu(x) then z = dropout(y)
+    SEQUENTIAL = "sequential"  # nn.ReLU(), nn.Dropout(p) adjacent in nn.Sequential
+    CALL = "call"  # the profile points at a call the source shapes above do not cover
+
+
+def is_relu_module(qualname: str, class_name: str) -> bool:
+    """A module constructor that builds a ReLU: by its resolved name, or by its class name when
+    the name does not resolve (an import the file does not show)."""
+    return qualname == RELU_MODULE if qualname else class_name == "ReLU"
+
+
+def is_dropout_module(qualname: str, class_name: str) -> bool:
+    return qualname == DROPOUT_MODULE if qualname else class_name == "Dropout"
 SEQUENTIAL = "torch.nn.Sequential"
 HELPER = "_relu_dropout"
 MODULE_CLASS = "ReLUDropout"
@@ -65,8 +91,12 @@ class _Op:
     attr: str | None = None  # self.<attr> module, when called through one
 
 
-def _ctor_is(src: Source, value: cst.BaseExpression | None, api: str) -> bool:
-    return isinstance(value, cst.Call) and src.is_api(value.func, api)
+def _ctor_is(src: Source, value: cst.BaseExpression | None, kind: Callable[[str, str], bool]) -> bool:
+    """``value`` constructs a module of ``kind`` (is_relu_module / is_dropout_module)."""
+    if not isinstance(value, cst.Call):
+        return False
+    class_name = (ct.dotted(value.func) or "").rsplit(".", 1)[-1]
+    return any(kind(q, class_name) for q in src.qnames(value.func) or {""})
 
 
 def _attrs(src: Source, node: cst.CSTNode) -> dict[str, cst.BaseExpression]:
@@ -86,9 +116,9 @@ def _as_relu(src: Source, call: cst.BaseExpression, attrs: dict[str, cst.BaseExp
     if src.is_api(call.func, *RELU_FUNCS):
         if len(pos) != 1 or any(a.keyword and a.keyword.value != "inplace" for a in call.args):
             return None
-        return _Op(call, pos[0].value, inplace=_inplace_flag(call, 1))
+        return _Op(call, pos[0].value, inplace=src.is_api(call.func, *INPLACE_RELU_FUNCS) or _inplace_flag(call, 1))
     attr = ct.self_attr(call.func)
-    if attr and _ctor_is(src, attrs.get(attr), RELU_MODULE) and len(pos) == 1 and len(call.args) == 1:
+    if attr and _ctor_is(src, attrs.get(attr), is_relu_module) and len(pos) == 1 and len(call.args) == 1:
         ctor = attrs[attr]
         return _Op(call, pos[0].value, inplace=_inplace_flag(ctor, 0), attr=attr)  # type: ignore[arg-type]
     return None
@@ -109,7 +139,7 @@ def _as_dropout(src: Source, call: cst.BaseExpression, attrs: dict[str, cst.Base
             return None
         return _Op(call, pos[0].value, ct.code(pos[1].value), ct.code(pos[2].value))
     attr = ct.self_attr(call.func)
-    if attr and _ctor_is(src, attrs.get(attr), DROPOUT_MODULE) and len(pos) == 1 and len(call.args) == 1:
+    if attr and _ctor_is(src, attrs.get(attr), is_dropout_module) and len(pos) == 1 and len(call.args) == 1:
         return _Op(call, pos[0].value, f"self.{attr}.p", "self.training", attr=attr)
     return None
 
@@ -327,7 +357,7 @@ def _sequential_pairs(src: Source, seq: cst.Call) -> list[tuple[cst.Arg, cst.Arg
     for a, b in zip(args, args[1:]):
         if a.keyword or b.keyword or a.star or b.star:
             continue
-        if not (_ctor_is(src, a.value, RELU_MODULE) and _ctor_is(src, b.value, DROPOUT_MODULE)):
+        if not (_ctor_is(src, a.value, is_relu_module) and _ctor_is(src, b.value, is_dropout_module)):
             continue
         drop: cst.Call = b.value  # type: ignore[assignment]
         if _inplace_flag(drop, 1) or ct.has_star(drop) or any(x.keyword and x.keyword.value not in ("p", "inplace") for x in drop.args):
@@ -348,21 +378,31 @@ def _sequentials_at(src: Source, line: int) -> list[cst.Call]:
     return seqs
 
 
-def compile_pair(source: str, anchor: Anchor, *, backend: str = "inductor", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def compile_pair(
+    source: Text,
+    anchor: Anchor,
+    *,
+    backend: str = "inductor",
+    construct: Construct | None = None,
+    path: str | None = None,
+    why: list[str] | None = None,
+) -> FixResult | None:
     """Route the ReLU->Dropout pair at the anchor through one ``torch.compile``d helper (review).
 
     ``backend``: ``"npu"`` for Ascend profiles (torch_npu registers it; without torchair it runs
-    eager), ``"inductor"`` for CUDA/CPU.
+    eager), ``"inductor"`` for CUDA/CPU. ``construct``: the pair the rule recognised; only that
+    shape is rewritten (without it, or for ``PairKind.CALL``, the shapes are tried in turn).
     """
     backend = _backend(backend)
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
+    kind = PairKind(construct.kind) if construct is not None else PairKind.CALL
     line = where(anchor).line
     replacements: dict[cst.CSTNode, ct.Replacement] = {}
     need_class = False
-    nested = _nested_pairs(src, line)
-    consecutive = None if nested else _consecutive_pair(src, line)
+    nested = _nested_pairs(src, line) if kind in (PairKind.NESTED, PairKind.CALL) else []
+    consecutive = None if nested or kind not in (PairKind.STATEMENTS, PairKind.CALL) else _consecutive_pair(src, line)
     if nested:
         call, d, r = nested[-1]  # the outermost pair on the line
         if not _relu_input_ok(src, r, why):
@@ -378,7 +418,7 @@ def compile_pair(source: str, anchor: Anchor, *, backend: str = "inductor", path
         replacements[s1] = s1.with_changes(body=[merged], leading_lines=[*s1.leading_lines, *s2.leading_lines])
         replacements[s2] = cst.RemovalSentinel.REMOVE
         shape = "relu/dropout statements"
-    else:
+    elif kind in (PairKind.SEQUENTIAL, PairKind.CALL):
         for seq in _sequentials_at(src, line):
             for relu_arg, drop_arg in _sequential_pairs(src, seq):
                 drop: cst.Call = drop_arg.value  # type: ignore[assignment]
@@ -392,7 +432,8 @@ def compile_pair(source: str, anchor: Anchor, *, backend: str = "inductor", path
                 need_class = True
         shape = "nn.Sequential pair"
     if not replacements:
-        return decline(why, "no recognised ReLU->Dropout pair at this line")
+        shown = f" ({kind.value})" if construct is not None else ""
+        return decline(why, f"no recognised ReLU->Dropout pair{shown} at this line")
     module = src.rewrite(replacements)
     module = _with_helpers(module, backend=backend, need_class=need_class)
     title = f'Compile ReLU+Dropout into one kernel with torch.compile (backend="{backend}")'
@@ -404,7 +445,7 @@ def compile_pair(source: str, anchor: Anchor, *, backend: str = "inductor", path
         notes.append('the "npu" backend needs torchair; without it torch_npu runs the pair eagerly')
     if need_class:
         notes.append("ReLU, Dropout become ReLUDropout, Identity: later layer indices and state_dict keys stay the same")
-    notes.append(f"matched: {shape}")
+    notes.append(f"matched: {shape}" + (f" ({', '.join(construct.names)})" if construct is not None and construct.names else ""))
     return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=tuple(notes))
 
 
@@ -466,7 +507,7 @@ def _module_relu_ok(src: Source, ctor: cst.Call, why: list[str] | None) -> bool:
     return bool(decline(why, "the ReLU module is not assigned to self.<attr> or placed in nn.Sequential"))
 
 
-def inplace_relu(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def inplace_relu(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """``nn.ReLU()`` -> ``nn.ReLU(inplace=True)`` / ``F.relu(x)`` -> ``F.relu(x, inplace=True)`` (review).
 
     The anchor may be the ReLU call, its construction, or a ``self.X(...)`` call of a module that
@@ -484,20 +525,20 @@ def inplace_relu(source: str, anchor: Anchor, *, path: str | None = None, why: l
             if _input_is_dead(src, call, ct.positional(call)[0].value, _attrs(src, call), why):
                 targets.append(call)
             break
-        if src.is_api(call.func, RELU_MODULE):
+        if _ctor_is(src, call, is_relu_module):
             if not ct.positional(call) and not _inplace_flag(call, 0) and _module_relu_ok(src, call, why):
                 targets.append(call)
             break
         attr = ct.self_attr(call.func)
         value = _attrs(src, call).get(attr) if attr else None
-        if isinstance(value, cst.Call) and src.is_api(value.func, RELU_MODULE):
+        if _ctor_is(src, value, is_relu_module):
             if not ct.positional(value) and not _inplace_flag(value, 0) and _module_relu_ok(src, value, why):
                 targets.append(value)
             break
         if isinstance(value, cst.Call) and src.is_api(value.func, SEQUENTIAL):
             for a in value.args:
                 v = a.value
-                if isinstance(v, cst.Call) and src.is_api(v.func, RELU_MODULE) and not ct.positional(v) and not _inplace_flag(v, 0):
+                if _ctor_is(src, v, is_relu_module) and not ct.positional(v) and not _inplace_flag(v, 0):
                     if _module_relu_ok(src, v, why):
                         targets.append(v)
             break
@@ -522,7 +563,7 @@ def _zero(expr: cst.BaseExpression | None) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0
 
 
-def drop_zero_dropout(source: str, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+def drop_zero_dropout(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Delete a dropout whose ``p`` is a literal 0: it only copies its input (safe)."""
     src = ct.parse(source)
     if src is None:
@@ -547,7 +588,7 @@ def drop_zero_dropout(source: str, anchor: Anchor, *, path: str | None = None, w
         if attr:
             value = attrs.get(attr)
             ctor = value if isinstance(value, cst.Call) else None  # type: ignore[assignment]
-        if ctor is not None and src.is_api(ctor.func, DROPOUT_MODULE):
+        if ctor is not None and _ctor_is(src, ctor, is_dropout_module):
             p = ct.argument(ctor, 0, "p")
             if p is None or not _zero(p.value):
                 continue

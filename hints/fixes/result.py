@@ -9,11 +9,18 @@ reason to ``why`` when the caller passes a list) whenever the construct is not m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from msprof_lsp.hints.finding import Fix, TextEdit
 from msprof_lsp.mapping.spans import Span
 
 from .edits import minimal_edits
+
+if TYPE_CHECKING:
+    from .cst_tools import Source
+
+Text = Union[str, "Source"]
+"""What a transform reads: the document's text, or its parse shared by every fix of the file."""
 
 Anchor = Span | tuple[int, int] | int
 """Where the finding points: a Span, a (line, col) pair, or a line (1-based lines, 0-based cols)."""
@@ -64,8 +71,13 @@ def review_title(text: str, safe: bool) -> str:
     return text if safe else f"{text} (review)"
 
 
-def result(old: str, new: str, title: str, *, safe: bool, path: str, notes: tuple[str, ...] = ()) -> FixResult | None:
+def text_of(source: Text) -> str:
+    return source if isinstance(source, str) else source.text
+
+
+def result(old: Text, new: str, title: str, *, safe: bool, path: str, notes: tuple[str, ...] = ()) -> FixResult | None:
     """Build a FixResult, or None when the rewrite changed nothing (idempotence)."""
+    old = text_of(old)
     if old.startswith("\ufeff") and not new.startswith("\ufeff"):
         new = "\ufeff" + new  # libcst drops a byte-order mark; the document keeps it
     if new == old:

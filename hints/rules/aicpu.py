@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, Fix, Related, Severity
+from msprof_lsp.hints.finding import Finding, FixOffer, Related, Severity
 from msprof_lsp.hints.fixes import aicpu as fx
-from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.fixes import make_offer, offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.heat import Site
 from msprof_lsp.mapping import timemodel
@@ -254,18 +254,6 @@ class AicpuFallback(Rule):
         return found
 
     @staticmethod
-    def _fixes(ctx: RuleContext, cause: Cause, tries: list[Span], evidence: dict) -> list[Fix]:
-        why: list[str] = []
-        for where in tries[:6]:
-            text = ctx.source_text(where.path)
-            if text is None:
-                continue
-            for t in cause.transforms:
-                res = offer(t, text, where, why=why, path=where.path)
-                if res is not None:
-                    if res.notes:
-                        evidence["fix_notes"] = list(res.notes)
-                    return [res.fix]
-        if why:
-            evidence["no_fix"] = "; ".join(dict.fromkeys(why))
-        return []
+    def _fixes(ctx: RuleContext, cause: Cause, tries: list[Span], evidence: dict) -> list[FixOffer]:
+        # the first place and transform that match win
+        return [make_offer(t, where.path, where, choice=cause.key) for where in tries[:6] for t in cause.transforms]

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
-from msprof_lsp.hints.fixes import env_vars, offer
+from msprof_lsp.hints.fixes import env_vars, make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
@@ -149,14 +149,7 @@ class EnvRule(Rule):
                 if imp is not None and imp.span.line < span.line:
                     evidence["note"] = f"set after `import torch_npu` (line {imp.span.line}): too late to take effect"
                 if spec.value != "":
-                    text = ctx.source_text(span.path)
-                    why: list[str] = []
-                    res = offer(env_vars.set_env_value, text, span, why=why, path=span.path, name=var, value=spec.value) if text else None
-                    if res is not None:
-                        fixes.append(res.fix)
-                        evidence["fix_notes"] = list(res.notes)
-                    elif why:
-                        evidence["no_fix"] = "; ".join(why)
+                    fixes.append(make_offer(env_vars.set_env_value, span.path, span, name=var, value=spec.value))
             else:
                 entries = sq.entry_scripts(ctx)
                 if entries:

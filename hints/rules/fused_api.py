@@ -25,9 +25,9 @@ from typing import ClassVar
 import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, Fix, Related
+from msprof_lsp.hints.finding import Finding, FixOffer, Related
 from msprof_lsp.hints.fixes import fused_api as fx
-from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -295,26 +295,15 @@ class FusedApiRule(Rule):
             yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
                               evidence=evidence, fixes=fixes, related=related)
 
-    def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[Fix]:
+    def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[FixOffer]:
         """The transform at the first statement it recognises. The anchor is where the sequence
         starts; the expression may end further down (SwiGLU's product after the chunk,
         attention's final matmul), so the other statements of the match are tried too."""
         tries = [t for t in tries if t is not None]
         if not tries or (ctx.backend != "ascend" and not spec.backend_fix):
             return []
-        text = ctx.source_text(tries[0].path)
-        if text is None:
-            return []
-        why: list[str] = []
         opts = {"backend": ctx.backend} if spec.backend_fix else {}
-        for where in tries[:6]:
-            res = offer(spec.transform, text, where, why=why, path=where.path, **opts)
-            if res is not None:
-                if res.notes:
-                    evidence["fix_notes"] = list(res.notes)
-                return [res.fix]
-        evidence["no_fix"] = "; ".join(dict.fromkeys(why)) or "the expression is not recognised exactly"
-        return []
+        return [make_offer(spec.transform, where.path, where, choice=self.code, **opts) for where in tries[:6]]
 
     def _related(self, ctx: RuleContext, g: Group, toks: pq.Tokens, variant: str) -> list[Related]:
         if variant != "host" or g.place.span is None:

@@ -22,7 +22,7 @@ import numpy as np
 from msprof_lsp.hints import gating
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
-from msprof_lsp.hints.fixes import gc_freeze, offer
+from msprof_lsp.hints.fixes import gc_freeze, make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
@@ -67,14 +67,7 @@ class GcPauses(Rule):
             conf = Confidence.MODULE  # profile-level: nothing was inferred about a line
         fixes = []
         if span is not None:
-            text = ctx.source_text(span.path)
-            why: list[str] = []
-            res = offer(gc_freeze.freeze_before_loop, text, span, why=why, path=span.path) if text is not None else None
-            if res is not None:
-                fixes.append(res.fix)
-                evidence["fix_notes"] = list(res.notes)
-            elif why:
-                evidence["no_fix"] = "; ".join(why)
+            fixes.append(make_offer(gc_freeze.freeze_before_loop, span.path, span))
         return span, conf, fixes
 
     def _recorded(self, ctx: RuleContext, events) -> Iterator[Finding]:  # noqa: ANN001

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, Fix, Related
+from msprof_lsp.hints.finding import Finding, FixOffer, Related
 from msprof_lsp.hints.fixes import inference as fx
-from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping import timemodel
 from msprof_lsp.mapping.constructs import OPTIMIZER_KERNEL
@@ -179,17 +179,7 @@ class DropoutInInference(Rule):
         return None, Confidence.MODULE, []
 
     @staticmethod
-    def _fixes(ctx: RuleContext, span: Span | None, evidence: dict) -> list[Fix]:
+    def _fixes(ctx: RuleContext, span: Span | None, evidence: dict) -> list[FixOffer]:
         if span is None:
             return []
-        text = ctx.source_text(span.path)
-        if text is None:
-            return []
-        out, why = [], []
-        for t in (fx.eval_before_loop, fx.inference_mode):
-            res = offer(t, text, span, why=why, path=span.path)
-            if res is not None:
-                out.append(res.fix)
-        if not out and why:
-            evidence["no_fix"] = "; ".join(dict.fromkeys(why))
-        return out
+        return [make_offer(t, span.path, span) for t in (fx.eval_before_loop, fx.inference_mode)]

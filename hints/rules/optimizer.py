@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, Fix, Related
-from msprof_lsp.hints.fixes import offer
+from msprof_lsp.hints.finding import Finding, FixOffer, Related
+from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -71,21 +71,10 @@ def _step_site(ctx: RuleContext, rows: np.ndarray):  # noqa: ANN202 - Site | Non
     return None
 
 
-def _fix_list(ctx: RuleContext, span: Span | None, transforms, evidence: dict) -> list[Fix]:  # noqa: ANN001
+def _fix_list(ctx: RuleContext, span: Span | None, transforms, evidence: dict) -> list[FixOffer]:  # noqa: ANN001
     if span is None:
         return []
-    text = ctx.source_text(span.path)
-    if text is None:
-        return []
-    out, why = [], []
-    for t in transforms:
-        res = offer(t, text, span, why=why, path=span.path)
-        if res is not None:
-            out.append(res.fix)
-            evidence.setdefault("fix_notes", []).extend(res.notes)
-    if not out and why:
-        evidence["no_fix"] = "; ".join(dict.fromkeys(why))
-    return out
+    return [make_offer(t, span.path, span) for t in transforms]
 
 
 @register

@@ -31,15 +31,15 @@ from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Construct, Finding, Related
 from ..fixes import relu_dropout as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
 
 RELU_OPS = frozenset({"aten::relu", "aten::relu_"})
 DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "npu::_npu_dropout", "aten::_npu_dropout"})
-RELU_CALLS = frozenset({"torch.nn.functional.relu", "torch.relu", "torch.relu_", "torch.nn.functional.relu_"})
-DROPOUT_CALLS = frozenset({"torch.nn.functional.dropout", "torch.dropout"})
+RELU_CALLS = frozenset(fx.RELU_FUNCS)  # one recogniser with the fixes (hints.fixes.relu_dropout)
+DROPOUT_CALLS = frozenset(fx.DROPOUT_FUNCS)
 MASK_GEN = re.compile(r"gen_?(bit_?)?mask", re.I)
 DO_MASK = re.compile(r"do_?mask", re.I)
 LOOKAHEAD_ROWS = 3  # kernel-only fallback: DropOutDoMask within 3 rows after Relu
@@ -55,12 +55,13 @@ class _Pair:
 
 @dataclass(frozen=True, slots=True)
 class _Construct:
-    kind: str  # nested | statements | sequential | call
+    kind: fx.PairKind
     span: Span  # the anchor
     relu: Span | None  # where the in-place fix looks
     dropout: Span | None  # where the p=0 fix looks
     related: tuple[Related, ...]
     confidence: Confidence
+    names: tuple[str, ...] = ()  # the ReLU's and the dropout's names, as matched
 
 
 @register
@@ -144,7 +145,7 @@ class ReluDropoutFusion(Rule):
                 self, span=None, message=message, total_ns=total_ns, evidence=evidence,
                 confidence=Confidence.INFERRED if how == "kernel order" else Confidence.MODULE,
             )
-        evidence["construct"] = construct.kind
+        evidence["construct"] = construct.kind.value
         return ctx.finding(
             self,
             span=construct.span,
@@ -159,7 +160,8 @@ class ReluDropoutFusion(Rule):
     def _fixes(self, ctx: RuleContext, c: _Construct):
         path = c.span.path
         backend = fx.compile_backend(ctx.config.compile_backend, ctx.backend)
-        cands = [(fx.compile_pair, c.span, path, {"backend": backend})]
+        pair = Construct(c.kind.value, c.names)
+        cands = [(fx.compile_pair, c.span, path, {"backend": backend, "construct": pair})]
         if c.relu is not None:
             cands.append((fx.inplace_relu, c.relu, path, {}))
         if c.dropout is not None:
@@ -339,14 +341,23 @@ def _is_relu(index: SourceIndex, c: CallSite) -> bool:
     if c.qualname in RELU_CALLS:
         return True
     a = _attr_of(index, c)
-    return a is not None and (a.ctor_qualname == fx.RELU_MODULE or a.class_name == "ReLU")
+    return a is not None and fx.is_relu_module(a.ctor_qualname, a.class_name)
 
 
 def _is_dropout(index: SourceIndex, c: CallSite) -> bool:
     if c.qualname in DROPOUT_CALLS:
         return True
     a = _attr_of(index, c)
-    return a is not None and (a.ctor_qualname == fx.DROPOUT_MODULE or a.class_name == "Dropout")
+    return a is not None and fx.is_dropout_module(a.ctor_qualname, a.class_name)
+
+
+def _names(index: SourceIndex, *calls: CallSite) -> tuple[str, ...]:
+    """``torch.nn.functional.relu``, or the module's constructor behind ``self.act(...)``."""
+    out = []
+    for c in calls:
+        a = _attr_of(index, c)
+        out.append(c.qualname if a is None else f"self.{c.self_attr} = {a.ctor_qualname or a.class_name}")
+    return tuple(out)
 
 
 def _init_related(index: SourceIndex, *calls: CallSite) -> tuple[Related, ...]:
@@ -378,7 +389,7 @@ def _construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
     if found is not None:
         return found
     rel = (Related(rs.span, "the ReLU runs here"),) if rs is not None and ds is not None and rs.span != ds.span else ()
-    return _Construct("call", site.span, rs.span if rs else None, ds.span if ds else None, rel, conf)
+    return _Construct(fx.PairKind.CALL, site.span, rs.span if rs else None, ds.span if ds else None, rel, conf)
 
 
 def _at_line(index: SourceIndex, line: int, function: str, conf: Confidence, prefer: Span | None = None) -> _Construct | None:
@@ -390,17 +401,20 @@ def _at_line(index: SourceIndex, line: int, function: str, conf: Confidence, pre
                  and _is_relu(index, r) and _inside(r.span, d.span)]
         if inner:
             r = inner[0]
-            return _Construct("nested", d.span, r.span, d.span, _init_related(index, d, r), conf)
+            return _Construct(fx.PairKind.NESTED, d.span, r.span, d.span, _init_related(index, d, r), conf,
+                              _names(index, r, d))
         pair = _previous_relu_statement(index, d)
         if pair is not None:
             r = pair
             span = Span(d.span.path, r.stmt.line, r.stmt.col, d.stmt.end_line, d.stmt.end_col)
-            return _Construct("statements", span, r.span, d.span, _init_related(index, d, r), conf)
+            return _Construct(fx.PairKind.STATEMENTS, span, r.span, d.span, _init_related(index, d, r), conf,
+                              _names(index, r, d))
     for r in (c for c in calls if _is_relu(index, c)):
         d = _next_dropout_statement(index, r)
         if d is not None:
             span = Span(r.span.path, r.stmt.line, r.stmt.col, d.stmt.end_line, d.stmt.end_col)
-            return _Construct("statements", span, r.span, d.span, _init_related(index, d, r), conf)
+            return _Construct(fx.PairKind.STATEMENTS, span, r.span, d.span, _init_related(index, d, r), conf,
+                              _names(index, r, d))
     for c in calls:
         a = _attr_of(index, c)
         if a is not None and a.is_container:
@@ -444,11 +458,11 @@ def _next_dropout_statement(index: SourceIndex, r: CallSite) -> CallSite | None:
 
 
 def _relu_elem(e: ModuleAttr) -> bool:
-    return e.ctor_qualname == fx.RELU_MODULE or e.class_name == "ReLU"
+    return fx.is_relu_module(e.ctor_qualname, e.class_name)
 
 
 def _drop_elem(e: ModuleAttr) -> bool:
-    return e.ctor_qualname == fx.DROPOUT_MODULE or e.class_name == "Dropout"
+    return fx.is_dropout_module(e.ctor_qualname, e.class_name)
 
 
 def _sequential_pair(index: SourceIndex, container: ModuleAttr, conf: Confidence, runs_at: CallSite | None) -> _Construct | None:
@@ -457,7 +471,8 @@ def _sequential_pair(index: SourceIndex, container: ModuleAttr, conf: Confidence
         if _relu_elem(a) and _drop_elem(b):
             span = Span(a.span.path, a.span.line, a.span.col, b.span.end_line, b.span.end_col)
             rel = (Related(runs_at.span, f"the Sequential runs here: {runs_at.text}"),) if runs_at is not None else ()
-            return _Construct("sequential", span, a.span, b.span, rel, conf)
+            names = tuple(e.ctor_qualname or e.class_name for e in (a, b))
+            return _Construct(fx.PairKind.SEQUENTIAL, span, a.span, b.span, rel, conf, names)
     return None
 
 
