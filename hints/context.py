@@ -20,7 +20,7 @@ from msprof_lsp.mapping.workspace import library_label
 
 from . import gating, suppress
 from .config import RuleConfig, Thresholds
-from .finding import Finding, FixOffer, Related, Severity
+from .finding import Finding, Fix, FixOffer, Related, Severity
 
 if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access is used here
     from msprof_lsp.mapping.workspace import SourceWorkspace
@@ -174,7 +174,7 @@ class RuleContext:
         total_ns: float = 0.0,
         confidence: Confidence = Confidence.STACK,
         evidence: dict[str, Any] | None = None,
-        fixes: Sequence[FixOffer] = (),
+        fixes: Sequence[FixOffer | Fix] = (),
         related: Iterable[Related] = (),
         severity: Severity | None = None,
         wall: bool = False,
@@ -185,8 +185,9 @@ class RuleContext:
         ``severity`` may only lower the computed one (e.g. a weak variant of a rule); fixed-severity
         rules get their ``default_severity``. ``wall``: the share is of the wall-clock step
         (``wall_step_time_ns``), for costs the host pays; ``step_ns``: of a step time the rule
-        corrected (see ``share``). ``fixes``: what the finding offers; the edits are computed
-        later, from one parse per file (``hints.fixes.offers``).
+        corrected (see ``share``). ``fixes``: what the finding offers; the edits of a ``FixOffer``
+        are computed later, from one parse per file (``hints.fixes.offers``); a ``Fix`` made
+        without parsing (a comment line) is kept as it is.
         """
         per = self.per_step_ns(total_ns)
         share = self.share(per, wall=wall, step_ns=step_ns)
@@ -220,7 +221,8 @@ class RuleContext:
             time_per_step_us=per / NS_PER_US,
             confidence=confidence,
             evidence=evidence,
-            offers=list(fixes),
+            fixes=[f for f in fixes if isinstance(f, Fix)],
+            offers=[f for f in fixes if isinstance(f, FixOffer)],
             related=related,
         )
 

@@ -111,7 +111,7 @@ class Finding:
     time_per_step_us: float = 0.0  # attributable (device) time per step, µs
     confidence: Confidence = Confidence.STACK
     evidence: dict[str, Any] = field(default_factory=dict)
-    fixes: list[Fix] = field(default_factory=list)  # the offers expanded (hints.fixes.expand)
+    fixes: list[Fix] = field(default_factory=list)  # made without parsing, plus the offers once expanded
     offers: list[FixOffer] = field(default_factory=list)
     related: list[Related] = field(default_factory=list)
 

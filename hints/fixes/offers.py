@@ -97,6 +97,11 @@ def expand_offers(offers: Iterable[FixOffer], sources: Sources) -> Expansion:
     return out
 
 
+def with_ready(ready: list[Fix], expanded: list[Fix]) -> list[Fix]:
+    """A finding's fixes: those it was made with (no parse needed) and its expanded offers, safe first."""
+    return sorted([*ready, *expanded], key=lambda f: not f.safe) if ready else expanded
+
+
 def expand(findings: Iterable[Finding], text_of: Callable[[str], str | None]) -> Sources:
     """Fill ``fixes`` of every finding from its offers, one parse per file; the transforms'
     caveats go to ``evidence["fix_notes"]``, and when nothing matched the reasons to
@@ -106,7 +111,7 @@ def expand(findings: Iterable[Finding], text_of: Callable[[str], str | None]) ->
         if not f.offers:
             continue
         got = expand_offers(f.offers, sources)
-        f.fixes = got.fixes
+        f.fixes = with_ready(f.fixes, got.fixes)
         if got.notes:
             f.evidence["fix_notes"] = got.notes
         if not got.fixes and got.declined:

@@ -1,24 +1,28 @@
 """``textDocument/codeAction``: each diagnostic's quick fixes, "Disable for this line", and
 ``source.fixAll.msprof-lsp`` (every safe fix of the file).
 
-The fixes come from the diagnostics' ``data`` (computed at publish time, in client units, with the
-document version), so nothing is recomputed here. A diagnostic published for an older version of
-the buffer is followed to its line now (the buffer keeps line maps of recent versions) and
-matched to the current diagnostic of that code there; if there is none, it gets no fix. Clients with ``codeAction/resolve`` for ``edit`` get the actions without edits first.
+A diagnostic's ``data`` names its finding in the snapshot; the finding's fix offers are expanded
+here, on the first request for the file (fixes_on_demand: one parse per file and snapshot), and
+mapped onto the buffer as it is now. A diagnostic published for an older version of the buffer or
+an older snapshot is followed to its line now (the buffer keeps line maps of recent versions) and
+matched to the current diagnostic of that code there; if there is none, it gets no fix. Clients
+with ``codeAction/resolve`` for ``edit`` get the actions without edits first.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from msprof_lsp.hints import suppress
 
 from ..protocol import DIAGNOSTIC_SOURCE, FIX_ALL_KIND
-from . import diagnostics
-from .convert import FileView, local_edit_payload, merge_changes, workspace_edit
+from . import diagnostics, payloads
+from .convert import FileView, fix_payload, local_edit_payload, merge_changes, workspace_edit
+from .fixes_on_demand import fixes_of
+from .payloads import ChangeData, CodeActionData, DiagnosticData, FixData
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -41,11 +45,11 @@ def make_action(
     ls: MsprofLanguageServer,
     title: str,
     kind: str,
-    changes: list[dict[str, Any]],
+    changes: list[ChangeData],
     *,
     diagnostics_: list[types.Diagnostic] | None = None,
     preferred: bool = False,
-    group: str | None = None,
+    group: str = "",
 ) -> types.CodeAction:
     action = types.CodeAction(
         title=title,
@@ -53,12 +57,11 @@ def make_action(
         diagnostics=diagnostics_,
         is_preferred=True if preferred else None,
     )
-    data: dict[str, Any] = {"group": group} if group else {}
-    if ls.caps.code_action_resolve_edit:
-        data["changes"] = changes  # resolve turns it into the edit (after a version check)
-    else:
+    deferred = changes if ls.caps.code_action_resolve_edit else None  # resolve makes the edit (after a version check)
+    if deferred is None:
         action.edit = workspace_edit(changes, ls.caps)
-    action.data = data or None
+    if deferred is not None or group:
+        action.data = payloads.dump(CodeActionData(deferred, group))
     return action
 
 
@@ -69,10 +72,19 @@ def _match(current: list[types.Diagnostic], code: str, line: int) -> types.Diagn
     return None
 
 
-def _fixes_of(d: types.Diagnostic) -> list[dict[str, Any]]:
-    data = d.data if isinstance(d.data, dict) else {}
-    fixes = data.get("fixes")
-    return fixes if isinstance(fixes, list) else []
+def _data(d: types.Diagnostic) -> DiagnosticData | None:
+    return payloads.load(d.data, DiagnosticData)
+
+
+def _fixes_of(ls: MsprofLanguageServer, view: FileView, data: DiagnosticData) -> list[FixData]:
+    """The finding's offers expanded, in client units for the files as they are now."""
+    views = diagnostics.Views(ls)
+    out = []
+    for fix in fixes_of(ls, view.path, data.finding):
+        p = fix_payload(fix, {e.path: views.get(e.path) for e in fix.edits}, ls.caps.position_encoding)
+        if p is not None:
+            out.append(p)
+    return out
 
 
 def _suppression(ls: MsprofLanguageServer, view: FileView, code: str, line0: int,
@@ -110,51 +122,57 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
             if d.source != DIAGNOSTIC_SOURCE or d.code is None:
                 continue
             code = str(d.code)
-            data = d.data if isinstance(d.data, dict) else {}
-            line = data.get("line")
-            if not isinstance(line, int):
+            data = _data(d)
+            if data is None:
                 continue  # not one of ours, or mangled by the client
-            if data.get("version") == view.version:
-                fixes, line0 = _fixes_of(d), line - 1  # the edits were made for exactly this text
+            line = data.line
+            if data.version == view.version and data.generation == ls.snapshot.generation:
+                found, line0 = data, line - 1  # published for exactly this text and analysis
             else:
-                # published for an older text: follow its line to now and use today's diagnostic
+                # published for an older text or analysis: follow its line to now, use today's diagnostic
                 now_line = None
-                if doc is not None and data.get("version") is None:
+                if doc is None:
+                    now_line = line if data.version is None else None  # a closed file: its text is the analysed one
+                elif data.version is None:
                     # published before the file was opened: lines of the analysed text
-                    if data.get("generation") == ls.snapshot.generation and doc.linemap is not None:
+                    if data.generation == ls.snapshot.generation and doc.linemap is not None:
                         now_line = doc.linemap.line(line)
-                elif doc is not None:
-                    now_line = doc.line_now(data.get("version"), line)
+                else:
+                    now_line = doc.line_now(data.version, line)
                 now = _match(current, code, now_line - 1) if now_line is not None else None
-                if now is None:
+                found = _data(now) if now is not None else None
+                if now is None or found is None:
                     continue
-                fixes, line0 = _fixes_of(now), now.range.start.line
-            for fix in fixes:
+                line0 = now.range.start.line
+            for fix in _fixes_of(ls, view, found):
                 actions.append(
-                    make_action(ls, fix_title(code, fix["title"]), QUICKFIX, fix["changes"], diagnostics_=[d],
-                                preferred=bool(fix.get("safe")), group=fix.get("group"))
+                    make_action(ls, fix_title(code, fix.title), QUICKFIX, fix.changes, diagnostics_=[d],
+                                preferred=fix.safe, group=fix.group)
                 )
             if doc is not None:
                 sup = _suppression(ls, view, code, line0, d)
                 if sup is not None:
                     actions.append(sup)
     if view is not None and wanted(FIX_ALL_KIND, only):
-        fix_all = _fix_all(ls, current)
+        fix_all = _fix_all(ls, view, current)
         if fix_all is not None:
             actions.append(fix_all)
     return actions
 
 
-def _fix_all(ls: MsprofLanguageServer, current: list[types.Diagnostic]) -> types.CodeAction | None:
-    safe, groups = [], set()
+def _fix_all(ls: MsprofLanguageServer, view: FileView, current: list[types.Diagnostic]) -> types.CodeAction | None:
+    safe: list[list[ChangeData]] = []
+    groups: set[str] = set()
     for d in current:
-        for fix in _fixes_of(d):
-            group = fix.get("group")
-            if not fix.get("safe") or (group and group in groups):
+        data = _data(d)
+        if data is None or not data.fixes:
+            continue
+        for fix in _fixes_of(ls, view, data):
+            if not fix.safe or (fix.group and fix.group in groups):
                 continue  # alternatives of one construct: the first (preferred) one only
-            if group:
-                groups.add(group)
-            safe.append(fix["changes"])
+            if fix.group:
+                groups.add(fix.group)
+            safe.append(fix.changes)
     if not safe:
         return None
     changes, skipped = merge_changes(safe)

@@ -1,6 +1,6 @@
 """``codeAction/resolve``: fill in the edit of an action returned without one.
 
-The action's ``data`` holds the edits for a known version of each file. If a file changed since,
+The action's ``data`` (payloads.CodeActionData) holds the edits for a known version of each file. If a file changed since,
 the edit would land on the wrong text: the request fails with ``ContentModified`` (the client
 shows it and asks for fresh actions) instead.
 """
@@ -12,27 +12,27 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified, JsonRpcInvalidParams
 
+from . import payloads
 from .convert import workspace_edit
+from .payloads import CodeActionData
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
 
 
 def resolve(ls: MsprofLanguageServer, action: types.CodeAction) -> types.CodeAction:
-    data = action.data if isinstance(action.data, dict) else None
-    changes = data.get("changes") if data else None
-    if not isinstance(changes, list):
+    data = payloads.load(action.data, CodeActionData)
+    if data is None or data.changes is None:
         if action.edit is not None:
             return action  # nothing deferred
         raise JsonRpcInvalidParams("msprof-lsp: this code action carries no edit data")
-    for change in changes:
-        version = change.get("version")
-        doc = ls.documents.get(change.get("uri", ""))
+    for change in data.changes:
+        doc = ls.documents.get(change.uri)
         current = doc.version if doc is not None else None
-        if version is not None and version != current:
+        if change.version is not None and change.version != current:
             raise JsonRpcContentModified(
-                f"msprof-lsp: {change.get('uri')} changed since this fix was computed "
-                f"(version {version}, now {current}); request the code actions again"
+                f"msprof-lsp: {change.uri} changed since this fix was computed "
+                f"(version {change.version}, now {current}); request the code actions again"
             )
-    action.edit = workspace_edit(changes, ls.caps)
+    action.edit = workspace_edit(data.changes, ls.caps)
     return action

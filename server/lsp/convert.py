@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from lsprotocol import types
 
@@ -19,8 +18,10 @@ from msprof_lsp.hints.finding import Finding, Fix, Severity, TextEdit
 from msprof_lsp.mapping.positions import col_from_units, col_to_units
 
 from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
+from . import payloads
 from .capabilities import ClientCaps
 from .session.linemap import LineMap
+from .payloads import ChangeData, DiagnosticData, EditData, FixData
 
 SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,
@@ -67,28 +68,18 @@ def from_position(lines: Sequence[str], pos: types.Position, encoding: str) -> t
     return i + 1, col_from_units(lines[i], pos.character, encoding)
 
 
-def range_dict(r: types.Range) -> dict[str, Any]:
-    return {
-        "start": {"line": r.start.line, "character": r.start.character},
-        "end": {"line": r.end.line, "character": r.end.character},
-    }
-
-
-def range_from_dict(d: dict[str, Any]) -> types.Range:
-    s, e = d["start"], d["end"]
-    return types.Range(
-        start=types.Position(line=int(s["line"]), character=int(s["character"])),
-        end=types.Position(line=int(e["line"]), character=int(e["character"])),
-    )
-
-
 # -- fixes ---------------------------------------------------------------------------------------
 
 
-def fix_payload(fix: Fix, views: dict[str, FileView | None], encoding: str) -> dict[str, Any] | None:
+def _edit(lines: Sequence[str], line: int, col: int, end_line: int, end_col: int, new_text: str, encoding: str) -> EditData:
+    r = range_of(lines, line, col, end_line, end_col, encoding)
+    return EditData(r.start.line, r.start.character, r.end.line, r.end.character, new_text)
+
+
+def fix_payload(fix: Fix, views: dict[str, FileView | None], encoding: str) -> FixData | None:
     """A fix's edits in client units for the files as they are now; None when any edit's lines
     changed since the analysis (the fix was computed on text that is no longer there)."""
-    per_file: dict[str, dict[str, Any]] = {}
+    per_file: dict[str, ChangeData] = {}
     for e in fix.edits:
         view = views.get(e.path)
         if view is None:
@@ -96,29 +87,24 @@ def fix_payload(fix: Fix, views: dict[str, FileView | None], encoding: str) -> d
         moved = view.linemap.untouched(e.line, e.end_line)
         if moved is None:
             return None
-        rng = range_of(view.lines, moved[0], e.col, moved[1], e.end_col, encoding)
-        entry = per_file.setdefault(view.uri, {"uri": view.uri, "version": view.version, "edits": []})
-        entry["edits"].append({"range": range_dict(rng), "newText": e.new_text})
+        change = per_file.setdefault(view.uri, ChangeData(view.uri, view.version))
+        change.edits.append(_edit(view.lines, moved[0], e.col, moved[1], e.end_col, e.new_text, encoding))
     if not per_file:
         return None
-    out: dict[str, Any] = {"title": fix.title, "safe": fix.safe, "changes": list(per_file.values())}
-    if fix.group:
-        out["group"] = fix.group  # alternatives of one construct: one of them, never two
-    return out
+    return FixData(fix.title, fix.safe, list(per_file.values()), fix.group)
 
 
-def local_edit_payload(view: FileView, edit: TextEdit, encoding: str) -> dict[str, Any]:
+def local_edit_payload(view: FileView, edit: TextEdit, encoding: str) -> ChangeData:
     """An edit computed on the current text (no line map), e.g. a suppression comment."""
-    rng = range_of(view.lines, edit.line, edit.col, edit.end_line, edit.end_col, encoding)
-    return {"uri": view.uri, "version": view.version, "edits": [{"range": range_dict(rng), "newText": edit.new_text}]}
+    e = _edit(view.lines, edit.line, edit.col, edit.end_line, edit.end_col, edit.new_text, encoding)
+    return ChangeData(view.uri, view.version, [e])
 
 
 Point = tuple[int, int]
 
 
-def _span(d: dict[str, Any]) -> tuple[Point, Point]:
-    s, e = d["range"]["start"], d["range"]["end"]
-    return (s["line"], s["character"]), (e["line"], e["character"])
+def _span(e: EditData) -> tuple[Point, Point]:
+    return (e.line, e.character), (e.end_line, e.end_character)
 
 
 def _clashes(a: tuple[Point, Point], b: tuple[Point, Point]) -> bool:
@@ -141,47 +127,54 @@ class _Taken:
         bisect.insort(self.spans, span)
 
 
-def merge_changes(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+def merge_changes(groups: Sequence[Sequence[ChangeData]]) -> tuple[list[ChangeData], int]:
     """Combine several fixes' ``changes``; a fix overlapping an earlier one is left out.
 
     Returns the merged changes and how many fixes were left out.
     """
-    merged: dict[str, dict[str, Any]] = {}
+    merged: dict[str, ChangeData] = {}
     taken: dict[str, _Taken] = {}
     skipped = 0
     for changes in groups:
-        new = sorted((c["uri"], _span(e)) for c in changes for e in c["edits"])
+        new = sorted((c.uri, _span(e)) for c in changes for e in c.edits)
         clash = any(taken.setdefault(uri, _Taken()).clashes(span) for uri, span in new)
         clash = clash or any(u1 == u2 and _clashes(a, b) for (u1, a), (u2, b) in zip(new, new[1:]))
         if clash:
             skipped += 1
             continue
         for c in changes:
-            entry = merged.setdefault(c["uri"], {"uri": c["uri"], "version": c["version"], "edits": []})
-            entry["edits"].extend(c["edits"])
+            merged.setdefault(c.uri, ChangeData(c.uri, c.version)).edits.extend(c.edits)
         for uri, span in new:
             taken[uri].add(span)
     return list(merged.values()), skipped
 
 
-def workspace_edit(changes: Sequence[dict[str, Any]], caps: ClientCaps) -> types.WorkspaceEdit:
+def _text_edit(e: EditData) -> types.TextEdit:
+    return types.TextEdit(
+        range=types.Range(
+            start=types.Position(line=e.line, character=e.character),
+            end=types.Position(line=e.end_line, character=e.end_character),
+        ),
+        new_text=e.new_text,
+    )
+
+
+def workspace_edit(changes: Sequence[ChangeData], caps: ClientCaps) -> types.WorkspaceEdit:
     """Versioned ``documentChanges`` when the client takes them (stale edits are then refused by
     the client), else a plain ``changes`` map."""
     if caps.document_changes:
         return types.WorkspaceEdit(
             document_changes=[
                 types.TextDocumentEdit(
-                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=c["uri"], version=c["version"]),
-                    edits=[types.TextEdit(range=range_from_dict(e["range"]), new_text=e["newText"]) for e in c["edits"]],
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=c.uri, version=c.version),
+                    edits=[_text_edit(e) for e in c.edits],
                 )
                 for c in changes
             ]
         )
     out: dict[str, list[types.TextEdit]] = {}
     for c in changes:
-        out.setdefault(c["uri"], []).extend(
-            types.TextEdit(range=range_from_dict(e["range"]), new_text=e["newText"]) for e in c["edits"]
-        )
+        out.setdefault(c.uri, []).extend(_text_edit(e) for e in c.edits)
     return types.WorkspaceEdit(changes=out)
 
 
@@ -190,12 +183,14 @@ def workspace_edit(changes: Sequence[dict[str, Any]], caps: ClientCaps) -> types
 
 def diagnostic(
     f: Finding,
+    index: int,
     view: FileView,
     views: dict[str, FileView | None],
     caps: ClientCaps,
     generation: int,
 ) -> types.Diagnostic | None:
-    """The LSP diagnostic of an anchored finding in ``view`` (None when its lines were edited away)."""
+    """The LSP diagnostic of anchored finding ``index`` of the file in ``view`` (None when its
+    lines were edited away). Its fixes stay offers until code actions are asked for."""
     span = f.span
     assert span is not None
     moved = view.linemap.lines(span.line, span.end_line)
@@ -203,15 +198,7 @@ def diagnostic(
         return None
     enc = caps.position_encoding
     rng = range_of(view.lines, moved[0], span.col, moved[1], span.end_col, enc)
-    fixes = [p for p in (fix_payload(x, views, enc) for x in f.fixes) if p is not None]
-    data: dict[str, Any] = {
-        "code": f.code,
-        "uri": view.uri,
-        "version": view.version,
-        "generation": generation,
-        "line": moved[0],
-        "fixes": fixes,
-    }
+    data = DiagnosticData(f.code, view.uri, view.version, generation, moved[0], index, len(f.offers) + len(f.fixes))
     related: list[types.DiagnosticRelatedInformation] | None = None
     if caps.related_information and f.related:
         related = []
@@ -239,5 +226,5 @@ def diagnostic(
         code_description=types.CodeDescription(href=rule_doc_url(f.code)) if caps.code_description else None,
         source=DIAGNOSTIC_SOURCE,
         related_information=related,
-        data=data,
+        data=payloads.dump(data),
     )

@@ -1,7 +1,7 @@
 """The diagnostics of one file, computed from the current snapshot and the buffer as it is now.
 
-Shared by push (publish.py), pull (pull.py) and code actions (which read the fixes back from the
-diagnostics' ``data``). Profile-level findings (no source line) are not diagnostics: loading.py
+Shared by push (publish.py), pull (pull.py) and code actions (which find the finding, and so its
+fix offers, from the diagnostics' ``data``). Profile-level findings (no source line) are not diagnostics: loading.py
 shows them once as a message.
 """
 
@@ -14,9 +14,11 @@ from lsprotocol import types
 
 from msprof_lsp.hints import suppress
 
+from . import payloads
 from .convert import FileView, diagnostic
 from .session.documents import OpenDocument, path_of, uri_of
 from .session.linemap import LineMap
+from .payloads import DiagnosticData
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -93,8 +95,8 @@ def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list
         return view, []
     doc = ls.documents.by_path(path)
     out: list[types.Diagnostic] = []
-    for f in findings:
-        d = diagnostic(f, view, views, ls.caps, snap.generation)  # type: ignore[arg-type]
+    for i, f in enumerate(findings):
+        d = diagnostic(f, i, view, views, ls.caps, snap.generation)  # type: ignore[arg-type]
         if d is None:
             continue
         if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, view.lines, d):  # type: ignore[union-attr]
@@ -128,9 +130,8 @@ def digest(view: FileView | None, diags: list[types.Diagnostic]) -> str:
 
 
 def _fix_key(data: Any) -> Any:
-    if isinstance(data, dict):
-        return repr(data.get("fixes"))
-    return None
+    got = payloads.load(data, DiagnosticData)
+    return (got.finding, got.fixes) if got is not None else None
 
 
 def all_paths(ls: MsprofLanguageServer) -> list[str]:

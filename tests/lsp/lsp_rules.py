@@ -5,8 +5,8 @@ the real NPU101 fix transforms of hints.fixes -- with behaviour fixed here, so t
 expectations do not move when the catalog's rules are tuned (test_lsp_catalog.py covers those).
 
 * TST101 relu-dropout-pair: a line whose heat holds both ReLU and dropout kernels (hint-rules
-  NPU101); anchored on the dropout span; fixes from hints.fixes.relu_dropout (review; the p=0 one
-  is safe); the ReLU span as related information.
+  NPU101); anchored on the dropout span; offers the fixes of hints.fixes.relu_dropout (review; the
+  p=0 one is safe), expanded when code actions are asked for; the ReLU span as related information.
 * TST102 hot-line: a line with >= 5 % of the step; one safe fix that inserts a comment line above
   the statement (a harmless edit, so fixAll has safe fixes to apply on the samples).
 * TST900 profile-notes: one profile-level finding (no line), which the server must show as a
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 from msprof_lsp.hints.finding import Related, Severity, TextEdit, Fix
-from msprof_lsp.hints.fixes import relu_dropout
+from msprof_lsp.hints.fixes import make_offer, relu_dropout
 from msprof_lsp.hints.registry import Rule, register
 
 HOT_SHARE = 0.05
@@ -55,12 +55,8 @@ class ReluDropoutPair(Rule):
             total = sum(o.total_ns for o in ops)
             anchor = max(drop, key=lambda s: s.device_ns).site.span
             relu_span = max(relu, key=lambda s: s.device_ns).site.span
-            text = ctx.source_text(path) or ""
-            fixes = []
-            for make in (relu_dropout.compile_pair, relu_dropout.inplace_relu, relu_dropout.drop_zero_dropout):
-                res = make(text, anchor, path=path)
-                if res is not None:
-                    fixes.append(res.fix)
+            fixes = [make_offer(make, path, anchor)
+                     for make in (relu_dropout.compile_pair, relu_dropout.inplace_relu, relu_dropout.drop_zero_dropout)]
             related = [Related(relu_span, "the ReLU feeding this dropout")] if relu_span != anchor else []
             message = ctx.message(
                 "ReLU→Dropout", total_ns=total, count=sum(o.count for o in ops) // ctx.num_steps, unit="kernels",

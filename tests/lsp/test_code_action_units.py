@@ -10,8 +10,9 @@ from lsprotocol import types
 
 from msprof_lsp.hints import suppress
 from msprof_lsp.hints.finding import Fix, TextEdit
-from msprof_lsp.server.lsp import code_action
+from msprof_lsp.server.lsp import code_action, payloads
 from msprof_lsp.server.lsp.convert import fix_payload
+from msprof_lsp.server.lsp.payloads import ChangeData, CodeActionData, DiagnosticData, EditData, FixData
 from msprof_lsp.server.lsp.session.linemap import LineMap
 
 URI = "file:///ws/train.py"
@@ -22,25 +23,24 @@ def _ls(resolve: bool) -> SimpleNamespace:
     return SimpleNamespace(caps=caps)
 
 
-def _fix(title: str, line: int, text: str, group: str = "") -> dict:
-    edit = {"range": {"start": {"line": line, "character": 0}, "end": {"line": line, "character": 0}}, "newText": text}
-    out = {"title": title, "safe": True, "changes": [{"uri": URI, "version": 3, "edits": [edit]}]}
-    if group:
-        out["group"] = group
-    return out
+def _fix(title: str, line: int, text: str, group: str = "") -> FixData:
+    return FixData(title, True, [ChangeData(URI, 3, [EditData(line, 0, line, 0, text)])], group)
 
 
-def _diag(line: int, fixes: list[dict]) -> types.Diagnostic:
+def _diag(line: int, finding: int) -> types.Diagnostic:
     rng = types.Range(start=types.Position(line=line, character=0), end=types.Position(line=line, character=4))
-    return types.Diagnostic(range=rng, message="m", code="NPU101", source="msprof-lsp", data={"line": line + 1, "fixes": fixes})
+    data = payloads.dump(DiagnosticData("NPU101", URI, 3, 1, line + 1, finding, 1))
+    return types.Diagnostic(range=rng, message="m", code="NPU101", source="msprof-lsp", data=data)
 
 
-def test_fix_all_takes_one_fix_per_group():
+def test_fix_all_takes_one_fix_per_group(monkeypatch):
     a = _fix("drop p=0 dropout", 4, "x\n", group="NPU101/pair@5")
     b = _fix("the other way", 7, "y\n", group="NPU101/pair@5")  # no textual overlap with a
     c = _fix("unrelated", 9, "z\n")
+    by_finding = {0: [a, b], 1: [c]}
+    monkeypatch.setattr(code_action, "_fixes_of", lambda ls, view, data: by_finding[data.finding])
     for resolve in (True, False):
-        action = code_action._fix_all(_ls(resolve), [_diag(4, [a, b]), _diag(9, [c])])
+        action = code_action._fix_all(_ls(resolve), _view(), [_diag(4, 0), _diag(9, 1)])
         assert action.title == "msprof: apply 2 safe fixes"
         edits = action.data["changes"][0]["edits"] if resolve else action.edit.document_changes[0].edits
         texts = [e["newText"] if resolve else e.new_text for e in edits]
@@ -49,15 +49,26 @@ def test_fix_all_takes_one_fix_per_group():
 
 def test_code_action_data_carries_the_group_and_the_payload_keeps_it():
     for resolve in (True, False):
-        action = code_action.make_action(_ls(resolve), "t", "quickfix", _fix("t", 1, "x")["changes"], group="NPU220/optimizer@90")
+        action = code_action.make_action(_ls(resolve), "t", "quickfix", _fix("t", 1, "x").changes, group="NPU220/optimizer@90")
         assert action.data["group"] == "NPU220/optimizer@90"
         assert ("changes" in action.data) is resolve and (action.edit is None) is resolve
-    plain = code_action.make_action(_ls(False), "t", "quickfix", _fix("t", 1, "x")["changes"])
+        back = payloads.load(action.data, CodeActionData)
+        assert back.group == "NPU220/optimizer@90" and (back.changes == _fix("t", 1, "x").changes if resolve else back.changes is None)
+    plain = code_action.make_action(_ls(False), "t", "quickfix", _fix("t", 1, "x").changes)
     assert plain.data is None
     view = SimpleNamespace(uri=URI, version=3, lines=["a = 1", "b = 2"], linemap=LineMap.identity())
     fix = Fix("t", False, (TextEdit("/ws/train.py", 1, 0, 1, 1, "c"),), "NPU220/optimizer@1")
-    assert fix_payload(fix, {"/ws/train.py": view}, "utf-16")["group"] == "NPU220/optimizer@1"
-    assert "group" not in fix_payload(Fix("t", False, fix.edits), {"/ws/train.py": view}, "utf-16")
+    assert fix_payload(fix, {"/ws/train.py": view}, "utf-16").group == "NPU220/optimizer@1"
+    assert fix_payload(Fix("t", False, fix.edits), {"/ws/train.py": view}, "utf-16").group == ""
+
+
+def test_payloads_that_are_not_ours_read_back_as_absent():
+    good = payloads.dump(DiagnosticData("NPU101", URI, None, 2, 7, 0, 1))
+    assert good["version"] is None and good["line"] == 7  # the wire names the client and the tests read
+    assert payloads.load(good, DiagnosticData) == DiagnosticData("NPU101", URI, None, 2, 7, 0, 1)
+    for foreign in (None, "x", [1], {"line": 1}, {**good, "line": "seven"}, {**good, "finding": None}):
+        assert payloads.load(foreign, DiagnosticData) is None
+    assert payloads.load({"changes": [{"uri": URI, "version": 1, "edits": [{"line": 0}]}]}, CodeActionData) is None
 
 
 DOC = ['"""Train a model.', "", 'More words."""', "", "import os", 'os.environ["X"] = "1"']

@@ -171,7 +171,8 @@ class Engine:
         self.generation += 1
         profile = self.loaded.profile
         heat = self.attribution.heat
-        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings)
+        # fix offers stay unexpanded: code actions expand them (fixes_on_demand), typing never parses
+        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False)
         snap = Snapshot(generation=self.generation, settings=self.settings, num_steps=max(heat.num_steps, 1))
         wanted: set[str] = set()
         for f in findings:
@@ -181,6 +182,7 @@ class Engine:
             snap.findings.setdefault(f.span.path, []).append(f)
             wanted.add(f.span.path)
             wanted.update(r.span.path for r in f.related)
+            wanted.update(o.path for o in f.offers)
             wanted.update(e.path for fix in f.fixes for e in fix.edits if e.path)
         for lh in heat.lines:
             snap.lines.setdefault(lh.path, []).append(lh)
