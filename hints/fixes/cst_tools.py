@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from msprof_lsp.mapping import safe_io
@@ -657,11 +659,34 @@ def module_level_names(module: cst.Module) -> set[str]:
     return names
 
 
+def _import_into_head(module: cst.Module, name: str, upto: int, *, above_next: bool = False) -> cst.Module:
+    """``import name`` placed by libcst's AddImportsVisitor among the first ``upto`` statements.
+
+    The visitor puts a new import after the last import of the module it is given (after a
+    docstring and ``__future__`` imports when there is none), so handing it only the head of the
+    module places the line, and the rest of a large module is not visited at all.
+    ``above_next``: the blank lines and comments above the statement that follows move above the
+    new import (a comment heading the imports stays the heading).
+    """
+    head = module.with_changes(body=module.body[:upto])
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, name)
+    new_head = list(AddImportsVisitor(context).transform_module(head).body)
+    rest = list(module.body[upto:])
+    old = {id(n) for n in head.body}
+    added = [i for i, n in enumerate(new_head) if id(n) not in old]
+    if above_next and rest and len(added) == 1 and rest[0].leading_lines:
+        i = added[0]
+        new_head[i] = new_head[i].with_changes(leading_lines=rest[0].leading_lines)
+        rest[0] = rest[0].with_changes(leading_lines=())
+    return module.with_changes(body=[*new_head, *rest])
+
+
 def add_stdlib_import(module: cst.Module, name: str) -> cst.Module:
     """``import name`` once: after the last leading stdlib import, else before the first import."""
     if binds_module(module, name) == name:
         return module
-    body = list(module.body)
+    body = module.body
     end = import_section_end(module)
     last_std = None
     first_import = None
@@ -671,17 +696,11 @@ def add_stdlib_import(module: cst.Module, name: str) -> cst.Module:
             roots = _import_roots(body[i])
             if roots and all(r in STDLIB or r == "__future__" for r in roots):
                 last_std = i
-    new = stmt(f"import {name}")
     if last_std is not None:
-        body.insert(last_std + 1, new)
-    elif first_import is not None:
-        # Keep the first import's leading comments/blank lines above the new line.
-        first = body[first_import]
-        body[first_import] = first.with_changes(leading_lines=())
-        body.insert(first_import, new.with_changes(leading_lines=first.leading_lines))
-    else:
-        body.insert(end, new)
-    return module.with_changes(body=body)
+        return _import_into_head(module, name, last_std + 1)
+    if first_import is not None:
+        return _import_into_head(module, name, first_import, above_next=True)
+    return _import_into_head(module, name, end)
 
 
 def add_import_after(module: cst.Module, name: str, after: str) -> cst.Module:
@@ -689,10 +708,7 @@ def add_import_after(module: cst.Module, name: str, after: str) -> cst.Module:
     if binds_module(module, name):
         return module
     idx = import_statement_index(module, after)
-    at = idx + 1 if idx is not None else import_section_end(module)
-    body = list(module.body)
-    body.insert(at, stmt(f"import {name}"))
-    return module.with_changes(body=body)
+    return _import_into_head(module, name, idx + 1 if idx is not None else import_section_end(module))
 
 
 def add_guarded_import(module: cst.Module, name: str, after: str, why: str) -> cst.Module:
