@@ -33,6 +33,7 @@ from tests.synth.write_text import write_torch_npu_text
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
+from msprof_lsp.hints.fixes import expand
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.fixes.edits import apply_edits
 from msprof_lsp.hints.registry import rule
@@ -190,9 +191,12 @@ class Analysed:
         return run_rules(ctx, [rule(code)])
 
     def raw(self, code: str, **config) -> list[Finding]:
-        """The rule's own findings, before the engine's min_share cut."""
+        """The rule's own findings, before the engine's min_share cut (fix offers expanded, as the
+        engine does for --check)."""
         ctx = self.with_config(**config) if config else self.ctx
-        return list(rule(code).check(ctx))
+        found = list(rule(code).check(ctx))
+        expand(found, ctx.source_text)
+        return found
 
     def with_config(self, **config) -> RuleContext:
         return RuleContext(self.profile, self.ctx.attribution, self.ctx.workspace, RuleConfig(**config))

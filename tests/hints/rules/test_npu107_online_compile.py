@@ -16,6 +16,7 @@ from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
+from msprof_lsp.hints.fixes import expand
 from msprof_lsp.hints.registry import rule
 from msprof_lsp.mapping.load import load_location, locate
 from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
@@ -67,6 +68,7 @@ def test_explicit_jit_compile_true_is_flipped_safely(tmp_path):
     (a.project / "train.py").write_text(train, encoding="utf-8")
     ctx = RuleContext(a.profile, a.ctx.attribution, type(a.ctx.workspace)([a.project]), RuleConfig())
     [f] = [f for f in rule("NPU107").check(ctx) if f.evidence.get("variant") != "all dynamic"]
+    expand([f], ctx.source_text)
     assert span_text(f.span) == "torch_npu.npu.set_compile_mode(jit_compile=True)"
     assert f.fixes[0].safe
     _, new = applied(f, "set_compile_mode")
