@@ -34,7 +34,7 @@ from . import (
 from .edits import apply_edits, minimal_edits
 from .apply import Applied, Declined, apply_fixes
 from .result import Anchor, FixResult, Text, where
-from .offers import Expansion, expand, expand_offers, make_offer
+from .offers import Expansion, expand, expand_offers, fix_id, make_offer
 
 __all__ = [
     "CATALOG", "Anchor", "Applied", "Declined", "Expansion", "FixResult", "FixSpec", "apply_edits", "apply_fixes",
@@ -57,10 +57,6 @@ class FixSpec:
     def id(self) -> str:
         """What a ``FixOffer`` names: ``<module>.<transform>``, e.g. ``relu_dropout.compile_pair``."""
         return fix_id(self.transform)
-
-
-def fix_id(transform: Callable[..., object]) -> str:
-    return f"{transform.__module__.rsplit('.', 1)[-1]}.{transform.__name__}"
 
 
 CATALOG: tuple[FixSpec, ...] = (

@@ -22,6 +22,11 @@ from .result import FixResult
 NOT_RECOGNISED = "the construct is not recognised exactly"
 
 
+def fix_id(transform: Callable[..., object]) -> str:
+    """The catalog name of a transform: ``<module>.<function>``, e.g. ``relu_dropout.compile_pair``."""
+    return f"{transform.__module__.rsplit('.', 1)[-1]}.{transform.__name__}"
+
+
 def make_offer(
     transform: Callable[..., FixResult | None],
     path: str,
@@ -32,8 +37,6 @@ def make_offer(
     **options: OptionValue,
 ) -> FixOffer:
     """An offer of ``transform`` (a ``CATALOG`` transform) at ``anchor`` in ``path``."""
-    from . import fix_id
-
     return FixOffer(fix_id(transform), path, anchor, tuple(sorted(options.items())), construct, choice)
 
 
@@ -66,7 +69,8 @@ class Sources:
 
 
 def expand_offers(offers: Iterable[FixOffer], sources: Sources) -> Expansion:
-    from . import offer, transform_of
+    """Run each offer's transform on the parse of its file (``sources``), in order."""
+    from . import offer, transform_of  # the catalog imports this module
 
     out = Expansion()
     chosen: set[str] = set()
