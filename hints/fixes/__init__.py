@@ -5,7 +5,7 @@ FixResult | None`` where ``source`` is the text or its parsed ``Source``. ``CATA
 per rule code so rules, the server and the docs agree on what is offered where; rules name them in
 ``FixOffer``s (``offers.make_offer``), expanded into edits by ``offers.expand``.
 ``suppression_edit`` (hints.suppress) is the extra "Disable <CODE> for this line" action every
-rule offers.
+rule offers; ``RECORD`` (profiling.insert_profiler) records a profile of the training loop.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from . import (
     inference,
     npu_switches,
     optimizer,
+    profiling,
     relu_dropout,
 )
 from .edits import apply_edits, minimal_edits
@@ -37,7 +38,7 @@ from .result import Anchor, FixResult, Text, where
 from .offers import Expansion, expand, expand_offers, fix_id, make_offer
 
 __all__ = [
-    "CATALOG", "Anchor", "Applied", "Declined", "Expansion", "FixResult", "FixSpec", "apply_edits", "apply_fixes",
+    "CATALOG", "RECORD", "Anchor", "Applied", "Declined", "Expansion", "FixResult", "FixSpec", "apply_edits", "apply_fixes",
     "expand", "expand_offers", "fixes_for", "make_offer", "minimal_edits", "offer", "transform_of",
 ]
 
@@ -95,7 +96,10 @@ CATALOG: tuple[FixSpec, ...] = (
 )
 
 
-_BY_ID = {s.id: s.transform for s in CATALOG}
+RECORD = FixSpec("", profiling.insert_profiler, Safety.REVIEW, (), "record a profile of the training loop")
+"""Not a rule's fix: the record action, offered on training loops and by findings whose fix is already in the source."""
+
+_BY_ID = {s.id: s.transform for s in (*CATALOG, RECORD)}
 
 
 def transform_of(fix: str) -> Callable[..., FixResult | None] | None:
