@@ -1223,14 +1223,6 @@ class SourceIndex:
     def loops_in(self, function: str) -> list[LoopInfo]:
         return [lp for lp in self.loops if lp.function == function]
 
-    def is_training_loop(self, loop: LoopInfo) -> bool:
-        """A training loop: its body calls ``.backward()`` and ``.step()`` (nested loops included)."""
-        names = {self.calls[i].name for i in loop.calls}
-        return "backward" in names and "step" in names
-
-    def training_loops(self) -> list[LoopInfo]:
-        return [lp for lp in self.loops if self.is_training_loop(lp)]
-
     def loop_at(self, line: int) -> LoopInfo | None:
         best = None
         for lp in self.loops:

@@ -1,7 +1,7 @@
 """Record a profile where there is none: a profiling block around the training loop.
 
 ``insert_profiler`` wraps the training loop (the loop whose body calls ``.backward()`` and
-``.step()``, found by ``SourceIndex.training_loops``) in a profiler that is off unless the
+``.step()``: the rules' training-loop finder) in a profiler that is off unless the
 ``MSPROF_LSP_PROFILE`` environment variable is set: unset, the block is a
 ``contextlib.nullcontext()`` and committing it changes nothing. A script that imports torch_npu gets
 ``torch_npu.profiler`` with CPU+NPU activities, Level1 and PipeUtilization; any other script gets
@@ -94,6 +94,13 @@ def snippet(flavour: Flavour) -> str:
     return f"{imports}\n{setup_code(flavour)}{loop}"
 
 
+def training_loops(index: SourceIndex) -> list[LoopInfo]:
+    """The file's training loops, by the rules' one definition of a training loop."""
+    from msprof_lsp.hints.source_query import training_loops as found  # late: the queries import the fixes
+
+    return found(index)
+
+
 def flavour_of(index: SourceIndex) -> Flavour:
     if index.torch_npu_import is not None:
         return Flavour.NPU
@@ -111,7 +118,7 @@ def _already_profiled(index: SourceIndex) -> bool:
 def _chosen_loops(index: SourceIndex, line: int) -> tuple[LoopInfo, LoopInfo] | None:
     """(outermost, innermost) training loop around ``line``, else the file's last outermost one
     (a finding's anchor outside the loop, e.g. on the DataLoader)."""
-    loops = index.training_loops()
+    loops = training_loops(index)
     if not loops:
         return None
     around = [lp for lp in loops if lp.span.line <= line <= lp.span.end_line]
@@ -151,7 +158,7 @@ def loop_lines(text: str, path: str = "") -> list[tuple[int, int]]:
         return []
     if _already_profiled(index):
         return []
-    loops = index.training_loops()
+    loops = training_loops(index)
     return [(lp.span.line, lp.span.end_line) for lp in loops
             if not any(o is not lp and o.span.line <= lp.span.line <= o.span.end_line for o in loops)]
 

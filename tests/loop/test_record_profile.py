@@ -16,7 +16,7 @@ import pytest
 from msprof_lsp.hints.fixes import fix_id, transform_of
 from msprof_lsp.hints.fixes.edits import apply_edits
 from msprof_lsp.hints.fixes.profiling import (
-    PROFILE_ENV, PROFILE_FOLDER, Flavour, insert_profiler, loop_lines, snippet,
+    PROFILE_ENV, PROFILE_FOLDER, Flavour, insert_profiler, loop_lines, snippet, training_loops,
 )
 from msprof_lsp.mapping.source_index import SourceIndex
 
@@ -142,7 +142,7 @@ def test_sample_that_already_profiles_gets_no_block():
 
 def test_the_training_loop_finder_is_the_rules_one():
     index = SourceIndex.build("train.py", TRAIN)
-    assert [lp.header.line for lp in index.training_loops()] == [_line(TRAIN, "for step")]
+    assert [lp.header.line for lp in training_loops(index)] == [_line(TRAIN, "for step")]
     assert transform_of(fix_id(insert_profiler)) is insert_profiler
 
 
