@@ -102,3 +102,21 @@ def test_stale_relu_dropout_is_not_moved_to_a_relu_without_dropout(tmp_path, cac
             assert f.span.line != conv_relu, f
         if f.code == "NPU101" and f.span is not None:
             assert "dropout" in text.splitlines()[f.span.line - 1].lower() or "drop" in text.splitlines()[f.span.line - 1]
+
+
+def test_fixed_finding_offers_the_record_action_when_the_loop_has_no_profiler(tmp_path, cache):
+    root = _copy(tmp_path / "cnn")
+    train = root / "train.py"
+    text = train.read_text(encoding="utf-8")
+    # the sample's own profiler made unrecognisable, on the same lines (the profile's frames stay valid)
+    assert text.count("return torch.profiler.profile(") == 1
+    train.write_text(text.replace("return torch.profiler.profile(", "return dict("), encoding="utf-8")
+    _apply_first_fix(_findings(root, cache), "NPU104")
+    f = _one(_findings(root, cache), "NPU104")
+    assert f.severity is Severity.HINT and f.message.endswith(f"Now {FIXED_NOTE}.")
+    (fix,) = f.fixes
+    assert fix.title.startswith("Record a profile of this training loop")
+    now = train.read_text(encoding="utf-8")
+    new = apply_edits(now, list(fix.edits))
+    assert new == insert_profiler(now, f.offers[0].anchor, path=str(train)).new_source
+    assert "with msprof_profiler as prof:" in new and "MSPROF_LSP_PROFILE" in new
