@@ -16,6 +16,7 @@ from .context import RuleContext
 from .finding import Finding, Severity
 from .fixes.offers import expand
 from .registry import Rule, all_rules
+from .fixed_in_source import mark_fixed
 
 log = logging.getLogger("msprof_lsp.hints")
 
@@ -72,7 +73,7 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
             settled = _settle(f, rule, ctx)
             if settled is None or ctx.is_suppressed(settled):
                 continue
-            out.append(settled)
+            out.append(mark_fixed(settled, ctx))
     if fixes:
         expand(out, ctx.source_text)
     return _ordered(out)

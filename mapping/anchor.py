@@ -358,8 +358,9 @@ class Anchorer:
         return self._reanchor(index, choice.path, fs.scope, frame, ctx)
 
     def _drift_scope(self, index: SourceIndex, frame: Frame) -> str | None:
-        """The function a drifted frame most likely meant: the one of that name, else among several
-        the one containing the recorded line, else the unique nearest one."""
+        """The function a drifted frame meant: the one of that name, else among several the one
+        containing the recorded line. Otherwise None: the nearest of several same-named functions
+        (three ``forward``s) is a guess, and anchoring there moves the finding to other code."""
         if frame.func == MODULE_SCOPE:
             return MODULE_SCOPE
         funcs = index.functions_named(frame.func)
@@ -367,12 +368,7 @@ class Anchorer:
             return funcs[0].qualname if funcs else None
         line = frame.line
         inside = [f for f in funcs if f.span.line <= line <= f.span.end_line]
-        if len(inside) == 1:
-            return inside[0].qualname
-        dist = sorted((min(abs(line - f.span.line), abs(line - f.span.end_line)), f.qualname) for f in funcs)
-        if dist[0][0] == dist[1][0]:
-            return None
-        return dist[0][1]
+        return inside[0].qualname if len(inside) == 1 else None
 
     def shifted(self, choice: FrameChoice, scope: str, ctx: OpContext, shift: int) -> Anchor:
         index = self.workspace.index(choice.path)

@@ -16,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     if ns.version:
         print(f"msprof-lsp {version()}")
         return 0
+    if ns.print_profiler_snippet:
+        from msprof_lsp.hints.fixes.profiling import Flavour, snippet
+
+        print(snippet(Flavour(ns.snippet_flavour or "npu")), end="")
+        return 0
     if ns.check:
         from .check.command import run_check
 

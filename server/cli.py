@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="where the profile cache lives (default: the user cache directory)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (default: auto = only on a terminal)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    p.add_argument("--print-profiler-snippet", action="store_true",
+                   help="print a profiling block for a training loop (off unless MSPROF_LSP_PROFILE is set) and exit")
+    kind = p.add_mutually_exclusive_group()
+    for flavour, what in (("npu", "torch_npu.profiler, CPU+NPU (the default)"), ("cuda", "torch.profiler, CPU+CUDA"),
+                          ("cpu", "torch.profiler, CPU only")):
+        kind.add_argument(f"--{flavour}", dest="snippet_flavour", action="store_const", const=flavour,
+                          help=f"with --print-profiler-snippet: {what}")
     return p
 
 
@@ -113,6 +120,10 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
         ]
         if given and not ns.version:
             raise UsageError(f"{given[0]} needs --check (without --check msprof-lsp serves LSP on stdio)")
+    if ns.snippet_flavour is not None and not ns.print_profiler_snippet:
+        raise UsageError(f"--{ns.snippet_flavour} needs --print-profiler-snippet")
+    if ns.print_profiler_snippet and ns.check:
+        raise UsageError("--print-profiler-snippet does not go with --check")
     if ns.rank is not None and ns.rank < 0:
         raise UsageError(f"--rank must be a non-negative integer, got {ns.rank}")
     if ns.fail_on_regression is not None:

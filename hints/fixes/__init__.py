@@ -5,7 +5,7 @@ FixResult | None`` where ``source`` is the text or its parsed ``Source``. ``CATA
 per rule code so rules, the server and the docs agree on what is offered where; rules name them in
 ``FixOffer``s (``offers.make_offer``), expanded into edits by ``offers.expand``.
 ``suppression_edit`` (hints.suppress) is the extra "Disable <CODE> for this line" action every
-rule offers.
+rule offers; ``RECORD`` (profiling.insert_profiler) records a profile of the training loop.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from . import (
     inference,
     npu_switches,
     optimizer,
+    profiling,
     relu_dropout,
 )
 from .edits import apply_edits, minimal_edits
@@ -37,8 +38,8 @@ from .result import Anchor, FixResult, Text, where
 from .offers import Expansion, expand, expand_offers, fix_id, make_offer
 
 __all__ = [
-    "CATALOG", "Anchor", "Applied", "Declined", "Expansion", "FixResult", "FixSpec", "apply_edits", "apply_fixes",
-    "expand", "expand_offers", "fixes_for", "make_offer", "minimal_edits", "offer", "transform_of",
+    "CATALOG", "RECORD", "Anchor", "Applied", "Declined", "Expansion", "FixResult", "FixSpec", "apply_edits", "apply_fixes",
+    "expand", "expand_offers", "fixes_for", "make_offer", "minimal_edits", "offer", "spec_of", "transform_of",
 ]
 
 log = logging.getLogger("msprof_lsp.hints.fixes")
@@ -52,6 +53,7 @@ class FixSpec:
     options: tuple[str, ...]  # keyword options beyond path/why, with the setting that feeds them
     summary: str
     group: str = ""  # the fixes of one code with the same group rewrite one construct: alternatives
+    applied: Callable[[str], bool] | None = None  # the anchor's current text already has this fix
 
     @property
     def id(self) -> str:
@@ -65,7 +67,8 @@ CATALOG: tuple[FixSpec, ...] = (
     FixSpec("NPU101", relu_dropout.drop_zero_dropout, Safety.SAFE, (), "delete a dropout with literal p=0", "pair"),
     FixSpec("NPU102", grad_accum.accumulate_gradients, Safety.REVIEW, ("accum_steps: accumSteps",), "gradient accumulation with no_sync()"),
     FixSpec("NPU103", npu_switches.disable_internal_format, Safety.REVIEW, (), "allow_internal_format = False"),
-    FixSpec("NPU104", dataloader.tune_dataloader, Safety.REVIEW, ("workers: dataloaderWorkers",), "workers and pinned memory"),
+    FixSpec("NPU104", dataloader.tune_dataloader, Safety.REVIEW, ("workers: dataloaderWorkers",), "workers and pinned memory",
+            applied=dataloader.is_tuned),
     FixSpec("NPU104", dataloader.non_blocking_copies, Safety.REVIEW, (), ".to(device, non_blocking=True)"),
     FixSpec("NPU107", npu_switches.disable_jit_compile, Safety.PER_MATCH, (), "set_compile_mode(jit_compile=False)"),
     FixSpec("NPU108", host_sync.defer_loss_item, Safety.REVIEW, ("every",), "accumulate loss.detach(); log every N"),
@@ -82,8 +85,9 @@ CATALOG: tuple[FixSpec, ...] = (
     FixSpec("NPU215", fused_api.confusion_transpose, Safety.REVIEW, (), "torch_npu.npu_confusion_transpose"),
     FixSpec("NPU216", fused_api.scaled_masked_softmax, Safety.REVIEW, (), "torch_npu.npu_scaled_masked_softmax"),
     FixSpec("NPU217", fused_api.add_layer_norm, Safety.REVIEW, (), "torch_npu.npu_add_layer_norm"),
-    FixSpec("NPU220", optimizer.fused_optimizer, Safety.REVIEW, (), "fused=True", "optimizer"),
-    FixSpec("NPU220", optimizer.npu_fused_optimizer, Safety.REVIEW, (), "torch_npu.optim.NpuFused<Name>", "optimizer"),
+    FixSpec("NPU220", optimizer.fused_optimizer, Safety.REVIEW, (), "fused=True", "optimizer", optimizer.is_fused),
+    FixSpec("NPU220", optimizer.npu_fused_optimizer, Safety.REVIEW, (), "torch_npu.optim.NpuFused<Name>", "optimizer",
+            optimizer.is_fused),
     FixSpec("NPU221", optimizer.fused_grad_clip, Safety.REVIEW, (), "clip_grad_norm_fused_ / foreach=True"),
     FixSpec("NPU230", gc_freeze.freeze_before_loop, Safety.REVIEW, (), "gc.freeze() before the loop"),
     *(
@@ -95,7 +99,18 @@ CATALOG: tuple[FixSpec, ...] = (
 )
 
 
-_BY_ID = {s.id: s.transform for s in CATALOG}
+RECORD = FixSpec("", profiling.insert_profiler, Safety.REVIEW, (), "record a profile of the training loop")
+"""Not a rule's fix: the record action, offered on training loops and by findings whose fix is already in the source."""
+
+_BY_ID = {s.id: s.transform for s in (*CATALOG, RECORD)}
+
+
+_SPECS = {s.id: s for s in CATALOG}
+
+
+def spec_of(fix: str) -> FixSpec | None:
+    """The catalog entry a ``FixOffer.fix`` names."""
+    return _SPECS.get(fix)
 
 
 def transform_of(fix: str) -> Callable[..., FixResult | None] | None:

@@ -528,8 +528,9 @@ class _Rewriter(cst.CSTTransformer):
         return updated_node
 
 
-def rewrite(module: cst.Module, replacements: Mapping[cst.CSTNode, Replacement]) -> cst.Module:
-    """Replace nodes (by identity) anywhere in the tree; a replaced node's subtree is not revisited."""
+def rewrite(module: N, replacements: Mapping[cst.CSTNode, Replacement]) -> N:
+    """Replace nodes (by identity) anywhere in the tree (a module or one statement); a replaced
+    node's subtree is not revisited."""
     if not replacements:
         return module
     return module.visit(_Rewriter(replacements))  # type: ignore[return-value]

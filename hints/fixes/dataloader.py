@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from . import cst_tools as ct
@@ -24,6 +26,17 @@ POSITIONAL = (
     "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
     "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator",
 )
+
+
+_WORKERS = re.compile(r"\bnum_workers\s*=\s*([^,)\s]+)")
+_PINNED = re.compile(r"\bpin_memory\s*=\s*True\b")
+
+
+def is_tuned(text: str) -> bool:
+    """The ``DataLoader(...)`` text already has what ``tune_dataloader`` adds: workers (a
+    ``num_workers`` keyword that is not 0) and ``pin_memory=True``."""
+    m = _WORKERS.search(text)
+    return m is not None and m.group(1) != "0" and _PINNED.search(text) is not None
 
 
 def _is_loader_call(src: Source, node: cst.CSTNode) -> bool:

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from . import cst_tools as ct
@@ -48,6 +50,15 @@ def _optimizer_calls(src: Source, anchor: Anchor, names: tuple[str, ...]) -> lis
             if src.is_api(call.func, f"torch.optim.{n}", f"torch.optim.{n.lower()}.{n}"):
                 out.append((call, n))
     return out
+
+
+_FUSED = re.compile(r"\bfused\s*=\s*True\b|\bNpuFused[A-Za-z]+\s*\(")
+
+
+def is_fused(text: str) -> bool:
+    """The optimizer construction already has one of the NPU220 fixes: ``fused=True`` or a
+    ``torch_npu.optim.NpuFused*`` class."""
+    return _FUSED.search(text) is not None
 
 
 def fused_optimizer(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:

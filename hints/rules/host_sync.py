@@ -13,6 +13,7 @@ belong to NPU220 and are only counted in the evidence.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,9 +27,11 @@ from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
 from ..finding import Finding
+from ..fixes import fix_id
 from ..fixes import host_sync as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
+from ..fixed_in_source import as_fixed
 
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"})
 # A synchronous aclrtMemcpy alone is left out: torch_npu also uses it for pageable host-to-device
@@ -43,6 +46,7 @@ SCALAR_BUILTINS = frozenset({"builtins.float", "builtins.int", "builtins.bool", 
 SYNC_CALLS = frozenset(fx.SYNCS)
 NONZERO_CALLS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
 OPTIMIZER_STEP = "Optimizer.step#"
+DEVICE_SYNC = re.compile(r"SynchronizeDevice|DeviceSynchronize")  # what torch.npu/cuda.synchronize() records
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 
 
@@ -52,6 +56,7 @@ class _Group:
     apis: list[int] = field(default_factory=list)  # host_events rows outside any framework op
     ns: int = 0  # blocked time inside the step windows (union per window)
     inside: list[int] = field(default_factory=list)  # per op, then per api: its own time inside them
+    removed: bool = False  # a synchronize() between its anchored neighbours that the source no longer has
 
 
 @register
@@ -90,8 +95,10 @@ class HostSync(Rule):
         between = _Neighbours(ctx) if loose else None
         for e in loose:
             found = between.anchor(e) if between is not None else None
-            key = (found[1].span,) if found else ("api", str(api_names[e]))
+            gone = found is None and between is not None and e in between.removed
+            key = (found[1].span,) if found else ("removed" if gone else "api", str(api_names[e]))
             groups[key].apis.append(e)
+            groups[key].removed = gone
             anchors.setdefault(key, found)
         windows = step_windows.windows(prof)
         for g in groups.values():
@@ -140,8 +147,9 @@ class HostSync(Rule):
             "debug_mode": "torch.npu.set_sync_debug_mode(\"warn\")" if device == "NPU" else "torch.cuda.set_sync_debug_mode(\"warn\")",
         }
         if call is None:
-            return ctx.finding(self, span=None, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
-                               confidence=conf)
+            f = ctx.finding(self, span=None, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
+                            confidence=conf)
+            return as_fixed(f, ctx, fix_id(fx.remove_synchronize)) if g.removed else f
         fixes = sq.fixes(
             ctx,
             (fx.defer_loss_item, call.span, index.path, {}),
@@ -277,6 +285,7 @@ class _Neighbours:
 
     def __init__(self, ctx: RuleContext) -> None:
         self.ctx = ctx
+        self.removed: set[int] = set()  # events whose neighbours hold no synchronize() any more
         prof = ctx.profile
         h = prof.host_ops
         att = ctx.attribution
@@ -298,15 +307,17 @@ class _Neighbours:
         ev = ctx.profile.host_events
         t, s = int(ev["tid"].iloc[event]), int(ev["start_ns"].iloc[event])
         e = s + int(ev["dur_ns"].iloc[event])
-        found = self._between(t, s, e)
+        found = self._between(t, s, e, event)
         if found is not None:
             return found
+        if event in self.removed:
+            return None  # the synchronize() was there when profiled and is gone: not another one
         hits = [(ix, c) for ix, c in sq.calls_where(ctx, lambda ix, c: c.qualname in SYNC_CALLS) if c.in_loop]
         if len(hits) == 1:
             return hits[0][0], hits[0][1], Confidence.INFERRED
         return None
 
-    def _between(self, tid: int, s: int, e: int) -> tuple[SourceIndex, CallSite, Confidence] | None:
+    def _between(self, tid: int, s: int, e: int, event: int) -> tuple[SourceIndex, CallSite, Confidence] | None:
         got = self.by_tid.get(tid)
         att = self.ctx.attribution
         if got is None or att is None:
@@ -325,10 +336,16 @@ class _Neighbours:
         lo, hi = before.span.line, after.span.end_line
         calls = [c for c in index.calls if c.qualname in SYNC_CALLS and lo <= c.span.line <= hi
                  and c.function in (before.function, after.function)]
+        if not calls and before.function == after.function and self._synchronize(event):
+            self.removed.add(event)
         if len(calls) != 1:
             return None
         conf = Confidence.MODULE if min(before.confidence.rank, after.confidence.rank) >= Confidence.MODULE.rank else Confidence.INFERRED
         return index, calls[0], conf
+
+
+    def _synchronize(self, event: int) -> bool:
+        return DEVICE_SYNC.search(str(self.ctx.profile.host_events["name"].iloc[event])) is not None
 
 
 def _inside(inner: Span, outer: Span) -> bool:

@@ -16,7 +16,8 @@ from msprof_lsp.hints.finding import Severity
 from msprof_lsp.mapping.attribute import attribute
 from msprof_lsp.mapping.critical_path import critical_path
 from msprof_lsp.mapping.compare import compare
-from msprof_lsp.mapping.errors import ProfileError
+from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
+from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.jobs import Job
 
 from .. import pipeline
@@ -146,7 +147,8 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
     except (ProfileError, CheckFailed, UsageError) as exc:
         if bar:
             bar.clear()
-        print(f"msprof-lsp: error: {exc}", file=stderr)
+        hint = f"; {HOW_TO_RECORD}" if isinstance(exc, NoProfileFound) else ""
+        print(f"msprof-lsp: error: {exc}{hint}", file=stderr)
         return 2
     finally:
         if bar:

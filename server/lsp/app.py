@@ -67,6 +67,7 @@ class MsprofLanguageServer(LanguageServer):
         self.loader = Loader(self)
         self.publisher = Publisher(self)
         self.poller: watch.Poller | None = None
+        self.record_cache: dict[tuple, Any] = {}  # record_action: training loops and edits per buffer text
         self.exit_code = 0
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
@@ -168,7 +169,7 @@ def create_server() -> MsprofLanguageServer:
     feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
         types.CodeActionOptions(
-            code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND],  # type: ignore[list-item]
+            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.RefactorRewrite, FIX_ALL_KIND],  # type: ignore[list-item]
             resolve_provider=True,
         ),
     )(guarded(list, name="textDocument/codeAction")(code_action))

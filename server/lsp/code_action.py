@@ -1,5 +1,6 @@
-"""``textDocument/codeAction``: each diagnostic's quick fixes, "Disable for this line", and
-``source.fixAll.msprof-lsp`` (every safe fix of the file).
+"""``textDocument/codeAction``: each diagnostic's quick fixes, "Disable for this line",
+``source.fixAll.msprof-lsp`` (every safe fix of the file), and "Record a profile" on a training
+loop (record_action; with or without a profile).
 
 A diagnostic's ``data`` names its finding in the snapshot; the finding's fix offers are expanded
 here, on the first request for the file (fixes_on_demand: one parse per file and snapshot), and
@@ -19,7 +20,7 @@ from lsprotocol import types
 from msprof_lsp.hints import suppress
 
 from ..protocol import DIAGNOSTIC_SOURCE, FIX_ALL_KIND
-from . import diagnostics, payloads
+from . import diagnostics, payloads, record_action
 from .convert import FileView, fix_payload, local_edit_payload, merge_changes, workspace_edit
 from .fixes_on_demand import fixes_of
 from .payloads import ChangeData, CodeActionData, DiagnosticData, FixData
@@ -153,6 +154,11 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                 sup = _suppression(ls, view, code, line0, d)
                 if sup is not None:
                     actions.append(sup)
+    if doc is not None and wanted(record_action.KIND, only):
+        # needs no profile: recording one is how a user without a profile gets started
+        rec = record_action.record_action(ls, doc, params.range.start.line)
+        if rec is not None:
+            actions.append(rec)
     if view is not None and wanted(FIX_ALL_KIND, only):
         fix_all = _fix_all(ls, view, current)
         if fix_all is not None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lsprotocol import types
 
+from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
@@ -125,8 +126,8 @@ class Loader:
         except NoProfileFound as exc:
             progress.end("no profile found")
             if epoch == self.epoch:
-                self._failed(ProfileState.NONE, types.MessageType.Info, f"msprof-lsp: {exc}. Record one, or choose one with "
-                             "\"msprof-lsp: Select profile\" or the msprof-lsp.profile setting.")
+                self._failed(ProfileState.NONE, types.MessageType.Info, f"msprof-lsp: {exc}. To choose one, use "
+                             f"\"msprof-lsp: Select profile\" or the msprof-lsp.profile setting; {HOW_TO_RECORD}.")
             return False
         except ProfileError as exc:
             progress.end("the profile cannot be read")
