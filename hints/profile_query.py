@@ -93,6 +93,31 @@ def kernel_types(kernels: pd.DataFrame) -> np.ndarray:
     return timemodel.op_types(kernels)
 
 
+# The pipes the advisor's operator-bound check reads (its ``vec/mac/scalar/mte1/mte2/mte3_ratio``);
+# fixpipe is not among them. Each exists on the cube (``aic_``) and vector (``aiv_``) core.
+PIPES = ("vec", "mac", "scalar", "mte1", "mte2", "mte3")
+COMPUTE_PIPES = frozenset({"vec", "mac"})
+MEMORY_PIPES = frozenset({"mte1", "mte2", "mte3"})
+
+
+def pipe_ratios(kernels: pd.DataFrame) -> pd.DataFrame | None:
+    """Per kernel and pipe, the busy share of its duration from the PipeUtilization counters
+    (``pmu:{aic,aiv}_<pipe>_ratio``, text, DB and msprof exports alike): the larger of the two
+    cores' ratios, 0 where neither is written. None when the profile has no pipe counters (other
+    ``aic_metrics`` sets, Level0). A row whose ratios are all 0 has no counter data (HCCL, AI_CPU,
+    over-long ops written ``N/A``)."""
+    out: dict[str, np.ndarray] = {}
+    for pipe in PIPES:
+        cols = [c for c in (f"pmu:aic_{pipe}_ratio", f"pmu:aiv_{pipe}_ratio") if c in kernels.columns]
+        if not cols:
+            continue
+        vals = np.nan_to_num(kernels[cols].to_numpy(np.float64), nan=0.0)
+        out[pipe] = np.clip(vals.max(axis=1), 0.0, 1.0)
+    if not out:
+        return None
+    return pd.DataFrame(out, index=kernels.index)
+
+
 def is_task(profile: Profile) -> np.ndarray:
     """Kernel rows that are operator tasks (compute kernels, communication), not copies, waits or
     markers (the time model's classes)."""

@@ -45,7 +45,8 @@ class ProfileBuilder:
         self.ops: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid", "stack",
                                                      "input_types", "input_dims", "concrete_inputs", "fwd_thread")}
         self.kernels: dict[str, list] = {c: [] for c in ("name", "type", "core", "start_ns", "dur_ns", "host_op", "stream",
-                                                         "input_dtypes", "output_dtypes", "step", "device")}
+                                                         "input_dtypes", "output_dtypes", "step", "device", "op_state")}
+        self.pmu: dict[str, list[float]] = {}
         self.events: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid")}
         self.lanes: dict[str, list] = {c: [] for c in ("lane", "start_ns", "dur_ns", "device")}
         self.stacks = StackTable()
@@ -71,8 +72,16 @@ class ProfileBuilder:
         return len(o["name"]) - 1
 
     def kernel(self, name: str, start_us: float, dur_us: float, *, op: int = -1, core: str = "AI_CORE", type: str = "",
-               input_dtypes: str = "", output_dtypes: str = "", stream: int = 2) -> int:
+               input_dtypes: str = "", output_dtypes: str = "", stream: int = 2, op_state: str = "",
+               pmu: dict[str, float] | None = None) -> int:
+        """``pmu``: counter columns by their export name (``aic_mac_ratio``), NaN where not given."""
         k = self.kernels
+        n = len(k["name"])
+        for col, value in (pmu or {}).items():
+            self.pmu.setdefault(f"pmu:{col}", [float("nan")] * n)
+        for col, values in self.pmu.items():
+            values.append(float((pmu or {}).get(col[4:], float("nan"))))
+        k["op_state"].append(op_state)
         k["name"].append(name)
         k["type"].append(type)
         k["core"].append(core)
@@ -98,7 +107,7 @@ class ProfileBuilder:
     def build(self) -> Profile:
         host = make_table(HOST_OP_SCHEMA, self.ops)
         assign_parents(host)
-        kernels = make_table(KERNEL_SCHEMA, self.kernels)
+        kernels = make_table(KERNEL_SCHEMA, {**self.kernels, **self.pmu})
         resolve_kernel_links(kernels, host)
         steps = [Step(i + 1, self.ns(i * self.step_us), self.ns((i + 1) * self.step_us)) for i in range(self.n_steps)]
         return Profile(

@@ -1,0 +1,161 @@
+"""NPU202 operator-no-bound: kernels whose PipeUtilization counters show no busy pipe (the
+advisor's "operator no bound" check, its AOE tuning candidates).
+
+A kernel of at least ``noBoundMinUs`` whose vec, mac, scalar, mte1, mte2 and mte3 ratios
+(``profile_query.pipe_ratios``) are all at most ``pipeBoundPercent`` is neither compute- nor
+memory-bound: its tiling leaves the core waiting, which operator tuning (AOE) addresses. Kernels
+without counter data (all ratios 0: HCCL, AI_CPU, ``N/A`` rows) are skipped, as the advisor does.
+One finding per source site, with the bound class of every kernel name of that site in the
+evidence and the exact ``aoe`` command line plus the tune-ops file listing the site's kernels.
+The fix is advice: AOE runs outside the script, and ``torch_npu.npu.set_aoe`` dumps the graphs it
+tunes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping import timemodel
+from msprof_lsp.mapping.heat import Site
+from msprof_lsp.mapping.spans import Confidence, Span
+
+from .. import profile_query as pq, source_query as sq
+
+# The advisor's names: its tune-ops file, its AOE command (job type 2: operator tuning) and the
+# number of operators it lists (OPERATOR_OUT_TOPK).
+TUNE_OPS_FILE = "operator_tuning_file.cfg"
+AOE_DUMP = "./aoe_dump"
+AOE_COMMAND = f"aoe --job_type=2 --model_path={AOE_DUMP} --tune_ops_file={TUNE_OPS_FILE}"
+TUNE_TOPK = 10
+
+
+class Bound(str, Enum):
+    """What limits a kernel, from its busiest pipe."""
+
+    COMPUTE = "compute-bound"  # mac (cube) or vec above the threshold
+    MEMORY = "memory-bound"  # an mte pipe above the threshold
+    SCALAR = "scalar-bound"
+    NONE = "no-bound"
+    NO_DATA = "no counters"
+
+
+def classify(ratios: pd.DataFrame, limit: float) -> list[Bound]:
+    """A ``Bound`` per row: the class of the busiest pipe above ``limit`` (a ratio in [0, 1]).
+    A list, not a numpy array: numpy turns a str-valued enum into its ``str()``."""
+    if not len(ratios.columns):
+        return [Bound.NO_DATA] * len(ratios)
+    vals = ratios.to_numpy(np.float64)
+    pipes = list(ratios.columns)
+    busiest, top = vals.argmax(axis=1), vals.max(axis=1)
+    out: list[Bound] = []
+    for i, t in zip(busiest.tolist(), top.tolist()):
+        if t <= 0:
+            out.append(Bound.NO_DATA)
+        elif t <= limit:
+            out.append(Bound.NONE)
+        else:
+            pipe = pipes[i]
+            out.append(Bound.COMPUTE if pipe in pq.COMPUTE_PIPES else Bound.MEMORY if pipe in pq.MEMORY_PIPES else Bound.SCALAR)
+    return out
+
+
+@dataclass(slots=True)
+class _Group:
+    site: Site | None
+    span: Span | None
+    rows: list[int] = field(default_factory=list)
+
+
+@register
+class OperatorNoBound(Rule):
+    code = "NPU202"
+    name = "operator-no-bound"
+    summary = "Kernels with no pipe busy above the bound threshold: AOE operator-tuning candidates."
+    rationale = (
+        "A kernel that keeps none of its pipes (cube, vector, scalar, memory transfer) busy most of "
+        "its time is limited by its tiling or scheduling, not by the hardware: operator tuning "
+        "(AOE) searches a better tiling for those shapes."
+    )
+    thresholds = ("noBoundMinUs", "pipeBoundPercent")
+    backends = ("ascend",)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        k = ctx.profile.kernels_in_steps()
+        if not len(k):
+            return
+        ratios = pq.pipe_ratios(k)
+        if ratios is None:
+            return
+        limit = float(ctx.thresholds.pipe_bound_percent) / 100
+        bound = classify(ratios, limit)
+        compute = timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
+        dur = k["dur_ns"].to_numpy(np.int64)
+        sel = compute & np.array([b is Bound.NONE for b in bound], dtype=bool) & (dur >= float(ctx.thresholds.no_bound_min_us) * 1000)
+        positions = np.flatnonzero(sel)
+        if not len(positions):
+            return
+        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
+        groups: dict[object, _Group] = {}
+        for p, row in zip(positions.tolist(), rows.tolist()):
+            site = sq.site_of_kernel_row(ctx, int(row))
+            # one finding per statement: the layers of one nn.Sequential(...) are one line
+            span = sq.site_statement(ctx, site) if site is not None else None
+            groups.setdefault(span, _Group(site, span)).rows.append(p)
+        for g in groups.values():
+            yield self._finding(ctx, g, k.iloc[g.rows], ratios.iloc[g.rows], limit)
+
+    def _finding(self, ctx: RuleContext, g: _Group, sub: pd.DataFrame, ratios: pd.DataFrame, limit: float) -> Finding:
+        total = int(sub["dur_ns"].sum())
+        names = pq.strs(sub["name"])
+        types = pq.kernel_types(sub)
+        table = ratios.assign(name=names, type=types, dur_ns=sub["dur_ns"].to_numpy(np.int64))
+        by_name = table.groupby("name", sort=False).agg(
+            type=("type", "first"), count=("dur_ns", "size"), total=("dur_ns", "sum"), longest=("dur_ns", "max"),
+            **{p: (p, "mean") for p in ratios.columns},
+        ).sort_values("total", ascending=False)
+        tune = [str(n) for n in by_name.index[:TUNE_TOPK]]
+        busiest = max(float(ratios.to_numpy().max()), 0.0)
+        evidence = {
+            "kernels": {
+                str(n): {
+                    "type": str(r["type"]), "count": int(r["count"]), "total_us": pq.format_ns_us(r["total"]),
+                    "longest_us": pq.format_ns_us(r["longest"]),
+                    "ratios": {p: round(float(r[p]), 3) for p in ratios.columns},
+                    "bound": Bound.NONE.value,
+                }
+                for n, r in by_name.head(8).iterrows()
+            },
+            "count": len(sub),
+            "busiest_ratio": round(busiest, 3),
+            "threshold_ratio": limit,
+            "threshold_us": float(ctx.thresholds.no_bound_min_us),
+            "aoe_command": AOE_COMMAND,
+            "tune_ops_file": TUNE_OPS_FILE,
+            "tune_ops": json.dumps({"tune_ops_name": tune}),
+            "dump": f'torch_npu.npu.set_aoe("{AOE_DUMP}") before the model runs',
+        }
+        states = {s.lower() for s in pq.strs(sub["op_state"]) if s}
+        if states == {"dynamic"}:
+            # AOE tunes the shapes it sees in the dump; dynamic-shape ops recompile per shape.
+            evidence["op_state"] = "dynamic"
+        conf = g.site.confidence if g.site is not None else Confidence.STACK
+        count = max(1, round(len(sub) / ctx.num_steps))
+        msg = ctx.message(
+            "Operator no-bound",
+            total_ns=total,
+            count=count,
+            unit="kernel" if count == 1 else "kernels",
+            qualifier=f"busiest pipe {busiest:.0%} ≤ {limit:.0%}",
+            diagnosis=f"{', '.join(dict.fromkeys(str(t) for t in by_name['type']))} keep no pipe busy: tiling-bound",
+            fix=f"Tune these ops with AOE: {AOE_COMMAND}",
+        )
+        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
