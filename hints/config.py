@@ -54,6 +54,7 @@ class Thresholds:
     aicpu_min_us: Annotated[float, _us("Longest AI_CPU kernel at which NPU201 fires.")] = 20
     no_bound_min_us: Annotated[float, _us("Kernel duration from which NPU202 checks its pipe counters.")] = 20
     pipe_bound_percent: Annotated[float, _percent("Pipe busy share above which a kernel is bound (NPU202).")] = 80
+    comm_align_bytes: Annotated[int, _whole("SDMA transfer size alignment checked by NPU203.", "bytes")] = 512
     cube_align: Annotated[int, _whole("Inner-axis alignment expected by the Cube unit (NPU106).", "elements")] = 256
     fa_align: Annotated[int, _whole("Head-dim / sequence alignment for FlashAttention (NPU106).", "elements")] = 128
     cube_min_bytes: Annotated[int, _whole("MatMul input+output size from which NPU106 checks alignment.", "bytes", ge=0)] = 100 * 1024 * 1024

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping import linking, step_windows, timemodel
-from msprof_lsp.mapping.model import Profile
+from msprof_lsp.mapping.model import CommOp, Profile
 from msprof_lsp.mapping.units import ns_to_us
 
 from .context import RuleContext
@@ -432,3 +432,41 @@ def kernel_tokens(ctx: RuleContext) -> Tokens:
     group = k["device"].to_numpy(np.int64)[order] * (1 << 32) + k["stream"].to_numpy(np.int64)[order]
     toks = _KERNEL_CACHE[ctx] = _tokens(rows, names, group)
     return toks
+
+
+# ---------------------------------------------------------------------------------------------
+# Communication packets: communication.json's Size Distribution (the DB's CommAnalyzerBandwidth)
+
+BYTES_PER_MB = 1_000_000  # communication.json's MB: Transit Size(MB) 28.647232 = 12 x 2.064384 + 2 x 1.937312
+GRADIENT_COLLECTIVE = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Packets:
+    """The transfers of one size on one link of one communication op."""
+
+    op: str  # hcom_allReduce__586_0_1
+    link: str  # HCCS, PCIE, SIO, SDMA, RDMA
+    size_bytes: int
+    count: int
+    total_ns: int  # transfer time of all ``count`` packets
+
+
+def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packets]:
+    """Every (op, link, size) of the ops' Size Distributions; malformed entries are skipped.
+    ``gradient_only``: only the all-reduce / reduce-scatter / all-gather ops."""
+    out: list[Packets] = []
+    for op in ops:
+        if gradient_only and not GRADIENT_COLLECTIVE.search(op.name):
+            continue
+        for link, info in op.bandwidth.items():
+            dist = info.get("Size Distribution") if isinstance(info, dict) else None
+            for size, val in (dist or {}).items():
+                try:
+                    mb, count, ms = float(size), int(val[0]), float(val[1])
+                except (TypeError, ValueError, IndexError):
+                    continue
+                if count > 0 and mb >= 0:
+                    out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, round(ms * 1_000_000)))
+    return out
+

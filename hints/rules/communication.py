@@ -31,7 +31,7 @@ from ..fixes import grad_accum
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
 
-GRADIENT = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
+GRADIENT = pq.GRADIENT_COLLECTIVE
 # advisor packet_analysis: intra-node (SDMA: HCCS, PCIE, SIO) packets < 16 MB, inter-node RDMA < 1 MB
 SMALL_PACKET_MB = {"SDMA": 16.0, "RDMA": 1.0}
 SMALL_PACKET_RATIO = 0.2
@@ -213,23 +213,14 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
 def _packets(ops: list[CommOp]) -> dict[str, dict]:
     """Packet counts per link group from communication.json Size Distribution."""
     out: dict[str, dict] = {}
-    for op in ops:
-        if not GRADIENT.search(op.name):
+    for p in pq.packets(ops):
+        group = "SDMA" if p.link in SDMA_LINKS else p.link
+        if group not in SMALL_PACKET_MB:
             continue
-        for link, info in op.bandwidth.items():
-            group = "SDMA" if link in SDMA_LINKS else link
-            if group not in SMALL_PACKET_MB:
-                continue
-            dist = info.get("Size Distribution") or {}
-            e = out.setdefault(group, {"packets": 0, "small": 0, "limit_mb": SMALL_PACKET_MB[group]})
-            for size, val in dist.items():
-                try:
-                    mb, count = float(size), int(val[0])
-                except (TypeError, ValueError, IndexError):
-                    continue
-                e["packets"] += count
-                if mb < SMALL_PACKET_MB[group]:
-                    e["small"] += count
+        e = out.setdefault(group, {"packets": 0, "small": 0, "limit_mb": SMALL_PACKET_MB[group]})
+        e["packets"] += p.count
+        if p.size_bytes < SMALL_PACKET_MB[group] * pq.BYTES_PER_MB:
+            e["small"] += p.count
     for e in out.values():
         e["small_ratio"] = e["small"] / e["packets"] if e["packets"] else 0.0
     return {k: v for k, v in out.items() if v["packets"]}

@@ -167,8 +167,8 @@ def step_run(items: list, *, steps: int = 2, config: ProfilerConfig | None = Non
     return Run(steps=RepeatedSteps([tuple(items)], steps, first=2), config=config or ProfilerConfig(), **kw)
 
 
-def backward(comm_us: float | None = None, *, size_mb: float = 2.0) -> UserCall:
-    comm = (CommLaunch(L.allreduce(size_mb, dur_us=comm_us)),) if comm_us else ()
+def backward(comm_us: float | None = None, *, size_mb: float = 2.0, packet_mb: float = 4.0) -> UserCall:
+    comm = (CommLaunch(L.allreduce(size_mb, dur_us=comm_us, packet_mb=packet_mb)),) if comm_us else ()
     return UserCall(L.BACKWARD + loop("loss.backward()"), (Launch(L.grad_seed().op),), label="backward",
                     backward=True, comm=comm)
 

@@ -1,0 +1,87 @@
+"""NPU203 comm-byte-alignment: SDMA transfers of the gradient collectives whose size is not a
+multiple of ``commAlignBytes`` (the advisor's ``ByteAlignmentChecker``: 512 B, transfers of at
+most 512 B and on-chip copies skipped).
+
+Data: communication.json's Size Distribution (the DB's CommAnalyzerBandwidth) per op and link;
+the SDMA links are HCCS, PCIE and SIO (the file's "SDMA" entry sums them and is not counted
+twice). Anchor: where DDP issues the collectives -- the ``loss.backward()`` of the training loop
+(its hooks all-reduce the gradient buckets) -- with the ``DistributedDataParallel(...)`` call,
+whose ``bucket_cap_mb`` sets the buckets, as related information. The fix is advice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding, Related
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.spans import Confidence
+
+from .. import profile_query as pq, source_query as sq
+from .communication import DDP
+
+ALIGN_LINKS = frozenset({"HCCS", "PCIE", "SIO"})
+# The advisor colours the finding by the unaligned share of the SDMA transfer time.
+LOW_PRIORITY, HIGH_PRIORITY = 0.2, 0.7
+
+
+@register
+class CommByteAlignment(Rule):
+    code = "NPU203"
+    name = "comm-byte-alignment"
+    summary = "SDMA transfers of gradient collectives whose size is not a multiple of 512 bytes."
+    rationale = (
+        "SDMA moves data in 512-byte units; a transfer whose size is not a multiple of that ends in "
+        "a partial burst and runs at a lower bandwidth. In data-parallel training the sizes are the "
+        "gradient buckets' byte counts, set by the parameter sizes and DDP's bucket_cap_mb."
+    )
+    thresholds = ("commAlignBytes",)
+    backends = ("ascend",)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        align = int(ctx.thresholds.comm_align_bytes)
+        sdma = [p for p in pq.packets(ctx.profile.comm_ops) if p.link in ALIGN_LINKS and p.size_bytes > align]
+        bad = [p for p in sdma if p.size_bytes % align]
+        if not bad:
+            return
+        total_ns = sum(p.total_ns for p in sdma)
+        bad_ns = sum(p.total_ns for p in bad)
+        per_op: dict[str, dict] = defaultdict(lambda: {"sizes": {}, "packets": 0, "us": 0.0})
+        for p in bad:
+            e = per_op[p.op]
+            e["sizes"][str(p.size_bytes)] = e["sizes"].get(str(p.size_bytes), 0) + p.count
+            e["packets"] += p.count
+            e["us"] = round(e["us"] + p.total_ns / 1000, 3)
+        share = bad_ns / total_ns if total_ns else 0.0
+        evidence = {
+            "ops": dict(sorted(per_op.items(), key=lambda kv: -kv[1]["us"])[:8]),
+            "packets": sum(p.count for p in sdma),
+            "unaligned_packets": sum(p.count for p in bad),
+            "unaligned_us": round(bad_ns / 1000, 3),
+            "sdma_us": round(total_ns / 1000, 3),
+            "unaligned_time_share": round(share, 4),
+            "priority": "high" if share >= HIGH_PRIORITY else "low" if share < LOW_PRIORITY else "medium",
+            "align_bytes": align,
+            "links": sorted({p.link for p in bad}),
+        }
+        count = max(1, round(sum(p.count for p in bad) / ctx.num_steps))
+        message = ctx.message(
+            "SDMA unaligned", total_ns=bad_ns, count=count, unit="transfer" if count == 1 else "transfers",
+            qualifier=f"{share:.0%} of SDMA time, sizes not multiples of {align} B",
+            diagnosis="partial bursts lower the link bandwidth",
+            fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
+        )
+        span, conf, related = None, Confidence.MODULE, []
+        ddp = sq.constructed(ctx, *DDP)
+        found = sq.backward_call(ctx)
+        if found is not None:
+            _, call, _, conf = found
+            span = call.span
+        elif ddp is not None:
+            span, conf = ddp[1].span, Confidence.INFERRED
+        if ddp is not None and ddp[1].span != span:
+            related.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
+        yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
+                          related=related)
