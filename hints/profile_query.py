@@ -470,3 +470,30 @@ def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packet
                     out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, round(ms * 1_000_000)))
     return out
 
+
+SDMA_LINK_GROUP = frozenset({"SDMA", "HCCS", "PCIE", "SIO"})  # intra-node links; RDMA is between nodes
+
+
+def small_packets(ops: Iterable[CommOp], *, sdma_mb: float, rdma_mb: float) -> dict[str, dict]:
+    """Per link group (``SDMA`` for the intra-node links, ``RDMA``) of the gradient collectives:
+    packets, the ones under the group's limit (MB of 10^6 B), their share of the count and of the
+    bytes (the advisor's packet analysis counts packets) and their transfer time (``small_ns``)."""
+    limits_mb = {"SDMA": float(sdma_mb), "RDMA": float(rdma_mb)}
+    out: dict[str, dict] = {}
+    for p in packets(ops):
+        group = "SDMA" if p.link in SDMA_LINK_GROUP else p.link
+        if group not in limits_mb:
+            continue
+        e = out.setdefault(group, {"packets": 0, "small": 0, "bytes": 0, "small_bytes": 0, "small_ns": 0,
+                                   "limit_mb": limits_mb[group]})
+        e["packets"] += p.count
+        e["bytes"] += p.count * p.size_bytes
+        if p.size_bytes < limits_mb[group] * BYTES_PER_MB:
+            e["small"] += p.count
+            e["small_bytes"] += p.count * p.size_bytes
+            e["small_ns"] += p.total_ns
+    for e in out.values():
+        e["small_ratio"] = e["small"] / e["packets"] if e["packets"] else 0.0
+        e["small_bytes_ratio"] = e["small_bytes"] / e["bytes"] if e["bytes"] else 0.0
+    return {k: v for k, v in out.items() if v["packets"]}
+

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from msprof_lsp.mapping import step_windows, timemodel
-from msprof_lsp.mapping.model import Backend, CommOp, Profile
+from msprof_lsp.mapping.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.timemodel import collective_mask
 from msprof_lsp.mapping.units import NS_PER_US
@@ -32,12 +32,8 @@ from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
 
 GRADIENT = pq.GRADIENT_COLLECTIVE
-# advisor packet_analysis: intra-node (SDMA: HCCS, PCIE, SIO) packets < 16 MB, inter-node RDMA < 1 MB
-SMALL_PACKET_MB = {"SDMA": 16.0, "RDMA": 1.0}
-SMALL_PACKET_RATIO = 0.2
 # step-time sources (Profile.step_time) that are a measured span, not a step marker or breakdown
 MEASURED_STEP = frozenset({"kernel step span", "capture length", "capture span"})
-SDMA_LINKS = frozenset({"SDMA", "HCCS", "PCIE", "SIO"})
 DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 FSDP = (
     "torch.distributed.fsdp.FullyShardedDataParallel",
@@ -65,7 +61,7 @@ class GradAccumulation(Rule):
         "the device waits for the network every step. Accumulating gradients over several micro-batches (with DDP's "
         "no_sync() on the others) synchronises once per optimizer step instead."
     )
-    thresholds = ("commMaxPercent", "accumSteps")
+    thresholds = ("commMaxPercent", "accumSteps", "sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent")
     backends = ("ascend", "cuda")
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
@@ -87,8 +83,10 @@ class GradAccumulation(Rule):
         kinds = _kernel_collectives(ctx.profile)
         if not kinds and ctx.profile.comm_ops:
             kinds = Counter(_kind(op.name) for op in ctx.profile.comm_ops if GRADIENT.search(op.name))
-        packets = _packets(ctx.profile.comm_ops)
-        small = [link for link, p in packets.items() if p["small_ratio"] > SMALL_PACKET_RATIO]
+        # the advisor's packet analysis: intra-node (SDMA) packets under 16 MB, RDMA under 1 MB
+        packets = pq.small_packets(ctx.profile.comm_ops, sdma_mb=ctx.thresholds.sdma_small_packet_mb,
+                                   rdma_mb=ctx.thresholds.rdma_small_packet_mb)
+        small = [link for link, p in packets.items() if p["small_ratio"] * 100 > float(ctx.thresholds.small_packet_max_percent)]
         qual = ", ".join(f"{round(n / steps)} {k}" for k, n in kinds.most_common(2) if round(n / steps))
         if small:
             qual = f"{qual}, small packets" if qual else "small packets"
@@ -208,22 +206,6 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
     steps = ctx.num_steps
     return _Comm(not_ov / steps, "HCCL kernels" if ctx.backend == Backend.ASCEND.value else "NCCL kernels",
                  comm_ns=busy / steps, ignored=ignored, ignored_ns=alone / steps)
-
-
-def _packets(ops: list[CommOp]) -> dict[str, dict]:
-    """Packet counts per link group from communication.json Size Distribution."""
-    out: dict[str, dict] = {}
-    for p in pq.packets(ops):
-        group = "SDMA" if p.link in SDMA_LINKS else p.link
-        if group not in SMALL_PACKET_MB:
-            continue
-        e = out.setdefault(group, {"packets": 0, "small": 0, "limit_mb": SMALL_PACKET_MB[group]})
-        e["packets"] += p.count
-        if p.size_bytes < SMALL_PACKET_MB[group] * pq.BYTES_PER_MB:
-            e["small"] += p.count
-    for e in out.values():
-        e["small_ratio"] = e["small"] / e["packets"] if e["packets"] else 0.0
-    return {k: v for k, v in out.items() if v["packets"]}
 
 
 def _wrapper(ctx: RuleContext) -> str | None:

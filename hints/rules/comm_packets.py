@@ -1,4 +1,7 @@
-"""NPU203 comm-byte-alignment: SDMA transfers of the gradient collectives whose size is not a
+"""NPU203 comm-byte-alignment and NPU204 comm-small-packets, both read from the Size
+Distribution of the gradient collectives and anchored where DDP issues them.
+
+NPU203 comm-byte-alignment: SDMA transfers of the gradient collectives whose size is not a
 multiple of ``commAlignBytes`` (the advisor's ``ByteAlignmentChecker``: 512 B, transfers of at
 most 512 B and on-chip copies skipped).
 
@@ -7,6 +10,11 @@ the SDMA links are HCCS, PCIE and SIO (the file's "SDMA" entry sums them and is 
 twice). Anchor: where DDP issues the collectives -- the ``loss.backward()`` of the training loop
 (its hooks all-reduce the gradient buckets) -- with the ``DistributedDataParallel(...)`` call,
 whose ``bucket_cap_mb`` sets the buckets, as related information. The fix is advice.
+
+NPU204 comm-small-packets: more than ``smallPacketMaxPercent`` of the SDMA packets under
+``sdmaSmallPacketMb`` or of the RDMA packets under ``rdmaSmallPacketMb`` (the advisor's packet
+analysis): the fix is fewer, larger transfers (``bucket_cap_mb``, gradient accumulation, larger
+micro-batches), as advice.
 """
 
 from __future__ import annotations
@@ -17,10 +25,26 @@ from collections.abc import Iterator
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Related
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.spans import Confidence, Span
 
 from .. import profile_query as pq, source_query as sq
 from .communication import DDP
+
+def _anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, list[Related]]:
+    """The training loop's ``loss.backward()`` (DDP's hooks all-reduce the buckets there), the
+    DDP wrap as related information; the wrap itself without a loop; nothing without either."""
+    span, conf, related = None, Confidence.MODULE, []
+    ddp = sq.constructed(ctx, *DDP)
+    found = sq.backward_call(ctx)
+    if found is not None:
+        _, call, _, conf = found
+        span = call.span
+    elif ddp is not None:
+        span, conf = ddp[1].span, Confidence.INFERRED
+    if ddp is not None and ddp[1].span != span:
+        related.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
+    return span, conf, related
+
 
 ALIGN_LINKS = frozenset({"HCCS", "PCIE", "SIO"})
 # The advisor colours the finding by the unaligned share of the SDMA transfer time.
@@ -73,15 +97,48 @@ class CommByteAlignment(Rule):
             diagnosis="partial bursts lower the link bandwidth",
             fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
         )
-        span, conf, related = None, Confidence.MODULE, []
-        ddp = sq.constructed(ctx, *DDP)
-        found = sq.backward_call(ctx)
-        if found is not None:
-            _, call, _, conf = found
-            span = call.span
-        elif ddp is not None:
-            span, conf = ddp[1].span, Confidence.INFERRED
-        if ddp is not None and ddp[1].span != span:
-            related.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
+        span, conf, related = _anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
                           related=related)
+
+
+@register
+class CommSmallPackets(Rule):
+    code = "NPU204"
+    name = "comm-small-packets"
+    summary = "Gradient collectives that move most of their data in small packets."
+    rationale = (
+        "Every transfer pays a fixed setup and synchronisation cost; packets well under the link's "
+        "efficient size (16 MB over SDMA, 1 MB over RDMA) spend more of their time on that cost than "
+        "on moving data. Larger gradient buckets or fewer synchronisations send fewer, larger packets."
+    )
+    thresholds = ("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent")
+    backends = ("ascend",)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        limit = float(ctx.thresholds.small_packet_max_percent) / 100
+        groups = pq.small_packets(ctx.profile.comm_ops, sdma_mb=ctx.thresholds.sdma_small_packet_mb,
+                                  rdma_mb=ctx.thresholds.rdma_small_packet_mb)
+        small = {g: e for g, e in groups.items() if e["small_ratio"] > limit}
+        if not small:
+            return
+        time_ns = sum(e["small_ns"] for e in small.values())
+        worst = max(small, key=lambda g: small[g]["small_ratio"])
+        e = small[worst]
+        count = max(1, round(sum(x["small"] for x in small.values()) / ctx.num_steps))
+        message = ctx.message(
+            "Small packets", total_ns=time_ns, count=count, unit="packet" if count == 1 else "packets",
+            qualifier=f"{e['small_ratio']:.0%} of {worst} packets under {e['limit_mb']:g} MB",
+            diagnosis="per-transfer overhead dominates the collectives",
+            fix="Send larger buckets: raise bucket_cap_mb or accumulate gradients",
+        )
+        evidence = {
+            "links": {g: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in x.items()} for g, x in groups.items()},
+            "small_links": sorted(small),
+            "small_us": round(time_ns / 1000, 3),
+            "threshold_percent": limit * 100,
+        }
+        span, conf, related = _anchor(ctx)
+        yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
+                          related=related)
+

@@ -1,4 +1,4 @@
-"""NPU203 comm-byte-alignment: spec-exact torch_npu text exports (tests.synth) whose all-reduce
+"""NPU203 comm-byte-alignment and NPU204 comm-small-packets: spec-exact torch_npu text exports (tests.synth) whose all-reduce
 moves packets one byte-multiple either side of 512 B alignment, anchored on loss.backward() with
 the DDP wrap as related information; the real AlexNet DDP job (text communication.json and the DB
 export), counted here with the json module."""
@@ -101,3 +101,68 @@ def test_real_alexnet_ddp_buckets_end_unaligned(export):
         assert f.evidence["unaligned_packets"] == 4
         assert {s for op in f.evidence["ops"].values() for s in op["sizes"]} == {"1162496", "1937312"}
     assert 0 < f.evidence["unaligned_time_share"] < 0.2 and f.evidence["priority"] == "low"
+
+
+# -- NPU204 comm-small-packets -------------------------------------------------------------------
+
+
+def test_small_packets_fire_on_backward(tmp_path):
+    a = analyse(_run(4.0), tmp_path)  # the 2 MB bucket in one 4 MB-bucket packet: under 16 MB
+    [f] = a.run("NPU204", min_share=0.0)
+    packets = _json_packets(a.root)
+    assert packets and all(p[0] < 16_000_000 for p in packets)
+    sdma = f.evidence["links"]["SDMA"]
+    assert sdma["packets"] == sdma["small"] == sum(p[1] for p in packets) and sdma["small_ratio"] == 1.0
+    assert f.evidence["small_us"] == pytest.approx(sum(p[2] for p in packets) * 1000, abs=1e-3)
+    assert span_text(f.span) == "loss.backward()" and f.confidence is Confidence.STACK
+    assert [span_text(r.span) for r in f.related] == ["DistributedDataParallel(Net().npu())"]
+    assert "100% of SDMA packets under 16 MB" in f.message and "bucket_cap_mb" in f.message
+
+
+@pytest.mark.parametrize(("packet_mb", "fires"), [(15.999999, True), (16.0, False)])
+def test_sdma_packet_size_threshold(tmp_path, packet_mb, fires):
+    a = analyse(_run(packet_mb), tmp_path)
+    assert bool(a.run("NPU204", min_share=0.0)) is fires
+
+
+def _comm_profile(small: int, large: int, link: str = "HCCS", small_mb: float = 2.0, large_mb: float = 20.0):
+    from rulekit import ProfileBuilder
+
+    from msprof_lsp.mapping.model import CommOp
+
+    profile = ProfileBuilder().build()
+    dist = {str(small_mb): [small, 0.01 * small], str(large_mb): [large, 0.05 * large]}
+    profile.comm_ops = [CommOp("hcom_allReduce__1_0_1", "", 1, "collective", 0, 10**6, 8 * 10**5, 10**5, 0, 0,
+                               {link: {"Size Distribution": dist}})]
+    return profile
+
+
+@pytest.mark.parametrize(("small", "fires"), [(20, False), (21, True)])
+def test_small_share_threshold_is_strictly_over_20_percent(small, fires):
+    profile = _comm_profile(small, 100 - small)
+    fs = run_rules(RuleContext(profile, None, None, RuleConfig(min_share=0.0)), [rule("NPU204")])
+    assert bool(fs) is fires
+    if fires:
+        assert fs[0].evidence["links"]["SDMA"]["small_ratio"] == 0.21
+        assert fs[0].evidence["small_us"] == pytest.approx(0.01 * 21 * 1000)
+
+
+def test_rdma_uses_its_own_limit():
+    # 2 MB over RDMA is not small (limit 1 MB); 0.5 MB is
+    ctx = lambda p: RuleContext(p, None, None, RuleConfig(min_share=0.0))  # noqa: E731
+    assert run_rules(ctx(_comm_profile(50, 50, link="RDMA")), [rule("NPU204")]) == []
+    [f] = run_rules(ctx(_comm_profile(50, 50, link="RDMA", small_mb=0.5)), [rule("NPU204")])
+    assert f.evidence["small_links"] == ["RDMA"]
+
+
+@pytest.mark.parametrize("export", ["text", "db"])
+def test_real_alexnet_buckets_are_small_packets(export):
+    profile = load_profile([shared_fixture(ALEXNET.format(export))], use_cache=False).profile
+    [f] = run_rules(RuleContext(profile, None, None, RuleConfig(min_share=0.0)), [rule("NPU204")])
+    packets = _json_packets(shared_fixture(ALEXNET.format("text")))
+    small = sum(c for b, c, _ in packets if b < 16_000_000)
+    assert (small, sum(c for _, c, _ in packets)) == (42, 56)  # only the 18.9 MB packets are large
+    sdma = f.evidence["links"]["SDMA"]
+    assert (sdma["small"], sdma["packets"]) == (42, 56) and sdma["small_ratio"] == 0.75
+    if export == "text":
+        assert f.evidence["small_us"] == pytest.approx(sum(ms for b, _, ms in packets if b < 16_000_000) * 1000, abs=2e-3)  # ns rounding per size
