@@ -118,6 +118,32 @@ def pipe_ratios(kernels: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame(out, index=kernels.index)
 
 
+PAGEABLE = re.compile(r"Pageable", re.I)  # Kineto "Memcpy HtoD (Pageable -> Device)": unpinned host memory
+_H2D = re.compile(r"HtoD|host_to_device|H2D", re.I)
+_D2H = re.compile(r"DtoH|device_to_host|D2H", re.I)
+
+
+def copy_directions(profile: Profile) -> np.ndarray:
+    """Per kernel row: "H2D", "D2H" or "" -- memory copies only (the time model's MEMCPY class),
+    from the task name (Kineto ``Memcpy HtoD``/``DtoH``) or, for Ascend ``MEMCPY_ASYNC`` tasks,
+    the name of the host op that launched them (``acl_memcpy_host_to_device``). Device-to-device
+    copies, memsets and copies of unknown direction are ""."""
+    k = profile.kernels
+    out = np.full(len(k), "", dtype=object)
+    copy = timemodel.is_class(k, timemodel.TaskClass.MEMCPY)
+    if not copy.any():
+        return out
+    names = strs(k["name"])
+    op = k["host_op"].to_numpy(np.int64)
+    op_names = strs(profile.host_ops["name"]) if len(profile.host_ops) else np.zeros(0, dtype=object)
+    for r in np.flatnonzero(copy):
+        text = str(names[r])
+        if 0 <= op[r] < len(op_names):
+            text += " " + str(op_names[op[r]])
+        out[r] = "H2D" if _H2D.search(text) else "D2H" if _D2H.search(text) else ""
+    return out
+
+
 def is_task(profile: Profile) -> np.ndarray:
     """Kernel rows that are operator tasks (compute kernels, communication), not copies, waits or
     markers (the time model's classes)."""

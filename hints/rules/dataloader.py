@@ -31,7 +31,6 @@ from .. import profile_query as pq, source_query as sq
 
 DATALOADER = re.compile(r"dataloader", re.I)
 MEMCPY_H2D = re.compile(r"^MEMCPY_ASYNC$|Memcpy HtoD", re.I)
-PAGEABLE = re.compile(r"Pageable", re.I)
 
 
 @register
@@ -159,7 +158,7 @@ def _h2d(ctx: RuleContext) -> tuple[np.ndarray, bool]:
     if ctx.backend != Backend.ASCEND.value:
         sel &= pq.mask(k["name"], lambda n: "HtoD" in n)
     rows = np.flatnonzero(sel)
-    pageable = bool(pq.mask(k["name"], PAGEABLE.search)[rows].any()) if len(rows) else False
+    pageable = bool(pq.mask(k["name"], pq.PAGEABLE.search)[rows].any()) if len(rows) else False
     return rows, pageable
 
 
