@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,27 @@ def best_site(sites: Sequence[Site | None]) -> Site | None:
 def site_statement(ctx: RuleContext, site: Site) -> Span:
     """The statement holding a site (the site's own span when the file has no index)."""
     return statement_span(ctx, site.span.path, site.span.line) or site.span
+
+
+@dataclass(slots=True)
+class KernelGroup:
+    """Kernels (rows of ``profile.kernels``) that map to one statement; ``span`` None: to no code."""
+
+    site: Site | None  # the first kernel's site (its confidence is the finding's)
+    span: Span | None
+    rows: list[int] = field(default_factory=list)
+
+
+def kernels_by_statement(ctx: RuleContext, rows: Sequence[int]) -> list[KernelGroup]:
+    """Kernel rows grouped by the statement their sites are in, first-seen order: one finding per
+    line, as the layers of one ``nn.Sequential(...)`` or the calls of one comprehension are one
+    statement."""
+    groups: dict[Span | None, KernelGroup] = {}
+    for r in rows:
+        site = site_of_kernel_row(ctx, int(r))
+        span = site_statement(ctx, site) if site is not None else None
+        groups.setdefault(span, KernelGroup(site, span)).rows.append(int(r))
+    return list(groups.values())
 
 
 def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:

@@ -13,24 +13,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.heat import Site
-from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
-
-
-@dataclass(slots=True)
-class _Group:
-    site: Site | None
-    span: Span | None
-    rows: list[int] = field(default_factory=list)
 
 
 @register
@@ -54,17 +45,12 @@ class CopyFragments(Rule):
         rows = np.flatnonzero((direction != "") & pq.kernels_in_steps_mask(prof))
         if not len(rows):
             return
-        groups: dict[Span | None, _Group] = {}
-        for r in rows.tolist():
-            site = sq.site_of_kernel_row(ctx, r)
-            span = sq.site_statement(ctx, site) if site is not None else None
-            groups.setdefault(span, _Group(site, span)).rows.append(r)
         least = int(ctx.thresholds.copy_fragments_min)
-        for g in groups.values():
+        for g in sq.kernels_by_statement(ctx, rows.tolist()):
             if len(g.rows) / ctx.num_steps >= least:
                 yield self._finding(ctx, g, direction, least)
 
-    def _finding(self, ctx: RuleContext, g: _Group, direction: np.ndarray, least: int) -> Finding:
+    def _finding(self, ctx: RuleContext, g: sq.KernelGroup, direction: np.ndarray, least: int) -> Finding:
         k = ctx.profile.kernels.iloc[g.rows]
         dur = k["dur_ns"].to_numpy(np.int64)
         total = int(dur.sum())

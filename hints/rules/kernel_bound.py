@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
@@ -25,8 +24,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping import timemodel
-from msprof_lsp.mapping.heat import Site
-from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
 
@@ -68,13 +66,6 @@ def classify(ratios: pd.DataFrame, limit: float) -> list[Bound]:
     return out
 
 
-@dataclass(slots=True)
-class _Group:
-    site: Site | None
-    span: Span | None
-    rows: list[int] = field(default_factory=list)
-
-
 @register
 class OperatorNoBound(Rule):
     code = "NPU202"
@@ -104,16 +95,12 @@ class OperatorNoBound(Rule):
         if not len(positions):
             return
         rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
-        groups: dict[object, _Group] = {}
-        for p, row in zip(positions.tolist(), rows.tolist()):
-            site = sq.site_of_kernel_row(ctx, int(row))
-            # one finding per statement: the layers of one nn.Sequential(...) are one line
-            span = sq.site_statement(ctx, site) if site is not None else None
-            groups.setdefault(span, _Group(site, span)).rows.append(p)
-        for g in groups.values():
-            yield self._finding(ctx, g, k.iloc[g.rows], ratios.iloc[g.rows], limit)
+        at = dict(zip(rows.tolist(), positions.tolist()))
+        for g in sq.kernels_by_statement(ctx, rows.tolist()):
+            mine = [at[r] for r in g.rows]
+            yield self._finding(ctx, g, k.iloc[mine], ratios.iloc[mine], limit)
 
-    def _finding(self, ctx: RuleContext, g: _Group, sub: pd.DataFrame, ratios: pd.DataFrame, limit: float) -> Finding:
+    def _finding(self, ctx: RuleContext, g: sq.KernelGroup, sub: pd.DataFrame, ratios: pd.DataFrame, limit: float) -> Finding:
         total = int(sub["dur_ns"].sum())
         names = pq.strs(sub["name"])
         types = pq.kernel_types(sub)
