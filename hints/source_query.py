@@ -164,6 +164,14 @@ def calls_named(ctx: RuleContext, qualnames: Sequence[str], paths: Sequence[str]
                 yield index, call
 
 
+# Data-parallel wrappers: where the gradient collectives are set up (bucket_cap_mb, no_sync()).
+DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+FSDP = (
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+)
+
+
 def constructed(ctx: RuleContext, *qualnames: str) -> tuple[SourceIndex, CallSite] | None:
     """The first call in the workspace to one of ``qualnames`` (a constructor, usually)."""
     return next(calls_named(ctx, qualnames), None)

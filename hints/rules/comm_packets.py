@@ -28,13 +28,12 @@ from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 
 from .. import profile_query as pq, source_query as sq
-from .communication import DDP
 
 def _anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, list[Related]]:
     """The training loop's ``loss.backward()`` (DDP's hooks all-reduce the buckets there), the
     DDP wrap as related information; the wrap itself without a loop; nothing without either."""
     span, conf, related = None, Confidence.MODULE, []
-    ddp = sq.constructed(ctx, *DDP)
+    ddp = sq.constructed(ctx, *sq.DDP)
     found = sq.backward_call(ctx)
     if found is not None:
         _, call, _, conf = found

@@ -34,13 +34,6 @@ from .. import profile_query as pq, source_query as sq
 GRADIENT = pq.GRADIENT_COLLECTIVE
 # step-time sources (Profile.step_time) that are a measured span, not a step marker or breakdown
 MEASURED_STEP = frozenset({"kernel step span", "capture length", "capture span"})
-DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
-FSDP = (
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-)
-
-
 @dataclass(slots=True)
 class _Comm:
     not_overlapped_ns: float  # per step
@@ -209,8 +202,8 @@ def _from_kernels(ctx: RuleContext) -> _Comm | None:
 
 
 def _wrapper(ctx: RuleContext) -> str | None:
-    if sq.constructed(ctx, *DDP):
+    if sq.constructed(ctx, *sq.DDP):
         return "DistributedDataParallel"
-    if sq.constructed(ctx, *FSDP):
+    if sq.constructed(ctx, *sq.FSDP):
         return "FullyShardedDataParallel"
     return None
