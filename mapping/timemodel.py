@@ -92,10 +92,16 @@ def task_classes(kernels: pd.DataFrame) -> np.ndarray:
     if not n:
         return np.zeros(0, dtype=np.int8)
     cols = [_codes(kernels[c]) for c in ("name", "core", "type")]
-    key = pd.MultiIndex.from_arrays([c[0] for c in cols])
-    codes, uniques = pd.factorize(key)
+    # Integer keys (two pairings of code ranges, so they stay far below 2**63): factorizing them
+    # hashes integers, about 20x cheaper than a MultiIndex of the three columns.
+    (a, names), (b, cores), (c, types) = cols
+    pair, _ = pd.factorize(a * len(cores) + b)
+    codes, uniques = pd.factorize(pair.astype(np.int64) * len(types) + c)
+    first = np.empty(len(uniques), dtype=np.int64)
+    first[codes[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct triple
     table = np.array(
-        [classify(cols[0][1][a], cols[1][1][b], cols[2][1][c]) for a, b, c in uniques], dtype=np.int8
+        [classify(names[i], cores[j], types[t]) for i, j, t in zip(a[first].tolist(), b[first].tolist(), c[first].tolist())],
+        dtype=np.int8,
     )
     return table[codes]
 

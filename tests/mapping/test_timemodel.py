@@ -142,6 +142,31 @@ def test_device_time_is_work_only() -> None:
     assert collective_mask(k).tolist() == [False] * 4 + [True, False, False, False]
 
 
+@pytest.mark.parametrize("categorical", [True, False])
+def test_task_classes_is_classify_per_row(categorical: bool) -> None:
+    """The integer-keyed grouping gives every row its own triple's class: rows repeat, interleave,
+    share a name across cores and carry missing categories (code -1 -> "")."""
+    import pandas as pd
+
+    triples = [
+        ("aclnnMm_MatMulCommon_MatMulV2", "AI_CORE", "MatMulV2"),
+        ("hcom_allReduce__586_0_1", "HCCL", "hcom_allReduce_"),
+        ("MEMCPY_ASYNC", "", ""),
+        ("MEMCPY_ASYNC", "MEMCPY_ASYNC", "MEMCPY_ASYNC"),
+        ("Notify Wait", "", ""),
+        ("allreduceAicpuKernel", "AI_CPU", ""),
+        ("PROFILING_ENABLE", "", ""),
+    ]
+    rng = np.random.default_rng(7)
+    rows = [triples[i] for i in rng.integers(0, len(triples), 500)]
+    frame = pd.DataFrame(rows, columns=["name", "core", "type"])
+    if categorical:
+        frame = frame.astype("category")
+        frame.loc[::50, "core"] = None  # a missing category: code -1, classified as ""
+    expected = [int(classify(n, "" if c is None or c != c else c, t)) for n, c, t in frame.itertuples(index=False)]
+    assert task_classes(frame).tolist() == expected
+
+
 def test_profile_breakdown_prefers_the_producers_figures() -> None:
     k = _kernels(ROWS)
     written = StepBreakdown(step=3, device=0, computing_ns=26 * US, comm_not_overlapped_ns=25 * US,
