@@ -27,11 +27,12 @@ def best(fn: Callable[[], object], repeat: int) -> float:
 # -- one candidate per fresh interpreter: its peak RSS is its own --------------------------------
 
 
-def report_usage(seconds: float) -> None:
-    """Child side: one line with wall seconds, CPU seconds (user + sys) and peak RSS (KiB, as
-    Linux reports ``ru_maxrss``)."""
+def report_usage(seconds: float, cpu_before: float = 0.0) -> None:
+    """Child side: one line with wall seconds, CPU seconds (user + sys, less ``cpu_before``: the
+    ``time.process_time()`` taken when the measured work began) and peak RSS (KiB, as Linux
+    reports ``ru_maxrss``)."""
     use = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"{seconds:.6f} {use.ru_utime + use.ru_stime:.6f} {use.ru_maxrss}")
+    print(f"{seconds:.6f} {use.ru_utime + use.ru_stime - cpu_before:.6f} {use.ru_maxrss}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,8 +311,55 @@ class TraceWriter:
         self.kd_file.close()
 
 
-def generate(out_dir: Path, mb: float, layers: int = 24) -> Path:
-    """Write the profile; returns the ``*_ascend_pt`` root."""
+def _place(lines: dict[int, str], header: str) -> str:
+    """A module whose line N is ``lines[N]`` (the gaps filled with comments)."""
+    out = header.splitlines()
+    for number in sorted(lines):
+        while len(out) < number - 1:
+            out.append("")
+        out.append(lines[number])
+    return "\n".join(out) + "\n"
+
+
+def write_sources(project: Path) -> None:
+    """``model.py`` and ``train.py`` whose lines are the ones the generated ``Call stack`` frames
+    name (``/home/user/project/...``), so a ``--check`` of the folder maps every kernel to a call."""
+    project.mkdir(parents=True, exist_ok=True)
+    model = {
+        30: "class Layer(nn.Module):",
+        31: "    def __init__(self, dim: int) -> None:",
+        32: "        super().__init__()",
+        33: "        self.fc = nn.Linear(dim, dim)",
+        34: "        self.act = nn.ReLU()",
+        35: "        self.norm = nn.LayerNorm(dim)",
+        36: "        self.drop = nn.Dropout(0.1)",
+        40: "    def forward(self, x):",
+        **{u.line: f"        x = self.{attr}(x)" for u, attr in zip(UNITS, ("fc", "act", "norm", "drop"))},
+        45: "        return x",
+        49: "class Net(nn.Module):",
+        50: "    def __init__(self, dim: int = 4096) -> None:",
+        51: "        super().__init__()",
+        52: "        self.blocks = nn.ModuleList(Layer(dim) for _ in range(4))",
+        59: "    def forward(self, x):",
+        **{60 + i: f"        x = self.blocks[{i}](x)" for i in range(4)},
+        64: "        return x",
+    }
+    (project / "model.py").write_text(_place(model, "import torch\nfrom torch import nn"), encoding="utf-8")
+    train = {
+        116: "def train_step(model, batch, optimizer):",
+        117: "    optimizer.zero_grad()",
+        118: "    loss = model(batch).float().pow(2).mean(); loss.backward()",
+        119: "    optimizer.step()",
+        199: "model = Net()",
+        200: "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+        201: "train_step(model, torch.randn(8192, 4096), optimizer)",
+    }
+    (project / "train.py").write_text(_place(train, "import torch\n\nfrom model import Net"), encoding="utf-8")
+
+
+def generate(out_dir: Path, mb: float, layers: int = 24, steps: int | None = None) -> Path:
+    """Write the profile (``steps`` steps of ``layers`` layer calls when given, else steps until
+    the trace reaches ``mb`` MiB); returns the ``*_ascend_pt`` root."""
     root = out_dir / f"bench_{time.strftime('%Y%m%d%H%M%S')}000_ascend_pt"
     output = root / "ASCEND_PROFILER_OUTPUT"
     output.mkdir(parents=True, exist_ok=True)
@@ -335,7 +382,7 @@ def generate(out_dir: Path, mb: float, layers: int = 24) -> Path:
     while True:
         t = w.step(n, t, layers)
         n += 1
-        if w.f.tell() >= target:
+        if (n > steps) if steps is not None else w.f.tell() >= target:
             break
     w.close()
     (output / "analyse.done").write_bytes(b"")
