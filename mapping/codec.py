@@ -23,7 +23,7 @@ import pandas as pd
 
 from .errors import Issue
 from .frames import Frame
-from .model import CommOp, OpStatistic, Profile, ProfileMeta, Step, StepBreakdown
+from .model import CommOp, OpStatistic, Profile, ProfileMeta, Step, StepBreakdown, TimeBreakdown
 
 ALIGN = 64
 _LEN = struct.Struct("<Q")
@@ -65,12 +65,13 @@ class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     comm_matrix: dict[str, Any]
     op_statistic: list[OpStatistic]
     issues: list[Issue]
+    breakdown: TimeBreakdown | None = None  # Profile.derived, when it was computed for these fields
 
 
 TABLE_FIELDS = ("kernels", "host_ops", "modules", "host_events", "overlap", "api_statistic", "op_memory", "memory_record")
 PLAIN_FIELDS = ("steps", "step_breakdown", "comm_ops", "comm_matrix", "op_statistic", "issues")
 # Every Profile field has one place above; a new field must be added here (tests/test_cache_format.py).
-COVERED_FIELDS = frozenset(("meta", "stacks", *TABLE_FIELDS, *PLAIN_FIELDS))
+COVERED_FIELDS = frozenset(("meta", "stacks", "derived", *TABLE_FIELDS, *PLAIN_FIELDS))
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -174,6 +175,7 @@ def encode(profile: Profile) -> list[memoryview]:
         frames=frames,
         stacks=stacks,
         **{name: getattr(profile, name) for name in PLAIN_FIELDS},
+        breakdown=profile.derived.breakdown if profile.derived.holds(profile) else None,
     )
     head = _ENCODER.encode(manifest)
     pad = -(_LEN.size + len(head)) % ALIGN
@@ -288,9 +290,12 @@ def decode(payload: bytearray | memoryview | bytes) -> Profile:
         raise CodecError("a stack refers to a frame that is not there") from None
     if any(i < 0 for ids in manifest.stacks for i in ids):
         raise CodecError("a stack refers to a frame that is not there")
-    return Profile(
+    profile = Profile(
         meta=manifest.meta,
         stacks=stacks,
         **tables,
         **{name: getattr(manifest, name) for name in PLAIN_FIELDS},
     )
+    if manifest.breakdown is not None:
+        profile.derived.keep(profile, manifest.breakdown)
+    return profile

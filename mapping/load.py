@@ -10,6 +10,7 @@ from .errors import NoProfileFound, ProfileError
 from .locations import Progress, ProfileLocation, no_progress
 from .model import Profile
 from .readers.registry import reader_for
+from .timemodel import profile_breakdown
 
 
 def load_location(
@@ -38,6 +39,7 @@ def load_location(
     except Exception as exc:
         raise safe_io.mark(exc)  # a bug, but its one-line report still names the file being read
     if use_cache:
+        profile_breakdown(profile)  # every analysis asks for it: compute it once, into the entry
         cache.store(location, profile, stamps, cache_dir)
     if discarded:  # after the store: the notice belongs to this load, not to the new entry
         profile.issues.append(discarded)

@@ -290,6 +290,64 @@ class OpStatistic:
     ratio: float  # percent, as written
 
 
+class BreakdownSource(str, enum.Enum):
+    STEP_TRACE_TIME = "step_trace_time.csv"  # written by torch_npu / msprof-analyze
+    ANALYSIS_DB = "analysis.db StepTraceTime"  # written by torch_npu's DB export
+    OVERLAP_ANALYSIS = "Overlap Analysis"  # sums of the trace's Overlap Analysis lanes
+    TASKS = "device tasks"  # computed here from the classified tasks, same definitions
+    NONE = "none"  # no device tasks
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    """One step's time split, in ns (-1 = not known)."""
+
+    step: int  # ProfilerStep / Step Id; -1 = the whole capture (no steps)
+    device: int
+    computing_ns: int
+    communication_ns: int
+    overlapped_ns: int
+    comm_not_overlapped_ns: int
+    free_ns: int
+    stage_ns: int  # computing + comm_not_overlapped + free
+    memcpy_ns: int = -1  # union of memory-copy tasks (inside Free when no compute overlaps them)
+    host_wall_ns: int = -1  # ProfilerStep length
+    preparing_ns: int = -1  # first device task - ProfilerStep start
+
+
+@dataclass(frozen=True, slots=True)
+class TimeBreakdown:
+    source: BreakdownSource
+    steps: list[StepTimes] = field(default_factory=list)
+    streams: int = 1  # distinct (device, stream) lanes the device work ran on
+
+    def mean(self, attr: str) -> float | None:
+        """Average of a field over the steps that know it; None when none does."""
+        values = [getattr(s, attr) for s in self.steps if getattr(s, attr) >= 0]
+        return sum(values) / len(values) if values else None
+
+
+@dataclass(slots=True)
+class Derived:
+    """Figures computed from a profile alone, kept with it so they are computed once per load and
+    stored in its cache entry (mapping.codec): a warm run skips them.
+
+    ``inputs`` are the Profile fields they were computed from, held (so their ids stay theirs) and
+    compared by identity: a field replaced since (``profile.steps = [...]``) makes them stale. A
+    loaded profile's tables are not changed in place.
+    """
+
+    breakdown: TimeBreakdown | None = None
+    inputs: tuple[Any, ...] = field(default=(), compare=False)
+
+    def holds(self, profile: Profile) -> bool:
+        now = profile.breakdown_inputs()
+        return len(now) == len(self.inputs) and all(a is b for a, b in zip(now, self.inputs))
+
+    def keep(self, profile: Profile, breakdown: TimeBreakdown) -> None:
+        self.breakdown, self.inputs = breakdown, profile.breakdown_inputs()
+
+
 @dataclass(slots=True)
 class ProfileMeta:
     """What the profile says about itself (profiler_info*.json, profiler_metadata.json, ...)."""
@@ -354,6 +412,8 @@ class Profile:
     op_memory: pd.DataFrame | None = None  # OP_MEMORY_SCHEMA (operator_memory.csv)
     memory_record: pd.DataFrame | None = None  # MEMORY_RECORD_SCHEMA (memory_record.csv)
     issues: list[Issue] = field(default_factory=list)  # non-fatal problems met while loading
+    # not an __init__ argument: dataclasses.replace() gives the new profile an empty one
+    derived: Derived = field(default_factory=Derived, init=False, repr=False, compare=False)
 
     # -- derived figures -----------------------------------------------------------------------
 
@@ -443,6 +503,10 @@ class Profile:
 
         k = self.kernels
         return int(k["dur_ns"].to_numpy()[work_mask(k)].sum()) if len(k) else 0
+
+    def breakdown_inputs(self) -> tuple[Any, ...]:
+        """The fields the step breakdown (mapping.timemodel.profile_breakdown) is computed from."""
+        return (self.meta, self.kernels, self.host_ops, self.steps, self.step_breakdown)
 
     def kernels_in_steps(self) -> pd.DataFrame:
         """Kernels inside profiled steps (all kernels when the profile has no step ranges)."""

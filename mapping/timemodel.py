@@ -25,12 +25,11 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .model import Profile, ProfileKind, Step, StepBreakdown
+from .model import BreakdownSource, Profile, ProfileKind, Step, StepBreakdown, StepTimes, TimeBreakdown
 from .step_windows import merge_intervals, step_ids
 
 
@@ -201,43 +200,6 @@ def exclusive_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndar
 # The per-step breakdown
 
 
-class BreakdownSource(str, enum.Enum):
-    STEP_TRACE_TIME = "step_trace_time.csv"  # written by torch_npu / msprof-analyze
-    ANALYSIS_DB = "analysis.db StepTraceTime"  # written by torch_npu's DB export
-    OVERLAP_ANALYSIS = "Overlap Analysis"  # sums of the trace's Overlap Analysis lanes
-    TASKS = "device tasks"  # computed here from the classified tasks, same definitions
-    NONE = "none"  # no device tasks
-
-
-@dataclass(frozen=True, slots=True)
-class StepTimes:
-    """One step's time split, in ns (-1 = not known)."""
-
-    step: int  # ProfilerStep / Step Id; -1 = the whole capture (no steps)
-    device: int
-    computing_ns: int
-    communication_ns: int
-    overlapped_ns: int
-    comm_not_overlapped_ns: int
-    free_ns: int
-    stage_ns: int  # computing + comm_not_overlapped + free
-    memcpy_ns: int = -1  # union of memory-copy tasks (inside Free when no compute overlaps them)
-    host_wall_ns: int = -1  # ProfilerStep length
-    preparing_ns: int = -1  # first device task - ProfilerStep start
-
-
-@dataclass(frozen=True, slots=True)
-class TimeBreakdown:
-    source: BreakdownSource
-    steps: list[StepTimes] = field(default_factory=list)
-    streams: int = 1  # distinct (device, stream) lanes the device work ran on
-
-    def mean(self, attr: str) -> float | None:
-        """Average of a field over the steps that know it; None when none does."""
-        values = [getattr(s, attr) for s in self.steps if getattr(s, attr) >= 0]
-        return sum(values) / len(values) if values else None
-
-
 def compute_breakdown(
     kernels: pd.DataFrame,
     steps: Sequence[Step] = (),
@@ -352,7 +314,19 @@ def _slowest_per_step(rows: list[StepTimes]) -> list[StepTimes]:
 
 
 def profile_breakdown(profile: Profile) -> TimeBreakdown:
-    """The profile's breakdown: the producer's own figures where it wrote them, else computed."""
+    """The profile's breakdown: the producer's own figures where it wrote them, else computed.
+
+    Computed once per profile: the rules and the report all ask for it, and a profile read from
+    the cache brings the one its first load computed (``Profile.derived``).
+    """
+    memo = profile.derived
+    if memo.breakdown is None or not memo.holds(profile):
+        memo.keep(profile, _profile_breakdown(profile))
+    assert memo.breakdown is not None
+    return memo.breakdown
+
+
+def _profile_breakdown(profile: Profile) -> TimeBreakdown:
     host = {s.id: s for s in profile.steps}
     k = profile.kernels_in_steps()
     streams = device_streams(k, work_mask(k)) if len(k) else 1

@@ -20,6 +20,7 @@ from msprof_lsp.mapping.discover import find_all
 from msprof_lsp.mapping.frames import Frame
 from msprof_lsp.mapping.load import load_location
 from msprof_lsp.mapping.model import Profile, ProfileKind
+from msprof_lsp.mapping.timemodel import BreakdownSource, profile_breakdown
 from tests.conftest import FIXTURES, REPO
 from tests.synth import write_kineto, write_msprof_cli, write_torch_npu_db, write_torch_npu_text
 from tests.synth.examples import small_run
@@ -29,6 +30,9 @@ def assert_same_profile(a: Profile, b: Profile) -> None:
     """Field by field, dtypes and categories included (DataFrame.equals would accept less)."""
     for f in dataclasses.fields(Profile):
         x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "derived":  # a memo, on one side or both: what it gives must be the same
+            assert profile_breakdown(a) == profile_breakdown(b), f.name
+            continue
         if isinstance(x, pd.DataFrame) or isinstance(y, pd.DataFrame):
             assert isinstance(x, pd.DataFrame) and isinstance(y, pd.DataFrame), f.name
             pd.testing.assert_frame_equal(x, y, check_exact=True, check_categorical=True, obj=f.name)
@@ -147,6 +151,19 @@ def entry(synth_roots, tmp_path: Path):
     (loc,) = find_all([synth_roots["text"]])[:1]
     load_location(loc, cache_dir=tmp_path)
     return loc, tmp_path, cache.entry_path(loc, tmp_path)
+
+
+def test_entry_carries_the_breakdown_so_a_warm_load_does_not_recompute_it(entry) -> None:
+    loc, cache_dir, _ = entry
+    fresh = profile_breakdown(load_location(loc, use_cache=False))
+    hit = cache.load(loc, cache_dir).profile
+    assert hit is not None and hit.derived.breakdown == fresh and fresh.steps
+    assert profile_breakdown(hit) is hit.derived.breakdown  # taken from the entry, not recomputed
+    # A field replaced after loading makes the memo stale: without the producer's step rows the
+    # breakdown is computed again, from the tasks.
+    assert fresh.source is BreakdownSource.STEP_TRACE_TIME
+    hit.step_breakdown = []
+    assert profile_breakdown(hit).source is BreakdownSource.TASKS
 
 
 class _Boom:
