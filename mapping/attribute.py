@@ -29,6 +29,7 @@ from .anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from .constructs import op_keys
 from .heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from .frames import Frame
+from .linking import row_groups
 from .model import Profile
 from .sequence_anchor import SequenceAnchorer, attached, shared_tensor
 from .shape_anchor import Form, ShapeAnchorer
@@ -329,7 +330,7 @@ class Attributor:
         }) if ni else h_keys.iloc[:0]
         both = pd.concat([h_keys, i_keys], ignore_index=True)
         if len(both):
-            gid = both.groupby(["sid", "ctx", "top", "mod", "ann", "kt", "shp"], sort=False).ngroup().to_numpy(np.int64)
+            gid = row_groups([both[c].to_numpy() for c in ("sid", "ctx", "top", "mod", "ann", "kt", "shp")])
         else:
             gid = np.zeros(0, np.int64)
         self.h_group = gid[:n]

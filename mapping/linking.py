@@ -24,6 +24,21 @@ import pandas as pd
 from .model import LinkKind
 
 
+def row_groups(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Group id of every row of equal-length key columns, numbered in order of first appearance
+    (what ``groupby(..., sort=False).ngroup()`` gives), at a fraction of its cost: each column is
+    factorized and paired with the groups so far, so every key stays below rows**2 (no int64
+    overflow) and only integers are hashed."""
+    gid: np.ndarray | None = None
+    for col in columns:
+        codes, uniques = pd.factorize(np.asarray(col))
+        codes = codes.astype(np.int64)
+        gid = codes if gid is None else pd.factorize(gid * len(uniques) + codes)[0].astype(np.int64)
+    if gid is None:
+        raise ValueError("row_groups needs at least one column")
+    return gid
+
+
 def assign_parents(table: pd.DataFrame) -> None:
     """Set ``parent`` and ``depth`` of every timed row from interval nesting per (pid, tid).
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .model import BreakdownSource, Profile, ProfileKind, Step, StepBreakdown, StepTimes, TimeBreakdown
+from .linking import row_groups
 from .step_windows import merge_intervals, step_ids
 
 
@@ -91,12 +92,9 @@ def task_classes(kernels: pd.DataFrame) -> np.ndarray:
     if not n:
         return np.zeros(0, dtype=np.int8)
     cols = [_codes(kernels[c]) for c in ("name", "core", "type")]
-    # Integer keys (two pairings of code ranges, so they stay far below 2**63): factorizing them
-    # hashes integers, about 20x cheaper than a MultiIndex of the three columns.
     (a, names), (b, cores), (c, types) = cols
-    pair, _ = pd.factorize(a * len(cores) + b)
-    codes, uniques = pd.factorize(pair.astype(np.int64) * len(types) + c)
-    first = np.empty(len(uniques), dtype=np.int64)
+    codes = row_groups([a, b, c])
+    first = np.empty(int(codes.max()) + 1, dtype=np.int64)
     first[codes[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct triple
     table = np.array(
         [classify(names[i], cores[j], types[t]) for i, j, t in zip(a[first].tolist(), b[first].tolist(), c[first].tolist())],

@@ -18,6 +18,7 @@ from msprof_lsp.mapping.linking import (
     nearest_on_chain,
     nearest_stack,
     resolve_kernel_links,
+    row_groups,
 )
 from msprof_lsp.mapping.model import HOST_OP_SCHEMA, KERNEL_SCHEMA, MODULE_SCHEMA, make_table
 
@@ -206,3 +207,19 @@ def test_match_rows_prefers_the_deepest() -> None:
     query = (np.array([1, 1, 2, 3]), np.array([10, 20, 10, 10]))
     assert match_rows(table, query, prefer=depth).tolist() == [1, 2, 3, -1]
     assert match_rows(table, query, prefer=-depth).tolist() == [0, 2, 3, -1]
+
+
+def test_row_groups_numbers_groups_like_groupby_ngroup() -> None:
+    """First-appearance numbering of distinct key rows, -1 and huge values included (the
+    attribution groups on stack / op / module ids where -1 means none)."""
+    rng = np.random.default_rng(3)
+    cols = {
+        "sid": rng.integers(-1, 40, 2000),
+        "ctx": rng.integers(-1, 6, 2000),
+        "big": rng.choice(np.array([-1, 2**62, 2**62 + 1, 7]), 2000),
+        "kt": rng.integers(-1, 3, 2000),
+    }
+    frame = pd.DataFrame(cols)
+    expected = frame.groupby(list(cols), sort=False).ngroup().to_numpy()
+    assert row_groups(list(cols.values())).tolist() == expected.tolist()
+    assert row_groups([np.array([5, 5, 3])]).tolist() == [0, 0, 1]
