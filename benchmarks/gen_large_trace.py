@@ -12,6 +12,10 @@ flows; device kernels on the ``Ascend Hardware`` process with ``torch_to_npu`` f
 start in ns); backward nodes on the autograd thread with ``fwdbwd`` flows; ``nn.Module``
 python_function events; Overlap Analysis slices; ``ProfilerStep#N``. kernel_details.csv has one
 row per kernel with the trace's name and start (TAB after the time, triple-quoted shapes, CRLF).
+
+``write_sources(DIR)`` writes the ``model.py`` / ``train.py`` those call stacks name, line for
+line, so a ``--check`` of DIR maps the kernels to calls (benchmarks/bench_large.py,
+bench_vs_advisor.py); ``generate(..., steps=N)`` stops after N steps instead of at a size.
 """
 
 from __future__ import annotations
