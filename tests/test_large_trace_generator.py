@@ -15,7 +15,7 @@ from msprof_lsp.mapping.load import load_location, locate
 GEN = Path(__file__).resolve().parents[1] / "benchmarks" / "gen_large_trace.py"
 
 
-def test_generated_result_is_valid_and_fully_linked(tmp_path: Path) -> None:
+def _generator():
     spec = importlib.util.spec_from_file_location("gen_large_trace", GEN)
     gen = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = gen  # its dataclasses look their module up there
@@ -23,6 +23,11 @@ def test_generated_result_is_valid_and_fully_linked(tmp_path: Path) -> None:
         spec.loader.exec_module(gen)
     finally:
         sys.modules.pop(spec.name, None)
+    return gen
+
+
+def test_generated_result_is_valid_and_fully_linked(tmp_path: Path) -> None:
+    gen = _generator()
     root = gen.generate(tmp_path, 0.3, layers=8)
     out = root / "ASCEND_PROFILER_OUTPUT"
     events = json.loads((out / "trace_view.json").read_text(encoding="utf-8"))
@@ -44,3 +49,21 @@ def test_generated_result_is_valid_and_fully_linked(tmp_path: Path) -> None:
     # every backward kernel resolved to a forward op whose ancestor carries the stack
     bwd = prof.kernels[prof.kernels["backward"]]
     assert (bwd["fwd_op"] >= 0).all() and (bwd["stack"] >= 0).all()
+
+
+def test_written_sources_take_every_kernel_to_its_layer_call(tmp_path: Path) -> None:
+    """What bench_large / bench_vs_advisor check is a mapped job: each unit's kernels land on
+    its own line of the written model.py (41-44), and ``steps=`` writes exactly that many steps."""
+    from msprof_lsp.mapping.attribute import attribute
+    from msprof_lsp.mapping.workspace import SourceWorkspace
+
+    gen = _generator()
+    gen.write_sources(tmp_path)
+    root = gen.generate(tmp_path / "prof", 0, layers=8, steps=2)
+    prof = load_location(locate(root), use_cache=False)
+    assert len(prof.steps) == 2
+    heat = attribute(prof, SourceWorkspace([tmp_path])).heat
+    model = str((tmp_path / "model.py").resolve())
+    lines = {h.line for h in heat.lines if h.path == model and h.device_ns > 0}
+    assert lines == {u.line for u in gen.UNITS}, lines
+    assert heat.mapped_share == 1.0  # every kernel carries a stack into the written files
