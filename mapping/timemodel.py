@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -88,19 +89,22 @@ def classify(name: str, core: str = "", op_type: str = "") -> TaskClass:
 
 def task_classes(kernels: pd.DataFrame) -> np.ndarray:
     """``classify`` per kernel row (int8 codes of TaskClass), once per distinct (name, core, type)."""
+    return _per_distinct(kernels, ("name", "core", "type"), classify, np.int8)
+
+
+def _per_distinct(kernels: pd.DataFrame, columns: tuple[str, ...], fn: Callable[..., Any], dtype: Any) -> np.ndarray:
+    """``fn(*values)`` per row, called once per distinct combination of the columns' values (grouped
+    by integer codes, ``linking.row_groups``: a MultiIndex of the codes cost ~6x more)."""
     n = len(kernels)
     if not n:
-        return np.zeros(0, dtype=np.int8)
-    cols = [_codes(kernels[c]) for c in ("name", "core", "type")]
-    (a, names), (b, cores), (c, types) = cols
-    codes = row_groups([a, b, c])
-    first = np.empty(int(codes.max()) + 1, dtype=np.int64)
-    first[codes[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct triple
-    table = np.array(
-        [classify(names[i], cores[j], types[t]) for i, j, t in zip(a[first].tolist(), b[first].tolist(), c[first].tolist())],
-        dtype=np.int8,
-    )
-    return table[codes]
+        return np.zeros(0, dtype=dtype)
+    cols = [_codes(kernels[c]) for c in columns]
+    groups = row_groups([codes for codes, _ in cols])
+    first = np.empty(int(groups.max()) + 1, dtype=np.int64)
+    first[groups[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct combination
+    picked = [[values[i] for i in codes[first].tolist()] for codes, values in cols]
+    table = np.array([fn(*row) for row in zip(*picked)], dtype=dtype)
+    return table[groups]
 
 
 _TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
@@ -128,12 +132,7 @@ def op_type(name: str, type_: str = "") -> str:
 
 def op_types(kernels: pd.DataFrame) -> np.ndarray:
     """``op_type`` per kernel row (an object array), once per distinct (name, type)."""
-    if not len(kernels):
-        return np.zeros(0, dtype=object)
-    cols = [_codes(kernels[c]) for c in ("name", "type")]
-    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([c[0] for c in cols]))
-    table = np.array([op_type(cols[0][1][a], cols[1][1][b]) for a, b in uniques], dtype=object)
-    return table[codes]
+    return _per_distinct(kernels, ("name", "type"), op_type, object)
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
