@@ -103,7 +103,7 @@ def main() -> None:
                         ("--check, filling the cache", fill), ("--check, cache hit (warm)", warm)):
             print(f"{name:40s} {u.seconds:8.2f} {u.cpu_seconds:8.2f} {u.peak_rss_mib:13.0f}")
         print(f"\ncold / orjson.loads: {cold.seconds / base.seconds:.2f}x wall, {cold.cpu_seconds / base.cpu_seconds:.2f}x CPU")
-        print(f"warm / cold:         {warm.seconds / cold.seconds:.3f}x wall")
+        print(f"warm / cold:         {warm.seconds / cold.seconds:.3f}x wall, {warm.cpu_seconds / cold.cpu_seconds:.3f}x CPU")
         print(f"cold peak RSS:       {cold.peak_rss_mib:.0f} MiB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
