@@ -49,7 +49,7 @@ def child(mode: str, project: Path, cache_dir: Path | None) -> None:
         orjson.loads(path.read_bytes())
         report_usage(time.perf_counter() - t, cpu)
         return
-    from msprof_lsp.server.check import run_check
+    from msprof_lsp.server.check.command import run_check
     from msprof_lsp.server.cli import parse
 
     argv = ["--check", "--quiet", str(project)]
