@@ -42,10 +42,10 @@ sys.path.insert(0, str(HERE))
 
 from _common import best  # noqa: E402
 
-from msprof_lsp.mapping import cache, codec  # noqa: E402
-from msprof_lsp.mapping.discover import find_all  # noqa: E402
-from msprof_lsp.mapping.load import load_location  # noqa: E402
-from msprof_lsp.mapping.model import Profile  # noqa: E402
+from msprof_lsp.mapping.profile import cache, codec  # noqa: E402
+from msprof_lsp.mapping.profile.discover import find_all  # noqa: E402
+from msprof_lsp.mapping.profile.load import load_location  # noqa: E402
+from msprof_lsp.mapping.profile.model import Profile  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,9 +38,9 @@ from msprof_lsp.hints.context import RuleContext  # noqa: E402
 from msprof_lsp.hints.engine import run_rules  # noqa: E402
 from msprof_lsp.hints.registry import rules_matching  # noqa: E402
 from msprof_lsp.hints import profile_query as pq  # noqa: E402
-from msprof_lsp.mapping.attribute import attribute  # noqa: E402
-from msprof_lsp.mapping.load import load_location, locate  # noqa: E402
-from msprof_lsp.mapping.workspace import SourceWorkspace  # noqa: E402
+from msprof_lsp.mapping.source.attribute import attribute  # noqa: E402
+from msprof_lsp.mapping.profile.load import load_location, locate  # noqa: E402
+from msprof_lsp.mapping.source.workspace import SourceWorkspace  # noqa: E402
 
 FAMILIES = ("NPU201", "NPU21", "NPU22", "NPU230", "NPU24", "NPU250", "NPU9")
 

@@ -12,7 +12,7 @@ triple-quoted shapes, ``N/A`` cells on HCCL rows, PipeUtilization PMU columns an
 * ``duckdb``         -- read_csv with all_varchar (not a project dependency either);
 * ``pyarrow-typed``  -- pyarrow with the product's column types (dictionary text, float64
                         numbers), i.e. what an Arrow-based product read would start from;
-* ``product``        -- msprof_lsp.mapping.readers.ascend_csv.read_kernel_table + to_frame(),
+* ``product``        -- msprof_lsp.mapping.profile.readers.ascend_csv.read_kernel_table + to_frame(),
                         i.e. a plain read plus every conversion to the KERNEL_SCHEMA table.
 
 Prints each time as a ratio to the fastest plain read (the candidates without conversions) and the
@@ -173,7 +173,7 @@ def run_candidate(name: str, path: str) -> float:
         table = rel.fetchnumpy()
         assert len(table) == len(HEADER)
     elif name == "product":
-        from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+        from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 
         frame = read_kernel_table(Path(path)).to_frame()
         assert len(frame)

@@ -86,7 +86,7 @@ def run_one(name: str, path: Path) -> float:
         with path.open("rb") as f:
             walk_dicts(ijson.items(f, "traceEvents.item", use_float=True))
     elif name == "msgspec":
-        from msprof_lsp.mapping.readers.kineto_json import decode
+        from msprof_lsp.mapping.profile.readers.kineto_json import decode
 
         trace = decode(path, path.read_bytes())
         n = 0
@@ -95,9 +95,9 @@ def run_one(name: str, path: Path) -> float:
             n += len(e.cat) + len(e.name)
             _ = (e.ts, e.dur, e.pid, e.tid, a.external_id if a else -1, a.python_parent_id if a else None)
     elif name == "reader":
-        from msprof_lsp.mapping.locations import ProfileLocation
-        from msprof_lsp.mapping.model import ProfileKind
-        from msprof_lsp.mapping.readers.kineto import read
+        from msprof_lsp.mapping.profile.locations import ProfileLocation
+        from msprof_lsp.mapping.profile.model import ProfileKind
+        from msprof_lsp.mapping.profile.readers.kineto import read
 
         read(ProfileLocation(ProfileKind.KINETO, path))
     else:

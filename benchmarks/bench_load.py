@@ -61,7 +61,7 @@ def m_msgspec_untyped(root: Path) -> dict:
 def m_msgspec_typed(root: Path) -> dict:
     import msgspec
 
-    from msprof_lsp.mapping.readers.trace_json import TORCH_NPU_ARGS, _event_types
+    from msprof_lsp.mapping.profile.readers.trace_json import TORCH_NPU_ARGS, _event_types
 
     event_t = _event_types(TORCH_NPU_ARGS)[0]
     path = _trace_of(root)
@@ -138,13 +138,13 @@ def m_duckdb_fields(root: Path) -> dict:
 
 
 def _torch_npu_args() -> dict:
-    from msprof_lsp.mapping.readers.trace_json import TORCH_NPU_ARGS
+    from msprof_lsp.mapping.profile.readers.trace_json import TORCH_NPU_ARGS
 
     return TORCH_NPU_ARGS
 
 
 def m_chunked(root: Path) -> dict:
-    from msprof_lsp.mapping.readers.trace_json import read_trace_events
+    from msprof_lsp.mapping.profile.readers.trace_json import read_trace_events
 
     path = _trace_of(root)
     t = time.perf_counter()
@@ -153,13 +153,13 @@ def m_chunked(root: Path) -> dict:
 
 
 def _location(root: Path):  # noqa: ANN202
-    from msprof_lsp.mapping.load import locate
+    from msprof_lsp.mapping.profile.load import locate
 
     return locate(root)
 
 
 def m_cold(root: Path) -> dict:
-    from msprof_lsp.mapping.load import load_location
+    from msprof_lsp.mapping.profile.load import load_location
 
     loc = _location(root)
     t = time.perf_counter()
@@ -173,8 +173,8 @@ def m_cold(root: Path) -> dict:
 
 
 def m_fill_cache(root: Path, cache_dir: Path) -> dict:
-    from msprof_lsp.mapping import cache
-    from msprof_lsp.mapping.load import load_location
+    from msprof_lsp.mapping.profile import cache
+    from msprof_lsp.mapping.profile.load import load_location
 
     loc = _location(root)
     t = time.perf_counter()
@@ -183,7 +183,7 @@ def m_fill_cache(root: Path, cache_dir: Path) -> dict:
 
 
 def m_cached(root: Path, cache_dir: Path) -> dict:
-    from msprof_lsp.mapping import load as load_mod
+    from msprof_lsp.mapping.profile import load as load_mod
 
     loc = _location(root)
 

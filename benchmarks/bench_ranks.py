@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO / "tests" / "readers"))
 
 from npu_db_builder import DbBuilder  # noqa: E402
 
-from msprof_lsp.mapping.cluster import _load_ranks, load_ranks_sequential  # noqa: E402
-from msprof_lsp.mapping.discover import discover  # noqa: E402
+from msprof_lsp.mapping.profile.cluster import _load_ranks, load_ranks_sequential  # noqa: E402
+from msprof_lsp.mapping.profile.discover import discover  # noqa: E402
 
 US = 1_000
 T0 = 1_736_000_000_000_000_000

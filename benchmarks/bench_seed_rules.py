@@ -29,9 +29,9 @@ def main() -> None:
     from msprof_lsp.hints.config import RuleConfig
     from msprof_lsp.hints.context import RuleContext
     from msprof_lsp.hints.registry import rules_matching
-    from msprof_lsp.mapping.attribute import attribute
-    from msprof_lsp.mapping.load import load_location, locate
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.profile.load import load_location, locate
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     with tempfile.TemporaryDirectory() as tmp:
         root = args.profile

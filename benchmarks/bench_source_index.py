@@ -25,11 +25,11 @@ from _common import best
 import libcst
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from msprof_lsp.mapping.attribute import Attributor
-from msprof_lsp.mapping.frames import StackTable
-from msprof_lsp.mapping.model import HOST_OP_SCHEMA, KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, Step, make_table
-from msprof_lsp.mapping.source_index import SourceIndex
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.attribute import Attributor
+from msprof_lsp.mapping.profile.frames import StackTable
+from msprof_lsp.mapping.profile.model import HOST_OP_SCHEMA, KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, Step, make_table
+from msprof_lsp.mapping.source.source_index import SourceIndex
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 BLOCK = '''
 

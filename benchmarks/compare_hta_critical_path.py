@@ -67,8 +67,8 @@ def hta_side(python: str, trace: Path, steps: int) -> dict:
 
 
 def our_side(trace: Path, steps: int) -> dict:
-    from msprof_lsp.mapping.critical_path import SegmentKind, critical_path
-    from msprof_lsp.mapping.load import load_location, locate
+    from msprof_lsp.mapping.source.critical_path import SegmentKind, critical_path
+    from msprof_lsp.mapping.profile.load import load_location, locate
 
     profile = load_location(locate(trace), use_cache=False)
     cp = critical_path(profile, max_steps=steps)

@@ -11,19 +11,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from msprof_lsp.mapping.frames import Frame
-from msprof_lsp.mapping.heat import Attribution
-from msprof_lsp.mapping.model import Backend, Profile
+from msprof_lsp.mapping.profile.frames import Frame
+from msprof_lsp.mapping.source.heat import Attribution
+from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US, format_share, format_us
-from msprof_lsp.mapping.workspace import library_label
+from msprof_lsp.mapping.source.workspace import library_label
 
 from . import gating, suppress
 from .config import RuleConfig, Thresholds
 from .finding import Finding, Fix, FixOffer, Related, Severity
 
 if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access is used here
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     from .registry import Rule
 

@@ -15,7 +15,7 @@ layer).
 
 from __future__ import annotations
 
-from msprof_lsp.mapping.model import Profile, ProfileKind
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind
 
 LEVEL0_LEVELS = frozenset({"Level0", "Level_none"})
 """``_profiler_level`` values without the CANN layer."""

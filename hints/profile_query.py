@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping import linking, step_windows, timemodel
-from msprof_lsp.mapping.model import CommOp, Profile
+from msprof_lsp.mapping.profile import linking, step_windows, timemodel
+from msprof_lsp.mapping.profile.model import CommOp, Profile
 from msprof_lsp.mapping.units import ns_to_us
 
 from .context import RuleContext

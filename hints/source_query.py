@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from msprof_lsp.mapping.constructs import call_keys
-from msprof_lsp.mapping.frames import Frame
-from msprof_lsp.mapping.heat import Site, SiteKind
-from msprof_lsp.mapping.source_index import Binding, CallSite, ImportInfo, LoopInfo, SourceIndex
+from msprof_lsp.mapping.source.constructs import call_keys
+from msprof_lsp.mapping.profile.frames import Frame
+from msprof_lsp.mapping.source.heat import Site, SiteKind
+from msprof_lsp.mapping.source.source_index import Binding, CallSite, ImportInfo, LoopInfo, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 
 from . import profile_query as pq

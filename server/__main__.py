@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - the contract: one line, no traceback
             if debug_enabled():
                 raise
-            from msprof_lsp.mapping.safe_io import describe_unexpected
+            from msprof_lsp.mapping.profile.safe_io import describe_unexpected
 
             print(f"msprof-lsp: {describe_unexpected(exc)} (set {DEBUG_ENV}=1 for a traceback, and please report it)",
                   file=sys.stderr)

@@ -11,16 +11,16 @@ from pathlib import Path
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.mapping import safe_io
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.cluster import LoadResult, load_job, load_profile
-from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR
+from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.cluster import LoadResult, load_job, load_profile
+from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import NoProfileFound
-from msprof_lsp.mapping.heat import Attribution
-from msprof_lsp.mapping.jobs import Job, discover_jobs
-from msprof_lsp.mapping.locations import Progress, no_progress
-from msprof_lsp.mapping.model import Profile
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.heat import Attribution
+from msprof_lsp.mapping.profile.jobs import Job, discover_jobs
+from msprof_lsp.mapping.profile.locations import Progress, no_progress
+from msprof_lsp.mapping.profile.model import Profile
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 from .settings import Settings
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping import cache
+from msprof_lsp.mapping.profile import cache
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import LinkKind, ProfileKind
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import LinkKind, ProfileKind
 
 T0 = 1_736_413_971_558_000  # µs
 
@@ -50,14 +50,14 @@ def result(tmp_path: Path) -> tuple[ProfileLocation, Path]:
 
 def patch_reader(monkeypatch: pytest.MonkeyPatch, kind: ProfileKind, read) -> None:
     """Make the loader call ``read`` for ``kind`` (the registry's entry, as the loader finds it)."""
-    from msprof_lsp.mapping.readers import registry
+    from msprof_lsp.mapping.profile.readers import registry
 
     monkeypatch.setitem(registry._BY_KIND, kind, replace(registry.reader_for(kind), read=read))
 
 
 def counting_reader(monkeypatch: pytest.MonkeyPatch) -> list[ProfileLocation]:
     """Wrap the real torch_npu reader so the test sees every time it runs."""
-    from msprof_lsp.mapping.readers import torch_npu
+    from msprof_lsp.mapping.profile.readers import torch_npu
 
     calls: list[ProfileLocation] = []
 
@@ -152,7 +152,7 @@ def test_unwritable_cache_dir_still_loads(result, tmp_path: Path) -> None:
 
 def test_input_changing_during_the_read_is_not_cached(result, monkeypatch: pytest.MonkeyPatch) -> None:
     loc, cache_dir = result
-    from msprof_lsp.mapping.readers import torch_npu
+    from msprof_lsp.mapping.profile.readers import torch_npu
 
     def read_while_written(location, progress):
         profile = torch_npu.read(location, progress)
@@ -200,7 +200,7 @@ def test_locate_forms(tmp_path: Path) -> None:
 
 
 def test_missing_reader_module_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from msprof_lsp.mapping.readers import registry
+    from msprof_lsp.mapping.profile.readers import registry
 
     monkeypatch.delitem(registry._BY_KIND, ProfileKind.MSPROF)
     loc = ProfileLocation(ProfileKind.MSPROF, tmp_path)

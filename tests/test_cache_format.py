@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from msprof_lsp.mapping import cache, codec
-from msprof_lsp.mapping.discover import find_all
-from msprof_lsp.mapping.frames import Frame
-from msprof_lsp.mapping.load import load_location
-from msprof_lsp.mapping.model import Profile, ProfileKind
-from msprof_lsp.mapping.timemodel import BreakdownSource, profile_breakdown
+from msprof_lsp.mapping.profile import cache, codec
+from msprof_lsp.mapping.profile.discover import find_all
+from msprof_lsp.mapping.profile.frames import Frame
+from msprof_lsp.mapping.profile.load import load_location
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind
+from msprof_lsp.mapping.profile.timemodel import BreakdownSource, profile_breakdown
 from tests.conftest import FIXTURES, REPO
 from tests.synth import write_kineto, write_msprof_cli, write_torch_npu_db, write_torch_npu_text
 from tests.synth.examples import small_run

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping import cluster
-from msprof_lsp.mapping.cluster import load_profile
-from msprof_lsp.mapping.timemodel import exclusive_ns as exclusive_time
+from msprof_lsp.mapping.profile import cluster
+from msprof_lsp.mapping.profile.cluster import load_profile
+from msprof_lsp.mapping.profile.timemodel import exclusive_ns as exclusive_time
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
 sys.path.insert(0, str(Path(__file__).parent / "readers"))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.discover import discover, find_all
-from msprof_lsp.mapping.model import ProfileKind
+from msprof_lsp.mapping.profile.discover import discover, find_all
+from msprof_lsp.mapping.profile.model import ProfileKind
 
 from conftest import shared_fixture
 
@@ -275,8 +275,8 @@ def test_run_with_text_and_db_exports_is_read_from_text(tmp_path: Path) -> None:
 def test_one_reader_per_kind_and_discovery_hands_it_its_layout(tmp_path: Path) -> None:
     """The registry covers every ProfileKind once, and each location discovery finds carries the
     layout of the reader its kind names (so reading never classifies the folder again)."""
-    from msprof_lsp.mapping.locations import Layout
-    from msprof_lsp.mapping.readers.registry import READERS, reader_for
+    from msprof_lsp.mapping.profile.locations import Layout
+    from msprof_lsp.mapping.profile.readers.registry import READERS, reader_for
 
     assert sorted(r.kind.value for r in READERS) == sorted(k.value for k in ProfileKind)
     assert all(reader_for(r.kind) is r for r in READERS)

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msprof_lsp.mapping.locations import ProfileLocation, no_progress
-from msprof_lsp.mapping.model import ProfileKind
-from msprof_lsp.mapping.readers import torch_npu, torch_npu_db
-from msprof_lsp.mapping.timemodel import StepTimes, compute_breakdown, profile_breakdown
+from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+from msprof_lsp.mapping.profile.model import ProfileKind
+from msprof_lsp.mapping.profile.readers import torch_npu, torch_npu_db
+from msprof_lsp.mapping.profile.timemodel import StepTimes, compute_breakdown, profile_breakdown
 from msprof_lsp.server.__main__ import main
 from tests.conftest import REPO, shared_fixture
 from tests.synth import truth, write_kineto, write_msprof_cli, write_torch_npu_db, write_torch_npu_text

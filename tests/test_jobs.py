@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping import jobs as jobs_module
-from msprof_lsp.mapping.cluster import load_profile
+from msprof_lsp.mapping.profile import jobs as jobs_module
+from msprof_lsp.mapping.profile.cluster import load_profile
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.jobs import Job, discover_jobs
-from msprof_lsp.mapping.model import ProfileKind
+from msprof_lsp.mapping.profile.jobs import Job, discover_jobs
+from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.server import pipeline
 from msprof_lsp.server.settings import Settings
 from tests.synth import write_kineto, write_torch_npu_db, write_torch_npu_text
@@ -229,13 +229,13 @@ _SOURCE_INDEX = os.path.join("mapping", "workspace.py")
 class _PassCounter:
     """What one --check does to the profile tree: the folder listings it makes (os.scandir and
     os.listdir, which Path.iterdir, Path.glob and os.walk use), by folder, and the probe calls and
-    claims of every reader. Listings made by the source index (mapping/workspace.py walks the source
+    claims of every reader. Listings made by the source index (mapping/source/workspace.py walks the source
     folders for .py files, not profiles) are left out. Every rank loads in this process, so the
     readers' own listings are seen too."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from msprof_lsp.mapping import cluster, discover
-        from msprof_lsp.mapping.readers.registry import READERS
+        from msprof_lsp.mapping.profile import cluster, discover
+        from msprof_lsp.mapping.profile.readers.registry import READERS
 
         self.listed: Counter[Path] = Counter()
         self.probed: Counter[tuple[str, Path]] = Counter()

@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from msprof_lsp.mapping.load import load_location, locate
+from msprof_lsp.mapping.profile.load import load_location, locate
 
 GEN = Path(__file__).resolve().parents[1] / "benchmarks" / "gen_large_trace.py"
 
@@ -54,8 +54,8 @@ def test_generated_result_is_valid_and_fully_linked(tmp_path: Path) -> None:
 def test_written_sources_take_every_kernel_to_its_layer_call(tmp_path: Path) -> None:
     """What bench_large / bench_vs_advisor check is a mapped job: each unit's kernels land on
     its own line of the written model.py (41-44), and ``steps=`` writes exactly that many steps."""
-    from msprof_lsp.mapping.attribute import attribute
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     gen = _generator()
     gen.write_sources(tmp_path)

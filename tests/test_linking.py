@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from conftest import shared_fixture
-from msprof_lsp.mapping.linking import (
+from msprof_lsp.mapping.profile.linking import (
     assign_modules,
     assign_parents,
     innermost_enclosing,
@@ -20,7 +20,7 @@ from msprof_lsp.mapping.linking import (
     resolve_kernel_links,
     row_groups,
 )
-from msprof_lsp.mapping.model import HOST_OP_SCHEMA, KERNEL_SCHEMA, MODULE_SCHEMA, make_table
+from msprof_lsp.mapping.profile.model import HOST_OP_SCHEMA, KERNEL_SCHEMA, MODULE_SCHEMA, make_table
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"
 

@@ -16,7 +16,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
-from msprof_lsp.mapping import safe_io
+from msprof_lsp.mapping.profile import safe_io
 
 from .result import Where
 

@@ -18,7 +18,7 @@ import re
 
 import libcst as cst
 
-from msprof_lsp.mapping.source_index import LoopInfo, SourceIndex, SourceSyntaxError
+from msprof_lsp.mapping.source.source_index import LoopInfo, SourceIndex, SourceSyntaxError
 
 from . import cst_tools as ct
 from .result import Anchor, FixResult, Text, anchor_path, decline, result, text_of, where

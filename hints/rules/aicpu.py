@@ -25,8 +25,8 @@ from msprof_lsp.hints.finding import Finding, FixOffer, Related, Severity
 from msprof_lsp.hints.fixes import aicpu as fx
 from msprof_lsp.hints.fixes import make_offer, offer
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.heat import Site
-from msprof_lsp.mapping import timemodel
+from msprof_lsp.mapping.source.heat import Site
+from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import format_us
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprof_lsp.mapping import step_windows, timemodel
-from msprof_lsp.mapping.model import Backend, Profile
+from msprof_lsp.mapping.profile import step_windows, timemodel
+from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.timemodel import collective_mask
+from msprof_lsp.mapping.profile.timemodel import collective_mask
 from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.timemodel import TaskClass, is_class
+from msprof_lsp.mapping.profile.timemodel import TaskClass, is_class
 from msprof_lsp.mapping.units import NS_PER_US
 
 from .. import gating

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from msprof_lsp.mapping.model import Backend
-from msprof_lsp.mapping.source_index import CallSite, SourceIndex
+from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 

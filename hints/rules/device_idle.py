@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from msprof_lsp.mapping import timemodel
-from msprof_lsp.mapping.model import Backend
+from msprof_lsp.mapping.profile import timemodel
+from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 

@@ -29,7 +29,7 @@ from msprof_lsp.hints.finding import Finding, FixOffer, Related
 from msprof_lsp.hints.fixes import fused_api as fx
 from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.heat import SiteKind
+from msprof_lsp.mapping.source.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
 
 from .. import profile_query as pq, source_query as sq

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprof_lsp.mapping import step_windows
-from msprof_lsp.mapping.source_index import CallSite, SourceIndex
+from msprof_lsp.mapping.profile import step_windows
+from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 

@@ -28,8 +28,8 @@ from msprof_lsp.hints.finding import Finding, FixOffer, Related
 from msprof_lsp.hints.fixes import inference as fx
 from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping import timemodel
-from msprof_lsp.mapping.constructs import OPTIMIZER_KERNEL
+from msprof_lsp.mapping.profile import timemodel
+from msprof_lsp.mapping.source.constructs import OPTIMIZER_KERNEL
 from msprof_lsp.mapping.spans import Confidence, Span
 
 from .. import profile_query as pq, source_query as sq

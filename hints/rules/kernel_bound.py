@@ -23,7 +23,7 @@ import pandas as pd
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping import timemodel
+from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from msprof_lsp.mapping.source_index import CallSite, SourceIndex
+from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 

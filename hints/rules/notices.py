@@ -21,10 +21,10 @@ from msprof_lsp.hints import gating
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import Rule, register, rule
-from msprof_lsp.mapping.model import ProfileKind
+from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
-from msprof_lsp.mapping.timemodel import device_time_per_step_ns, work_mask
+from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, work_mask
 
 from .. import profile_query as pq, source_query as sq
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprof_lsp.mapping.heat import Site, SiteKind
-from msprof_lsp.mapping.model import Backend
-from msprof_lsp.mapping.source_index import CallSite, ModuleAttr, SourceIndex
+from msprof_lsp.mapping.source.heat import Site, SiteKind
+from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.source.source_index import CallSite, ModuleAttr, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 

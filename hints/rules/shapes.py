@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.shapes import Shape, numel, parse_shapes
+from msprof_lsp.mapping.profile.shapes import Shape, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from msprof_lsp.mapping.model import Backend
+from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TextIO
 
 from msprof_lsp.hints.finding import Severity
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.critical_path import critical_path
-from msprof_lsp.mapping.compare import compare
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.source.critical_path import critical_path
+from msprof_lsp.mapping.source.compare import compare
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
-from msprof_lsp.mapping.jobs import Job
+from msprof_lsp.mapping.profile.jobs import Job
 
 from .. import pipeline
 from ..cli import CheckArgs, UsageError, version

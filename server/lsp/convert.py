@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from msprof_lsp.hints.finding import Finding, Fix, Severity, TextEdit
-from msprof_lsp.mapping.positions import col_from_units, col_to_units
+from msprof_lsp.mapping.source.positions import col_from_units, col_to_units
 
 from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
 from . import payloads

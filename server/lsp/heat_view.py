@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from msprof_lsp.mapping.compare import LineChange
-from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
+from msprof_lsp.mapping.source.compare import LineChange
+from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
 from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import FileView

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from msprof_lsp.mapping.positions import col_to_units
+from msprof_lsp.mapping.source.positions import col_to_units
 from msprof_lsp.mapping.units import format_share, format_us
 
 from .heat_view import change_text, file_heat

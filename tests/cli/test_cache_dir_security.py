@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping import cache
-from msprof_lsp.mapping.discover import find_all
+from msprof_lsp.mapping.profile import cache
+from msprof_lsp.mapping.profile.discover import find_all
 
 from cli_support import isolated_cache  # noqa: F401 - autouse fixture
 from cli_support import copy_sample_sources, run_cli, single_rank, write_cnn_profiles

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from msprof_lsp.hints.finding import Finding, Fix, Related, Severity, TextEdit
-from msprof_lsp.mapping.heat import SourceHeat
-from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.source.heat import SourceHeat
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.server.check.report import github, sarif, text
 from msprof_lsp.server.check.report.run import CheckRun, JobReport
@@ -143,7 +143,7 @@ def test_text_groups_by_file_and_fits_80_columns(run):
 
 
 def test_text_hotspots_rank_inferred_anchors_with_the_others_and_mark_them(run):
-    from msprof_lsp.mapping.heat import Site, SpanHeat
+    from msprof_lsp.mapping.source.heat import Site, SpanHeat
 
     job = run.jobs[0]
     src = job.findings[0].span.path

@@ -140,9 +140,9 @@ class Family:
 
 def _load(kind_name: str) -> Callable[[Path], object]:
     def run(copy: Path) -> object:
-        from msprof_lsp.mapping.load import load_location
-        from msprof_lsp.mapping.locations import ProfileLocation
-        from msprof_lsp.mapping.model import ProfileKind
+        from msprof_lsp.mapping.profile.load import load_location
+        from msprof_lsp.mapping.profile.locations import ProfileLocation
+        from msprof_lsp.mapping.profile.model import ProfileKind
 
         kind = ProfileKind(kind_name)
         path = copy
@@ -155,7 +155,7 @@ def _load(kind_name: str) -> Callable[[Path], object]:
 
 def _source(copy: Path) -> object:
     from msprof_lsp.hints.fixes import cst_tools
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     ws = SourceWorkspace([copy.parent])
     index = ws.index(str(copy))
@@ -182,11 +182,11 @@ def _msprof_seed(scratch: Path) -> Path:
 def warm() -> None:
     """Import what the readers use before forking, so each case pays only for its own work."""
     import msprof_lsp.hints.fixes.cst_tools  # noqa: F401
-    import msprof_lsp.mapping.load  # noqa: F401
-    import msprof_lsp.mapping.readers.ascend_csv  # noqa: F401
-    import msprof_lsp.mapping.readers.trace_json  # noqa: F401
-    import msprof_lsp.mapping.readers.registry  # noqa: F401 - every reader module
-    import msprof_lsp.mapping.workspace  # noqa: F401
+    import msprof_lsp.mapping.profile.load  # noqa: F401
+    import msprof_lsp.mapping.profile.readers.ascend_csv  # noqa: F401
+    import msprof_lsp.mapping.profile.readers.trace_json  # noqa: F401
+    import msprof_lsp.mapping.profile.readers.registry  # noqa: F401 - every reader module
+    import msprof_lsp.mapping.source.workspace  # noqa: F401
 
 
 def families(scratch: Path) -> list[Family]:
@@ -205,9 +205,9 @@ def families(scratch: Path) -> list[Family]:
     fx = FIXTURES
     real = [
         Family("torch_npu text (real)", fx / "Ascend-msprof-analyze/test/ut/advisor/timeline_advice", ("trace_view.json",),
-               lambda copy: __import__("msprof_lsp.mapping.readers.trace_json", fromlist=["x"]).read_trace_events(copy / "trace_view.json")),
+               lambda copy: __import__("msprof_lsp.mapping.profile.readers.trace_json", fromlist=["x"]).read_trace_events(copy / "trace_view.json")),
         Family("torch_npu csv (real)", fx / "Ascend-msprof-analyze/test/ut/advisor/compute_advice/data", ("kernel_details.csv",),
-               lambda copy: __import__("msprof_lsp.mapping.readers.ascend_csv", fromlist=["x"]).read_kernel_table(copy / "kernel_details.csv")),
+               lambda copy: __import__("msprof_lsp.mapping.profile.readers.ascend_csv", fromlist=["x"]).read_kernel_table(copy / "kernel_details.csv")),
         Family("torch_npu DB (real)", fx / "Ascend-msinsight/db/level1/rank1_ascend_pt",
                ("ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db", "ASCEND_PROFILER_OUTPUT/analysis.db", "profiler_info_1.json"),
                _load("torch_npu_db")),
@@ -243,7 +243,7 @@ class Outcome:
 
 def check_result(result: object) -> str:
     """'' when a loaded result passes the basic invariants, else what is wrong."""
-    from msprof_lsp.mapping.model import Profile
+    from msprof_lsp.mapping.profile.model import Profile
 
     if isinstance(result, Profile):
         k = result.kernels

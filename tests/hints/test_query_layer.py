@@ -13,11 +13,11 @@ import pytest
 
 from msprof_lsp.hints import profile_query as pq
 from msprof_lsp.hints import source_query as sq
-from msprof_lsp.mapping.heat import SiteKind
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.source_index import SourceIndex
+from msprof_lsp.mapping.source.heat import SiteKind
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.timemodel import op_type, op_types
+from msprof_lsp.mapping.profile.timemodel import op_type, op_types
 from tests.conftest import shared_fixture
 from tests.hints.rules.rulekit import ProfileBuilder, context, frame
 

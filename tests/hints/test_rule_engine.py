@@ -14,9 +14,9 @@ from msprof_lsp.hints.context import RuleContext, format_message
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import Rule, RuleError, register
-from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta, Step
+from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta, Step
 from msprof_lsp.mapping.spans import Confidence, Span
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 MS = 1_000_000  # ns
 

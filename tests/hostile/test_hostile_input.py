@@ -18,17 +18,17 @@ import pytest
 
 from msprof_lsp.hints.fixes import cst_tools
 from msprof_lsp.hints.fixes.edits import apply_edits, minimal_edits
-from msprof_lsp.mapping import safe_io
+from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import ProfileKind
-from msprof_lsp.mapping.readers import kineto
-from msprof_lsp.mapping.readers.ascend_json import load_json
-from msprof_lsp.mapping.readers.csv_text import open_csv
-from msprof_lsp.mapping.readers.trace_json import read_trace_events
-from msprof_lsp.mapping.source_index import SourceIndex, SourceTooComplex
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import ProfileKind
+from msprof_lsp.mapping.profile.readers import kineto
+from msprof_lsp.mapping.profile.readers.ascend_json import load_json
+from msprof_lsp.mapping.profile.readers.csv_text import open_csv
+from msprof_lsp.mapping.profile.readers.trace_json import read_trace_events
+from msprof_lsp.mapping.source.source_index import SourceIndex, SourceTooComplex
 from msprof_lsp.mapping.units import us_text_to_ns
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 from msprof_lsp.server.__main__ import main
 
 from tests.conftest import REPO, shared_fixture
@@ -144,7 +144,7 @@ def test_cpu_only_kineto_with_a_duplicated_external_id_loads(tmp_path):
 
 
 def test_trace_view_with_a_duplicated_profiler_step_loads(tmp_path):
-    from msprof_lsp.mapping.readers.torch_npu import read
+    from msprof_lsp.mapping.profile.readers.torch_npu import read
 
     src = next((REPO / "samples/tiny_transformer/npu_profile").glob("*_ascend_pt"))
     root = shutil.copytree(src, tmp_path / src.name)
@@ -344,7 +344,7 @@ def test_csv_durations_out_of_range_or_negative_are_bad_cells(tmp_path):
     import csv
     import io
 
-    from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+    from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 
     src = shared_fixture("Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv")
     rows = list(csv.reader(io.StringIO(src.read_text())))

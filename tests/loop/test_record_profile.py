@@ -18,7 +18,7 @@ from msprof_lsp.hints.fixes.edits import apply_edits
 from msprof_lsp.hints.fixes.profiling import (
     PROFILE_ENV, PROFILE_FOLDER, Flavour, insert_profiler, loop_lines, snippet, training_loops,
 )
-from msprof_lsp.mapping.source_index import SourceIndex
+from msprof_lsp.mapping.source.source_index import SourceIndex
 
 ROOT = Path(__file__).resolve().parents[2]
 CNN = ROOT / "samples" / "cnn_classifier"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from msprof_lsp.mapping.frames import StackTable
-from msprof_lsp.mapping.model import (
+from msprof_lsp.mapping.profile.frames import StackTable
+from msprof_lsp.mapping.profile.model import (
     HOST_OP_SCHEMA,
     KERNEL_SCHEMA,
     MODULE_SCHEMA,

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from srcmap_builder import ProfileBuilder, locate, span_tuple
 
-from msprof_lsp.mapping.attribute import Attributor, attribute, reanchor
-from msprof_lsp.mapping.model import ProfileKind
-from msprof_lsp.mapping.source_index import SourceIndex
+from msprof_lsp.mapping.source.attribute import Attributor, attribute, reanchor
+from msprof_lsp.mapping.profile.model import ProfileKind
+from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 MODEL = '''import torch
 import torch.nn.functional as F

@@ -17,9 +17,9 @@ from tests.open_audit import opens_under
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.frames import parse_frame
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.frames import parse_frame
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 MODEL = '''import torch.nn.functional as F
 

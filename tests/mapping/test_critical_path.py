@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from msprof_lsp.mapping.critical_path import Edge, SegmentKind, critical_path, longest_path, step_path
-from msprof_lsp.mapping.model import HOST_EVENT_SCHEMA, HOST_OP_SCHEMA, KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, Step, make_table
+from msprof_lsp.mapping.source.critical_path import Edge, SegmentKind, critical_path, longest_path, step_path
+from msprof_lsp.mapping.profile.model import HOST_EVENT_SCHEMA, HOST_OP_SCHEMA, KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, Step, make_table
 
 
 def test_longest_path_hand_built_dag():
@@ -101,7 +101,7 @@ def test_synthetic_kineto_step(tmp_path):
     the segments follow each other in time; kinds add up to the total; the total fits the span."""
     from pathlib import Path
 
-    from msprof_lsp.mapping.load import load_location, locate
+    from msprof_lsp.mapping.profile.load import load_location, locate
     from tests.synth.examples import small_run
     from tests.synth.write_kineto import write_kineto
 
@@ -129,7 +129,7 @@ def test_lines_on_path_through_attribution():
     the path does not; host self time goes to host_on_path."""
     import numpy as np
 
-    from msprof_lsp.mapping.heat import Attribution, LineHeat, Site, SourceHeat
+    from msprof_lsp.mapping.source.heat import Attribution, LineHeat, Site, SourceHeat
     from msprof_lsp.mapping.spans import Confidence, Span
 
     p = _profile(
@@ -160,7 +160,7 @@ def test_real_cuda_trace_hta_control():
     device (HTA's path there holds ~10 kernels per step; ours more, see docs/numbers.md)."""
     from tests.conftest import shared_fixture
 
-    from msprof_lsp.mapping.load import load_location, locate
+    from msprof_lsp.mapping.profile.load import load_location, locate
 
     trace = shared_fixture("HolisticTraceAnalysis/trace_diff/control/control.json.gz")
     profile = load_location(locate(trace), use_cache=False)

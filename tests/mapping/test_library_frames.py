@@ -12,10 +12,10 @@ import pytest
 from conftest import shared_fixture
 from srcmap_builder import ProfileBuilder, locate
 
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.frames import parse_frame
-from msprof_lsp.mapping.cluster import load_profile
-from msprof_lsp.mapping.workspace import FrameKind, SourceWorkspace, library_label, package_path
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.frames import parse_frame
+from msprof_lsp.mapping.profile.cluster import load_profile
+from msprof_lsp.mapping.source.workspace import FrameKind, SourceWorkspace, library_label, package_path
 
 SITE = "/home/u/.local/lib/python3.9/site-packages"
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msprof_lsp.mapping.positions import (
+from msprof_lsp.mapping.source.positions import (
     LineIndex,
     col_from_units,
     col_to_units,
@@ -12,7 +12,7 @@ from msprof_lsp.mapping.positions import (
     utf8_units,
     utf16_units,
 )
-from msprof_lsp.mapping.source_index import SourceIndex
+from msprof_lsp.mapping.source.source_index import SourceIndex
 
 LINE = "s = '中文😋'; t = F.relu(x)"
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from srcmap_builder import ProfileBuilder, locate, span_tuple
 
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.model import ProfileKind
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 pytestmark = pytest.mark.torch
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.source_index import SourceIndex
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def sample_traces() -> list[Path]:
 
 @pytest.mark.parametrize("trace", sample_traces(), ids=lambda p: p.parent.parent.name)
 def test_sample_trace_ops_land_on_their_calls(trace):
-    load = pytest.importorskip("msprof_lsp.mapping.load")
+    load = pytest.importorskip("msprof_lsp.mapping.profile.load")
     profile = load.load_location(load.locate(trace), use_cache=False)
     root = trace.parent.parent
     ws = SourceWorkspace([root])

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 from srcmap_builder import ProfileBuilder, locate, span_tuple
 
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.heat import SiteKind
-from msprof_lsp.mapping.model import ProfileKind
-from msprof_lsp.mapping.shape_anchor import Form, ShapeAnchorer, match_layer
-from msprof_lsp.mapping.sizes import LayerKind, resolve_sizes
-from msprof_lsp.mapping.source_index import SourceIndex
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.source.heat import SiteKind
+from msprof_lsp.mapping.profile.model import ProfileKind
+from msprof_lsp.mapping.source.shape_anchor import Form, ShapeAnchorer, match_layer
+from msprof_lsp.mapping.source.sizes import LayerKind, resolve_sizes
+from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 SIZES = '''import argparse
 from dataclasses import dataclass, field

@@ -8,11 +8,11 @@ import dataclasses
 
 from conftest import shared_fixture
 
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.discover import discover
-from msprof_lsp.mapping.load import load_location
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.discover import discover
+from msprof_lsp.mapping.profile.load import load_location
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 
 def test_stackless_anchors_on_real_alexnet_agree_with_its_stacks():

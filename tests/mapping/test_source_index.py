@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping import source_index as si
-from msprof_lsp.mapping.source_index import MODULE_SCOPE, SourceIndex, SourceSyntaxError
+from msprof_lsp.mapping.source import source_index as si
+from msprof_lsp.mapping.source.source_index import MODULE_SCOPE, SourceIndex, SourceSyntaxError
 
 MODEL = '''"""A small classifier.
 
@@ -253,7 +253,7 @@ def test_unary_minus_of_a_tensor_is_an_operator_site_literals_are_not():
     (neg,) = negs
     line = text.splitlines()[5]
     assert (neg.span.line, neg.span.col, neg.span.end_col) == (6, line.index("-x2"), line.index("-x2") + 3)
-    from msprof_lsp.mapping.constructs import call_keys, op_keys
+    from msprof_lsp.mapping.source.constructs import call_keys, op_keys
 
     assert op_keys("aten::neg") & call_keys(idx, neg.idx)  # aten::neg anchors on it
 
@@ -262,7 +262,7 @@ def test_optimizer_calls_of_a_module_level_script_are_optimizer_sites():
     # A script's module-level `optimizer` resolves to itself (a name of this file): its .step() and
     # .zero_grad() still anchor the Optimizer.step# / Optimizer.zero_grad# scopes (the tb_plugin
     # ResNet-50 script is such a script); a scheduler's or profiler's .step() does not.
-    from msprof_lsp.mapping.constructs import annotation_keys, call_keys
+    from msprof_lsp.mapping.source.constructs import annotation_keys, call_keys
 
     text = ("import torch\n"
             "optimizer = torch.optim.SGD(params, lr=0.1)\n"

@@ -1,4 +1,4 @@
-"""Step inference (mapping/step_infer.py): iterations found from the launch sequence of a profile
+"""Step inference (mapping/profile/step_infer.py): iterations found from the launch sequence of a profile
 without step markers.
 
 The tables here are built launch by launch from a described iteration, so where each iteration
@@ -17,10 +17,10 @@ from tests.synth import truth, write_msprof_cli
 from tests.synth.examples import small_run
 
 from msprof_lsp.mapping.errors import Issue
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.model import KERNEL_SCHEMA, ProfileKind, ProfileMeta, StepsSource, make_table
-from msprof_lsp.mapping.step_infer import NO_REPETITION, describe, infer_steps, steps_from_launches
-from msprof_lsp.mapping.timemodel import TaskClass, is_class
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, ProfileKind, ProfileMeta, StepsSource, make_table
+from msprof_lsp.mapping.profile.step_infer import NO_REPETITION, describe, infer_steps, steps_from_launches
+from msprof_lsp.mapping.profile.timemodel import TaskClass, is_class
 
 # One training iteration as launched: (name, input shapes, duration µs). The names carry the
 # per-run counters real acl_op names have ({n}); the last op closes the iteration.

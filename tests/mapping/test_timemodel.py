@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msprof_lsp.mapping.model import (
+from msprof_lsp.mapping.profile.model import (
     KERNEL_SCHEMA,
     Profile,
     ProfileKind,
@@ -15,7 +15,7 @@ from msprof_lsp.mapping.model import (
     StepBreakdown,
     make_table,
 )
-from msprof_lsp.mapping.timemodel import (
+from msprof_lsp.mapping.profile.timemodel import (
     BreakdownSource,
     TaskClass,
     classify,

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.frames import parse_frame
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.profile.frames import parse_frame
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 
 @pytest.fixture()

@@ -17,14 +17,14 @@ import pytest
 from conftest import shared_fixture
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.frames import StackTable
-from msprof_lsp.mapping.model import (
+from msprof_lsp.mapping.profile.frames import StackTable
+from msprof_lsp.mapping.profile.model import (
     HOST_OP_SCHEMA,
     KERNEL_SCHEMA,
     MEMORY_RECORD_SCHEMA,
     OP_MEMORY_SCHEMA,
 )
-from msprof_lsp.mapping.readers.ascend_csv import (
+from msprof_lsp.mapping.profile.readers.ascend_csv import (
     API_STATISTIC_COLUMNS,
     read_api_statistic,
     read_communication_statistic,

@@ -10,8 +10,8 @@ import pytest
 from conftest import shared_fixture
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.model import ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_json import (
+from msprof_lsp.mapping.profile.model import ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_json import (
     read_communication,
     read_communication_matrix,
     read_msprof_info,

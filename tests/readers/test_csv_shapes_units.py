@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
-from msprof_lsp.mapping.readers.csv_columns import scaled_half_up, time_cell_ns
-from msprof_lsp.mapping.shapes import format_shapes, numel, parse_shapes
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.readers.csv_columns import scaled_half_up, time_cell_ns
+from msprof_lsp.mapping.profile.shapes import format_shapes, numel, parse_shapes
 from msprof_lsp.mapping.units import us_text_to_ns
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.locations import ProfileLocation, no_progress
-from msprof_lsp.mapping.model import ProfileKind
-from msprof_lsp.mapping.readers import torch_npu, torch_npu_db
+from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+from msprof_lsp.mapping.profile.model import ProfileKind
+from msprof_lsp.mapping.profile.readers import torch_npu, torch_npu_db
 from tests.synth import truth, write_torch_npu_db, write_torch_npu_text
 from tests.synth.examples import small_run
 

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import ProfileKind
-from msprof_lsp.mapping.readers.kineto import _us_to_ns, read
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import ProfileKind
+from msprof_lsp.mapping.profile.readers.kineto import _us_to_ns, read
 
 BASE = 1_790_857_026_000_000_000
 

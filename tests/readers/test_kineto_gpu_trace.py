@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Backend, LinkKind, ProfileKind
-from msprof_lsp.mapping.readers.kineto import read
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Backend, LinkKind, ProfileKind
+from msprof_lsp.mapping.profile.readers.kineto import read
 
 BASE = 1_700_000_000_123_456_789
 PID, MAIN, AUTOGRAD = 4242, 4242, 4250

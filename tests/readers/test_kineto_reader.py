@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Backend, ProfileKind
-from msprof_lsp.mapping.readers.kineto import read
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Backend, ProfileKind
+from msprof_lsp.mapping.profile.readers.kineto import read
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
@@ -373,7 +373,7 @@ def test_committed_trace_agrees_with_json_reading(path):
 
 def test_reader_does_not_import_torch():
     code = (
-        "import sys; import msprof_lsp.mapping.readers.kineto as k; "
+        "import sys; import msprof_lsp.mapping.profile.readers.kineto as k; "
         "assert 'torch' not in sys.modules, 'the product must not import torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -415,7 +415,7 @@ def test_recorded_transformer_frames_point_at_the_sample_lines(recorded):
 
 
 def test_committed_trace_through_locate_and_the_cache(tmp_path):
-    from msprof_lsp.mapping.load import load_location, locate
+    from msprof_lsp.mapping.profile.load import load_location, locate
 
     path = committed()[0]
     location = locate(path)

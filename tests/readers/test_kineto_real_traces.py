@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Backend, ProfileKind
-from msprof_lsp.mapping.readers.kineto import read
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Backend, ProfileKind
+from msprof_lsp.mapping.profile.readers.kineto import read
 from msprof_lsp.server.__main__ import main
 from tests.conftest import shared_fixture
 

@@ -19,11 +19,11 @@ import pytest
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Backend, ProfileKind, Step
-from msprof_lsp.mapping.readers.kineto import read
-from msprof_lsp.mapping.step_windows import capture_step, covered_per_step, merge_intervals
-from msprof_lsp.mapping.timemodel import profile_breakdown
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Backend, ProfileKind, Step
+from msprof_lsp.mapping.profile.readers.kineto import read
+from msprof_lsp.mapping.profile.step_windows import capture_step, covered_per_step, merge_intervals
+from msprof_lsp.mapping.profile.timemodel import profile_breakdown
 from msprof_lsp.server.check.report.text import breakdown_line
 
 PID, TID, BWD = 25738, 25738, 25772

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.locations import ProfileLocation, no_progress
-from msprof_lsp.mapping.model import LinkKind, ProfileKind
-from msprof_lsp.mapping.readers import msprof_cli
+from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+from msprof_lsp.mapping.profile.model import LinkKind, ProfileKind
+from msprof_lsp.mapping.profile.readers import msprof_cli
 from tests.synth import truth, write_msprof_cli
 from tests.synth.examples import small_run
 
@@ -286,7 +286,7 @@ def test_nothing_readable_is_an_error(tmp_path: Path) -> None:
 
 
 def test_found_and_loaded_through_load_profile(tmp_path: Path) -> None:
-    from msprof_lsp.mapping.cluster import load_profile
+    from msprof_lsp.mapping.profile.cluster import load_profile
 
     run = small_run(steps=1, world_size=2, rank=1)
     root = write_msprof_cli(run, tmp_path / "job")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from msprof_lsp.mapping.discover import discover
-from msprof_lsp.mapping.load import load_location
-from msprof_lsp.mapping.timemodel import (
+from msprof_lsp.mapping.profile.discover import discover
+from msprof_lsp.mapping.profile.load import load_location
+from msprof_lsp.mapping.profile.timemodel import (
     BreakdownSource,
     TaskClass,
     compute_breakdown,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.locations import ProfileLocation, no_progress
-from msprof_lsp.mapping.model import LinkKind, ProfileKind
-from msprof_lsp.mapping.readers import sqlite_db, torch_npu_db
+from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+from msprof_lsp.mapping.profile.model import LinkKind, ProfileKind
+from msprof_lsp.mapping.profile.readers import sqlite_db, torch_npu_db
 
 from npu_db_builder import FWD_BWD_OFFSET, DbBuilder, write_analysis
 
@@ -497,8 +497,8 @@ def test_profiler_info_of_the_run_root_fills_meta(tmp_path: Path) -> None:
 def test_cache_key_covers_analysis_db_and_profiler_info(tmp_path: Path) -> None:
     import json
 
-    from msprof_lsp.mapping import cache
-    from msprof_lsp.mapping.load import load_location
+    from msprof_lsp.mapping.profile import cache
+    from msprof_lsp.mapping.profile.load import load_location
 
     db, _ = build_workload(tmp_path)
     (db.parent.parent / "profiler_info_3.json").write_text(json.dumps({"rank_id": 3}))

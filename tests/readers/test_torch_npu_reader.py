@@ -16,11 +16,11 @@ import pytest
 
 from conftest import shared_fixture
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.frames import parse_stack
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import LinkKind, ProfileKind
-from msprof_lsp.mapping.readers.torch_npu import read
+from msprof_lsp.mapping.profile.frames import parse_stack
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import LinkKind, ProfileKind
+from msprof_lsp.mapping.profile.readers.torch_npu import read
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"
 VERL_ROOT = "verl-project-rl-insight/data/recipe/mstx_data/mstx_profile/agent_loop_rollout_replica_0/xxx_ascend_pt"

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.readers.trace_json import NO_INT, NO_TIME, read_trace_events
+from msprof_lsp.mapping.profile.readers.trace_json import NO_INT, NO_TIME, read_trace_events
 from conftest import shared_fixture
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"
@@ -249,7 +249,7 @@ def test_int_column_out_of_range_values_without_warnings() -> None:
     from float64 -- it gets a synthetic id, the exact values around it stay exact, no warning."""
     import warnings
 
-    from msprof_lsp.mapping.readers.trace_json import _int_column, _Pool
+    from msprof_lsp.mapping.profile.readers.trace_json import _int_column, _Pool
 
     values = [7, None, "18446744073709551615", 2**60 + 1, "12", float("inf"), -3]
     with warnings.catch_warnings():
@@ -263,8 +263,8 @@ def test_int_column_out_of_range_values_without_warnings() -> None:
 def test_real_text_export_loads_with_warnings_as_errors() -> None:
     import warnings
 
-    from msprof_lsp.mapping.discover import discover
-    from msprof_lsp.mapping.load import load_location
+    from msprof_lsp.mapping.profile.discover import discover
+    from msprof_lsp.mapping.profile.load import load_location
 
     path = shared_fixture("Ascend-msinsight/text/level1/rank0_ascend_pt")
     with warnings.catch_warnings():

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Fix
-from msprof_lsp.mapping.compare import Comparison
-from msprof_lsp.mapping.critical_path import CriticalPath
-from msprof_lsp.mapping.heat import SpanHeat
-from msprof_lsp.mapping.model import ClusterSummary, Profile
-from msprof_lsp.mapping.step_infer import describe as describe_steps
-from msprof_lsp.mapping.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
+from msprof_lsp.mapping.source.compare import Comparison
+from msprof_lsp.mapping.source.critical_path import CriticalPath
+from msprof_lsp.mapping.source.heat import SpanHeat
+from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
+from msprof_lsp.mapping.profile.step_infer import describe as describe_steps
+from msprof_lsp.mapping.profile.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
 
 SCHEMA_VERSION = 1
 MAX_HOTSPOTS = 20

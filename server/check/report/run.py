@@ -8,10 +8,10 @@ from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Fix, Severity
 from msprof_lsp.hints.fixes.edits import edited_lines
-from msprof_lsp.mapping.compare import Comparison
-from msprof_lsp.mapping.critical_path import CriticalPath
-from msprof_lsp.mapping.heat import SourceHeat
-from msprof_lsp.mapping.model import ClusterSummary, Profile
+from msprof_lsp.mapping.source.compare import Comparison
+from msprof_lsp.mapping.source.critical_path import CriticalPath
+from msprof_lsp.mapping.source.heat import SourceHeat
+from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 
 from . import document
 

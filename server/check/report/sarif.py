@@ -13,7 +13,7 @@ from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import all_rules
-from msprof_lsp.mapping import safe_io
+from msprof_lsp.mapping.profile import safe_io
 
 from ...protocol import rule_doc_url
 from . import document

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.timemodel import device_time_per_step_ns, profile_breakdown
+from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profile_breakdown
 from msprof_lsp.mapping.units import format_share, format_us
 
 from . import document

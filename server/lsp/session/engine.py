@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from msprof_lsp.mapping.attribute import attribute, reanchor
-from msprof_lsp.mapping.cluster import LoadResult
-from msprof_lsp.mapping.compare import compare
-from msprof_lsp.mapping.discover import WHAT_WE_LOOK_FOR
+from msprof_lsp.mapping.source.attribute import attribute, reanchor
+from msprof_lsp.mapping.profile.cluster import LoadResult
+from msprof_lsp.mapping.source.compare import compare
+from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
-from msprof_lsp.mapping.heat import Attribution
-from msprof_lsp.mapping.locations import Progress, no_progress
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.heat import Attribution
+from msprof_lsp.mapping.profile.locations import Progress, no_progress
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 from ... import pipeline
 from ...settings import Settings

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lsprotocol import types
 
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
-from msprof_lsp.mapping import safe_io
+from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
 from ...protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.mapping.compare import Comparison, LineChange
-from msprof_lsp.mapping.heat import FunctionHeat, LineHeat, SpanHeat
+from msprof_lsp.mapping.source.compare import Comparison, LineChange
+from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, SpanHeat
 
 from ...settings import Settings
 from .linemap import split_lines

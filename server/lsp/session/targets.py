@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msprof_lsp.mapping.errors import NoProfileFound
-from msprof_lsp.mapping.jobs import Job
-from msprof_lsp.mapping.model import ProfileKind
+from msprof_lsp.mapping.profile.jobs import Job
+from msprof_lsp.mapping.profile.model import ProfileKind
 
 from ... import pipeline
 

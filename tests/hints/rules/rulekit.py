@@ -13,10 +13,10 @@ from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.fixes.edits import apply_edits
 from msprof_lsp.hints.registry import rules_matching
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.frames import StackTable
-from msprof_lsp.mapping.linking import assign_parents, resolve_kernel_links
-from msprof_lsp.mapping.model import (
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.frames import StackTable
+from msprof_lsp.mapping.profile.linking import assign_parents, resolve_kernel_links
+from msprof_lsp.mapping.profile.model import (
     HOST_EVENT_SCHEMA,
     HOST_OP_SCHEMA,
     KERNEL_SCHEMA,
@@ -28,7 +28,7 @@ from msprof_lsp.mapping.model import (
     Step,
     make_table,
 )
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 T0 = 1_736_413_971_000_000_000  # epoch ns of the first step
 US = 1000

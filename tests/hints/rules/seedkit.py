@@ -37,11 +37,11 @@ from msprof_lsp.hints.fixes import expand
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.fixes.edits import apply_edits
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.attribute import attribute
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.model import Profile
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.model import Profile
 from msprof_lsp.mapping.spans import Span
-from msprof_lsp.mapping.workspace import SourceWorkspace
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 REMOTE = "/home/ma-user/work/proj"
 

@@ -19,8 +19,8 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.model import KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, make_table
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, make_table
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 from msprof_lsp.mapping.spans import Confidence
 
 KD_2023 = "Ascend-msprof-analyze/test/ut/advisor/advisor_backend/compute_advice/kernel_details.csv"
@@ -235,9 +235,9 @@ def test_2023_fixture_dropout_kernels_are_above_the_small_kernel_limit():
 
 def test_recorded_cpu_trace_finds_the_three_constructs():
     trace = next((REPO / "samples" / "cnn_classifier" / "kineto").glob("*.pt.trace.json.gz"))
-    from msprof_lsp.mapping.attribute import attribute
-    from msprof_lsp.mapping.load import load_location, locate
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.profile.load import load_location, locate
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     prof = load_location(locate(trace), use_cache=False)
     ws = SourceWorkspace([REPO / "samples" / "cnn_classifier"])
@@ -283,8 +283,8 @@ def test_kernel_only_pair_lands_where_the_attribution_placed_it(tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "mapping"))
     from srcmap_builder import ProfileBuilder
 
-    from msprof_lsp.mapping.attribute import attribute
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     text = '''import torch.nn.functional as F
 from torch import nn

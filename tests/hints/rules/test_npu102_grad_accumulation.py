@@ -18,10 +18,10 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
-from msprof_lsp.mapping.readers.kineto import read
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.readers.kineto import read
 from msprof_lsp.mapping.spans import Confidence
 
 KD_2023 = "Ascend-msprof-analyze/test/ut/advisor/advisor_backend/compute_advice/kernel_details.csv"

@@ -12,8 +12,8 @@ from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 from msprof_lsp.mapping.spans import Confidence
 
 X, W, OUT = (32, 3, 16, 16), (16, 3, 3, 3), (32, 16, 16, 16)

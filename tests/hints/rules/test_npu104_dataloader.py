@@ -16,7 +16,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.load import load_location, locate
+from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.spans import Confidence
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"

@@ -12,8 +12,8 @@ from seedkit import L, Launch, UserCall, analyse, backward, fwd, span_text, step
 from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 
 KD_2025 = "Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv"
 BYTES = {"DT_BF16": 2, "FLOAT": 4, "FLOAT16": 2}

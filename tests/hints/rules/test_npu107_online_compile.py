@@ -18,9 +18,9 @@ from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.fixes import expand
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"
 KD_2025 = "Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv"

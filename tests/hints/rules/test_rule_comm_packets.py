@@ -17,7 +17,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.cluster import load_profile
+from msprof_lsp.mapping.profile.cluster import load_profile
 from msprof_lsp.mapping.spans import Confidence
 
 ALEXNET = "Ascend-msinsight/{}/level1/rank0_ascend_pt"
@@ -128,7 +128,7 @@ def test_sdma_packet_size_threshold(tmp_path, packet_mb, fires):
 def _comm_profile(small: int, large: int, link: str = "HCCS", small_mb: float = 2.0, large_mb: float = 20.0):
     from rulekit import ProfileBuilder
 
-    from msprof_lsp.mapping.model import CommOp
+    from msprof_lsp.mapping.profile.model import CommOp
 
     profile = ProfileBuilder().build()
     dist = {str(small_mb): [small, 0.01 * small], str(large_mb): [large, 0.05 * large]}

@@ -17,7 +17,7 @@ from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.cluster import load_profile
+from msprof_lsp.mapping.profile.cluster import load_profile
 from msprof_lsp.mapping.spans import Confidence
 
 RESNET = "pytorch-kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"

@@ -10,8 +10,8 @@ from conftest import shared_fixture
 from rulekit import applied, findings, line_of
 
 from msprof_lsp.hints.finding import Severity
-from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_json import read_profiler_metadata
+from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_json import read_profiler_metadata
 from msprof_lsp.mapping.spans import Span
 
 METADATA = "verl-project-rl-insight/data/recipe/memory_data/20260526_085155_ascend_pt/profiler_metadata.json"

@@ -11,8 +11,8 @@ from rulekit import ProfileBuilder, applied, findings, frame, line_of, only
 
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.profile_query import pattern_regex
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.model import Backend, ProfileKind
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.model import Backend, ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 
 REPO = Path(__file__).resolve().parents[3]

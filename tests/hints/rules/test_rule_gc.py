@@ -10,9 +10,9 @@ import pytest
 from rulekit import ProfileBuilder, applied, findings, frame, line_of, only
 
 from msprof_lsp.hints.finding import Severity
-from msprof_lsp.mapping.locations import ProfileLocation, no_progress
-from msprof_lsp.mapping.model import Backend, ProfileKind
-from msprof_lsp.mapping.readers import torch_npu, torch_npu_db
+from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+from msprof_lsp.mapping.profile.model import Backend, ProfileKind
+from msprof_lsp.mapping.profile.readers import torch_npu, torch_npu_db
 from msprof_lsp.mapping.spans import Confidence
 from tests.synth import truth, write_torch_npu_db, write_torch_npu_text
 from tests.synth.examples import small_run

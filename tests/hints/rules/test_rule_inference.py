@@ -13,9 +13,9 @@ from conftest import shared_fixture
 from rulekit import ProfileBuilder, applied, findings, frame, line_of, only
 
 from msprof_lsp.hints.rules.inference import training_evidence
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
-from msprof_lsp.mapping.model import Backend, ProfileKind
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.model import Backend, ProfileKind
 
 REPO = Path(__file__).resolve().parents[3]
 

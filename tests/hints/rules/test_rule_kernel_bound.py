@@ -18,9 +18,9 @@ from rulekit import ProfileBuilder, findings, frame, line_of, only
 from msprof_lsp.hints import profile_query as pq
 from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.rules.kernel_bound import AOE_COMMAND, Bound, classify
-from msprof_lsp.mapping.cluster import load_profile
-from msprof_lsp.mapping.model import Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.cluster import load_profile
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 from msprof_lsp.mapping.spans import Confidence
 
 KERNELS_2025 = "Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv"
@@ -188,8 +188,8 @@ def test_real_alexnet_findings_sit_on_the_layer_lines(alexnet_text):
     from msprof_lsp.hints.context import RuleContext
     from msprof_lsp.hints.engine import run_rules
     from msprof_lsp.hints.registry import rules_matching
-    from msprof_lsp.mapping.attribute import attribute
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     workspace = shared_fixture("Ascend-msinsight/workspace")
     alexnet = workspace / "torchvision" / "models" / "alexnet.py"

@@ -18,10 +18,10 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import Rule, rule
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_json import read_profiler_info
-from msprof_lsp.mapping.readers.torch_npu import read
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_json import read_profiler_info
+from msprof_lsp.mapping.profile.readers.torch_npu import read
 from msprof_lsp.mapping.spans import Span
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"

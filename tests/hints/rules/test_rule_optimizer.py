@@ -14,11 +14,11 @@ from conftest import shared_fixture
 from rulekit import LIB, ProfileBuilder, applied, findings, frame, line_of, only
 
 from msprof_lsp.hints.config import RuleConfig
-from msprof_lsp.mapping.load import load_location, locate
-from msprof_lsp.mapping.locations import ProfileLocation
-from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta
-from msprof_lsp.mapping.readers.ascend_csv import read_kernel_table
-from msprof_lsp.mapping.readers.torch_npu import read
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
+from msprof_lsp.mapping.profile.readers.torch_npu import read
 from msprof_lsp.mapping.spans import Confidence
 
 TRACE_2024 = "Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"

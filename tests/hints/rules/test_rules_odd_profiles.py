@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from rulekit import ProfileBuilder, findings, frame
 
-from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta, Step
+from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta, Step
 
 CODES = ["NPU2", "NPU9"]
 

@@ -9,7 +9,7 @@ from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.registry import rules_matching
-from msprof_lsp.mapping.model import Backend, Profile, ProfileKind, ProfileMeta, Step
+from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta, Step
 
 
 def _no_crash(ctx):

@@ -1,0 +1,1 @@
+"""Reading profiles: the model, the readers, discovery, the cache, ranks and the time model."""

@@ -1,0 +1,306 @@
+"""On-disk cache of loaded, linked profiles, in a format that cannot run code when read.
+
+A cache entry is one file named after the profile's identity (kind, resolved path, rank):
+
+    magic (8 bytes) | u32 format | u32 header length | header sha256 (32) | header | payload
+
+The header is msgpack decoded into a typed struct: the package version, the entry's identity, the
+stamp (resolved path, size, mtime_ns) of every input file, the schema digest of the payload
+(mapping.codec), the payload's size and its sha256 digest. A load checks the magic and format,
+then the header against its digest, and reads the payload only when every stamp still matches,
+so a stale entry costs one stat per file. The payload is verified against its digest before it is decoded, and
+decoding builds only typed records and numeric arrays (see mapping.codec) -- there is no pickle.
+
+An entry that is not one (another format, a planted pickle, truncated, a flipped byte, a link or
+not a regular file) is discarded with one notice on the rebuilt profile; a stale entry (inputs
+changed, another package version) is simply rebuilt. Entries are written to a temporary file and
+renamed into place, so readers never see half an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from msprof_lsp.mapping.profile import codec
+from msprof_lsp.mapping.errors import Issue
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind
+
+CACHE_FORMAT = 4
+"""Bump when the readers change what a cached Profile means (the model's shape is in the schema
+digest already). 3: msgpack + numeric buffers (2 was pickle). 4: the Kineto reader reads the 2021
+schema and gives a trace without step markers its capture span as the step."""
+
+MAGIC = b"MSPLCACH"
+_PREAMBLE = struct.Struct("<8sII32s")  # magic, format, header length, header digest
+MAX_HEADER_BYTES = 64 * 1024 * 1024  # stamps of every input file; real profiles use kilobytes
+SUFFIX = ".msplc"
+
+# Directories no reader of ours reads: torch_npu's raw TLV/logs, and under a torch_npu root the
+# CANN raw PROF_* data (thousands of files; the text export already holds what we use).
+_SKIP_DIRS = frozenset({"FRAMEWORK", "logs", "mindstudio_profiler_log"})
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    path: str
+    size: int
+    mtime_ns: int
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("msprof-lsp")
+    except Exception:  # noqa: BLE001 - not installed as a distribution (source checkout)
+        return "0"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "msprof-lsp"
+
+
+def input_files(location: ProfileLocation) -> list[Path]:
+    """Every file the location's reader may read (the cache key covers all of them)."""
+    root = Path(location.path)
+    if root.is_file():
+        if location.kind is ProfileKind.TORCH_NPU_DB:
+            # The DB reader also reads analysis.db beside it and the run root's profiler_info.
+            from msprof_lsp.mapping.profile.readers.torch_npu_db import companion_files
+
+            return [root, *companion_files(location)]
+        return [root]
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in _SKIP_DIRS
+            and not (location.kind is ProfileKind.TORCH_NPU and d.startswith("PROF_"))
+            # msprof: device_*/data and host/data hold the raw collection (thousands of files)
+            and not (location.kind is ProfileKind.MSPROF and d == "data")
+        )
+        found.extend(Path(dirpath) / f for f in sorted(filenames))
+    return found
+
+
+def fingerprint(location: ProfileLocation) -> tuple[FileStamp, ...]:
+    stamps = []
+    for p in input_files(location):
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # vanished between listing and stat: the next load sees the new state
+        stamps.append(FileStamp(str(p.resolve()), st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
+
+
+def entry_path(location: ProfileLocation, cache_dir: Path | None = None) -> Path:
+    identity = f"{location.kind.value}\0{Path(location.path).resolve()}\0{location.rank}"
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return (cache_dir or default_cache_dir()) / f"{digest}{SUFFIX}"
+
+
+class _Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: str
+    version: str
+    kind: str
+    path: str
+    rank: int | None
+    stamps: tuple[FileStamp, ...]
+    payload_size: int
+    payload_digest: bytes
+
+
+_HEADER_DECODER = msgspec.msgpack.Decoder(_Header)
+_ENCODER = msgspec.msgpack.Encoder()
+_SCHEMA: str | None = None
+
+
+def schema() -> str:
+    global _SCHEMA
+    if _SCHEMA is None:
+        _SCHEMA = codec.schema_id()
+    return _SCHEMA
+
+
+class BadEntry(Exception):
+    """The file at the entry's name is not a valid entry of this format."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    profile: Profile | None  # the hit
+    discarded: Issue | None = None  # a bad entry thrown away: the one notice to show
+
+
+def _same_identity(header: _Header, location: ProfileLocation, stamps: tuple[FileStamp, ...]) -> bool:
+    return (
+        header.schema == schema()
+        and header.version == package_version()
+        and header.kind == location.kind.value
+        and header.path == str(Path(location.path).resolve())
+        and header.rank == location.rank
+        and header.stamps == stamps
+    )
+
+
+DIGEST = "sha256"
+"""Checksum of header and payload: sha256 runs at ~3x blake2b where the CPU has SHA instructions
+(benchmarks/bench_cache.py prints both); either detects any damage."""
+
+
+def _digest(data: bytes | bytearray | memoryview) -> bytes:
+    return hashlib.new(DIGEST, data).digest()
+
+
+def _read_exact(fd: int, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise BadEntry("truncated")
+        got += k
+    return buf
+
+
+def _open_entry(path: Path) -> int | None:
+    """A read descriptor on the entry if it is a regular file (links are not followed); None if absent."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadEntry(f"cannot be opened as a regular file ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadEntry("not a regular file")
+    return fd
+
+
+def _read(path: Path, location: ProfileLocation) -> Profile | None:
+    """The entry's Profile; None when absent or stale; BadEntry when it is not a valid entry."""
+    fd = _open_entry(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < _PREAMBLE.size:
+            raise BadEntry("truncated")
+        magic, fmt, head_len, head_digest = _PREAMBLE.unpack(_read_exact(fd, _PREAMBLE.size))
+        if magic != MAGIC:
+            raise BadEntry("not a msprof-lsp cache entry")
+        if fmt != CACHE_FORMAT:
+            raise BadEntry(f"written in cache format {fmt}, this build reads {CACHE_FORMAT}")
+        if head_len > min(MAX_HEADER_BYTES, size - _PREAMBLE.size):
+            raise BadEntry("truncated")
+        head = _read_exact(fd, head_len)
+        if _digest(head) != head_digest:
+            raise BadEntry("header checksum mismatch")
+        try:
+            header = _HEADER_DECODER.decode(head)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise BadEntry(f"bad header ({exc})") from None
+        if header.schema != schema():
+            raise BadEntry("written for another profile schema")
+        if not _same_identity(header, location, fingerprint(location)):
+            return None  # stale: rebuilt and overwritten without a notice
+        if size != _PREAMBLE.size + head_len + header.payload_size:
+            raise BadEntry("truncated" if size < _PREAMBLE.size + head_len + header.payload_size else "trailing bytes")
+        payload = _read_exact(fd, header.payload_size)
+    finally:
+        os.close(fd)
+    if _digest(payload) != header.payload_digest:
+        raise BadEntry("payload checksum mismatch")
+    try:
+        return codec.decode(payload)
+    except codec.CodecError as exc:
+        raise BadEntry(str(exc)) from None
+
+
+def load(location: ProfileLocation, cache_dir: Path | None = None) -> Lookup:
+    """The cached Profile if every input file is unchanged (never raises).
+
+    A bad entry is removed and named in ``discarded``; the caller rebuilds it.
+    """
+    path = entry_path(location, cache_dir)
+    try:
+        return Lookup(_read(path, location))
+    except BadEntry as exc:
+        reason = str(exc)
+    except (OSError, MemoryError) as exc:
+        reason = f"cannot be read ({exc})"
+    except Exception as exc:  # noqa: BLE001 - whatever else a crafted entry provokes: still only a miss
+        reason = f"cannot be decoded ({type(exc).__name__}: {exc})"
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return Lookup(None, Issue(str(path), f"cache entry discarded and rebuilt: {reason}"))
+
+
+def store(
+    location: ProfileLocation, profile: Profile, stamps: tuple[FileStamp, ...], cache_dir: Path | None = None
+) -> bool:
+    """Write the entry atomically; False (and nothing written) when that is not possible.
+
+    ``stamps`` is the fingerprint taken *before* reading: if any input changed during the read, the
+    entry would describe files that no longer exist, so it is not written.
+    """
+    if fingerprint(location) != stamps:
+        return False
+    try:
+        pieces = codec.encode(profile)
+    except Exception:  # noqa: BLE001 - a value the format does not hold: no cache
+        return False
+    return write_entry(entry_path(location, cache_dir), location, stamps, pieces)
+
+
+def write_entry(path: Path, location: ProfileLocation, stamps: tuple[FileStamp, ...], pieces: list[memoryview]) -> bool:
+    """Frame an encoded payload (header, digests) and put it at ``path`` atomically."""
+    tmp = None
+    try:
+        digest = hashlib.new(DIGEST)
+        for piece in pieces:
+            digest.update(piece)
+        header = _ENCODER.encode(
+            _Header(
+                schema=schema(),
+                version=package_version(),
+                kind=location.kind.value,
+                path=str(Path(location.path).resolve()),
+                rank=location.rank,
+                stamps=stamps,
+                payload_size=sum(p.nbytes for p in pieces),
+                payload_digest=digest.digest(),
+            )
+        )
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_PREAMBLE.pack(MAGIC, CACHE_FORMAT, len(header), _digest(header)))
+            f.write(header)
+            for piece in pieces:
+                f.write(piece)
+        os.replace(tmp, path)
+        return True
+    except OSError:  # read-only or full disk: no cache
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return False

@@ -1,0 +1,292 @@
+"""Load what the user pointed at: discover, load every rank (in parallel), pick the rank to analyse.
+
+A multi-rank job leaves one profile per rank. Each rank is loaded independently in a process pool
+and comes back encoded by mapping.codec (the pool's own pickling then carries only a bytearray and
+strings, and the parent decodes the profile through the same validated codec as the cache), a
+ClusterSummary compares the
+ranks (step time, communication that compute did not hide), and the requested rank -- else the
+slowest, the one holding the job back -- is the profile the rules analyse.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sysconfig
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.mapping.profile import codec
+from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
+from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
+from msprof_lsp.mapping.profile.cache import default_cache_dir
+from msprof_lsp.mapping.profile.jobs import discover_jobs
+from msprof_lsp.mapping.profile.load import load_location
+from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
+from msprof_lsp.mapping.profile.model import ClusterSummary, Profile, RankSummary
+from msprof_lsp.mapping.profile.timemodel import TaskClass, collective_mask, exclusive_ns, is_class
+
+
+
+@dataclass(slots=True)
+class LoadResult:
+    profile: Profile  # the analysed rank
+    location: ProfileLocation  # where it came from
+    cluster: ClusterSummary | None  # None for a single-rank profile
+    locations: list[ProfileLocation]  # every rank found (newest run per rank)
+
+
+def load_profile(
+    paths: Sequence[Path],
+    *,
+    rank: int | None = None,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
+    progress: Progress = no_progress,
+) -> LoadResult:
+    """Discover the one job under ``paths`` (the cwd when empty) and load the rank to analyse.
+
+    Raises NoProfileFound when nothing is there, ProfileError when ``paths`` hold several jobs
+    (naming them: ranks of different jobs are never one cluster), for an unknown ``rank``, or when
+    no rank can be read at all. See :func:`load_job` for the rest.
+    """
+    given = [Path(p) for p in paths] or [Path.cwd()]
+    where = given[0] if len(given) == 1 else Path(os.pathsep.join(str(p) for p in given))
+    missing = [p for p in given if not p.exists()]
+    if len(missing) == len(given):
+        raise NoProfileFound(where, "no such file or directory")
+    progress("Looking for profiles", None)
+    jobs = discover_jobs(given)
+    if not jobs:
+        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    if len(jobs) > 1:
+        base = given[0] if len(given) == 1 and given[0].is_dir() else None
+        listed = "; ".join(job.describe(base) for job in jobs)
+        raise ProfileError(where, f"holds {len(jobs)} separate jobs, point at one of them: {listed}")
+    return load_job(jobs[0].locations, where, rank=rank, use_cache=use_cache, cache_dir=cache_dir,
+                    progress=progress)
+
+
+def load_job(
+    locations: Sequence[ProfileLocation],
+    where: Path,
+    *,
+    rank: int | None = None,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
+    progress: Progress = no_progress,
+) -> LoadResult:
+    """Load one job's ranks (``Job.locations``, as discovery chose them) without walking again.
+
+    A rank that fails to load while others succeed is left out of the summary and named in the
+    analysed profile's issues; ``where`` names the job in errors.
+    """
+    locations = list(locations)
+    if not locations:
+        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    ranked = [loc for loc in locations if loc.rank is not None]
+    if rank is not None and ranked and not any(loc.rank == rank for loc in locations):
+        available = ", ".join(str(loc.rank) for loc in ranked) or "none (the profile has no rank information)"
+        raise ProfileError(where, f"rank {rank} not found; available ranks: {available}")
+
+    if len(locations) == 1:  # one rank (or a profile without rank information)
+        loc = locations[0]
+        profile = load_location(loc, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
+        return LoadResult(profile, loc, None, locations)
+
+    # Resolve the cache folder here: pool workers come from a forkserver started earlier, with
+    # the environment (XDG_CACHE_HOME) of that moment, not of this call.
+    if use_cache and cache_dir is None:
+        cache_dir = default_cache_dir()
+    profiles, failures = _load_ranks(locations, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
+    if not profiles:
+        loc, err = failures[0]
+        raise err
+    if rank is not None and rank not in profiles:
+        raise next(err for loc, err in failures if loc.rank == rank)
+    summary = summarize(profiles, {loc.rank: loc for loc in locations if loc.rank is not None}, rank)
+    analysed = summary.analysed_rank
+    profile = profiles[analysed]
+    for loc, err in failures:
+        profile.issues.append(Issue(err.path, f"rank {loc.rank} left out of the cluster summary: {err.message}",
+                                    err.line))
+    location = next(loc for loc in locations if loc.rank == analysed)
+    return LoadResult(profile, location, summary, locations)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading ranks
+
+
+def _load_one(
+    location: ProfileLocation, use_cache: bool, cache_dir: Path | None
+) -> tuple[bytearray | None, tuple[str, str, int | None] | None]:
+    """Worker: one rank's Profile as codec bytes, or its ProfileError as plain values (exceptions
+    with custom constructors do not survive pickling)."""
+    try:
+        profile = load_location(location, use_cache=use_cache, cache_dir=cache_dir)
+    except ProfileError as exc:
+        return None, (exc.path, exc.message, exc.line)
+    try:
+        return bytearray().join(codec.encode(profile)), None
+    except (TypeError, msgspec.EncodeError) as exc:
+        return None, (str(location.path), f"cannot hand the loaded rank back: {exc}", None)
+
+
+_CWD_LOCK = threading.Lock()
+
+
+@contextmanager
+def _workers_start_outside_the_workspace() -> Iterator[None]:
+    """Worker interpreters (forkserver, spawn) are started with ``python -c``, which puts their
+    cwd first on sys.path, and they inherit our cwd -- often the workspace, whose ``numpy.py`` or
+    ``multiprocessing/`` would then be imported there. Start them from the standard library's own
+    folder (nothing to shadow there); the workers get absolute paths only."""
+    with _CWD_LOCK:
+        try:
+            here: str | None = os.getcwd()
+        except OSError:  # the cwd was removed: nothing to return to
+            here = None
+        os.chdir(sysconfig.get_path("stdlib"))
+        try:
+            yield
+        finally:
+            if here is not None:
+                os.chdir(here)
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # The language server runs threads; fork()ing a threaded process can deadlock a child, so
+    # use forkserver where the platform has it (a clean server process forks the workers).
+    # The server imports the readers once, so each worker starts with pandas/numpy loaded.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["msprof_lsp.mapping.profile.load", "msprof_lsp.mapping.profile.readers.torch_npu_db"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def _load_ranks(
+    locations: list[ProfileLocation],
+    *,
+    use_cache: bool,
+    cache_dir: Path | None,
+    progress: Progress,
+    workers: int | None = None,
+) -> tuple[dict[int, Profile], list[tuple[ProfileLocation, ProfileError]]]:
+    n = len(locations)
+    workers = workers or max(1, min(os.cpu_count() or 1, n))
+    profiles: dict[int, Profile] = {}
+    failures: list[tuple[ProfileLocation, ProfileError]] = []
+    progress(f"Loading {n} ranks ({workers} processes)", 0.0)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
+        # Every worker (and the forkserver) is started inside submit().
+        with _workers_start_outside_the_workspace():
+            pending: dict[Future, ProfileLocation] = {
+                pool.submit(_load_one, replace(loc, path=Path(loc.path).absolute()), use_cache,
+                            None if cache_dir is None else cache_dir.absolute()): loc
+                for loc in locations
+            }
+        done_count = 0
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                loc = pending.pop(fut)
+                done_count += 1
+                payload, error = fut.result()
+                if payload is not None:
+                    profiles[loc.rank] = codec.decode(payload)  # type: ignore[index]
+                    progress(f"Rank {loc.rank} loaded ({done_count}/{n})", done_count / n)
+                else:
+                    assert error is not None
+                    failures.append((loc, ProfileError(error[0], error[1], error[2])))
+                    progress(f"Rank {loc.rank} failed ({done_count}/{n}): {error[1]}", done_count / n)
+    failures.sort(key=lambda f: f[0].rank if f[0].rank is not None else -1)
+    return profiles, failures
+
+
+def load_ranks_sequential(
+    locations: list[ProfileLocation], *, use_cache: bool = True, cache_dir: Path | None = None
+) -> dict[int, Profile]:
+    """The same loads one after another in this process (baseline for benchmarks/bench_ranks.py)."""
+    return {
+        loc.rank: load_location(loc, use_cache=use_cache, cache_dir=cache_dir)  # type: ignore[misc]
+        for loc in locations
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster summary
+
+
+def summarize(
+    profiles: dict[int, Profile], locations: dict[int, ProfileLocation], rank: int | None = None
+) -> ClusterSummary:
+    """Per-rank step time and not-overlapped communication; the slowest rank; the analysed one."""
+    ranks: list[RankSummary] = []
+    for r in sorted(profiles):
+        p = profiles[r]
+        step_ns = float(p.step_time_ns)
+        comm_ns = comm_not_overlapped_per_step(p)
+        ranks.append(
+            RankSummary(
+                rank=r,
+                path=str(locations[r].path) if r in locations else p.meta.path,
+                step_time_ns=step_ns,
+                comm_not_overlapped_ns=comm_ns,
+                comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
+            )
+        )
+    slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
+    return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=slowest if rank is None else rank)
+
+
+def comm_not_overlapped_per_step(profile: Profile) -> float:
+    """Communication time per step that no computation overlapped, in ns.
+
+    From step_trace_time / StepTraceTime when present (average over steps of the slowest device),
+    else from the Overlap Analysis lane, else computed from the kernels: time covered by
+    communication kernels and by no compute kernel, divided by the number of steps.
+    """
+    rows = [b for b in profile.step_breakdown if b.step_time_ns > 0]
+    if rows:
+        per_step: dict[int, int] = {}
+        for b in rows:
+            per_step[b.step] = max(per_step.get(b.step, 0), b.comm_not_overlapped_ns)
+        return sum(per_step.values()) / len(per_step)
+    steps = max(profile.num_steps, 1)
+    ov = profile.overlap
+    if len(ov):
+        lane = ov["lane"].astype(str)
+        total = int(ov.loc[lane == "Communication(Not Overlapped)", "dur_ns"].sum())
+        return total / steps
+    k = profile.kernels_in_steps()
+    if not len(k):
+        return 0.0
+    is_comm = collective_mask(k)
+    if not is_comm.any():
+        return 0.0
+    work = is_class(k, TaskClass.COMPUTE)
+    start = k["start_ns"].to_numpy(dtype=np.int64)
+    end = start + k["dur_ns"].to_numpy(dtype=np.int64)
+    return exclusive_ns(start[is_comm], end[is_comm], start[work], end[work]) / steps
+
+
+def summary_frame(summary: ClusterSummary) -> pd.DataFrame:
+    """The per-rank figures as a small table (for reports and the CLI)."""
+    return pd.DataFrame(
+        {
+            "rank": [r.rank for r in summary.ranks],
+            "step_time_ns": [r.step_time_ns for r in summary.ranks],
+            "comm_not_overlapped_ns": [r.comm_not_overlapped_ns for r in summary.ranks],
+            "comm_share": [r.comm_share for r in summary.ranks],
+        }
+    )

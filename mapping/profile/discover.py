@@ -1,0 +1,175 @@
+"""Find profiles on disk: every producer's root, its rank, and the newest run per rank.
+
+Users point the tool at whatever their job left behind: a ``*_ascend_pt`` directory, a folder of
+them (one per rank, several runs over time), a ``PROF_*`` directory of the msprof CLI, a DB export,
+a Kineto ``*.pt.trace.json.gz``. Discovery walks the given paths (bounded depth, no VCS or virtual
+environment folders, no symlink loops) once, listing each folder once, and offers every folder and
+file to the readers' probes (``readers.registry``): the first probe that recognises one returns its
+location with the reader's layout, so nothing is classified twice. ``mapping.jobs`` groups what it
+finds into jobs, and ``select_newest`` picks each job's ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from msprof_lsp.mapping.profile.locations import ProfileLocation
+from msprof_lsp.mapping.profile.readers.msprof_cli import PROF_DIR_RE
+from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Listings, SeenFile
+from msprof_lsp.mapping.profile.readers.registry import READERS
+from msprof_lsp.mapping.profile.readers.torch_npu import OUTPUT_DIR
+
+DEFAULT_MAX_DEPTH = 8
+"""Directory levels below each given path; profiles sit a few levels down (prof/rank0/x_ascend_pt)."""
+
+SKIP_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox",
+        ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "site-packages",
+        "dist-packages", ".idea", ".vscode", ".msprof-cache", "FRAMEWORK", "logs",
+    }
+)
+"""Never profiles, often huge. ``FRAMEWORK``/``logs`` are torch_npu's raw data and parser logs."""
+
+WHAT_WE_LOOK_FOR = (
+    "*_ascend_pt / *_ascend_ms directories, ASCEND_PROFILER_OUTPUT, PROF_* directories, "
+    "ascend_pytorch_profiler*.db, *.pt.trace.json[.gz] or Kineto *.json[.gz], trace_view.json"
+)
+"""One line for "no profile found" messages."""
+
+
+def discover(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[ProfileLocation]:
+    """Every profile under ``paths`` taken as one pool: newest run per rank, sorted by rank.
+
+    The product groups into jobs first (``mapping.jobs.discover_jobs``); this pool view is for
+    tools and tests that point at one run. Unranked locations are dropped beside ranked ones.
+    """
+    return select_newest(find_candidates(paths, max_depth=max_depth))
+
+
+def find_all(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[ProfileLocation]:
+    """Every profile under ``paths`` (all runs, no selection), in walk order."""
+    return [c.location for c in find_candidates(paths, max_depth=max_depth)]
+
+
+def find_candidates(
+    paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH, listings: Listings | None = None
+) -> list[Candidate]:
+    """One pass over ``paths``: every profile, in walk order, each folder listed once (in
+    ``listings`` when given, so the caller can consult what the pass saw)."""
+    found: list[Candidate] = []
+    seen_dirs: set[tuple[int, int]] = set()
+    seen_paths: set[Path] = set()
+    listings = listings if listings is not None else Listings()
+    for path in paths:
+        # Absolute: the layouts found here are read in pool workers, which run in another folder.
+        path = Path(path).absolute()
+        for cand in _walk_root(path, max_depth, seen_dirs, listings):
+            key = cand.location.path
+            if key not in seen_paths:
+                seen_paths.add(key)
+                found.append(cand)
+    return found
+
+
+def select_newest(candidates: Iterable[Candidate]) -> list[ProfileLocation]:
+    """Newest run per rank, sorted by rank (unranked first); unranked ones are dropped when some
+    carry a rank: they cannot be placed in the multi-rank picture."""
+    by_rank: dict[int | None, Candidate] = {}
+    for cand in candidates:
+        best = by_rank.get(cand.location.rank)
+        if best is None or _newer(cand, best):
+            by_rank[cand.location.rank] = cand
+    if any(rank is not None for rank in by_rank):
+        by_rank.pop(None, None)
+    return [by_rank[r].location for r in sorted(by_rank, key=lambda r: -1 if r is None else r)]
+
+
+def _newer(a: Candidate, b: Candidate) -> bool:
+    # A run with results beats raw-only data; then the newest input file; then the name stamp.
+    return (a.has_output, a.location.mtime, a.name_ts) > (b.has_output, b.location.mtime, b.name_ts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking
+
+
+def _claim(seen: Folder | SeenFile) -> Candidate | None:
+    """The first reader (in table order) that recognises a folder or file."""
+    for reader in READERS:
+        cand = reader.probe_dir(seen) if isinstance(seen, Folder) else reader.probe_file(seen)
+        if cand is not None:
+            return cand
+    return None
+
+
+def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings) -> Iterable[Candidate]:
+    try:
+        is_dir = path.is_dir()
+        is_file = path.is_file()
+    except OSError:
+        return
+    if is_file:
+        cand = _claim(SeenFile(path, True, listings))
+        if cand is not None:
+            yield cand
+        return
+    if not is_dir:
+        return
+    if path.name == OUTPUT_DIR:  # the result around it, else a bare output: its own profile
+        cand = _claim(listings.folder(path))
+        if cand is not None:
+            yield cand
+        return
+    if PROF_DIR_RE.match(path.name):
+        # Given a PROF dir directly: inside a torch_npu result it is raw data, the result is the profile.
+        for ancestor in (path.parent, path.parent.parent):
+            cand = _claim(listings.folder(ancestor))
+            if cand is not None:
+                yield cand
+                return
+    yield from _walk_dir(path, 0, max_depth, seen_dirs, listings)
+
+
+def _walk_dir(
+    path: Path, depth: int, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings
+) -> Iterable[Candidate]:
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    key = (st.st_dev, st.st_ino)
+    if key in seen_dirs:  # symlink loop or the same folder reached twice
+        return
+    seen_dirs.add(key)
+    folder = listings.folder(path)
+    cand = _claim(folder)
+    if cand is not None:
+        yield cand
+        return  # FRAMEWORK/, PROF_*/ inside a result are its raw data
+    if folder.entry("pyvenv.cfg") is not None:  # a virtual environment
+        return
+    bare = folder.has_dir(OUTPUT_DIR)
+    if bare:  # results copied out of their root: the output dir is the profile
+        cand = _claim(folder.sub(OUTPUT_DIR))
+        if cand is not None:
+            yield cand
+    subdirs: list[Path] = []
+    for entry in sorted(folder.entries, key=lambda e: e.name):
+        try:
+            if entry.is_dir():
+                if bare and (entry.name == OUTPUT_DIR or PROF_DIR_RE.match(entry.name)):
+                    continue  # that run's raw CANN data
+                if entry.name not in SKIP_DIRS and depth < max_depth:
+                    subdirs.append(Path(entry.path))
+                continue
+            if not entry.is_file():
+                continue
+        except OSError:
+            continue
+        cand = _claim(SeenFile(Path(entry.path), False, listings))
+        if cand is not None:
+            yield cand
+    for sub in subdirs:
+        yield from _walk_dir(sub, depth + 1, max_depth, seen_dirs, listings)

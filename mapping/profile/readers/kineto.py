@@ -1,0 +1,771 @@
+"""Reader for stock PyTorch (Kineto) Chrome traces: ``*.json``, ``*.pt.trace.json[.gz]``.
+
+``read(location, progress) -> Profile`` fills the common model:
+
+* ``cpu_op`` / ``user_annotation`` events -> ``host_ops`` (``ProfilerStep#N`` also -> ``steps``),
+  nested per thread, with shapes/types as the model's ``;``/``,`` text and ``Concrete Inputs``
+  as JSON text;
+* each host op's Python stack: the verbose ``Call stack`` arg when recorded, else rebuilt from
+  the ``python_function`` events (kineto_stacks); ``nn.Module: X_k`` calls -> ``modules``;
+* ``fwdbwd`` flows (or, without flows, equal sequence numbers) -> the forward op of each
+  backward autograd node;
+* GPU ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` -> ``kernels``, linked to the launching
+  ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g`` to the CUDA runtime
+  call and the op around it), then to a stack: the op's or an ancestor's, or for backward
+  kernels the forward op's; NCCL kernels (``Collective name``) get core COMMUNICATION;
+* ``cuda_runtime`` / ``cuda_driver`` -> ``host_events``; ``distributedInfo`` -> rank/world size;
+* the 2021 schema (``Operator``, ``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, text thread ids,
+  ``external id``, ``async``/``launch`` flows, running-line ``Call stack``) read as the same;
+* no ``ProfilerStep#N``: one step, the capture's measured span, and one notice saying so;
+  categories the reader does not know are counted in a notice, never dropped silently.
+
+Times: ``ts`` is µs relative to ``baseTimeNanoseconds`` with 3 decimals; converted to integer
+epoch ns without going through ``ts * 1000`` in floating point (see ``_us_to_ns``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.profile.frames import StackTable
+from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
+from msprof_lsp.mapping.profile.model import (
+    HOST_EVENT_SCHEMA,
+    HOST_OP_SCHEMA,
+    KERNEL_SCHEMA,
+    Backend,
+    Profile,
+    ProfileKind,
+    ProfileMeta,
+    Step,
+    StepsSource,
+    make_table,
+)
+from msprof_lsp.mapping.profile.linking import (
+    assign_modules,
+    assign_parents,
+    innermost_enclosing,
+    link_backward_by_sequence,
+    match_rows,
+    resolve_kernel_links,
+)
+from msprof_lsp.mapping.profile.step_infer import steps_from_launches
+from msprof_lsp.mapping.profile.step_windows import capture_step, no_step_markers_note, profiler_steps, step_ids
+from msprof_lsp.mapping.profile.readers.kineto_json import Event, KinetoFile, decode, read_bytes
+from msprof_lsp.mapping.profile.readers.kineto_stacks import PythonCalls, PythonTree
+from msprof_lsp.mapping.profile.readers.protocol import (
+    SNIFF_BYTES,
+    Candidate,
+    Reader,
+    SeenFile,
+    as_rank,
+    int_or_zero,
+    mtime_path,
+    rank_from_names,
+)
+
+HOST_CATS = frozenset({"cpu_op", "user_annotation"})
+KERNEL_CORES = {"kernel": "GPU", "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET"}
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"})
+_BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function: "
+_COMM_OP = "record_param_comms"
+_NCCL_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel")
+_EXACT_US_LIMIT = 2.0**43  # below this a float64 µs value still resolves single nanoseconds
+
+FRAME_LINES_NOTE = (
+    "python frames carry each function's def line (co_firstlineno); frames already running when "
+    "tracing began carry their current line; paths are relative (prefix-stripped)"
+)
+CALL_FRAME_LINES_NOTE = (
+    "2021-schema Call stack: every frame carries the line it was running (the call's line); "
+    "paths are as recorded (absolute for installed packages, relative for the script)"
+)
+
+
+def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile:
+    """Read one Kineto trace file into a linked Profile."""
+    path = Path(location.path)
+    progress(f"Reading {path.name}", 0.0)
+    data = read_bytes(path)
+    progress(f"Decoding {path.name}", 0.25)
+    trace = decode(path, data)
+    del data
+    progress(f"Linking {path.name}", 0.6)
+    profile = build_profile(trace, location)
+    progress(f"Read {path.name}", 1.0)
+    return profile
+
+
+# ---------------------------------------------------------------------------------------------
+# Small conversions
+
+
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    """µs (float64, 3 decimals) -> integer ns, exactly while |us| < 2**43.
+
+    ``us * 1000`` would round twice (parse, then multiply) and can miss by 1 ns at trace
+    magnitudes; splitting off the whole µs first keeps the only rounding in the parse, whose
+    error stays below half a nanosecond up to 2**43 µs (about 100 days).
+    """
+    whole = np.floor(us)
+    frac_ns = np.rint((us - whole) * 1000.0)
+    return whole.astype(np.int64) * 1000 + frac_ns.astype(np.int64)
+
+
+def _dims_entry(value: Any) -> str:
+    if isinstance(value, list):
+        if all(isinstance(v, int) for v in value):
+            return ",".join(map(str, value))
+        # TensorList (or deeper): each tensor's dims in brackets, e.g. "[2,3][4]".
+        return "".join(f"[{_dims_entry(v)}]" for v in value)
+    return "" if value is None else str(value)
+
+
+class _ArgText:
+    """Converts the raw JSON of the shape/type/value arg lists to the model's text forms.
+
+    Profiles repeat the same few shapes thousands of times; each distinct raw text is decoded
+    once.
+    """
+
+    def __init__(self) -> None:
+        self._dims: dict[bytes, str] = {}
+        self._types: dict[bytes, str] = {}
+        self._decode = msgspec.json.Decoder().decode
+        self.unreadable = 0  # arg lists that are not valid JSON (damaged bytes, numbers past int64)
+
+    def dims(self, raw: msgspec.Raw) -> str:
+        key = bytes(raw)
+        text = self._dims.get(key)
+        if text is None:
+            text = self._dims[key] = self._convert(key, _dims_entry)
+        return text
+
+    def types(self, raw: msgspec.Raw) -> str:
+        key = bytes(raw)
+        text = self._types.get(key)
+        if text is None:
+            text = self._types[key] = self._convert(key, lambda v: "" if v is None else str(v))
+        return text
+
+    def _convert(self, key: bytes, entry) -> str:
+        if not key:
+            return ""
+        try:
+            value = self._decode(key)
+        except msgspec.DecodeError:  # ValidationError is one: an int past int64 in a shape list
+            self.unreadable += 1
+            return ""
+        if isinstance(value, list):
+            return ";".join(entry(v) for v in value)
+        return str(value)
+
+    @staticmethod
+    def json_text(raw: msgspec.Raw) -> str:
+        return bytes(raw).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the profile
+
+
+# The 2021 schema (torch 1.8/1.9 Kineto, still schemaVersion 1) names the categories with capitals;
+# they mean what the current names mean.
+OLD_CATEGORIES = {
+    "Operator": "cpu_op",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Runtime": "cuda_runtime",
+}
+# Flows from a runtime launch to its GPU activity, as each schema spells them (cat, or cat + name):
+# "ac2g" now, "async_cpu_to_gpu" in 2022 traces, "async" named "launch" in 2021 ones.
+_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu"})
+# Categories the reader knows and deliberately leaves out of the model: the profiler's own spans,
+# device-side copies of host annotations and syncs, profiler overhead, instant CPU events.
+IGNORED_CATS = frozenset({
+    "Trace", "gpu_user_annotation", "cuda_sync", "overhead", "cpu_instant_event",
+    "cuda_profiler_range",
+})
+
+
+def _number(value: int | str) -> int | None:
+    """A pid/tid as an integer: the 2021 schema writes thread ids as text ("25738") and GPU
+    streams as "stream 7"; names like "Spans" (the profiler's own rows) are None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        text = value.removeprefix("stream ").strip()
+        if text.removeprefix("-").isdigit():
+            return int(text)
+    return None
+
+
+class _Buckets:
+    """The trace's events sorted into what the model needs, in one pass.
+
+    Categories and ids are normalised to the current schema on the way (the events are the
+    reader's own by then), so everything after this sees one spelling.
+    """
+
+    def __init__(self, events: list[Event]) -> None:
+        self.host: list[Event] = []
+        self.python: list[Event] = []
+        self.kernels: list[Event] = []
+        self.runtime: list[Event] = []
+        self.flows: list[Event] = []
+        self.untimed = 0
+        # complete ("X") events left out, per category as written (all of them when none is read)
+        self.found: Counter[str] = Counter()
+        self.old_schema = False  # some categories had their 2021 names
+        self.unknown: Counter[str] = Counter()  # of those, categories the reader does not know
+        host, python, kernels, runtime, flows, found = (
+            self.host, self.python, self.kernels, self.runtime, self.flows, self.found,
+        )
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                written = cat = e.cat
+                if type(e.pid) is not int or type(e.tid) is not int:
+                    pid, tid = _number(e.pid), _number(e.tid)
+                    if pid is None or tid is None:
+                        found[written] += 1
+                        continue  # "Spans"/"Traces" rows of the profiler itself
+                    e.pid, e.tid = pid, tid
+                if e.ts is None:
+                    self.untimed += 1
+                    found[written] += 1
+                    continue
+                if cat in OLD_CATEGORIES:
+                    cat = e.cat = OLD_CATEGORIES[written]
+                    self.old_schema = True
+                if cat in HOST_CATS:
+                    host.append(e)
+                elif cat == "python_function":
+                    python.append(e)
+                elif cat in KERNEL_CORES:
+                    kernels.append(e)
+                elif cat in RUNTIME_CATS:
+                    runtime.append(e)
+                else:
+                    found[written] += 1
+                    if cat not in IGNORED_CATS:
+                        self.unknown[written] += 1
+            elif ph in ("s", "f"):
+                if e.ts is None or e.id is None:
+                    continue
+                if e.cat in _LAUNCH_FLOW_CATS or (e.cat == "async" and e.name == "launch"):
+                    e.cat = "ac2g"
+                elif e.cat != "fwdbwd":
+                    continue
+                pid, tid = _number(e.pid), _number(e.tid)
+                if pid is not None and tid is not None:
+                    e.pid, e.tid = pid, tid
+                    flows.append(e)
+            # "M" metadata, "i" instants, counters: nothing the model holds.
+
+    @property
+    def read_any(self) -> bool:
+        return bool(self.host or self.kernels or self.runtime or self.python)
+
+    def notices(self, path: str) -> list[Issue]:
+        """Say what was not read: never a silent empty profile."""
+        def listing(counts: Counter[str]) -> str:
+            return ", ".join(f"{cat or '(none)'} ({n:,})" for cat, n in counts.most_common())
+
+        if not self.read_any:
+            found = listing(self.found) if self.found else "none (no complete 'X' events)"
+            return [Issue(path, "no event the Kineto reader knows (operators, GPU kernels, memcpy/memset, "
+                                f"runtime calls, Python calls); categories found: {found}")]
+        if self.unknown:
+            return [Issue(path, f"skipped {sum(self.unknown.values()):,} event(s) of categories the reader "
+                                f"does not know: {listing(self.unknown)}")]
+        return []
+
+
+def _times(events: list[Event], base_ns: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Start (epoch ns) and duration (ns) columns, and the largest |ts| written with a fraction.
+
+    Only fractional values can lose nanoseconds: whole µs (JSON integers, what most traces with
+    epoch-µs ``ts`` write) stay exact in a float64 up to 2**53.
+    """
+    ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+    dur = np.fromiter((e.dur or 0.0 for e in events), dtype=np.float64, count=len(events))
+    start = _us_to_ns(ts) + base_ns
+    dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
+    biggest = float(np.abs(ts).max()) if len(ts) else 0.0
+    if biggest >= _EXACT_US_LIMIT:
+        biggest = max((abs(e.ts) for e in events if type(e.ts) is float), default=0.0)  # type: ignore[arg-type]
+    return start, dur_ns, biggest
+
+
+def _ints(events: list[Event], attr: str) -> np.ndarray:
+    return np.fromiter((getattr(e, attr) for e in events), dtype=np.int64, count=len(events))
+
+
+def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
+    path = trace.path
+    base = trace.base_time_ns
+    buckets = _Buckets(trace.events)
+    trace.events = []  # the buckets hold what is still needed
+    issues: list[Issue] = list(trace.issues)
+    stacks = StackTable()
+    biggest_ts = 0.0
+
+    # -- python calls ---------------------------------------------------------------------------
+    py = buckets.python
+    py_start, py_dur, big = _times(py, base)
+    biggest_ts = max(biggest_ts, big)
+    tree = PythonTree(
+        PythonCalls(
+            names=[e.name for e in py],
+            start=py_start,
+            end=py_start + py_dur,
+            pid=_ints(py, "pid"),
+            tid=_ints(py, "tid"),
+            python_id=[e.args.python_id if e.args else None for e in py],
+            parent_id=[e.args.python_parent_id if e.args else None for e in py],
+        ),
+        stacks,
+    )
+
+    # -- host ops -------------------------------------------------------------------------------
+    host = buckets.host
+    h_start, h_dur, big = _times(host, base)
+    biggest_ts = max(biggest_ts, big)
+    order = np.lexsort((-h_dur, h_start))
+    host = [host[i] for i in order.tolist()]
+    h_start, h_dur = h_start[order], h_dur[order]
+    h_pid, h_tid = _ints(host, "pid"), _ints(host, "tid")
+    h_end = h_start + h_dur
+
+    text = _ArgText()
+    n_host = len(host)
+    seq = [-1] * n_host
+    fwd_thread = [-1] * n_host
+    ext_id = [-1] * n_host
+    dims = [""] * n_host
+    types = [""] * n_host
+    concrete = [""] * n_host
+    op_stack = [-1] * n_host
+    has_call_stack = False
+    for i, e in enumerate(host):
+        a = e.args
+        if a is None:
+            continue
+        seq[i] = a.seq
+        fwd_thread[i] = a.fwd_thread
+        ext_id[i] = a.ext_id
+        if a.input_dims:
+            dims[i] = text.dims(a.input_dims)
+        if a.input_types:
+            types[i] = text.types(a.input_types)
+        if a.concrete_inputs:
+            concrete[i] = text.json_text(a.concrete_inputs)
+        if a.call_stack:
+            op_stack[i] = stacks.intern_text(a.call_stack)
+            has_call_stack = True
+
+    # Ops without a recorded Call stack: the stack of the deepest Python call around them.
+    enclosing = tree.enclosing_calls(h_pid, h_tid, h_start, h_end).tolist()
+    for i, call in enumerate(enclosing):
+        if call >= 0 and op_stack[i] < 0:
+            op_stack[i] = tree.stack_id(call)
+
+    names = [e.name for e in host]
+    host_ops = make_table(
+        HOST_OP_SCHEMA,
+        {
+            "name": names,
+            "cat": [e.cat for e in host],
+            "start_ns": h_start,
+            "dur_ns": h_dur,
+            "pid": h_pid,
+            "tid": h_tid,
+            "seq": seq,
+            "fwd_thread": fwd_thread,
+            "input_dims": dims,
+            "input_types": types,
+            "concrete_inputs": concrete,
+            "stack": op_stack,
+        },
+        n_host,
+    )
+    assign_parents(host_ops)
+    assign_modules(host_ops, tree.modules)
+    unmatched_flows = _link_backward(host_ops, buckets.flows, base, names)
+    if unmatched_flows:
+        issues.append(
+            Issue(
+                str(path),
+                f"{unmatched_flows} fwdbwd flow(s) point at no recorded op; "
+                "those backward ops stay unlinked",
+            )
+        )
+
+    steps = profiler_steps(names, h_start, h_end)
+
+    # -- runtime calls and kernels --------------------------------------------------------------
+    rt = buckets.runtime
+    r_start, r_dur, big = _times(rt, base)
+    biggest_ts = max(biggest_ts, big)
+    r_order = np.argsort(r_start, kind="stable")
+    rt = [rt[i] for i in r_order.tolist()]
+    r_start, r_dur = r_start[r_order], r_dur[r_order]
+    r_pid, r_tid = _ints(rt, "pid"), _ints(rt, "tid")
+    host_events = make_table(
+        HOST_EVENT_SCHEMA,
+        {
+            "name": [e.name for e in rt],
+            "cat": [e.cat for e in rt],
+            "start_ns": r_start,
+            "dur_ns": r_dur,
+            "pid": r_pid,
+            "tid": r_tid,
+        },
+        len(rt),
+    )
+    # The op around each runtime call, for kernels whose launch carries no External id.
+    rt_op = innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_start + r_dur).tolist()
+
+    k_start, k_dur, big = _times(buckets.kernels, base)
+    biggest_ts = max(biggest_ts, big)
+
+    # -- steps: ProfilerStep#N ranges, else the iterations of a repeating launch sequence, else the
+    # measured span of the whole capture ------------------------------------------------------------
+    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt, rt_op, steps)
+    meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
+    if not steps:
+        capture = capture_step(
+            (py_start, h_start, r_start, k_start),
+            (py_start + py_dur, h_end, r_start + r_dur, k_start + k_dur),
+        )
+        steps = steps_from_launches(kernels, meta, issues, start_ns=None if capture is None else capture.start_ns)
+        if not steps and capture is not None:
+            steps = [capture]
+            meta.steps_source = StepsSource.CAPTURE
+            issues.append(Issue(str(path), no_step_markers_note(capture)))
+            kernels["step"] = step_ids(kernels["start_ns"].to_numpy(np.int64), steps)
+
+    issues += buckets.notices(str(path))
+    if buckets.untimed:
+        issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
+    if text.unreadable:
+        issues.append(Issue(str(path), f"{text.unreadable} distinct shape/type argument list(s) are not "
+                                       "readable JSON; those operators have no shapes"))
+    if biggest_ts >= _EXACT_US_LIMIT:
+        error_ns = float(np.spacing(biggest_ts)) * 1000.0 / 2
+        issues.append(
+            Issue(
+                str(path),
+                f"timestamps with fractions reach {biggest_ts:.0f} µs after baseTimeNanoseconds; a "
+                f"float64 holds such values only to ±{error_ns:.0f} ns",
+            )
+        )
+
+    # The 2021 schema took its Call stack from the running frames (current lines: resnet.py's
+    # _forward_impl shows at 237, 238, 239, 240); the current profiler records def lines.
+    call_lines = buckets.old_schema and has_call_stack
+    meta.extra["frame_lines"] = "call" if call_lines else "def"
+    meta.extra["frame_lines_note"] = CALL_FRAME_LINES_NOTE if call_lines else FRAME_LINES_NOTE
+    meta.extra["stack_source"] = (
+        "call_stack" if has_call_stack else "python_function" if len(py) else "none"
+    )
+    meta.extra["kernels_without_host_op"] = unlinked
+    if buckets.unknown:
+        meta.extra["unknown_categories"] = dict(buckets.unknown)
+
+    return Profile(
+        meta=meta,
+        kernels=kernels,
+        host_ops=host_ops,
+        modules=tree.modules,
+        host_events=host_events,
+        stacks=stacks.stacks,
+        steps=steps,
+        issues=issues,
+    )
+
+
+def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names: list[str]) -> int:
+    """Set ``host_ops.fwd_op`` of backward autograd nodes; returns the flows left unmatched.
+
+    ``fwdbwd`` flows name the pair directly: ``s`` at the forward op's (pid, tid, ts), ``f`` at
+    the backward node's. Traces without them fall back to equal sequence numbers (shared
+    linking), which pick the same forward op torch would.
+    """
+    fwdbwd = [f for f in flows if f.cat == "fwdbwd" and type(f.pid) is int and type(f.tid) is int]
+    seq = host_ops["seq"].to_numpy()
+    fwd_thread = host_ops["fwd_thread"].to_numpy()
+    if not fwdbwd:
+        node = np.fromiter(
+            (not n.startswith(_BACKWARD_NODE_PREFIX) for n in names), dtype=bool, count=len(names)
+        )
+        link_backward_by_sequence(host_ops, forward=fwd_thread == 0, backward=(fwd_thread > 0) & node)
+        return 0
+    f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
+    # At a shared (pid, tid, ts) the op carrying a sequence number wins (the flow sits on the
+    # autograd op), then the deeper one.
+    prefer = (seq >= 0).astype(np.int64) * (1 << 32) + host_ops["depth"].to_numpy()
+    op_at = match_rows(
+        [host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy()],
+        [
+            np.fromiter((f.pid for f in fwdbwd), np.int64, len(fwdbwd)),
+            np.fromiter((f.tid for f in fwdbwd), np.int64, len(fwdbwd)),
+            f_start,
+        ],
+        prefer=prefer,
+    ).tolist()
+    sources: dict[Any, int] = {}
+    targets: list[tuple[Any, int]] = []
+    unmatched = 0
+    for f, op in zip(fwdbwd, op_at):
+        if op < 0:
+            unmatched += 1
+        elif f.ph == "s":
+            sources[f.id] = op
+        else:
+            targets.append((f.id, op))
+    fwd_op = host_ops["fwd_op"].to_numpy().copy()
+    for flow_id, op in targets:
+        src = sources.get(flow_id, -1)
+        if src >= 0:
+            fwd_op[op] = src
+        else:
+            unmatched += 1
+    host_ops["fwd_op"] = fwd_op
+    return unmatched
+
+
+def _kernels(
+    buckets: _Buckets,
+    base: int,
+    k_start: np.ndarray,
+    k_dur: np.ndarray,
+    host_ops: pd.DataFrame,
+    ext_id: list[int],
+    rt: list[Event],
+    rt_op: list[int],
+    steps: list[Step],
+) -> tuple[pd.DataFrame, int]:
+    """GPU activity -> kernels table linked to launching ops (and, via linking, to stacks).
+
+    ``k_start`` / ``k_dur``: the times of ``buckets.kernels``. Returns the table and the number of
+    kernels with no launching op.
+    """
+    ev = buckets.kernels
+    order = np.argsort(k_start, kind="stable")
+    ev = [ev[i] for i in order.tolist()]
+    k_start, k_dur = k_start[order], k_dur[order]
+    n = len(ev)
+    # Both lists index host ops (ext_id is per host op), so they are built even without kernels.
+    host_names = host_ops["name"].astype(str).tolist() if n else []
+    host_cat = host_ops["cat"].astype(str).tolist() if len(ext_id) else []
+
+    # External id -> op (a cpu_op wins over an annotation carrying the same id).
+    op_of_ext: dict[int, int] = {}
+    for i, x in enumerate(ext_id):
+        if x > 0 and (x not in op_of_ext or host_cat[op_of_ext[x]] != "cpu_op"):
+            op_of_ext[x] = i
+    # Runtime calls by correlation id.
+    rt_of_corr: dict[int, int] = {}
+    for j, e in enumerate(rt):
+        c = e.args.correlation if e.args else -1
+        if c >= 0:
+            rt_of_corr.setdefault(c, j)
+    # ac2g flow ends: kernel (device pid, stream tid, ts) -> correlation, for kernels without one.
+    corr_at: dict[tuple[int, int, int], int] = {}
+    ac2g = [
+        f for f in buckets.flows
+        if f.cat == "ac2g" and f.ph == "f" and type(f.id) is int
+        and type(f.pid) is int and type(f.tid) is int
+    ]
+    if ac2g:
+        f_start = _us_to_ns(np.fromiter((f.ts for f in ac2g), np.float64, len(ac2g))) + base
+        for f, s in zip(ac2g, f_start.tolist()):
+            corr_at[(f.pid, f.tid, s)] = f.id  # type: ignore[assignment]
+
+    names, types, cores = [], [], []
+    device = [-1] * n
+    stream = [-1] * n
+    host_op = [-1] * n
+    starts = k_start.tolist()
+    for i, e in enumerate(ev):
+        a = e.args
+        names.append(e.name)
+        # Kineto writes pid = device and tid = stream for GPU activity; the args say it again.
+        device[i] = a.device if a is not None and a.device >= 0 else e.pid  # type: ignore[assignment]
+        stream[i] = a.stream if a is not None and a.stream >= 0 else e.tid  # type: ignore[assignment]
+        op = -1
+        ext = a.ext_id if a is not None else -1
+        if ext > 0:
+            op = op_of_ext.get(ext, -1)
+        if op < 0:
+            corr = a.correlation if a is not None else -1
+            if corr < 0:
+                corr = corr_at.get((e.pid, e.tid, starts[i]), -1)  # type: ignore[arg-type]
+            j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
+            if j >= 0:
+                rt_args = rt[j].args
+                rt_ext = rt_args.ext_id if rt_args is not None else -1
+                op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
+                if op < 0:
+                    op = rt_op[j]
+        host_op[i] = op
+        core, kind = KERNEL_CORES[e.cat], ""
+        if a is not None and a.collective:
+            core, kind = "COMMUNICATION", a.collective
+        elif (op >= 0 and host_names[op] == _COMM_OP) or e.name.startswith(_NCCL_KERNEL_PREFIXES):
+            core = "COMMUNICATION"
+        cores.append(core)
+        types.append(kind)
+
+    # Step of each kernel: that of its launching op, else of its own start.
+    host_arr = np.asarray(host_op, dtype=np.int64)
+    when = k_start.copy()
+    linked = host_arr >= 0
+    if linked.any():
+        when[linked] = host_ops["start_ns"].to_numpy()[host_arr[linked]]
+
+    table = make_table(
+        KERNEL_SCHEMA,
+        {
+            "name": names,
+            "type": types,
+            "core": cores,
+            "start_ns": k_start,
+            "dur_ns": k_dur,
+            "device": device,
+            "stream": stream,
+            "step": step_ids(when, steps),
+            "host_op": host_op,
+        },
+        n,
+    )
+    resolve_kernel_links(table, host_ops)
+    return table, int((~linked).sum())
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, int)):
+        return bool(value)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes")
+    return None
+
+
+def _meta(trace: KinetoFile, location: ProfileLocation, has_kernels: bool) -> ProfileMeta:
+    md = trace.metadata
+    dist = md.get("distributedInfo") if isinstance(md.get("distributedInfo"), dict) else {}
+    rank = _int_or_none(dist.get("rank"))
+    extra: dict[str, Any] = {
+        "base_time_ns": trace.base_time_ns,
+        "json_bytes": trace.size,
+    }
+    for key, name in (
+        ("schemaVersion", "schema_version"),
+        ("trace_id", "trace_id"),
+        ("host_name", "host_name"),
+        ("displayTimeUnit", "display_time_unit"),
+        ("traceName", "trace_name"),
+        ("deviceProperties", "device_properties"),
+        ("with_flops", "with_flops"),
+    ):
+        if key in md:
+            extra[name] = md[key]
+    if dist:
+        extra["distributed"] = dist
+    return ProfileMeta(
+        kind=ProfileKind.KINETO,
+        path=str(trace.path),
+        backend=Backend.CUDA if has_kernels else Backend.CPU,
+        rank=rank if rank is not None else location.rank,
+        world_size=_int_or_none(dist.get("world_size")),
+        with_stack=_flag(md.get("with_stack")),
+        record_shapes=_flag(md.get("record_shapes")),
+        profile_memory=_flag(md.get("profile_memory")),
+        with_modules=_flag(md.get("with_modules")),
+        extra=extra,
+        files=[str(trace.path)],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Recognising a trace (the probe discovery runs)
+
+GZ_TAIL_SCAN_LIMIT = 16 * 1024 * 1024
+"""Compressed size up to which a gzipped trace is decompressed to its end to find
+``distributedInfo`` (Kineto may write it after ``traceEvents``); bigger files rely on the head
+and the file name."""
+
+_KINETO_TS_RE = re.compile(r"\.(\d{13})\.pt\.trace\.json(?:\.gz)?$")
+_DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*"?(-?\d+)')
+
+
+def probe_file(file: SeenFile) -> Candidate | None:
+    """``*.pt.trace.json[.gz]`` by name; any other ``*.json[.gz]`` whose head is an object with
+    ``traceEvents`` (HTA and job scripts write rank-3.json.gz, <job>_trace.json.gz)."""
+    lower = file.name.lower()
+    named = lower.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+    if not named and (file.name == "trace_view.json" or not lower.endswith((".json", ".json.gz"))):
+        return None
+    head, gz = file.head()
+    if not named and not _is_kineto_head(head):
+        return None
+    rank = _rank_from_trace(file.path, head, gz)
+    if rank is None:
+        rank = rank_from_names(file.path)
+    loc = ProfileLocation(ProfileKind.KINETO, file.path, rank, mtime_path(file.path), True)
+    return Candidate(loc, True, int_or_zero(_KINETO_TS_RE.search(file.name)))
+
+
+def _is_kineto_head(head: bytes) -> bool:
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text.startswith(b"{") and b'"traceEvents"' in text
+
+
+def _rank_from_trace(path: Path, head: bytes, gz: bool) -> int | None:
+    m = _DIST_RANK_RE.search(head)
+    if m:
+        return as_rank(int(m.group(1)))
+    m = _DIST_RANK_RE.search(_tail(path, gz))
+    return as_rank(int(m.group(1))) if m else None
+
+
+def _tail(path: Path, gz: bool) -> bytes:
+    try:
+        with safe_io.open_regular(path) as f:
+            if not gz:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - SNIFF_BYTES))
+                return f.read()
+            if os.fstat(f.fileno()).st_size > GZ_TAIL_SCAN_LIMIT:
+                return b""
+            tail = b""
+            for chunk in safe_io.inflate(path, f):
+                tail = (tail + chunk)[-SNIFF_BYTES:]
+            return tail
+    except (ProfileError, OSError):
+        return b""
+
+
+READER = Reader(ProfileKind.KINETO, read, probe_file=probe_file)

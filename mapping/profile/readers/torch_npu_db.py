@@ -1,0 +1,761 @@
+"""torch_npu.profiler DB export: ``ascend_pytorch_profiler[_{rank}].db`` + sibling ``analysis.db``.
+
+The framework tables (PYTORCH_API, CONNECTION_IDS, PYTORCH_CALLCHAINS, STRING_IDS,
+STEP_TIME, GC_RECORD, META_DATA, RANK_DEVICE_MAP, HOST_INFO) give host ops, their stacks and the
+forward/backward pairs; the CANN tables (mapping.readers.cann_db) give kernels, communication ops
+and CANN API calls. Kernels reach their launching op through the chain
+``TASK.connectionId = CONNECTION_IDS.connectionId → CONNECTION_IDS.id = PYTORCH_API.connectionId``;
+then the shared linking (nesting, ancestor walk to a stack, backward through the forward op) runs as
+for every other producer. Both files are opened read-only and never modified.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.mapping.profile import linking
+from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.profile.frames import StackTable, parse_frame
+from msprof_lsp.mapping.profile.locations import Layout, ProfileLocation, Progress
+from msprof_lsp.mapping.profile.model import (
+    HOST_EVENT_SCHEMA,
+    HOST_OP_SCHEMA,
+    MODULE_SCHEMA,
+    CommOp,
+    Profile,
+    ProfileKind,
+    ProfileMeta,
+    Step,
+    StepBreakdown,
+    make_table,
+)
+from msprof_lsp.mapping.profile.step_infer import steps_from_launches
+from msprof_lsp.mapping.profile.step_windows import profiler_steps, step_ids
+from msprof_lsp.mapping.units import ms_to_ns, us_to_ns
+from msprof_lsp.mapping.profile.readers.ascend_json import read_profiler_info, read_profiler_metadata
+from msprof_lsp.mapping.profile.readers.cann_db import api_type_names, read_cann
+from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
+from msprof_lsp.mapping.profile.readers.msprof_cli import DB_RE as MSPROF_DB_RE
+from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Reader, SeenFile, mtime, mtime_path, own_layout, rank_from_names
+from msprof_lsp.mapping.profile.readers.sqlite_db import SqliteDb
+from msprof_lsp.mapping.profile.readers.torch_npu import DB_NAME_RE, OUTPUT_DIR, has_text_outputs, root_name_ts, run_facts, run_folders
+
+ANALYSIS_DB = "analysis.db"
+
+OP, QUEUE, TRACE, MSTX = "op", "queue", "trace", "mstx"
+_MODULE_RE = re.compile(r"^nn\.Module:\s*(?P<cls>[A-Za-z_][\w.]*?)_(?P<k>\d+)$")
+_DIGITS_RE = re.compile(r"(\d+)")
+
+_INT, _ANY, _REAL = "int", "any", "real"
+
+
+@dataclass(frozen=True, slots=True)
+class DbLayout(Layout):
+    """The DB file and the run root's JSON files read with it (analysis.db sits beside the DB)."""
+
+    db: Path
+    infos: tuple[Path, ...] = ()  # profiler_info*.json of the run root, sorted by name
+    metadata: Path | None = None  # profiler_metadata.json of the run root
+
+
+def probe_dir(folder: Folder) -> Candidate | None:
+    """A run root (or bare output) whose results are DB-only: the newest-named DB is the location."""
+    found = run_folders(folder)
+    if found is None:
+        return None
+    root, out = found
+    dbs = sorted((e for e in out.entries if DB_NAME_RE.match(e.name)), key=lambda e: e.name)
+    if not dbs or has_text_outputs(out):
+        return None
+    db = dbs[-1]
+    facts = run_facts(root, bare=root is out)
+    rank = facts.rank if facts.rank is not None else _name_rank(db.name)
+    mtimes = [*facts.mtimes, mtime(db)]
+    analysis = out.entry(ANALYSIS_DB)
+    if analysis is not None:
+        mtimes.append(mtime(analysis))
+    loc = ProfileLocation(
+        kind=ProfileKind.TORCH_NPU_DB,
+        path=Path(db.path),
+        rank=rank if rank is not None else rank_from_names(root.path),
+        mtime=max(mtimes),
+        complete=True,
+        layout=DbLayout(Path(db.path), facts.infos, facts.metadata),
+    )
+    return Candidate(loc, True, root_name_ts(root.path))
+
+
+def probe_file(file: SeenFile) -> Candidate | None:
+    """``ascend_pytorch_profiler*.db``; named by the user, any ``*.db`` but msprof's own."""
+    name = file.name
+    if not DB_NAME_RE.match(name) and not (file.explicit and name.endswith(".db") and not MSPROF_DB_RE.match(name)):
+        return None
+    path = file.path
+    # The run root (above ASCEND_PROFILER_OUTPUT) may have profiler_info_{rank}.json.
+    root = path.parent.parent if path.parent.name == OUTPUT_DIR else path.parent
+    facts = run_facts(file.listings.folder(root), bare=False)
+    rank = _name_rank(name)
+    if rank is None:
+        rank = facts.rank if facts.rank is not None else rank_from_names(path)
+    mtimes = [mtime_path(path)]
+    analysis = path.parent / ANALYSIS_DB
+    if analysis.is_file():
+        mtimes.append(mtime_path(analysis))
+    loc = ProfileLocation(ProfileKind.TORCH_NPU_DB, path, rank, max(mtimes), True,
+                          layout=DbLayout(path, facts.infos, facts.metadata))
+    return Candidate(loc, True, root_name_ts(root))
+
+
+def _name_rank(name: str) -> int | None:
+    m = DB_NAME_RE.match(name)
+    return int(m.group(1)) if m and m.group(1) is not None else None
+
+
+def read(location: ProfileLocation, progress: Progress) -> Profile:
+    lay = _db_layout(location)
+    db_path = lay.db
+    meta = ProfileMeta(kind=ProfileKind.TORCH_NPU_DB, path=str(db_path), rank=location.rank)
+    meta.export_type = ("db",)
+    issues: list[Issue] = []
+    _read_json_meta(lay, meta, issues)
+
+    progress(f"reading {db_path.name}", 0.0)
+    with SqliteDb(db_path) as db:
+        meta.files.append(str(db_path))
+        if not db.tables:
+            raise ProfileError(db_path, "the database has no tables yet: the profiler may still be writing it")
+        if not (db.has("PYTORCH_API") or db.has("TASK")):
+            raise ProfileError(
+                db_path,
+                "neither PYTORCH_API nor TASK table found: not a torch_npu.profiler DB export "
+                f"(tables: {', '.join(sorted(db.tables)[:12])})",
+            )
+        _read_db_meta(db, meta)
+        progress("reading device tasks", 0.2)
+        cann = read_cann(db, device_hint=meta.device_id if meta.device_id is not None else -1)
+        issues.extend(cann.issues)
+        progress("reading framework ops", 0.5)
+        stacks = StackTable()
+        fw = _read_framework(db, stacks, issues)
+        steps = _read_steps(db, fw.host_ops)
+        host_events = _host_events(db, cann.host_events, fw)
+
+    profile = Profile(meta=meta)
+    profile.stacks = stacks.stacks
+    profile.host_ops = fw.host_ops
+    profile.modules = fw.modules
+    profile.host_events = host_events
+    profile.steps = steps
+    profile.comm_ops = cann.comm_ops
+
+    progress("linking kernels to ops", 0.7)
+    kernels = cann.kernels
+    kernels["host_op"] = _launching_ops(cann.kernel_connection, fw)
+    kernels["step"] = kernel_steps(kernels, fw.host_ops, steps)
+    if not steps:
+        profile.steps = steps_from_launches(kernels, meta, issues, host=(fw.host_ops, host_events))
+    profile.kernels = kernels
+    _link(profile)
+
+    analysis = db_path.parent / ANALYSIS_DB
+    if analysis.is_file():
+        progress("reading analysis.db", 0.9)
+        _read_analysis(analysis, profile, issues)
+    else:
+        issues.append(Issue(str(analysis), "no analysis.db beside the DB: no step-trace breakdown or "
+                                           "communication analysis (single-rank runs may not have it)"))
+    profile.comm_ops = _assign_comm_steps(profile.comm_ops, steps)
+    profile.issues = issues
+    meta.with_stack = meta.with_stack if meta.with_stack is not None else bool(stacks.stacks)
+    progress("done", 1.0)
+    return profile
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating the files
+
+
+def _db_layout(location: ProfileLocation) -> DbLayout:
+    return own_layout(location, READER, DbLayout,
+                      f"no ascend_pytorch_profiler*.db found (export_type=db writes it to {OUTPUT_DIR}/)")
+
+
+def companion_files(location: ProfileLocation) -> list[Path]:
+    """The other files :func:`read` reads for this DB (for the cache key), from its layout: the run
+    root is not listed again."""
+    lay = _db_layout(location)
+    return [p for p in (lay.db.parent / ANALYSIS_DB, lay.metadata) if p is not None and p.is_file()] + list(lay.infos)
+
+
+def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
+    """profiler_info*.json / profiler_metadata.json of the run root, when the DB sits in one."""
+    infos, md = lay.infos, lay.metadata
+    if not infos and md is None:
+        return
+    for p in infos:
+        issues.extend(read_profiler_info(p, meta))
+        meta.files.append(str(p))
+        break
+    if md is not None:
+        issues.extend(read_profiler_metadata(md, meta))
+        meta.files.append(str(md))
+    meta.export_type = meta.export_type or ("db",)
+
+
+def _read_db_meta(db: SqliteDb, meta: ProfileMeta) -> None:
+    if db.has("META_DATA") and db.column("META_DATA", "name") and db.column("META_DATA", "value"):
+        for name, value in db.query('SELECT name, value FROM "META_DATA"'):
+            if not isinstance(name, str):
+                continue
+            key = name.strip()
+            low = key.lower()
+            text = "" if value is None else str(value)
+            if low in ("torch_npu_version", "torchnpuversion") and not meta.torch_npu_version:
+                meta.torch_npu_version = text
+            elif low in ("cann_version", "cannversion") and not meta.cann_version:
+                meta.cann_version = text
+            elif low in ("torch_version", "pytorch_version") and not meta.torch_version:
+                meta.torch_version = text
+            else:
+                meta.extra.setdefault("meta_data", {})[key] = text
+    if db.has("RANK_DEVICE_MAP"):
+        rows = db.query('SELECT * FROM "RANK_DEVICE_MAP"')
+        cols = db.tables["RANK_DEVICE_MAP"]
+        for row in rows[:1]:
+            rec = dict(zip(cols, row))
+            rank = _int_or_none(rec.get("rankId"))
+            dev = _int_or_none(rec.get("deviceId"))
+            if rank is not None and rank >= 0 and meta.rank is None:
+                meta.rank = rank
+            if dev is not None and dev >= 0:
+                meta.device_id = dev
+    if db.has("HOST_INFO"):
+        cols = db.tables["HOST_INFO"]
+        for row in db.query('SELECT * FROM "HOST_INFO"')[:1]:
+            rec = dict(zip(cols, row))
+            if rec.get("hostName") is not None:
+                meta.extra["host_name"] = str(rec["hostName"])
+            if rec.get("hostUid") is not None:
+                meta.extra["host_uid"] = str(rec["hostUid"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Framework tables
+
+
+class _Framework:
+    """Host ops, modules and the connection-id index of one DB."""
+
+    def __init__(self) -> None:
+        self.host_ops = make_table(HOST_OP_SCHEMA, {}, 0)
+        self.modules = make_table(MODULE_SCHEMA, {}, 0)
+        self.op_by_conn_group = pd.Series(dtype="int64")  # CONNECTION_IDS.id → host op row
+        self.group_by_conn = pd.Series(dtype="int64")  # connectionId → CONNECTION_IDS.id
+        self.mstx: dict[str, np.ndarray] = {}
+
+
+def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _Framework:
+    fw = _Framework()
+    where = str(db.path)
+    if not db.has("PYTORCH_API"):
+        issues.append(Issue(where, "no PYTORCH_API table: no framework ops, kernels cannot be mapped to "
+                                   "source (capture with ProfilerActivity.CPU)"))
+        return fw
+    api = db.frame(
+        "PYTORCH_API",
+        {
+            "start_ns": (("startNs",), _INT),
+            "end_ns": (("endNs",), _INT),
+            "gtid": (("globalTid",), _INT),
+            "conn": (("connectionId",), _INT),
+            "name": (("name",), _ANY),
+            "seq": (("sequenceNumber",), _INT),
+            "fwd_thread": (("fwdThreadId",), _INT),
+            "dtypes": (("inputDtypes",), _ANY),
+            "shapes": (("inputShapes",), _ANY),
+            "callchain": (("callchainId",), _INT),
+            "type": (("type",), _INT),
+        },
+    )
+    type_names = api_type_names(db)
+    types = api["type"].to_numpy()
+    uniq, inv = np.unique(types, return_inverse=True)
+    kinds = np.array([type_names.get(int(t), OP if t < 0 else "") for t in uniq], dtype=object)[inv]
+    names = db.resolve(api["name"].to_numpy())
+    gtid = api["gtid"].to_numpy()
+    pid = np.where(gtid >= 0, gtid >> 32, -1)
+    tid = np.where(gtid >= 0, gtid & 0xFFFFFFFF, -1)
+
+    # Stacks: one PYTORCH_CALLCHAINS row per frame, stackDepth 0 = innermost.
+    stack_of_chain = _read_callchains(db, stacks, issues)
+
+    is_op = kinds == OP
+    ops = api[is_op]
+    op_rows = np.flatnonzero(is_op)
+    chain = ops["callchain"].to_numpy()
+    op_stack = (
+        stack_of_chain.reindex(chain).fillna(-1).to_numpy(dtype=np.int64)
+        if len(stack_of_chain)
+        else np.full(len(ops), -1, dtype=np.int64)
+    )
+    fw.host_ops = make_table(
+        HOST_OP_SCHEMA,
+        {
+            "name": names[op_rows],
+            "cat": np.full(len(ops), "cpu_op", dtype=object),
+            "start_ns": ops["start_ns"].to_numpy(),
+            "dur_ns": np.maximum(ops["end_ns"].to_numpy() - ops["start_ns"].to_numpy(), 0),
+            "pid": pid[op_rows],
+            "tid": tid[op_rows],
+            "seq": ops["seq"].to_numpy(),
+            "fwd_thread": ops["fwd_thread"].to_numpy(),
+            "input_dims": _clean(db.resolve(ops["shapes"].to_numpy())),
+            "input_types": _clean(db.resolve(ops["dtypes"].to_numpy())),
+            "stack": op_stack,
+        },
+    )
+    # Connection groups: PYTORCH_API.connectionId is a CONNECTION_IDS.id.
+    conn_group = ops["conn"].to_numpy()
+    has = conn_group >= 0
+    fw.op_by_conn_group = pd.Series(np.flatnonzero(has), index=conn_group[has])
+    fw.op_by_conn_group = fw.op_by_conn_group[~fw.op_by_conn_group.index.duplicated(keep="first")]
+    conns = db.frame("CONNECTION_IDS", {"group": (("id",), _INT), "conn": (("connectionId",), _INT)})
+    if not db.has("CONNECTION_IDS"):
+        issues.append(Issue(where, "no CONNECTION_IDS table: kernels cannot be linked to their launching ops"))
+    fw.group_by_conn = _group_by_connection(conns, fw.op_by_conn_group)
+    fw.host_ops["fwd_op"] = _forward_links(fw.host_ops, conns, fw.op_by_conn_group)
+
+    # Modules from the python tracer rows (``nn.Module: Linear_0``).
+    trace_rows = np.flatnonzero(kinds == TRACE)
+    mod_rows = [i for i in trace_rows if _MODULE_RE.match(names[i])]
+    if mod_rows:
+        rows = np.asarray(mod_rows)
+        matches = [_MODULE_RE.match(names[i]) for i in rows]
+        fw.modules = make_table(
+            MODULE_SCHEMA,
+            {
+                "cls": [m.group("cls") for m in matches],  # type: ignore[union-attr]
+                "k": [int(m.group("k")) for m in matches],  # type: ignore[union-attr]
+                "start_ns": api["start_ns"].to_numpy()[rows],
+                "dur_ns": np.maximum(api["end_ns"].to_numpy()[rows] - api["start_ns"].to_numpy()[rows], 0),
+                "pid": pid[rows],
+                "tid": tid[rows],
+            },
+        )
+    mstx_rows = np.flatnonzero(kinds == MSTX)
+    if len(mstx_rows):
+        fw.mstx = {
+            "name": names[mstx_rows],
+            "cat": np.full(len(mstx_rows), "mstx", dtype=object),
+            "start_ns": api["start_ns"].to_numpy()[mstx_rows],
+            "dur_ns": np.maximum(api["end_ns"].to_numpy()[mstx_rows] - api["start_ns"].to_numpy()[mstx_rows], 0),
+            "pid": pid[mstx_rows],
+            "tid": tid[mstx_rows],
+        }
+    return fw
+
+
+def _read_callchains(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> pd.Series:
+    """callchainId → StackTable id."""
+    if not db.has("PYTORCH_CALLCHAINS"):
+        issues.append(Issue(str(db.path), "no PYTORCH_CALLCHAINS table: no call stacks (capture with "
+                                          "with_stack=True to map kernels to source lines)"))
+        return pd.Series(dtype="int64")
+    cc = db.frame(
+        "PYTORCH_CALLCHAINS",
+        {"id": (("id",), _INT), "stack": (("stack",), _ANY), "depth": (("stackDepth",), _INT)},
+    )
+    if not len(cc):
+        return pd.Series(dtype="int64")
+    cc["frame"] = db.resolve(cc["stack"].to_numpy())
+    cc = cc.sort_values(["id", "depth"], kind="stable")
+    frame_cache: dict[str, object] = {}
+    ids: list[int] = []
+    sids: list[int] = []
+    for chain_id, frames in cc.groupby("id", sort=False)["frame"]:
+        parsed = []
+        for text in frames:
+            if not text:
+                continue
+            f = frame_cache.get(text)
+            if f is None:
+                f = frame_cache[text] = parse_frame(text)
+            parsed.append(f)
+        ids.append(int(chain_id))
+        sids.append(stacks.intern(tuple(parsed)))  # type: ignore[arg-type]
+    return pd.Series(sids, index=ids, dtype="int64")
+
+
+def _group_by_connection(conns: pd.DataFrame, op_by_group: pd.Series) -> pd.Series:
+    """connectionId → the CONNECTION_IDS.id group that belongs to a host op (first such)."""
+    if not len(conns):
+        return pd.Series(dtype="int64")
+    c = conns[conns["group"].isin(op_by_group.index)]
+    c = c.drop_duplicates("conn", keep="first")
+    return pd.Series(c["group"].to_numpy(), index=c["conn"].to_numpy())
+
+
+def _forward_links(host_ops: pd.DataFrame, conns: pd.DataFrame, op_by_group: pd.Series) -> np.ndarray:
+    """host op row → its forward op row, for backward autograd nodes.
+
+    torch_npu gives the forward op and the backward node one shared connection id (the
+    fwd/bwd offset): a connectionId that appears in the groups of two or more ops. The op with
+    ``fwdThreadId`` 0 (else the earliest) is the forward one. Backward nodes left without such a
+    link fall back to the sequence number (same ``sequenceNumber``, forward op ``fwdThreadId`` 0,
+    the latest one starting before the node), as torch_npu itself pairs them.
+    """
+    n = len(host_ops)
+    fwd = np.full(n, -1, dtype=np.int64)
+    if not n:
+        return fwd
+    start = host_ops["start_ns"].to_numpy()
+    fthread = host_ops["fwd_thread"].to_numpy()
+    if len(conns) and len(op_by_group):
+        c = conns[conns["group"].isin(op_by_group.index)].copy()
+        c["op"] = op_by_group.reindex(c["group"].to_numpy()).to_numpy()
+        c = c.drop_duplicates(["conn", "op"])
+        shared = c[c.duplicated("conn", keep=False)]
+        for _, grp in shared.groupby("conn", sort=False):
+            ops = grp["op"].to_numpy(dtype=np.int64)
+            forward = ops[fthread[ops] == 0]
+            head = int(forward[0]) if len(forward) else int(ops[np.argmin(start[ops])])
+            for op in ops:
+                if op != head and start[op] >= start[head]:
+                    fwd[op] = head
+    return fwd
+
+
+def _link(profile: Profile) -> None:
+    """The shared linking every producer uses (mapping.linking), fed with what the DB gave."""
+    h = profile.host_ops
+    linking.assign_parents(h)
+    fthread = h["fwd_thread"].to_numpy()
+    # torch_npu: Fwd thread id 0 on forward ops, non-zero on backward nodes.
+    linking.link_backward_by_sequence(h, fthread == 0, fthread > 0)
+    if len(profile.modules):
+        linking.assign_parents(profile.modules)
+        linking.assign_modules(h, profile.modules)
+    linking.resolve_kernel_links(profile.kernels, h)
+
+
+def _launching_ops(kernel_conn: np.ndarray, fw: _Framework) -> np.ndarray:
+    """Kernel row → host op row through CONNECTION_IDS, -1 when unlinked."""
+    out = np.full(len(kernel_conn), -1, dtype=np.int64)
+    if not len(kernel_conn) or not len(fw.group_by_conn):
+        return out
+    groups = fw.group_by_conn.reindex(kernel_conn)
+    ops = fw.op_by_conn_group.reindex(groups.to_numpy())
+    vals = ops.to_numpy()
+    ok = ~pd.isna(vals) & (kernel_conn >= 0)
+    out[ok] = vals[ok].astype(np.int64)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+
+
+def _read_steps(db: SqliteDb, host_ops: pd.DataFrame) -> list[Step]:
+    steps: list[Step] = []
+    if db.has("STEP_TIME"):
+        st = db.frame("STEP_TIME", {"id": (("id",), _ANY), "start": (("startNs",), _INT), "end": (("endNs",), _INT)})
+        for sid, s, e in zip(st["id"], st["start"], st["end"]):
+            num = _step_number(sid)
+            if s >= 0 and e >= s:
+                steps.append(Step(num, int(s), int(e)))
+    if not steps and len(host_ops):  # older exports: ProfilerStep#N ops
+        start = host_ops["start_ns"].to_numpy(np.int64)
+        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64))
+    steps.sort(key=lambda s: s.start_ns)
+    return steps
+
+
+def _step_number(value: object) -> int:
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    m = _DIGITS_RE.search(str(value)) if value is not None else None
+    return int(m.group(1)) if m else -1
+
+
+def _assign_comm_steps(ops: list[CommOp], steps: list[Step]) -> list[CommOp]:
+    if not steps:
+        return ops
+    missing = [i for i, o in enumerate(ops) if o.step < 0]
+    if not missing:
+        return ops
+    # a communication op ending its step still belongs to it: the range is closed
+    ids = step_ids(np.array([ops[i].start_ns for i in missing], dtype=np.int64), steps, closed=True)
+    out = list(ops)
+    for i, sid in zip(missing, ids):
+        o = ops[i]
+        out[i] = CommOp(o.name, o.group, int(sid), o.kind, o.start_ns, o.elapse_ns, o.transit_ns,
+                        o.wait_ns, o.sync_ns, o.idle_ns, o.bandwidth)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Host events
+
+
+def _host_events(db: SqliteDb, cann: dict, fw: _Framework) -> pd.DataFrame:
+    parts: list[dict] = []
+    if cann:
+        parts.append(cann)
+    if db.has("GC_RECORD"):
+        gc = db.frame("GC_RECORD", {"start": (("startNs",), _INT), "end": (("endNs",), _INT),
+                                    "gtid": (("globalTid",), _INT)})
+        if len(gc):
+            g = gc["gtid"].to_numpy()
+            parts.append({
+                "name": np.full(len(gc), "GC", dtype=object),
+                "cat": np.full(len(gc), "gc", dtype=object),
+                "start_ns": gc["start"].to_numpy(),
+                "dur_ns": np.maximum(gc["end"].to_numpy() - gc["start"].to_numpy(), 0),
+                "pid": np.where(g >= 0, g >> 32, -1),
+                "tid": np.where(g >= 0, g & 0xFFFFFFFF, -1),
+            })
+    if fw.mstx:
+        parts.append(fw.mstx)
+    if not parts:
+        return make_table(HOST_EVENT_SCHEMA, {}, 0)
+    cols: dict[str, np.ndarray] = {}
+    for col in HOST_EVENT_SCHEMA:
+        kind, default = HOST_EVENT_SCHEMA[col]
+        arrays = [
+            np.asarray(p[col]) if col in p else np.full(len(p["start_ns"]), default,
+                                                          dtype=object if kind == "cat" else np.int64)
+            for p in parts
+        ]
+        cols[col] = np.concatenate(arrays)
+    order = np.argsort(cols["start_ns"], kind="stable")
+    return make_table(HOST_EVENT_SCHEMA, {k: v[order] for k, v in cols.items()}, len(order))
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis.db
+
+
+STEP_TRACE_COLUMNS = {
+    "device": (("deviceId",), _INT),
+    "step": (("step",), _ANY),
+    "computing": (("computing",), _REAL),
+    "comm_not_overlapped": (("communication_not_overlapped",), _REAL),
+    "overlapped": (("overlapped",), _REAL),
+    "comm": (("communication",), _REAL),
+    "free": (("free",), _REAL),
+    "stage": (("stage",), _REAL),
+    "bubble": (("bubble",), _REAL),
+    "excl_receive": (("communication_not_overlapped_and_exclude_receive",), _REAL),
+    "preparing": (("preparing",), _REAL),
+}
+
+
+def _read_analysis(path: Path, profile: Profile, issues: list[Issue]) -> None:
+    try:
+        db = SqliteDb(path)
+    except ProfileError as exc:  # the main DB was fine: keep it, report this one
+        issues.append(Issue(exc.path, exc.message))
+        return
+    with db:
+        profile.meta.files.append(str(path))
+        if db.has("StepTraceTime"):
+            st = db.frame("StepTraceTime", STEP_TRACE_COLUMNS)
+            profile.step_breakdown = _step_breakdown(st, profile, issues, str(path))
+        comm = _comm_from_analysis(db)
+        if comm:
+            profile.comm_ops = comm
+        if db.has("CommAnalyzerMatrix"):
+            profile.comm_matrix = _comm_matrix(db)
+
+
+def step_trace_unit(values_sum: float, step_durations_ns: list[int]) -> str:
+    """``us`` or ``ms`` for StepTraceTime values.
+
+    The docs say ms, torch_npu fills µs [code]. Decide by magnitude: the per-step time
+    (computing + not-overlapped communication + free) must match a STEP_TIME duration. Without
+    step durations, trust the producer (µs).
+    """
+    durations = [d for d in step_durations_ns if d > 0]
+    if values_sum <= 0 or not durations:
+        return "us"
+    ref = float(np.median(durations))
+    as_us = values_sum * 1e3
+    as_ms = values_sum * 1e6
+    return "us" if abs(np.log(as_us / ref)) <= abs(np.log(as_ms / ref)) else "ms"
+
+
+def _step_breakdown(st: pd.DataFrame, profile: Profile, issues: list[Issue], where: str) -> list[StepBreakdown]:
+    if not len(st):
+        return []
+    per_row = (st["computing"].fillna(0) + st["comm_not_overlapped"].fillna(0) + st["free"].fillna(0))
+    durations = [s.dur_ns for s in profile.steps]
+    if not durations and len(profile.kernels):
+        k = profile.kernels
+        durations = [int((k["start_ns"] + k["dur_ns"]).max() - k["start_ns"].min())]
+    unit = step_trace_unit(float(per_row.median()), durations)
+    profile.meta.extra["step_trace_unit"] = unit
+    if unit == "ms":
+        issues.append(Issue(where, "StepTraceTime values read as milliseconds (their magnitude matches the "
+                                   "step durations in ms, not µs)"))
+    conv = ms_to_ns if unit == "ms" else us_to_ns
+
+    def ns(v: float) -> int:
+        return -1 if v is None or (isinstance(v, float) and np.isnan(v)) else conv(float(v))
+
+    out = []
+    for r in st.itertuples(index=False):
+        out.append(
+            StepBreakdown(
+                step=_step_number(r.step) if r.step not in (None, "") else -1,
+                device=int(r.device),
+                computing_ns=max(ns(r.computing), 0),
+                comm_not_overlapped_ns=max(ns(r.comm_not_overlapped), 0),
+                overlapped_ns=max(ns(r.overlapped), 0),
+                comm_ns=max(ns(r.comm), 0),
+                free_ns=max(ns(r.free), 0),
+                stage_ns=ns(r.stage),
+                bubble_ns=ns(r.bubble),
+                comm_not_overlapped_excl_receive_ns=ns(r.excl_receive),
+                preparing_ns=ns(r.preparing),
+            )
+        )
+    return out
+
+
+def _comm_from_analysis(db: SqliteDb) -> list[CommOp]:
+    """CommAnalyzerTime (+ CommAnalyzerBandwidth): communication.json's content as tables.
+    Durations in ms, start in µs, as in communication.json [inferred from msprof-analyze]."""
+    if not db.has("CommAnalyzerTime"):
+        return []
+    t = db.frame(
+        "CommAnalyzerTime",
+        {
+            "name": (("hccl_op_name",), _ANY),
+            "group": (("group_name",), _ANY),
+            "start": (("start_timestamp",), _REAL),
+            "elapse": (("elapse_time",), _REAL),
+            "transit": (("transit_time",), _REAL),
+            "wait": (("wait_time",), _REAL),
+            "sync": (("synchronization_time",), _REAL),
+            "idle": (("idle_time",), _REAL),
+            "step": (("step",), _ANY),
+            "type": (("type",), _ANY),
+        },
+    )
+    bw: dict[tuple[str, str, str], dict[str, dict]] = {}
+    if db.has("CommAnalyzerBandwidth"):
+        b = db.frame(
+            "CommAnalyzerBandwidth",
+            {
+                "name": (("hccl_op_name",), _ANY),
+                "group": (("group_name",), _ANY),
+                "transport": (("transport_type",), _ANY),
+                "size": (("transit_size",), _REAL),
+                "time": (("transit_time",), _REAL),
+                "bandwidth": (("bandwidth",), _REAL),
+                "large": (("large_packet_ratio",), _REAL),
+                "package": (("package_size",), _REAL),
+                "count": (("count",), _REAL),
+                "total": (("total_duration",), _REAL),
+                "step": (("step",), _ANY),
+            },
+        )
+        for r in b.itertuples(index=False):
+            key = (str(r.name), str(r.group), str(r.step))
+            link = bw.setdefault(key, {}).setdefault(
+                str(r.transport),
+                {"Transit Size(MB)": _f(r.size), "Transit Time(ms)": _f(r.time),
+                 "Bandwidth(GB/s)": _f(r.bandwidth), "Large Packet Ratio": _f(r.large),
+                 "Size Distribution": {}},
+            )
+            if r.package is not None and not np.isnan(r.package):
+                link["Size Distribution"][_num_key(r.package)] = [_f(r.count), _f(r.total)]
+    out = []
+    for r in t.itertuples(index=False):
+        name, group = str(r.name or ""), str(r.group or "")
+        kind = str(r.type or "")
+        if kind not in ("collective", "p2p"):
+            kind = "p2p" if name.startswith(("hcom_send", "hcom_receive", "hcom_batchsendrecv")) else "collective"
+        out.append(
+            CommOp(
+                name=name,
+                group=group,
+                step=_step_number(r.step) if r.step not in (None, "") else -1,
+                kind=kind,
+                start_ns=us_to_ns(float(r.start)) if not np.isnan(r.start) else -1,
+                elapse_ns=_ms(r.elapse),
+                transit_ns=_ms(r.transit),
+                wait_ns=_ms(r.wait),
+                sync_ns=_ms(r.sync),
+                idle_ns=_ms(r.idle),
+                bandwidth=bw.get((name, group, str(r.step)), {}),
+            )
+        )
+    return out
+
+
+def _comm_matrix(db: SqliteDb) -> dict:
+    """CommAnalyzerMatrix rows in communication_matrix.json's nesting:
+    ``{step: {kind: {op: {"src-dst": {...}}}}}``."""
+    cols = db.tables["CommAnalyzerMatrix"]
+    out: dict = {}
+    for row in db.query('SELECT * FROM "CommAnalyzerMatrix"'):
+        rec = dict(zip(cols, row))
+        step = str(rec.get("step", "step"))
+        step_key = step if step.startswith("step") else f"step{step}"
+        kind = str(rec.get("type") or "collective")
+        op = str(rec.get("hccl_op_name") or "")
+        group = rec.get("group_name")
+        op_key = f"{op}@{group}" if group and "@" not in op else op
+        link = f"{rec.get('src_rank')}-{rec.get('dst_rank')}"
+        out.setdefault(step_key, {}).setdefault(kind, {}).setdefault(op_key, {})[link] = {
+            "Transport Type": rec.get("transport_type"),
+            "Transit Size(MB)": rec.get("transit_size"),
+            "Transit Time(ms)": rec.get("transit_time"),
+            "Bandwidth(GB/s)": rec.get("bandwidth"),
+            "Op Name": rec.get("op_name", op),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _clean(values: np.ndarray) -> np.ndarray:
+    """``"2,3;\\r\\n3"`` → ``"2,3;3"`` (the model joins tensors with a bare ``;``)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v.replace("\r\n", "").replace("\n", "") if v and "\n" in v else (v or "")
+    return out
+
+
+def _int_or_none(v: object) -> int | None:
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _f(v: object) -> float:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _ms(v: float) -> int:
+    return -1 if v is None or np.isnan(v) else ms_to_ns(float(v))
+
+
+def _num_key(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+READER = Reader(ProfileKind.TORCH_NPU_DB, read, probe_dir, probe_file)

@@ -1,0 +1,382 @@
+"""The time model: what each device task is, and how a step's time splits (docs/numbers.md).
+
+One classifier (:func:`classify`) sorts device tasks into a :class:`TaskClass` from what the
+format itself says -- accelerator core / task type, op type, and the task names the producers give
+runtime tasks (``EVENT_WAIT``, ``Notify Wait``, ``MEMCPY_ASYNC``, ``SDMA``, ``hcom_*``, NCCL kernels).
+Every producer's kernel table goes through it; the rules and the cluster summary ask it too.
+
+The per-step breakdown uses the definitions msprof and torch_npu write in step_trace_time.csv /
+analysis.db ``StepTraceTime`` (checked against both on real exports):
+
+* Computing = length of the union of compute-kernel intervals of the step;
+* Communication = length of the union of communication-op intervals;
+* Overlapped = Computing ∩ Communication; Communication(Not Overlapped) = Communication − Overlapped;
+* Stage = last end − first start of the step's compute and communication tasks;
+* Free = Stage − Computing − Communication(Not Overlapped) (memory copies and waits count as free);
+* Preparing = the step's first device task − its ProfilerStep start; host wall = ProfilerStep length.
+
+Where the producer wrote the figures the model reports them (``BreakdownSource``); otherwise it
+computes them from the tasks with the same definitions (:func:`compute_breakdown`, which the
+Kineto reader's kernels go through as well).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.mapping.profile.model import BreakdownSource, Profile, ProfileKind, Step, StepBreakdown, StepTimes, TimeBreakdown
+from msprof_lsp.mapping.profile.linking import row_groups
+from msprof_lsp.mapping.profile.step_windows import merge_intervals, step_ids
+
+
+class TaskClass(enum.IntEnum):
+    """What a device task does with its time."""
+
+    COMPUTE = 0  # a kernel: AI Core / Vector / MIX / AI CPU / DSA, a CUDA kernel
+    MEMCPY = 1  # a memory copy or set (MEMCPY_ASYNC, Kineto Memcpy/Memset)
+    COMMUNICATION = 2  # a collective or its transfer tasks (hcom_*, HCCL/COMMUNICATION core, SDMA, NCCL)
+    WAIT = 3  # waiting / synchronisation (EVENT_WAIT, EVENT_RECORD, Notify Wait, Write Value)
+    OTHER = 4  # profiler markers, placeholders
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+COMM_CORES = frozenset({"HCCL", "COMMUNICATION"})
+COMPUTE_CORES = frozenset(
+    {"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE", "GPU", "KERNEL_AICORE",
+     "KERNEL_AIVEC", "KERNEL_AICPU", "KERNEL_MIX_AIC", "KERNEL_MIX_AIV", "FFTS_PLUS", "STARS_COMMON"}
+)
+COPY_CORES = frozenset({"MEMCPY", "MEMSET", "MEMCPY_ASYNC", "MEMSET_ASYNC", "PCIE_DMA_SQE", "SDMA_SQE"})
+COPY_NAMES = re.compile(r"^(MEMCPY_ASYNC|MEMSET_ASYNC|Memcpy\b|Memset\b|memcpy|memset)")
+HCCL_AICPU_SUFFIX = "AicpuKernel"  # HCCL's collectives run as AI CPU tasks (core AI_CPU)
+COMM_TASK_NAMES = frozenset({"SDMA", "RDMA", "Reduce_Inline", "Reduce_TBE"})  # HCCL link transfer tasks
+WAIT_NAMES = re.compile(
+    r"^(EVENT_WAIT|EVENT_RECORD|Notify[ _]Wait|Notify[ _]Record|NOTIFY_\w+|Write Value|STREAM_WAIT\w*|"
+    r"cudaStreamWaitEvent|cudaEventSynchronize)"
+)
+OTHER_NAMES = re.compile(r"^(PROFILING_ENABLE|PROFILING_DISABLE|PLACE_HOLDER\w*|MODEL_\w+|Step Trace)")
+NCCL = re.compile(r"nccl", re.IGNORECASE)  # ncclKernel_*, ncclDevKernel_* (Kineto names them so)
+_RUNTIME_TASK = re.compile(r"^[A-Z][A-Z0-9_]*$")  # an untyped, all-caps runtime task name
+
+
+def classify(name: str, core: str = "", op_type: str = "") -> TaskClass:
+    """The class of one device task from its name, accelerator core / task type and op type."""
+    if (core in COMM_CORES or op_type.startswith("hcom_") or name.startswith("hcom_") or NCCL.search(name)
+            or name.endswith(HCCL_AICPU_SUFFIX)):
+        return TaskClass.COMMUNICATION
+    if name in COMM_TASK_NAMES or core in COMM_TASK_NAMES:
+        return TaskClass.COMMUNICATION
+    if WAIT_NAMES.match(name) or WAIT_NAMES.match(core):
+        return TaskClass.WAIT
+    if core in COPY_CORES or COPY_NAMES.match(name):
+        return TaskClass.MEMCPY
+    if core in COMPUTE_CORES:
+        return TaskClass.COMPUTE
+    if OTHER_NAMES.match(name) or OTHER_NAMES.match(core):
+        return TaskClass.OTHER
+    if not core and not op_type and _RUNTIME_TASK.match(name):
+        return TaskClass.OTHER  # a runtime task type we do not know: never counted as compute
+    return TaskClass.COMPUTE
+
+
+def task_classes(kernels: pd.DataFrame) -> np.ndarray:
+    """``classify`` per kernel row (int8 codes of TaskClass), once per distinct (name, core, type)."""
+    return _per_distinct(kernels, ("name", "core", "type"), classify, np.int8)
+
+
+def _per_distinct(kernels: pd.DataFrame, columns: tuple[str, ...], fn: Callable[..., Any], dtype: Any) -> np.ndarray:
+    """``fn(*values)`` per row, called once per distinct combination of the columns' values (grouped
+    by integer codes, ``linking.row_groups``: a MultiIndex of the codes cost ~6x more)."""
+    n = len(kernels)
+    if not n:
+        return np.zeros(0, dtype=dtype)
+    cols = [_codes(kernels[c]) for c in columns]
+    groups = row_groups([codes for codes, _ in cols])
+    first = np.empty(int(groups.max()) + 1, dtype=np.int64)
+    first[groups[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct combination
+    picked = [[values[i] for i in codes[first].tolist()] for codes, values in cols]
+    table = np.array([fn(*row) for row in zip(*picked)], dtype=dtype)
+    return table[groups]
+
+
+_TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
+_HCOM_NAME = re.compile(r"^(?P<type>hcom_[A-Za-z]+_)_\d")  # hcom_allReduce__586_0_1 -> hcom_allReduce_
+_ACLNN_NAME = re.compile(r"^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_(?P<type>[A-Za-z][A-Za-z0-9]*)(?:_[a-z]\w*)?$")
+_ACL_OP_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9]*?)(?:\d+)(?:/.*)?$")
+_TRAILING_NUMBER = re.compile(r"\d+$")
+_NO_TYPE = frozenset({"", "N/A", "NULL"})
+
+
+def op_type(name: str, type_: str = "") -> str:
+    """The OpType of a device task: the ``Type`` column when the producer wrote one, else read
+    from the name (trace_view.json has no type; docs/numbers.md "OpType"):
+    ``aclnnMm_TransData_TransData`` -> TransData, ``trans_TransData_3`` -> TransData,
+    ``Conv2D17`` -> Conv2D, ``StatelessDropOutGenMask23/DSA...`` -> StatelessDropOutGenMask."""
+    if type_ not in _NO_TYPE:
+        return type_
+    if name.startswith("atomic_memset") or name.rsplit("_", 1)[-1] == "MemSet":
+        return "MemSet"  # atomic_memset-1_146_..., trans_TransData_27_MemSet, aclnnMm_MatMulCommon_MemSet
+    m = _TRANS_NAME.match(name) or _HCOM_NAME.match(name) or _ACLNN_NAME.match(name) or _ACL_OP_NAME.match(name)
+    if m:
+        return m.group("type")
+    return _TRAILING_NUMBER.sub("", name)
+
+
+def op_types(kernels: pd.DataFrame) -> np.ndarray:
+    """``op_type`` per kernel row (an object array), once per distinct (name, type)."""
+    return _per_distinct(kernels, ("name", "type"), op_type, object)
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = [str(c) for c in col.cat.categories] + [""]
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        return np.where(codes < 0, len(cats) - 1, codes), cats
+    codes, uniques = pd.factorize(np.asarray(col.astype(str), dtype=object))
+    return codes.astype(np.int64), [str(u) for u in uniques]
+
+
+def collective_mask(kernels: pd.DataFrame) -> np.ndarray:
+    """Communication ops themselves (``hcom_*``, HCCL/COMMUNICATION core, NCCL kernels), without
+    the transfer tasks (SDMA, ...) they run on their streams."""
+    comm = is_class(kernels, TaskClass.COMMUNICATION)
+    if not comm.any():
+        return comm
+    names = kernels["name"].astype(str).to_numpy()
+    cores = kernels["core"].astype(str).to_numpy()
+    return comm & ~np.isin(names, list(COMM_TASK_NAMES)) & ~np.isin(cores, list(COMM_TASK_NAMES))
+
+
+def is_class(kernels: pd.DataFrame, *wanted: TaskClass) -> np.ndarray:
+    return np.isin(task_classes(kernels), np.array([int(w) for w in wanted], dtype=np.int8))
+
+
+def work_mask(kernels: pd.DataFrame) -> np.ndarray:
+    """Tasks that do work a source line asked for: compute kernels and memory copies."""
+    return is_class(kernels, TaskClass.COMPUTE, TaskClass.MEMCPY)
+
+
+# ---------------------------------------------------------------------------------------------
+# Interval arithmetic (ns, half-open [start, end)); the union itself is step_windows.merge_intervals
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    s, e = merge_intervals(starts, ends)
+    return int((e - s).sum())
+
+
+def overlap_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
+    """Length of the intersection of two unions of disjoint sorted intervals."""
+    if not len(a_s) or not len(b_s):
+        return 0
+    pts = np.concatenate([a_s, a_e, b_s, b_e])
+    delta_a = np.concatenate([np.ones(len(a_s)), -np.ones(len(a_e)), np.zeros(len(b_s) + len(b_e))])
+    delta_b = np.concatenate([np.zeros(len(a_s) + len(a_e)), np.ones(len(b_s)), -np.ones(len(b_e))])
+    order = np.argsort(pts, kind="stable")
+    pts, da, db = pts[order], np.cumsum(delta_a[order]), np.cumsum(delta_b[order])
+    both = (da[:-1] > 0) & (db[:-1] > 0)
+    return int(np.sum(np.diff(pts)[both]))
+
+
+def exclusive_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
+    """Time covered by some interval of A and by no interval of B (any intervals, not merged)."""
+    ms, me = merge_intervals(a_s, a_e)
+    ns_, ne = merge_intervals(b_s, b_e)
+    return int((me - ms).sum()) - overlap_ns(ms, me, ns_, ne)
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-step breakdown
+
+
+def compute_breakdown(
+    kernels: pd.DataFrame,
+    steps: Sequence[Step] = (),
+    classes: np.ndarray | None = None,
+    launch_ns: np.ndarray | None = None,
+) -> list[StepTimes]:
+    """Per (step, device) breakdown from the classified tasks (any producer, Kineto included).
+
+    A task's step is its ``step`` column; tasks without one take the ProfilerStep window around
+    ``launch_ns`` (per task: its launching op's start -- device work runs behind the host -- by
+    default its own start); with no steps at all the whole capture is one step (-1).
+    """
+    if not len(kernels):
+        return []
+    cls = task_classes(kernels) if classes is None else classes
+    start = kernels["start_ns"].to_numpy(np.int64)
+    end = start + np.maximum(kernels["dur_ns"].to_numpy(np.int64), 0)
+    step = kernels["step"].to_numpy(np.int64).copy()
+    device = kernels["device"].to_numpy(np.int64)
+    if steps and (step < 0).any():
+        when = start if launch_ns is None else np.asarray(launch_ns, dtype=np.int64)
+        step[step < 0] = step_ids(when[step < 0], list(steps))
+    if (step >= 0).any():
+        keep = step >= 0
+        start, end, step, cls, device = start[keep], end[keep], step[keep], cls[keep], device[keep]
+    else:
+        step[:] = -1  # no steps: the whole capture is one
+    host = {s.id: s for s in steps}
+    out: list[StepTimes] = []
+    frame = pd.DataFrame({"step": step, "device": device})
+    for (sid, dev), rows in frame.groupby(["step", "device"], sort=True).indices.items():
+        out.append(_one_step(int(sid), int(dev), start[rows], end[rows], cls[rows], host.get(int(sid))))
+    return out
+
+
+def _one_step(sid: int, dev: int, start: np.ndarray, end: np.ndarray, cls: np.ndarray,
+              host: Step | None) -> StepTimes:
+    comp = cls == TaskClass.COMPUTE
+    comm = cls == TaskClass.COMMUNICATION
+    copy = cls == TaskClass.MEMCPY
+    cs, ce = merge_intervals(start[comp], end[comp])
+    ms, me = merge_intervals(start[comm], end[comm])
+    computing = int((ce - cs).sum())
+    communication = int((me - ms).sum())
+    overlapped = overlap_ns(cs, ce, ms, me)
+    staged = comp | comm
+    if staged.any():
+        stage = int(end[staged].max() - start[staged].min())
+        first = int(start[staged].min())
+    else:
+        stage, first = 0, -1
+    not_ov = communication - overlapped
+    return StepTimes(
+        step=sid,
+        device=dev,
+        computing_ns=computing,
+        communication_ns=communication,
+        overlapped_ns=overlapped,
+        comm_not_overlapped_ns=not_ov,
+        free_ns=max(stage - computing - not_ov, 0),
+        stage_ns=stage,
+        memcpy_ns=union_ns(start[copy], end[copy]),
+        host_wall_ns=host.dur_ns if host is not None else -1,
+        preparing_ns=(first - host.start_ns) if host is not None and first >= 0 else -1,
+    )
+
+
+def launch_times(profile: Profile) -> np.ndarray:
+    """Per kernel: the start of the host op that launched it, else the kernel's own start."""
+    k = profile.kernels
+    start = k["start_ns"].to_numpy(np.int64)
+    op = k["host_op"].to_numpy(np.int64)
+    h_start = profile.host_ops["start_ns"].to_numpy(np.int64)
+    ok = (op >= 0) & (op < len(h_start))
+    out = start.copy()
+    out[ok] = h_start[op[ok]]
+    out[ok & (out < 0)] = start[ok & (out < 0)]  # ops without timestamps (operator_details.csv)
+    return out
+
+
+def _from_written(rows: list[StepBreakdown], computed: dict[int, StepTimes], host: dict[int, Step]) -> list[StepTimes]:
+    out = []
+    for b in rows:
+        c = computed.get(b.step)
+        h = host.get(b.step)
+        stage = b.computing_ns + b.comm_not_overlapped_ns + b.free_ns
+        out.append(
+            StepTimes(
+                step=b.step,
+                device=b.device,
+                computing_ns=b.computing_ns,
+                communication_ns=b.comm_ns,
+                overlapped_ns=b.overlapped_ns,
+                comm_not_overlapped_ns=b.comm_not_overlapped_ns,
+                free_ns=b.free_ns,
+                stage_ns=stage,
+                memcpy_ns=c.memcpy_ns if c is not None else -1,
+                host_wall_ns=h.dur_ns if h is not None else -1,
+                preparing_ns=b.preparing_ns if b.preparing_ns >= 0 else (c.preparing_ns if c is not None else -1),
+            )
+        )
+    return out
+
+
+def _slowest_per_step(rows: list[StepTimes]) -> list[StepTimes]:
+    """Several devices in one profile: a step lasts as long as its slowest device."""
+    best: dict[int, StepTimes] = {}
+    for r in rows:
+        if r.step not in best or r.stage_ns > best[r.step].stage_ns:
+            best[r.step] = r
+    return [best[s] for s in sorted(best)]
+
+
+def profile_breakdown(profile: Profile) -> TimeBreakdown:
+    """The profile's breakdown: the producer's own figures where it wrote them, else computed.
+
+    Computed once per profile: the rules and the report all ask for it, and a profile read from
+    the cache brings the one its first load computed (``Profile.derived``).
+    """
+    memo = profile.derived
+    if memo.breakdown is None or not memo.holds(profile):
+        memo.keep(profile, _profile_breakdown(profile))
+    assert memo.breakdown is not None
+    return memo.breakdown
+
+
+def _profile_breakdown(profile: Profile) -> TimeBreakdown:
+    host = {s.id: s for s in profile.steps}
+    k = profile.kernels_in_steps()
+    streams = device_streams(k, work_mask(k)) if len(k) else 1
+    computed = _slowest_per_step(compute_breakdown(profile.kernels, profile.steps, launch_ns=launch_times(profile)))
+    by_step = {c.step: c for c in computed}
+    rows = [b for b in profile.step_breakdown if b.step_time_ns > 0]
+    written = [b for b in rows if not b.derived]
+    if written:
+        source = (BreakdownSource.ANALYSIS_DB if profile.meta.kind == ProfileKind.TORCH_NPU_DB
+                  else BreakdownSource.STEP_TRACE_TIME)
+        return TimeBreakdown(source, _slowest_per_step(_from_written(written, by_step, host)), streams)
+    if rows:
+        return TimeBreakdown(BreakdownSource.OVERLAP_ANALYSIS, _slowest_per_step(_from_written(rows, by_step, host)),
+                             streams)
+    if computed:
+        return TimeBreakdown(BreakdownSource.TASKS, computed, streams)
+    return TimeBreakdown(BreakdownSource.NONE, [], streams)
+
+
+def device_time_per_step_ns(profile: Profile) -> float:
+    """Device work time per step: compute kernels and memory copies inside the profiled steps,
+    summed, divided by the number of steps (the ``device_time_us`` of the JSON profile)."""
+    k = profile.kernels_in_steps()
+    if not len(k):
+        return 0.0
+    return float(k["dur_ns"].to_numpy()[work_mask(k)].sum()) / max(profile.num_steps, 1)
+
+
+def device_streams(kernels: pd.DataFrame, mask: np.ndarray) -> int:
+    """How many distinct (device, stream) lanes the selected tasks ran on (at least 1)."""
+    if not mask.any():
+        return 1
+    pairs = pd.DataFrame({"d": kernels["device"].to_numpy()[mask], "s": kernels["stream"].to_numpy()[mask]})
+    return max(len(pairs.drop_duplicates()), 1)
+
+
+__all__ = [
+    "BreakdownSource",
+    "StepTimes",
+    "TaskClass",
+    "TimeBreakdown",
+    "classify",
+    "collective_mask",
+    "compute_breakdown",
+    "device_streams",
+    "device_time_per_step_ns",
+    "exclusive_ns",
+    "is_class",
+    "launch_times",
+    "merge_intervals",
+    "overlap_ns",
+    "profile_breakdown",
+    "task_classes",
+    "union_ns",
+    "work_mask",
+]

@@ -1,0 +1,1 @@
+"""Mapping profiles to source: the source index, anchoring, attribution and heat."""
