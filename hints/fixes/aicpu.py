@@ -18,7 +18,7 @@ import libcst as cst
 from . import cst_tools as ct
 from .cst_tools import Source
 from .dataflow import NameFlow
-from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, where
 
 FLOAT64 = ("torch.float64", "torch.double")
 INDEX_MAKERS = ("torch.randperm", "torch.arange", "torch.tensor", "torch.as_tensor", "torch.LongTensor", "torch.argsort", "torch.multinomial")
@@ -39,10 +39,8 @@ def double_to_float(source: Text, anchor: Anchor, *, path: str | None = None, wh
             changes[attr.attr] = cst.Name("float32")
     if not changes:
         return decline(why, "no .double() or torch.float64 on this line")
-    module = src.rewrite(changes)
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        changes,
         "Compute in float32 instead of float64 (AI Cores have no float64)",
         safe=False,
         path=anchor_path(anchor, path),
@@ -104,10 +102,8 @@ def masked_fill(source: Text, anchor: Anchor, *, path: str | None = None, why: l
             return decline(why, "the index is not visibly a boolean mask")
         call = ct.expr(f"{ct.code(sub.value)}.masked_fill_({ct.code(mask)}, {ct.code(assign.value)})")
         new_line = line.with_changes(body=[cst.Expr(call)])
-        module = src.rewrite({line: new_line})
-        return result(
-            source,
-            module.code,
+        return src.fixed(
+            {line: new_line},
             "Use masked_fill_ instead of boolean index assignment",
             safe=False,
             path=anchor_path(anchor, path),
@@ -155,10 +151,8 @@ def index_select(source: Text, anchor: Anchor, *, path: str | None = None, why: 
         if not _index_tensor(src, sub, idx):
             return decline(why, f"'{idx.value}' is not visibly a 1-D index tensor")
         call = ct.expr(f"{torch}.index_select({ct.code(sub.value)}, 0, {idx.value})")
-        module = src.rewrite({sub: call})
-        return result(
-            source,
-            module.code,
+        return src.fixed(
+            {sub: call},
             "Use torch.index_select instead of tensor indexing",
             safe=False,
             path=anchor_path(anchor, path),

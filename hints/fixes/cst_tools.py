@@ -18,7 +18,7 @@ from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionPr
 
 from msprof_lsp.mapping.profile import safe_io
 
-from .result import Where
+from .result import FixResult, Where, result
 
 N = TypeVar("N", bound=cst.CSTNode)
 
@@ -311,6 +311,12 @@ class Source:
 
     def code(self, node: cst.CSTNode) -> str:
         return code(node)
+
+    def fixed(
+        self, replacements: Mapping[cst.CSTNode, Replacement], title: str, *, safe: bool, path: str, notes: tuple[str, ...] = ()
+    ) -> "FixResult | None":
+        """The fix that applies ``replacements`` to this file (None when it changes nothing)."""
+        return result(self, self.rewrite(replacements).code, title, safe=safe, path=path, notes=notes)
 
     def rewrite(self, replacements: Mapping[cst.CSTNode, Replacement]) -> cst.Module:
         """``rewrite`` applied only to the top-level statements that hold a replaced node.

@@ -18,7 +18,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, where
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 # DataLoader's positional parameters, in order (torch 2.13).
@@ -103,10 +103,8 @@ def tune_dataloader(source: Text, anchor: Anchor, *, workers: int = 4, path: str
         if "prefetch_factor" not in given:
             add.append(ct.kwarg("prefetch_factor", "2"))
     new_call = ct.append_args(new_call, add)
-    module = src.rewrite({call: new_call})
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        {call: new_call},
         f"Load batches with {n_workers if isinstance(n_workers, int) else 'the'} workers into pinned memory",
         safe=False,
         path=anchor_path(anchor, path),
@@ -191,10 +189,8 @@ def non_blocking_copies(source: Text, anchor: Anchor, *, path: str | None = None
             break
     if not changes:
         return decline(why, "no blocking .to(device) copy of the batch in the loop")
-    module = src.rewrite(changes)
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        changes,
         "Copy batches to the device with non_blocking=True",
         safe=False,
         path=anchor_path(anchor, path),

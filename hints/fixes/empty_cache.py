@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from . import cst_tools as ct
-from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, where
 
 EMPTY_CACHE = ("torch.npu.empty_cache", "torch_npu.npu.empty_cache", "torch.cuda.empty_cache")
 
@@ -23,10 +23,8 @@ def remove_empty_cache(source: Text, anchor: Anchor, *, path: str | None = None,
     for line, _call in src.call_statements(where(anchor), *EMPTY_CACHE):
         if src.enclosing(line, (cst.For, cst.While)) is None:
             return decline(why, "empty_cache() is not inside a loop")
-        module = src.rewrite(ct.removal(src, line))
-        return result(
-            source,
-            module.code,
+        return src.fixed(
+            ct.removal(src, line),
             "Remove empty_cache() from the loop (keeps cached blocks for the next step)",
             safe=True,
             path=anchor_path(anchor, path),

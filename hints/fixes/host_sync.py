@@ -87,10 +87,8 @@ def defer_loss_item(source: Text, anchor: Anchor, *, every: int = 100, path: str
                 body=cst.IndentedBlock(body=[line.with_changes(leading_lines=())]),
                 leading_lines=line.leading_lines,
             )
-            module = src.rewrite({line: guarded})
-            return result(
-                source,
-                module.code,
+            return src.fixed(
+                {line: guarded},
                 f"Print the loss every {int(every)} steps instead of every step",
                 safe=False,
                 path=anchor_path(anchor, path),

@@ -17,7 +17,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, where
 
 
 def _module_classes(src: Source) -> set[str]:
@@ -82,10 +82,8 @@ def eval_before_loop(source: Text, anchor: Anchor, *, path: str | None = None, w
             return decline(why, f"{model}.eval() is already called before the loop")
     if src.block_of(loop) is None:  # type: ignore[arg-type]
         return decline(why, "the loop is not a plain statement of a block")
-    module = src.rewrite({loop: ct.insert_before(loop, ct.stmt(f"{model}.eval()"))})
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        {loop: ct.insert_before(loop, ct.stmt(f"{model}.eval()"))},
         f"Call {model}.eval() before the inference loop",
         safe=True,
         path=anchor_path(anchor, path),
@@ -106,10 +104,8 @@ def inference_mode(source: Text, anchor: Anchor, *, path: str | None = None, why
         return decline(why, "torch is not imported as a module here")
     w = ct.stmt(f"with {torch}.inference_mode():\n    pass")
     wrapped = w.with_changes(body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=())]), leading_lines=loop.leading_lines)  # type: ignore[union-attr]
-    module = src.rewrite({loop: wrapped})
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        {loop: wrapped},
         "Run the inference loop under torch.inference_mode()",
         safe=False,
         path=anchor_path(anchor, path),

@@ -79,10 +79,8 @@ def fused_optimizer(source: Text, anchor: Anchor, *, path: str | None = None, wh
         arg = ct.keyword(call, flag)
         if arg is not None and ct.literal(arg.value) is not False and ct.literal(arg.value) is not None:
             return decline(why, f"fused=True cannot be combined with {flag}=...")
-    module = src.rewrite({call: ct.append_args(call, [ct.kwarg("fused", "True")])})
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        {call: ct.append_args(call, [ct.kwarg("fused", "True")])},
         f"Use the fused {name} kernel: fused=True",
         safe=False,
         path=anchor_path(anchor, path),
@@ -170,10 +168,8 @@ def fused_grad_clip(source: Text, anchor: Anchor, *, path: str | None = None, wh
     if len(set(fused)) == 1 and result_unused and not extra and max_norm is not None and len(ct.positional(call)) <= 3:
         args = ct.code(max_norm.value) + (f", norm_type={ct.code(norm_type.value)}" if norm_type is not None else "")
         new = ct.expr(f"{fused[0]}.clip_grad_norm_fused_({args})")
-        module = src.rewrite({call: new})
-        return result(
-            source,
-            module.code,
+        return src.fixed(
+            {call: new},
             f"Clip with {fused[0]}.clip_grad_norm_fused_ (one fused kernel)",
             safe=False,
             path=anchor_path(anchor, path),
@@ -181,10 +177,8 @@ def fused_grad_clip(source: Text, anchor: Anchor, *, path: str | None = None, wh
         )
     if ct.keyword(call, "foreach") is not None or len(ct.positional(call)) > 4:
         return decline(why, "foreach is already given")
-    module = src.rewrite({call: ct.append_args(call, [ct.kwarg("foreach", "True")])})
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        {call: ct.append_args(call, [ct.kwarg("foreach", "True")])},
         "Clip gradients with foreach=True (one multi-tensor kernel per step)",
         safe=False,
         path=anchor_path(anchor, path),

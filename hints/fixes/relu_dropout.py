@@ -544,10 +544,8 @@ def inplace_relu(source: Text, anchor: Anchor, *, path: str | None = None, why: 
             break
     if not targets:
         return decline(why, "no ReLU here whose input is safe to overwrite")
-    module = src.rewrite({t: _inplace_call(t) for t in targets})
-    return result(
-        source,
-        module.code,
+    return src.fixed(
+        {t: _inplace_call(t) for t in targets},
         "Use an in-place ReLU (saves one allocation; removes no kernel)",
         safe=False,
         path=anchor_path(anchor, path),
