@@ -73,7 +73,7 @@ class RuleContext:
         self.config = config
         self.thresholds: Thresholds = config.thresholds  # typed fields: a misspelt name fails the type check
         b = backend if backend is not None else profile.meta.backend
-        self.backend: str = b.value if isinstance(b, Backend) else str(b)
+        self.backend: Backend = Backend(b)  # a plain string from a caller is parsed once here
         self._step_time_ns: float | None = None
         self._texts: dict[str, str | None] = {}
         self._suppressions: dict[str, dict[int, frozenset[str]]] = {}

@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
+from msprof_lsp.mapping.profile.model import Backend
+
 from .config import THRESHOLD_KEYS
 from .finding import Finding, Severity
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 
 CODE_RE = re.compile(r"^[A-Z]{3}[0-9]{3}$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-BACKENDS = ("ascend", "cuda", "cpu")
+BACKENDS: tuple[Backend, ...] = tuple(Backend)
 
 
 class RuleError(ValueError):
@@ -50,7 +52,7 @@ class Rule(ABC):
     rationale: ClassVar[str]
     default_severity: ClassVar[Severity | None] = None
     thresholds: ClassVar[tuple[str, ...]] = ()
-    backends: ClassVar[tuple[str, ...]] = BACKENDS
+    backends: ClassVar[tuple[Backend, ...]] = BACKENDS
 
     @property
     def doc(self) -> str:
@@ -61,7 +63,7 @@ class Rule(ABC):
     def fixed_severity(self) -> bool:
         return self.default_severity is not None
 
-    def applies_to(self, backend: str) -> bool:
+    def applies_to(self, backend: Backend) -> bool:
         return backend in self.backends
 
     @abstractmethod
@@ -90,9 +92,11 @@ def validate(cls: type[Rule]) -> None:
     unknown = [k for k in cls.thresholds if k not in THRESHOLD_KEYS]
     if unknown:
         raise RuleError(f"{cls.__name__}: unknown threshold keys {unknown}")
-    bad = [b for b in cls.backends if b not in BACKENDS]
+    known = {b.value for b in Backend}
+    bad = [b for b in cls.backends if b not in known]
     if bad:
         raise RuleError(f"{cls.__name__}: unknown backends {bad}")
+    cls.backends = tuple(Backend(b) for b in cls.backends)  # a rule may spell them as strings
     if cls.default_severity is not None and not isinstance(cls.default_severity, Severity):
         raise RuleError(f"{cls.__name__}: default_severity must be a Severity or None")
 

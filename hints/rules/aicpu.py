@@ -29,6 +29,7 @@ from msprof_lsp.mapping.source.heat import Site
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -130,13 +131,13 @@ class AicpuFallback(Rule):
         "kernel does not support (float64) or an indexing form without an AI Core kernel."
     )
     thresholds = ("aicpuMinUs",)
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
         if not len(k):
             return
-        if ctx.backend == "ascend":
+        if ctx.backend is Backend.ASCEND:
             core = pq.strs(k["core"])
             # HCCL's AI CPU tasks are communication in the time model, not operators that fell back
             sel = (core == "AI_CPU") & timemodel.is_class(k, timemodel.TaskClass.COMPUTE)

@@ -26,6 +26,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Related
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -61,7 +62,7 @@ class CommByteAlignment(Rule):
         "gradient buckets' byte counts, set by the parameter sizes and DDP's bucket_cap_mb."
     )
     thresholds = ("commAlignBytes",)
-    backends = ("ascend",)
+    backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         align = int(ctx.thresholds.comm_align_bytes)
@@ -112,7 +113,7 @@ class CommSmallPackets(Rule):
         "on moving data. Larger gradient buckets or fewer synchronisations send fewer, larger packets."
     )
     thresholds = ("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent")
-    backends = ("ascend",)
+    backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         limit = float(ctx.thresholds.small_packet_max_percent) / 100

@@ -55,7 +55,7 @@ class GradAccumulation(Rule):
         "no_sync() on the others) synchronises once per optimizer step instead."
     )
     thresholds = ("commMaxPercent", "accumSteps", "sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent")
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         comm = _from_breakdown(ctx) or _from_kernels(ctx)

@@ -21,6 +21,7 @@ import pandas as pd
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.timemodel import TaskClass, is_class
 from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import gating
 from ..context import RuleContext
@@ -50,7 +51,7 @@ class OnlineCompile(Rule):
     thresholds = ("opCompileMaxCount",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        if ctx.backend != "ascend":
+        if ctx.backend is not Backend.ASCEND:
             yield from self._recompiles(ctx)
             return
         strong = None

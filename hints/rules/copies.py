@@ -20,6 +20,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -35,7 +36,7 @@ class CopyFragments(Rule):
         "one line cost far more than one batched copy of the same bytes."
     )
     thresholds = ("copyFragmentsMin",)
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         prof = ctx.profile

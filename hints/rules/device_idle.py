@@ -55,7 +55,7 @@ class DeviceIdle(Rule):
         "fusion, a bigger batch) and a faster launch path raise its utilisation."
     )
     thresholds = ("freeMaxPercent", "computeMinPercent", "schedulingDelayUs", "smallKernelUs")
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         got = _breakdown(ctx)
@@ -99,7 +99,7 @@ class DeviceIdle(Rule):
             "step_is_stage": step_ns is not None,
             **stats,
             "host_bound": host_bound,
-            "manual_fix": MANUAL.get(ctx.backend, MANUAL["cuda"]),
+            "manual_fix": MANUAL.get(ctx.backend.value, MANUAL["cuda"]),
             "thresholds": {"freeMaxPercent": free_max, "computeMinPercent": compute_min,
                            "schedulingDelayUs": delay_us, "smallKernelUs": small_us},
         }

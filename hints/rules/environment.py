@@ -20,6 +20,7 @@ from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import env_vars, make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import source_query as sq
 
@@ -122,7 +123,7 @@ def setter_statements(ctx: RuleContext, var: str) -> list[Span]:
 class EnvRule(Rule):
     spec: ClassVar[EnvSpec]
     default_severity = Severity.INFO
-    backends = ("ascend",)
+    backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         env = ctx.profile.meta.env

@@ -31,6 +31,7 @@ from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.source.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -181,7 +182,7 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
     cache = _MATCHES.setdefault(ctx, {})
     if spec.code in cache:
         return cache[spec.code]
-    ascend = ctx.backend == "ascend"
+    ascend = ctx.backend is Backend.ASCEND
     version = cann_version(ctx)
     active = [(p, v) for p, v in spec.patterns if not ascend or pq.cann_at_least(version, v)]
     gating = {"cann_version": ctx.profile.meta.cann_version or f"unknown (default {DEFAULT_CANN})",
@@ -231,7 +232,7 @@ class FusedApiRule(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         spec = self.spec
         variant, toks, groups, gating = find(ctx, spec)
-        ascend = ctx.backend == "ascend"
+        ascend = ctx.backend is Backend.ASCEND
         per_root = _device_per_root(ctx) if variant == "host" else None
         kernels = ctx.profile.kernels
         for g in groups:
@@ -300,7 +301,7 @@ class FusedApiRule(Rule):
         starts; the expression may end further down (SwiGLU's product after the chunk,
         attention's final matmul), so the other statements of the match are tried too."""
         tries = [t for t in tries if t is not None]
-        if not tries or (ctx.backend != "ascend" and not spec.backend_fix):
+        if not tries or (ctx.backend is not Backend.ASCEND and not spec.backend_fix):
             return []
         opts = {"backend": ctx.backend} if spec.backend_fix else {}
         return [make_offer(spec.transform, where.path, where, choice=self.code, **opts) for where in tries[:6]]

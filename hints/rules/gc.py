@@ -26,6 +26,7 @@ from msprof_lsp.hints.fixes import gc_freeze, make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -47,7 +48,7 @@ class GcPauses(Rule):
         "gc.freeze() after setup moves those objects out of the collector's scans."
     )
     thresholds = ("gcMinUs",)
-    backends = ("ascend",)
+    backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         he = ctx.profile.host_events

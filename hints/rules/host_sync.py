@@ -24,6 +24,7 @@ from msprof_lsp.mapping.profile import step_windows
 from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
 from ..finding import Finding
@@ -70,7 +71,7 @@ class HostSync(Rule):
         "while the host prepares the next launches. Keeping values on the device and reading them every N steps "
         "removes the stall."
     )
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         prof = ctx.profile
@@ -117,7 +118,7 @@ class HostSync(Rule):
         items = list(zip(labels, g.inside))
         longest = max(items, key=lambda t: t[1])
         count = len(items)
-        device = "GPU" if ctx.backend == "cuda" else "NPU"
+        device = "GPU" if ctx.backend is Backend.CUDA else "NPU"
         if anchor is not None:
             index, call, conf = anchor
             short = call.text if len(call.text) <= 40 else f"{call.name}()"

@@ -31,6 +31,7 @@ from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.source.constructs import OPTIMIZER_KERNEL
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -105,7 +106,7 @@ class DropoutInInference(Rule):
             return
         k = p.kernels_in_steps()
         ops = np.zeros(0, dtype=np.int64)
-        if ctx.backend == "ascend":
+        if ctx.backend is Backend.ASCEND:
             sel = pq.mask(k["name"], lambda n: bool(DROPOUT_KERNEL.search(n))) | pq.mask(k["type"], lambda n: bool(DROPOUT_KERNEL.search(n))) if len(k) else np.zeros(0, dtype=bool)
             if not sel.any():
                 return

@@ -25,6 +25,7 @@ from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -77,7 +78,7 @@ class OperatorNoBound(Rule):
         "(AOE) searches a better tiling for those shapes."
     )
     thresholds = ("noBoundMinUs", "pipeBoundPercent")
-    backends = ("ascend",)
+    backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()

@@ -18,6 +18,7 @@ import numpy as np
 from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import gating
 from ..context import RuleContext
@@ -43,10 +44,10 @@ class AllocChurn(Rule):
         "step cause the same churn. Removing empty_cache() from the loop keeps the blocks cached."
     )
     thresholds = ("allocMaxUs",)
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        if ctx.backend == "ascend" and ctx.needs_level1(self.code, LEVEL1_NEED):
+        if ctx.backend is Backend.ASCEND and ctx.needs_level1(self.code, LEVEL1_NEED):
             return
         ev = pq.api_events(ctx.profile, ALLOC_APIS)
         if not len(ev):
@@ -59,7 +60,7 @@ class AllocChurn(Rule):
         counts = ev.groupby("api")["dur_ns"].agg(["size", "sum"])
         calls = _empty_cache_calls(ctx)
         fix_text = "Delete empty_cache() from the loop" if calls else "Set PYTORCH_NPU_ALLOC_CONF=expandable_segments:True (NPU245)"
-        if ctx.backend == "cuda" and not calls:
+        if ctx.backend is Backend.CUDA and not calls:
             fix_text = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         message = ctx.message(
             "Allocator churn", total_ns=total, count=round(len(ev) / steps), unit="malloc/free calls", wall=True,

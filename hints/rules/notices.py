@@ -25,6 +25,7 @@ from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, work_mask
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -87,7 +88,7 @@ class NeedsLevel1(Notice):
         "rules built on them cannot tell a clean run from a missing record, so they skip and "
         "this notice says which."
     )
-    backends = ("ascend",)
+    backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         gap = ctx.level1_gap

@@ -27,6 +27,7 @@ from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
+from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
@@ -99,7 +100,7 @@ class FusedOptimizer(Rule):
                 yield from self._host(ctx, name, np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name]))
             if len(rows):
                 return
-        if ctx.backend == "ascend":
+        if ctx.backend is Backend.ASCEND:
             yield from self._kernels_only(ctx)
 
     def _host(self, ctx: RuleContext, name: str, rows: np.ndarray) -> Iterator[Finding]:
@@ -137,13 +138,13 @@ class FusedOptimizer(Rule):
         per_step_k = round(len(k) / ctx.num_steps)
         calls = max(1, round(len(rows) / ctx.num_steps))
         qual = f"{items_in} of {int(items_all.sum())} aten::item inside" if items_in else ""
-        if ctx.backend == "ascend":
+        if ctx.backend is Backend.ASCEND:
             transforms, fix = (fx.fused_optimizer, fx.npu_fused_optimizer), f"Pass fused=True or use torch_npu.optim.NpuFused{name}"
-        elif ctx.backend == "cuda":
+        elif ctx.backend is Backend.CUDA:
             transforms, fix = (fx.fused_optimizer,), "Pass fused=True (or foreach=True)"
         else:
             transforms, fix = (fx.fused_optimizer,), "Pass fused=True"
-        evidence["fix_api"] = f"torch.optim.{name}(..., fused=True)" + (f" / torch_npu.optim.NpuFused{name}" if ctx.backend == "ascend" else "")
+        evidence["fix_api"] = f"torch.optim.{name}(..., fused=True)" + (f" / torch_npu.optim.NpuFused{name}" if ctx.backend is Backend.ASCEND else "")
         fixes = _fix_list(ctx, span, transforms, evidence)
         msg = ctx.message(
             f"Unfused {name}",
@@ -205,13 +206,13 @@ class FusedGradClip(Rule):
         "then add, reciprocal and mul for the coefficient and a mul_ per tensor; NpuFused "
         "optimizers clip their combined gradient buffer in one pass, foreach=True batches the rest."
     )
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         toks = pq.host_tokens(ctx)
         matches = toks.find(pq.pattern_regex(CLIP_PATTERN)) if len(toks.rows) else []
-        ascend = ctx.backend == "ascend"
+        ascend = ctx.backend is Backend.ASCEND
         k = p.kernels_in_steps()
         types = pq.kernel_types(k) if len(k) else np.zeros(0, dtype=object)
         norm_k = np.isin(types, NORM_KERNELS) if len(k) else np.zeros(0, dtype=bool)

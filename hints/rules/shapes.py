@@ -26,6 +26,7 @@ import pandas as pd
 from msprof_lsp.mapping.profile.shapes import Shape, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
 from ..finding import Finding, Related
@@ -68,10 +69,10 @@ class CubeShapeAlignment(Rule):
         "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
     )
     thresholds = ("cubeAlign", "faAlign", "cubeMinBytes")
-    backends = ("ascend", "cuda")
+    backends = (Backend.ASCEND, Backend.CUDA)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        rows, bad = (_cuda(ctx) if ctx.backend == "cuda" else _ascend(ctx))
+        rows, bad = (_cuda(ctx) if ctx.backend is Backend.CUDA else _ascend(ctx))
         if not rows:
             return
         dur = ctx.profile.kernels["dur_ns"].to_numpy(np.int64)
