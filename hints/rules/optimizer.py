@@ -44,6 +44,7 @@ ADAM_UPDATE = "Addcmul-Sqrt-(RealDiv|Div|Divs)-(Add|Adds)-Addcdiv"
 MULTI_TENSOR = ("_fused_", "_foreach_")
 CLIP_CALLS = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_")
 CLIP_PATTERN = "add-reciprocal-mul"
+CLIP_KERNELS = "(Add|Adds)-Reciprocal-(Mul|Muls)"  # the same coefficient as eager aclnn kernels
 NORM_KERNELS = ("LpNormReduceV2", "LpNormUpdateV2")
 PER_TENSOR_NORMS = ("linalg_vector_norm", "norm")
 
@@ -255,6 +256,14 @@ class FusedGradClip(Rule):
             return
         rows = np.concatenate([toks.rows[a:b] for a, b in matches]) if matches else np.zeros(0, dtype=np.int64)
         matched_ns = pq.op_time_ns(p, rows.tolist()) if len(rows) else 0
+        coefficient = []
+        if not len(toks.rows) and ascend and n_norm >= 2 * ctx.num_steps:
+            # kernels only (msprof CLI): the coefficient's kernels count with the norms, as its ops do
+            ktoks = pq.kernel_tokens(ctx)
+            coefficient = ktoks.find(pq.pattern_regex(CLIP_KERNELS))
+            if coefficient:
+                krows = np.concatenate([ktoks.rows[a:b] for a, b in coefficient])
+                matched_ns = int(k.loc[krows, "dur_ns"].sum())
         norm_ns = int(k["dur_ns"].to_numpy(np.int64)[norm_k].sum()) if n_norm else 0
         total = matched_ns + norm_ns
         if matches:
@@ -274,6 +283,7 @@ class FusedGradClip(Rule):
             "norm_kernels": dict(Counter(types[norm_k]).most_common()) if n_norm else {},
             "norm_kernels_per_step": round(n_norm / ctx.num_steps, 1),
             "per_tensor_norm_ops": per_tensor,
+            "coefficient_kernel_matches": len(coefficient),
             "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = _fix_list(ctx, span, (fx.fused_grad_clip,), evidence)

@@ -242,3 +242,23 @@ def test_ascend_lp_norm_kernels_per_step(per_step, fires):
     for i in range(per_step):
         b.kernel(f"LpNormReduceV2{i}", 100 + 40 * i, 12, type="LpNormReduceV2", core="AI_VECTOR_CORE")
     assert bool(only(findings(b.build(), ["NPU221"]), "NPU221")) is fires
+
+
+def test_kernel_only_clip_counts_the_coefficient_kernels_with_the_norms(tmp_path):
+    """msprof CLI form: per-tensor norms, then max_norm / (total + eps) as Adds-Reciprocal-Muls
+    kernels; the finding's time is those kernels and the norms (the host form counts the same ops),
+    anchored on the workspace's clip_grad_norm_ call."""
+    (tmp_path / "clip.py").write_text(CLIP_SRC)
+    b = ProfileBuilder(kind=ProfileKind.MSPROF)
+    t, durs = 100, []
+    for typ in ("LpNormReduceV2", "LpNormUpdateV2", "LpNormReduceV2", "LpNormUpdateV2", "Adds", "Reciprocal", "Muls",
+                "Mul", "Mul"):
+        d = 3.0 + len(durs)
+        b.kernel(f"aclnn{typ}_{typ}", t, d, type=typ, core="AI_VECTOR_CORE")
+        durs.append((typ, d))
+        t += 20
+    [f] = only(findings(b.build(), ["NPU221"], [tmp_path]), "NPU221")
+    counted = sum(d for typ, d in durs if typ.startswith("LpNorm") or typ in ("Adds", "Reciprocal", "Muls"))
+    assert f.time_per_step_us == pytest.approx(counted)
+    assert f.evidence["coefficient_kernel_matches"] == 1 and f.confidence is Confidence.INFERRED
+    assert f.span.line == line_of(CLIP_SRC, "clip_grad_norm_(")
