@@ -132,7 +132,7 @@ def train(model, loader, optimizer):
 def _msprof_sync(tmp_path, src: str):
     from rulekit import ProfileBuilder, findings
 
-    from msprof_lsp.mapping.model import ProfileKind
+    from msprof_lsp.mapping.profile.model import ProfileKind
 
     root = tmp_path / "proj"
     root.mkdir()

@@ -283,8 +283,8 @@ def _kernel_only(tmp_path: Path, kernels, src: str = KERNEL_SRC) -> list:
     from msprof_lsp.hints.context import RuleContext
     from msprof_lsp.hints.engine import run_rules
     from msprof_lsp.hints.registry import rules_matching
-    from msprof_lsp.mapping.attribute import attribute
-    from msprof_lsp.mapping.workspace import SourceWorkspace
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
     root = tmp_path / "proj"
     root.mkdir(parents=True)
