@@ -356,7 +356,7 @@ def cann_at_least(version: str, minimum: str) -> bool:
 # ``-name-`` tokens, so a token only ever matches a whole op name and a match never straddles two
 # threads (a ``-#-`` token separates them). One string per profile, one ``finditer`` per pattern.
 # The kernel-only variant (profiles without framework ops, e.g. msprof CLI output) does the same
-# over device kernel ``Type``s per stream with literal sequences.
+# over device kernel ``Type``s per stream (patterns in the same syntax, over OpTypes).
 
 THREAD_BREAK = "#"
 _ELEMENT_RE = re.compile(r"^\((?P<names>[\w|]+)\)(?P<quant>\{\d*,?\d*\}|[*+?])?$|^(?P<name>\w+)$")
@@ -374,11 +374,6 @@ def pattern_regex(rule: str) -> re.Pattern[str]:
         alts = "|".join(re.escape(n) for n in names.split("|"))
         parts.append(f"(?:-(?:{alts})-){m.group('quant') or ''}")
     return re.compile("".join(parts))
-
-
-def literal_regex(types: str) -> re.Pattern[str]:
-    """``Add-LayerNorm`` -> a regex matching exactly that run of kernel types."""
-    return re.compile("".join(f"-{re.escape(t)}-" for t in types.split("-")))
 
 
 @dataclass(frozen=True, slots=True)

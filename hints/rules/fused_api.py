@@ -45,7 +45,10 @@ class FusedSpec:
     short: str  # message short name
     api: str  # the torch_npu API
     patterns: tuple[tuple[str, str], ...]  # (aten pattern, minimum CANN version)
-    kernel_types: str  # legacy Type sequence ("" none)
+    # Kernel ``Type`` patterns (``pattern_regex`` syntax) for profiles without framework ops: the
+    # graph-mode (legacy) sequence and the eager aclnn one; only sequences that determine the
+    # pattern by themselves (see kernel_match_confirmed for the static check they also need)
+    kernel_patterns: tuple[str, ...]
     transform: Callable[..., object]
     fix_npu: str  # <= 12 words
     fix_cuda: str  # <= 12 words
@@ -60,7 +63,8 @@ SPECS: tuple[FusedSpec, ...] = (
     FusedSpec(
         "NPU210", "fused-api-rms-norm", "RMSNorm written out", "torch_npu.npu_rms_norm",
         (("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}", "7.0.0"),),
-        "Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", fx.rms_norm,
+        ("Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", "(Cast){0,1}-Pow-ReduceMean-(Add|Adds)-Rsqrt-Mul"),
+        fx.rms_norm,
         "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
         "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
         keywords=r"\brsqrt\b",
@@ -73,7 +77,7 @@ SPECS: tuple[FusedSpec, ...] = (
             "(slice|chunk)-silu-mul", "(slice|chunk)-mul-silu", "(slice|chunk)-sigmoid-mul-mul",
             "(slice|chunk)-mul-sigmoid-mul", "(slice|chunk)-mul-mul-sigmoid",
         )),
-        "Slice-Slice-Swish-Mul", fx.swiglu,
+        ("Slice-Slice-Swish-Mul",), fx.swiglu,
         "Use torch_npu.npu_swiglu", "torch.compile the gated MLP",
         "mlp = torch.compile(mlp)  # fuses chunk-silu-mul into one kernel",
         keywords=r"\bsilu\b|\bsigmoid\b|\bchunk\(",
@@ -83,7 +87,7 @@ SPECS: tuple[FusedSpec, ...] = (
     FusedSpec(
         "NPU212", "fused-api-rotary-mul", "Rotary embedding written out", "torch_npu.npu_rotary_mul",
         (("(chunk)-neg-cat-(mul){0,2}-add", "7.0.RC1"), ("(slice)-neg-cat-(mul){0,2}-add", "7.0.RC1")),
-        "Mul-Slice-Neg-Slice-ConcatD-Mul", fx.rotary_mul,
+        ("Mul-Slice-Neg-Slice-ConcatD-Mul",), fx.rotary_mul,
         "Use torch_npu.npu_rotary_mul", "torch.compile the rotary embedding",
         "apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
         keywords=r"rotate_half|cat\(\s*[(\[]\s*-",
@@ -96,7 +100,9 @@ SPECS: tuple[FusedSpec, ...] = (
             ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
             ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
         ),
-        "", fx.attention,
+        ("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}-SoftmaxV2"
+         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",),
+        fx.attention,
         "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
         "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
         backend_fix=True,
@@ -107,7 +113,7 @@ SPECS: tuple[FusedSpec, ...] = (
     FusedSpec(
         "NPU214", "fused-api-fast-gelu", "Exact GELU", "torch_npu.fast_gelu",
         (("gelu", "6.3.RC2"),),
-        "", fx.fast_gelu,
+        (), fx.fast_gelu,
         "Use torch_npu.fast_gelu (approximation)", "Use the tanh GELU approximation",
         'y = F.gelu(x, approximate="tanh")',
         backend_fix=True,
@@ -118,7 +124,7 @@ SPECS: tuple[FusedSpec, ...] = (
     FusedSpec(
         "NPU215", "fused-api-confusion-transpose", "Transpose and reshape", "torch_npu.npu_confusion_transpose",
         (("(permute|transpose)-(contiguous){0,1}-(reshape|view)", "6.3.RC2"), ("(reshape|view)-(contiguous){0,1}-(permute|transpose)", "6.3.RC2")),
-        "", fx.confusion_transpose,
+        ("Transpose",), fx.confusion_transpose,
         "Use torch_npu.npu_confusion_transpose", "Drop .contiguous() where the consumer accepts strides",
         "out = out.transpose(1, 2).reshape(b, s, h)  # reshape copies only when it must",
         keywords=r"\.(permute|transpose)\(.*\.(view|reshape)\(|\.(view|reshape)\(.*\.(permute|transpose)\(",
@@ -128,7 +134,7 @@ SPECS: tuple[FusedSpec, ...] = (
     FusedSpec(
         "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
         (("softmax-(mul){0,1}-(masked_fill_)", "6.3.RC2"), ("softmax-(mul){0,1}-(add)", "6.3.RC2")),
-        "Cast-Mul-MaskedFill-SoftmaxV2-Cast", fx.scaled_masked_softmax,
+        ("Cast-Mul-MaskedFill-SoftmaxV2-Cast",), fx.scaled_masked_softmax,
         "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
         "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
         keywords=r"softmax",
@@ -138,7 +144,7 @@ SPECS: tuple[FusedSpec, ...] = (
     FusedSpec(
         "NPU217", "fused-api-add-layer-norm", "Residual add then LayerNorm", "torch_npu.npu_add_layer_norm",
         (("add-layer_norm", "8.0.RC1"),),
-        "Add-LayerNorm", fx.add_layer_norm,
+        ("Add-LayerNorm",), fx.add_layer_norm,
         "Use torch_npu.npu_add_layer_norm", "torch.compile the residual add and LayerNorm",
         "block = torch.compile(block)  # fuses the residual add into the LayerNorm",
         keywords=r"\+.*\bnorm|\bnorm\w*\(|layer_norm",
@@ -193,10 +199,11 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
     if len(toks.rows):
         for pattern, _v in active:
             found += [(m, pattern) for m in toks.find(pq.pattern_regex(pattern))]
-    elif ascend and spec.kernel_types and len(ctx.profile.kernels):
+    elif ascend and spec.kernel_patterns and len(ctx.profile.kernels):
         variant = "kernel"
         toks = pq.kernel_tokens(ctx)
-        found = [(m, spec.kernel_types) for m in toks.find(pq.literal_regex(spec.kernel_types))]
+        for pattern in spec.kernel_patterns:
+            found += [(m, pattern) for m in toks.find(pq.pattern_regex(pattern))]
     # Two patterns of one code can match the same ops: keep each start once (longest match).
     best: dict[int, tuple[tuple[int, int], str]] = {}
     for (a, b), pat in found:
@@ -206,7 +213,9 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
     for a in sorted(best):
         (a, b), pat = best[a]
         rows = toks.rows[a:b]
-        place = sq.place_ops(ctx, rows.tolist()) if variant == "host" else sq.place_kernels(ctx, rows.tolist())
+        place = sq.place_ops(ctx, rows.tolist()) if variant == "host" else _kernel_place(ctx, spec, rows.tolist())
+        if place is None:
+            continue
         g = groups.get(place.span)
         if g is None:
             groups[place.span] = g = Group(place, [], pat)
@@ -214,6 +223,25 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
     out = (variant, toks, list(groups.values()), gating)
     cache[spec.code] = out
     return out
+
+
+def _kernel_place(ctx: RuleContext, spec: FusedSpec, rows: list[int]) -> sq.Place | None:
+    """Anchor of a kernel-type match: the first statement, among those the attribution placed the
+    match's kernels on, whose text has the pattern's own spelling (``spec.keywords``). Kernel types
+    alone do not show a view (no kernel) nor which of two adjacent lines launched a kernel, so a
+    statement that cannot have written the pattern is a wrong anchor: None (no finding) when the
+    kernels were placed only on such statements. Unplaced matches keep no line (nothing to be wrong
+    about)."""
+    placed = False
+    for r in rows:
+        place = sq.place_kernels(ctx, [r])
+        if place.span is None:
+            continue
+        placed = True
+        index = sq.index_of(ctx, place.span.path)
+        if not spec.keywords or (index is not None and re.search(spec.keywords, sq.text(index, place.span))):
+            return place
+    return None if placed else sq.Place(None, Confidence.INFERRED)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -248,13 +248,29 @@ def _loose_apis(ctx: RuleContext, blocking: list[int]) -> list[int]:
     return out
 
 
-def _sync_call(index: SourceIndex, line: int, function: str | None) -> CallSite | None:
-    def is_sync(c: CallSite) -> bool:
-        return (c.name in ITEM_CALLS and bool(c.receiver)) or c.qualname in SCALAR_BUILTINS or c.qualname in SYNC_CALLS \
-            or c.name in NONZERO_CALLS
+def _is_sync(c: CallSite) -> bool:
+    return (c.name in ITEM_CALLS and bool(c.receiver)) or c.qualname in SCALAR_BUILTINS or c.qualname in SYNC_CALLS \
+        or c.name in NONZERO_CALLS
 
+
+def _sync_call(index: SourceIndex, line: int, function: str | None) -> CallSite | None:
     # innermost first: loss.item() before the print(...) around it
-    return sq.call_on_line(index, line, is_sync, function)
+    return sq.call_on_line(index, line, _is_sync, function)
+
+
+def _only_sync_line_in_training_loop(ctx: RuleContext) -> tuple[SourceIndex, CallSite] | None:
+    """The sync call of the only statement of the workspace's training loops that can block the host
+    (``.item()``, ``.cpu()``, ``float(t)``, ``synchronize()``, ``nonzero``), or None when there are
+    none or several (two candidates: neither is picked)."""
+    lines: dict[tuple[str, int], tuple[SourceIndex, CallSite]] = {}
+    for index in sq.indexes(ctx):
+        for loop in sq.training_loops(index):
+            for i in loop.calls:
+                c = index.calls[i]
+                if _is_sync(c) and (index.path, c.span.line) not in lines:
+                    inner = _sync_call(index, c.span.line, c.function)
+                    lines[(index.path, c.span.line)] = (index, inner or c)
+    return next(iter(lines.values())) if len(lines) == 1 else None
 
 
 def _anchor_op(ctx: RuleContext, row: int) -> tuple[SourceIndex, CallSite, Confidence] | None:
@@ -313,6 +329,12 @@ class _Neighbours:
             return found
         if event in self.removed:
             return None  # the synchronize() was there when profiled and is gone: not another one
+        if not len(ctx.profile.host_ops):
+            # msprof CLI form: no framework op to stand between, only the runtime's stream sync; one
+            # statement of the training loop can block the host -> that one, inferred
+            only = _only_sync_line_in_training_loop(ctx)
+            if only is not None:
+                return only[0], only[1], Confidence.INFERRED
         hits = [(ix, c) for ix, c in sq.calls_where(ctx, lambda ix, c: c.qualname in SYNC_CALLS) if c.in_loop]
         if len(hits) == 1:
             return hits[0][0], hits[0][1], Confidence.INFERRED

@@ -39,9 +39,13 @@ APPLY_KERNELS = {
     "ApplyMomentum": "SGD", "ApplyMomentumD": "SGD", "ApplyRMSProp": "RMSprop", "ApplyRMSPropD": "RMSprop",
     "ApplyAdadelta": "Adadelta", "ApplyAdadeltaD": "Adadelta",
 }
+# Single-tensor Adam/AdamW's per-parameter update as eager aclnn kernels: exp_avg_sq.addcmul_, the
+# denominator sqrt / bias correction + eps, param.addcdiv_ (the kernel types determine the update)
+ADAM_UPDATE = "Addcmul-Sqrt-(RealDiv|Div|Divs)-(Add|Adds)-Addcdiv"
 MULTI_TENSOR = ("_fused_", "_foreach_")
 CLIP_CALLS = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_")
 CLIP_PATTERN = "add-reciprocal-mul"
+CLIP_KERNELS = "(Add|Adds)-Reciprocal-(Mul|Muls)"  # the same coefficient as eager aclnn kernels
 NORM_KERNELS = ("LpNormReduceV2", "LpNormUpdateV2")
 PER_TENSOR_NORMS = ("linalg_vector_norm", "norm")
 
@@ -169,31 +173,53 @@ class FusedOptimizer(Rule):
             if t in APPLY_KERNELS:
                 per.setdefault(APPLY_KERNELS[t], []).append(i)
         for name, idx in sorted(per.items()):
-            n = len(idx)
-            if n < 2 * ctx.num_steps:  # one kernel per step is already a fused update
+            if len(idx) < 2 * ctx.num_steps:  # one kernel per step is already a fused update
                 continue
-            sub = k.iloc[idx]
-            total = int(sub["dur_ns"].sum())
-            span, conf = _optimizer_construction(ctx, name, None)
-            conf = Confidence.INFERRED
-            evidence = {
-                "backend": ctx.backend, "optimizer": name, "apply_kernels": n,
-                "apply_kernels_per_step": round(n / ctx.num_steps, 1),
-                "kernel_types": dict(Counter(types[idx]).most_common(4)),
-                "matched_in": "kernel types",
-            }
-            transforms = (fx.fused_optimizer, fx.npu_fused_optimizer)
-            fixes = _fix_list(ctx, span, transforms, evidence)
-            msg = ctx.message(
-                f"Unfused {name}",
-                total_ns=total,
-                count=round(n / ctx.num_steps),
-                unit=f"{sorted(set(types[idx]))[0]} kernels",
-                qualifier="one per parameter",
-                diagnosis="the optimizer updates one parameter at a time",
-                fix=f"Use torch_npu.optim.NpuFused{name} or fused=True",
-            )
-            yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes)
+            yield self._kernel_finding(ctx, name, k.iloc[idx], f"{sorted(set(types[idx]))[0]} kernels", "apply_kernels")
+        if per:
+            return
+        # eager (aclnn) single-tensor Adam/AdamW: no Apply kernel, the update spelled out per parameter
+        toks = pq.kernel_tokens(ctx)
+        found = toks.find(pq.pattern_regex(ADAM_UPDATE))
+        name = _constructed_adam(ctx)
+        if len(found) < 2 * ctx.num_steps or name is None:
+            return  # one per step is a fused update; no single Adam/AdamW construction: no class to name
+        rows = np.concatenate([toks.rows[a:b] for a, b in found])
+        yield self._kernel_finding(ctx, name, k.loc[rows], "update kernels", "update_sequences", matches=len(found),
+                                   pattern=ADAM_UPDATE)
+
+    def _kernel_finding(self, ctx: RuleContext, name: str, sub, unit: str, count_key: str, *,  # noqa: ANN001
+                        matches: int | None = None, pattern: str = "") -> Finding:
+        """Kernel-only evidence (no host ops): ``sub`` are the per-parameter update kernels."""
+        n = len(sub) if matches is None else matches
+        total = int(sub["dur_ns"].sum())
+        span, _conf = _optimizer_construction(ctx, name, None)
+        evidence = {
+            "backend": ctx.backend, "optimizer": name, count_key: n,
+            f"{count_key}_per_step": round(n / ctx.num_steps, 1),
+            "kernel_types": dict(Counter(pq.kernel_types(sub)).most_common(4)),
+            "matched_in": "kernel types",
+            **({"pattern": pattern, "kernels": len(sub)} if pattern else {}),
+        }
+        transforms = (fx.fused_optimizer, fx.npu_fused_optimizer)
+        fixes = _fix_list(ctx, span, transforms, evidence)
+        msg = ctx.message(
+            f"Unfused {name}",
+            total_ns=total,
+            count=round(len(sub) / ctx.num_steps),
+            unit=unit,
+            qualifier="one per parameter" if not pattern else f"{round(n / ctx.num_steps)} parameters",
+            diagnosis="the optimizer updates one parameter at a time",
+            fix=f"Use torch_npu.optim.NpuFused{name} or fused=True",
+        )
+        return ctx.finding(self, span=span, message=msg, total_ns=total, confidence=Confidence.INFERRED,
+                           evidence=evidence, fixes=fixes)
+
+
+def _constructed_adam(ctx: RuleContext) -> str | None:
+    """Adam or AdamW, whichever the workspace constructs (None: neither, or both)."""
+    names = [n for n in ("AdamW", "Adam") if next(sq.calls_named(ctx, (f"torch.optim.{n}", f"torch.optim.{n.lower()}.{n}")), None)]
+    return names[0] if len(names) == 1 else None
 
 
 @register
@@ -231,6 +257,14 @@ class FusedGradClip(Rule):
             return
         rows = np.concatenate([toks.rows[a:b] for a, b in matches]) if matches else np.zeros(0, dtype=np.int64)
         matched_ns = pq.op_time_ns(p, rows.tolist()) if len(rows) else 0
+        coefficient = []
+        if not len(toks.rows) and ascend and n_norm >= 2 * ctx.num_steps:
+            # kernels only (msprof CLI): the coefficient's kernels count with the norms, as its ops do
+            ktoks = pq.kernel_tokens(ctx)
+            coefficient = ktoks.find(pq.pattern_regex(CLIP_KERNELS))
+            if coefficient:
+                krows = np.concatenate([ktoks.rows[a:b] for a, b in coefficient])
+                matched_ns = int(k.loc[krows, "dur_ns"].sum())
         norm_ns = int(k["dur_ns"].to_numpy(np.int64)[norm_k].sum()) if n_norm else 0
         total = matched_ns + norm_ns
         if matches:
@@ -250,6 +284,7 @@ class FusedGradClip(Rule):
             "norm_kernels": dict(Counter(types[norm_k]).most_common()) if n_norm else {},
             "norm_kernels_per_step": round(n_norm / ctx.num_steps, 1),
             "per_tensor_norm_ops": per_tensor,
+            "coefficient_kernel_matches": len(coefficient),
             "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = _fix_list(ctx, span, (fx.fused_grad_clip,), evidence)

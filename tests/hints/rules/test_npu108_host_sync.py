@@ -112,3 +112,55 @@ def test_2024_fixture_item_after_the_optimizer_step():
     assert f.time_per_step_us == pytest.approx(total, abs=1e-2)
     assert f.share == pytest.approx(total / step, rel=1e-5)
     assert f.severity is Severity.WARNING and f.span is None
+
+
+# -- msprof CLI form: no framework ops, only the runtime's stream sync and the read after it ---------
+
+LOOP_SRC = '''import torch
+
+
+def train(model, loader, optimizer):
+    for step, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"step {step} loss {loss.item():.4f}")
+'''
+
+
+def _msprof_sync(tmp_path, src: str):
+    from rulekit import ProfileBuilder, findings
+
+    from msprof_lsp.mapping.profile.model import ProfileKind
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(src, encoding="utf-8")
+    b = ProfileBuilder(kind=ProfileKind.MSPROF, steps=2, step_us=5_000)
+    for s in range(2):
+        t = 5_000 * s
+        b.kernel("aclnnMm_MatMulCommon_MatMulV2", t + 100, 2_000, type="MatMulV2")
+        b.event("AscendCL@aclrtSynchronizeStream", "cann", t + 150, 1_950)
+        b.event("AscendCL@aclrtMemcpy", "cann", t + 2_110, 9)
+    return findings(b.build(), ["NPU108"], [root]), root
+
+
+def test_msprof_stream_sync_lands_on_the_only_blocking_statement_of_the_training_loop(tmp_path):
+    from rulekit import applied
+
+    fs, root = _msprof_sync(tmp_path, LOOP_SRC)
+    [f] = fs
+    assert f.confidence is Confidence.INFERRED and span_text(f.span) == "loss.item()"
+    assert f.time_per_step_us == pytest.approx(1_950)
+    assert f.evidence["syncs"] == [{"op": "AscendCL@aclrtSynchronizeStream", "count": 2, "total_us": 3900.0}]
+    new = applied(LOOP_SRC, f.fixes[0])
+    compile(new, "train.py", "exec")
+    assert "loss.item()" in new and "if step % " in new
+
+
+def test_msprof_stream_sync_with_two_blocking_statements_in_the_loop_names_no_line(tmp_path):
+    two = LOOP_SRC.replace("        optimizer.zero_grad()\n", "        optimizer.zero_grad()\n        grad = x.grad.cpu()\n")
+    assert two != LOOP_SRC
+    [f] = _msprof_sync(tmp_path, two)[0]
+    assert f.span is None

@@ -248,3 +248,87 @@ def test_each_code_gated_anchored_and_fixed(tmp_path, code):
     assert f.time_per_step_us == pytest.approx(10.0 * n_matched)
     assert f.evidence["sequence"] == "-".join(a[6:] for a, *_ in ops[len(ops) - n_matched:])
     assert fixed in applied(text, f.fixes[0])
+
+
+# -- msprof CLI form: eager aclnn kernel types, anchored by the attribution --------------------------
+
+KERNEL_SRC = '''import torch
+from torch import nn
+
+
+class Mixer(nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.inp = nn.Linear(48, d)
+        self.out = nn.Linear(d, 10)
+        self.eps = 1e-6
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        x = self.inp(x)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        y = x.view(2, 16, 64).permute(1, 0, 2).contiguous()
+        return self.out(y)
+'''
+
+
+def _kernel_only(tmp_path: Path, kernels, src: str = KERNEL_SRC) -> list:
+    """msprof CLI profile (kernels only) of ``KERNEL_SRC``: the attribution anchors the kernels
+    between the shape-matched ``inp`` and ``out`` matmuls by launch order."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "mapping"))
+    from srcmap_builder import ProfileBuilder as KernelProfile
+
+    from msprof_lsp.hints.context import RuleContext
+    from msprof_lsp.hints.engine import run_rules
+    from msprof_lsp.hints.registry import rules_matching
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
+
+    root = tmp_path / "proj"
+    root.mkdir(parents=True)
+    (root / "mixer.py").write_text(src, encoding="utf-8")
+    b = KernelProfile(kind=ProfileKind.MSPROF)
+    for t, (api, typ, shapes, out) in enumerate(kernels):
+        b.kernel(f"{api}_{typ}AiCore_{typ}", typ, 1000 * t, 100, core="AI_VECTOR_CORE", shapes=shapes,
+                 out_shapes=out)
+    prof = b.build()
+    ws = SourceWorkspace([root])
+    ctx = RuleContext(prof, attribute(prof, ws), ws, RuleConfig(min_share=0.0))
+    return run_rules(ctx, rules_matching(["NPU210", "NPU215"]))
+
+
+# (aclnn API, OpType, input shapes, output shapes): the msprof op name embeds the API
+MM_IN = ("aclnnMm", "MatMulV2", "32,48;64,48", "32,64")
+MM_OUT = ("aclnnMm", "MatMulV2", "32,64;10,64", "32,10")
+RMS_KERNELS = (("aclnnPowTensorScalar", "Pow", "32,64", "32,64"), ("aclnnMean", "ReduceMean", "32,64", "32,1"),
+               ("aclnnAdds", "Adds", "32,1", "32,1"), ("aclnnRsqrt", "Rsqrt", "32,1", "32,1"),
+               ("aclnnMul", "Mul", "32,64;32,1", "32,64"), ("aclnnMul", "Mul", "32,64;64", "32,64"))
+TRANSPOSE = ("aclnnInplaceCopy", "Transpose", "32,64", "64,32")
+FORWARD = (MM_IN, *RMS_KERNELS, TRANSPOSE, MM_OUT)
+
+
+def test_eager_rms_norm_kernels_land_on_the_written_out_norm(tmp_path):
+    """Pow-ReduceMean-Adds-Rsqrt-Mul (the eager aclnn kernels of the written-out norm): the
+    attribution puts the first two on the matmul's line before it, the rest on the norm's; the
+    finding takes the first of those statements that spells the norm (rsqrt), inferred."""
+    fs = _kernel_only(tmp_path, FORWARD)
+    [f] = only(fs, "NPU210")
+    assert f.confidence is Confidence.INFERRED and f.evidence["matched_in"] == "kernel types"
+    assert f.span is not None and f.span.line == line_of(KERNEL_SRC, "x = x * torch.rsqrt(")
+    assert f.evidence["sequence"] == "Pow-ReduceMean-Adds-Rsqrt-Mul"
+    assert f.evidence["kernels"] == 5
+
+
+
+
+def test_a_transpose_kernel_counts_as_confusion_transpose_only_where_the_line_spells_view_and_permute(tmp_path):
+    """A ``Transpose`` kernel only says a permuted tensor was copied; the view/reshape has no
+    kernel, so NPU215 reports where the anchored statement spells permute + view
+    (``view(...).permute(...).contiguous()``) and stays silent on a copy with no view."""
+    [f] = only(_kernel_only(tmp_path, FORWARD), "NPU215")
+    assert f.span is not None and f.span.line == line_of(KERNEL_SRC, "y = x.view(2, 16, 64)")
+    no_view = KERNEL_SRC.replace("x.view(2, 16, 64).permute(1, 0, 2).contiguous()", "x.t().contiguous()")
+    assert no_view != KERNEL_SRC
+    assert only(_kernel_only(tmp_path / "other", FORWARD, no_view), "NPU215") == []

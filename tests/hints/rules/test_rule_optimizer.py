@@ -152,6 +152,52 @@ def test_kernel_only_apply_kernels_per_step(per_step, fires):
     assert bool(only(findings(b.build(), ["NPU220"]), "NPU220")) is fires
 
 
+# single-tensor AdamW as eager aclnn kernels, per parameter (no Apply kernel): weight decay,
+# exp_avg, exp_avg_sq, then the update the rule recognises (Addcmul-Sqrt-RealDiv-Adds-Addcdiv)
+ADAMW_PARAM = ("Muls", "Add", "Muls", "Addcmul", "Sqrt", "RealDiv", "Adds", "Addcdiv")
+
+
+def _eager_adam_profile(params: int) -> tuple[Profile, list[float]]:
+    b = ProfileBuilder(kind=ProfileKind.MSPROF, steps=2)
+    core = []
+    for s in range(2):
+        t = s * 10_000 + 100
+        for p in range(params):
+            for j, typ in enumerate(ADAMW_PARAM):
+                dur = 2.0 + j + 0.5 * p
+                b.kernel(f"aclnn{typ}_{typ}AiCore_{typ}", t, dur, type=typ, core="AI_VECTOR_CORE")
+                if j >= 3:
+                    core.append(dur)
+                t += 20
+    return b.build(), core
+
+
+@pytest.mark.parametrize(("params", "fires"), [(1, False), (3, True)])
+def test_kernel_only_eager_adamw_update_per_parameter(tmp_path, params, fires):
+    """msprof CLI form of a single-tensor AdamW: the per-parameter update kernels, anchored on the
+    workspace's one AdamW construction; one update per step is a fused optimizer's, no finding."""
+    (tmp_path / "train.py").write_text(OPT_SRC)
+    profile, core = _eager_adam_profile(params)
+    fs = only(findings(profile, ["NPU220"], [tmp_path]), "NPU220")
+    assert bool(fs) is fires
+    if fires:
+        [f] = fs
+        assert f.span.line == line_of(OPT_SRC, "opt = torch.optim.AdamW(") and f.confidence is Confidence.INFERRED
+        assert f.evidence["update_sequences"] == 2 * params and f.evidence["kernels"] == len(core)
+        assert f.time_per_step_us == pytest.approx(sum(core) / 2)
+        assert "fused=True" in applied(OPT_SRC, f.fixes[0])
+
+
+def test_kernel_only_eager_adam_update_without_a_single_construction_is_silent(tmp_path):
+    """Adam and AdamW both constructed: the kernels do not say which one ran, so no finding."""
+    both = OPT_SRC.replace(
+        "    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n",
+        "    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n    other = torch.optim.Adam(model.parameters())\n")
+    assert both != OPT_SRC
+    (tmp_path / "train.py").write_text(both)
+    assert not only(findings(_eager_adam_profile(3)[0], ["NPU220"], [tmp_path]), "NPU220")
+
+
 CLIP_SRC = '''import torch
 
 
@@ -196,3 +242,23 @@ def test_ascend_lp_norm_kernels_per_step(per_step, fires):
     for i in range(per_step):
         b.kernel(f"LpNormReduceV2{i}", 100 + 40 * i, 12, type="LpNormReduceV2", core="AI_VECTOR_CORE")
     assert bool(only(findings(b.build(), ["NPU221"]), "NPU221")) is fires
+
+
+def test_kernel_only_clip_counts_the_coefficient_kernels_with_the_norms(tmp_path):
+    """msprof CLI form: per-tensor norms, then max_norm / (total + eps) as Adds-Reciprocal-Muls
+    kernels; the finding's time is those kernels and the norms (the host form counts the same ops),
+    anchored on the workspace's clip_grad_norm_ call."""
+    (tmp_path / "clip.py").write_text(CLIP_SRC)
+    b = ProfileBuilder(kind=ProfileKind.MSPROF)
+    t, durs = 100, []
+    for typ in ("LpNormReduceV2", "LpNormUpdateV2", "LpNormReduceV2", "LpNormUpdateV2", "Adds", "Reciprocal", "Muls",
+                "Mul", "Mul"):
+        d = 3.0 + len(durs)
+        b.kernel(f"aclnn{typ}_{typ}", t, d, type=typ, core="AI_VECTOR_CORE")
+        durs.append((typ, d))
+        t += 20
+    [f] = only(findings(b.build(), ["NPU221"], [tmp_path]), "NPU221")
+    counted = sum(d for typ, d in durs if typ.startswith("LpNorm") or typ in ("Adds", "Reciprocal", "Muls"))
+    assert f.time_per_step_us == pytest.approx(counted)
+    assert f.evidence["coefficient_kernel_matches"] == 1 and f.confidence is Confidence.INFERRED
+    assert f.span.line == line_of(CLIP_SRC, "clip_grad_norm_(")
