@@ -15,7 +15,8 @@ from typing import TextIO
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.source.critical_path import critical_path
-from msprof_lsp.mapping.source.compare import compare
+from msprof_lsp.mapping.source.compare import Comparison, compare
+from msprof_lsp.hints.verify import FindingChange, classify
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.jobs import Job
@@ -56,10 +57,16 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
     return settings
 
 
-def _baseline_comparison(analysis: pipeline.Analysis, baseline: Path, settings: Settings, use_cache: bool):
+def _baseline_comparison(
+    analysis: pipeline.Analysis, baseline: Path, settings: Settings, use_cache: bool
+) -> tuple[Comparison, list[FindingChange]]:
+    """Per-line heat and per-finding states of ``baseline`` against the analysed run; the
+    baseline is attributed and checked against the current source, so both sides match by text."""
     loaded = pipeline.load([baseline], settings, use_cache=use_cache)
-    before_heat = attribute(loaded.profile, analysis.workspace).heat
-    return compare(str(baseline), loaded.profile, before_heat, analysis.profile, analysis.attribution.heat)
+    before_attr = attribute(loaded.profile, analysis.workspace)
+    before_findings = pipeline.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False)
+    cmp = compare(str(baseline), loaded.profile, before_attr.heat, analysis.profile, analysis.attribution.heat)
+    return cmp, classify(before_findings, analysis.findings)
 
 
 def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
@@ -88,12 +95,12 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                                           on_jobs=lambda found, base: _say_jobs(found, base, warn))
         baseline = args.baseline or settings.baseline
         for a in analyses:
-            comparison = None
+            comparison, changes = None, []
             if baseline:
                 bpath = Path(baseline) if args.baseline else settings.resolve_path(baseline)
                 if not bpath.exists():
                     raise CheckFailed(f"{bpath}: no such file or directory (--baseline)")
-                comparison = _baseline_comparison(a, bpath, settings, use_cache)
+                comparison, changes = _baseline_comparison(a, bpath, settings, use_cache)
             jobs.append(
                 JobReport(
                     profile=a.profile,
@@ -104,6 +111,7 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                     cluster=a.loaded.cluster,
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
                     comparison=comparison,
+                    finding_changes=changes,
                 )
             )
     merge_repeated(jobs, cwd)

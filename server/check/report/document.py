@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Fix
+from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison
 from msprof_lsp.mapping.source.critical_path import CriticalPath
 from msprof_lsp.mapping.source.heat import SpanHeat
@@ -235,7 +236,19 @@ def breakdown_dict(b: TimeBreakdown) -> dict[str, Any]:
             "steps": [_step_times(s) for s in b.steps]}
 
 
-def baseline_dict(cmp: Comparison | None, cwd: Path) -> dict[str, Any] | None:
+def _figures(f: Finding | None) -> dict[str, Any] | None:
+    return None if f is None else {"severity": f.severity.value, "share": round(f.share, 6),
+                                   "device_time_us": round(f.time_per_step_us, 3), "message": f.message}
+
+
+def finding_change_dict(c: FindingChange, cwd: Path) -> dict[str, Any]:
+    """One baseline finding's fate; the place is the current finding's (the baseline's when resolved)."""
+    f = c.finding
+    return {"code": c.code, "state": c.state.value, "path": rel_path(f.span.path, cwd) if f.span else None,
+            "line": f.span.line if f.span else None, "before": _figures(c.before), "after": _figures(c.after)}
+
+
+def baseline_dict(cmp: Comparison | None, cwd: Path, changes: Sequence[FindingChange] = ()) -> dict[str, Any] | None:
     if cmp is None:
         return None
     return {
@@ -250,4 +263,5 @@ def baseline_dict(cmp: Comparison | None, cwd: Path) -> dict[str, Any] | None:
         "operators": [
             {"type": c.key, "before_us": round(c.before_us, 3), "after_us": round(c.after_us, 3)} for c in cmp.operators
         ],
+        "findings": [finding_change_dict(c, cwd) for c in changes],
     }

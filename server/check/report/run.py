@@ -8,6 +8,7 @@ from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Fix, Severity
 from msprof_lsp.hints.fixes.edits import edited_lines
+from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison
 from msprof_lsp.mapping.source.critical_path import CriticalPath
 from msprof_lsp.mapping.source.heat import SourceHeat
@@ -26,6 +27,7 @@ class JobReport:
     cluster: ClusterSummary | None = None
     ranks: list[int] = field(default_factory=list)
     comparison: Comparison | None = None
+    finding_changes: list[FindingChange] = field(default_factory=list)  # with a baseline: per finding
     notes: list[str] = field(default_factory=list)
     critical_path: CriticalPath | None = None
 
@@ -117,5 +119,6 @@ class CheckRun:
             "profiles": profiles,
             "findings": findings,
             "hotspots": hotspots,
-            "baseline": document.baseline_dict(first.comparison if first else None, cwd),
+            "baseline": document.baseline_dict(first.comparison if first else None, cwd,
+                                               first.finding_changes if first else []),
         }

@@ -13,7 +13,7 @@ from typing import Any
 
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.registry import all_rules
-from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.hints.verify import FindingState, line_text
 
 from ...protocol import rule_doc_url
 from . import document
@@ -22,15 +22,10 @@ from .run import CheckRun
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 MAX_RESULTS = 5000
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note", Severity.HINT: "note"}
+# SARIF 2.1.0's baselineState values for our finding states (docs/cli.md)
+BASELINE_STATE = {FindingState.NEW: "new", FindingState.PERSISTING: "unchanged", FindingState.IMPROVED: "updated",
+                  FindingState.REGRESSED: "updated", FindingState.RESOLVED: "absent"}
 _DEFAULT_LEVEL = {None: "warning", Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note", Severity.HINT: "note"}
-
-
-def _line_text(path: str, line: int, cache: dict[str, list[str]]) -> str:
-    if path not in cache:
-        text = safe_io.read_source_text(path)
-        cache[path] = text.splitlines() if text is not None else []
-    lines = cache[path]
-    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
 def fingerprints(findings: list[Finding], cwd: Path) -> list[str]:
@@ -40,7 +35,7 @@ def fingerprints(findings: list[Finding], cwd: Path) -> list[str]:
     out = []
     for f in findings:
         path = document.rel_path(f.span.path, cwd) if f.span else ""
-        text = _line_text(f.span.path, f.span.line, cache) if f.span else f.message
+        text = line_text(f.span.path, f.span.line, cache) if f.span else f.message
         key = (f.code, path, text)
         n = seen.get(key, 0)
         seen[key] = n + 1
@@ -52,7 +47,7 @@ def _region(line: int, col: int, end_line: int, end_col: int) -> dict[str, int]:
     return {"startLine": line, "startColumn": col + 1, "endLine": end_line, "endColumn": end_col + 1}
 
 
-def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str) -> dict[str, Any]:
+def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str, state: FindingState | None = None) -> dict[str, Any]:
     r: dict[str, Any] = {
         "ruleId": f.code,
         "level": _LEVEL[f.severity],
@@ -64,6 +59,8 @@ def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str) -> dict[
             "confidence": f.confidence.value,
         },
     }
+    if state is not None:
+        r["baselineState"] = BASELINE_STATE[state]
     if f.code in rule_index:
         r["ruleIndex"] = rule_index[f.code]
     if f.span:
@@ -115,7 +112,15 @@ def render_document(run: CheckRun) -> dict[str, Any]:
     findings = sorted(run.findings, key=lambda f: (-f.severity.rank, -f.share, f.sort_key()))
     truncated = len(findings) > MAX_RESULTS
     findings = findings[:MAX_RESULTS]
+    states = {id(c.after): c.state for j in run.jobs for c in j.finding_changes if c.after is not None}
+    compared = any(j.comparison is not None for j in run.jobs)
+    # a baseline's finding that is gone is a result too ("absent"), after the current ones
+    gone = [c.before for j in run.jobs for c in j.finding_changes if c.state is FindingState.RESOLVED and c.before]
+    gone = gone[: max(MAX_RESULTS - len(findings), 0)]
     fps = fingerprints(findings, run.cwd)
+    results = [_result(f, rule_index, run.cwd, fp, states.get(id(f), FindingState.NEW) if compared else None)
+               for f, fp in zip(findings, fps)]
+    results += [_result(f, rule_index, run.cwd, fp, FindingState.RESOLVED) for f, fp in zip(gone, fingerprints(gone, run.cwd))]
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -143,7 +148,7 @@ def render_document(run: CheckRun) -> dict[str, Any]:
                 },
                 "columnKind": "unicodeCodePoints",
                 "originalUriBaseIds": {"%SRCROOT%": {"uri": run.cwd.resolve().as_uri() + "/"}},
-                "results": [_result(f, rule_index, run.cwd, fp) for f, fp in zip(findings, fps)],
+                "results": results,
                 "properties": {"truncated": truncated, "profiles": [document.rel_path(j.profile.meta.path, run.cwd) for j in run.jobs]},
             }
         ],

@@ -7,9 +7,11 @@ pasted back into ``--profile``. Colour only when asked.
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 from collections.abc import Iterable
 
 from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profile_breakdown
 from msprof_lsp.mapping.units import format_share, format_us
@@ -190,6 +192,14 @@ def baseline(job: JobReport, run: CheckRun) -> list[str]:
                 f"  {title:9} {document.rel_path(c.path, run.cwd)}:{c.line}: "
                 f"{format_us(c.before_us)} → {format_us(c.after_us)}/step{r}"
             )
+    if job.finding_changes:
+        counts = Counter(c.state for c in job.finding_changes)
+        out.append("  findings: " + ", ".join(f"{counts[s]} {s.value}" for s in FindingState if counts[s]))
+        for c in job.finding_changes:
+            f = c.finding
+            place = f"{document.rel_path(f.span.path, run.cwd)}:{f.span.line}" if f.span else "(profile)"
+            figures = " → ".join("—" if x is None else f"{format_us(x.time_per_step_us)}/step" for x in (c.before, c.after))
+            out.append(f"  {c.state.value:10} {c.code} {place}: {figures}")
     return out
 
 
