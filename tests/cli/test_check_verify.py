@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from cli_support import isolated_cache  # noqa: F401 - autouse fixture
-from cli_support import CnnKnobs, copy_sample_sources, run_cli, single_rank, write_cnn_profiles
+from cli_support import CnnKnobs, copy_sample_sources, fits_80_columns, run_cli, single_rank, write_cnn_profiles
 
 
 @pytest.fixture()
@@ -53,6 +53,9 @@ def test_each_finding_has_its_state(fixed_run, capsys):
     text = run_cli(argv, capsys).out
     assert f"resolved   NPU104 cnn_classifier/train.py:{loader['line']}:" in text
     assert f"improved   NPU102 cnn_classifier/train.py:{comm['line']}:" in text
+    counts = {s: sum(f["state"] == s for f in by.values()) for s in ("resolved", "improved", "new")}
+    assert f"{counts['resolved']} resolved, {counts['improved']} improved" in text and f"{counts['new']} new" in text
+    assert fits_80_columns(text)
 
 
 def test_sarif_baseline_state(fixed_run, capsys):
