@@ -82,8 +82,8 @@ def _state(before: Finding, after: Finding, tolerance: float) -> FindingState:
 def classify(before: list[Finding], after: list[Finding], *, tolerance: float = TOLERANCE) -> list[FindingChange]:
     """Every baseline finding as resolved / improved / persisting / regressed, then the new ones;
     sorted by file, line and code of the finding shown."""
-    order = lambda fs: sorted(fs, key=Finding.sort_key)  # noqa: E731 - occurrence numbers follow source order
-    before, after = order(before), order(after)
+    # occurrence numbers follow source order on both sides
+    before, after = sorted(before, key=Finding.sort_key), sorted(after, key=Finding.sort_key)
     cache: dict[str, list[str]] = {}
     now = dict(zip(place_keys(after, cache), after))
     matched: set[int] = set()
