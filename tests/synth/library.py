@@ -337,9 +337,9 @@ def grad_seed() -> Launch:
 
 
 def allreduce(size_mb: float, *, dur_us: float, link: str = "HCCS", transit_share: float = 0.8,
-              wait_share: float = 0.1, core: str = COMMUNICATION, packet_mb: float = 4.0) -> OpSpec:
-    """A DDP bucket all-reduce: ``c10d::allreduce_`` launching ``hcom_allReduce__<n>_0_1`` on the
-    comm stream."""
+              wait_share: float = 0.1, core: str = COMMUNICATION, packet_mb: float | None = None) -> OpSpec:
+    """A DDP bucket all-reduce of ``size_mb`` (10^6 B) of gradients: ``c10d::allreduce_`` launching
+    ``hcom_allReduce__<n>_0_1`` on the comm stream."""
     k = KernelSpec("hcom_allReduce__{n}_0_1", "hcom_allReduce_", core, us(dur_us), block_dim=0,
                    comm=CommInfo(size_mb=size_mb, link=link, transit_share=transit_share, wait_share=wait_share,
                                  packet_mb=packet_mb))

@@ -15,6 +15,7 @@ the executing line (``def_line`` is what Kineto records for functions entered af
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Union
@@ -90,15 +91,41 @@ def first_user_frame(stack: Stack) -> Frame | None:
     return None
 
 
+RING_CHUNK_ALIGN = 16384  # bytes: HCCL rounds each ring chunk up to this
+
+
 @dataclass(frozen=True, slots=True)
 class CommInfo:
     """communication.json figures of one collective kernel."""
 
-    size_mb: float  # bytes moved per rank
+    size_mb: float  # the gradient bucket all-reduced, MB of 10^6 B (fp32: rounded to 4 B multiples)
     link: str = "HCCS"  # RDMA, HCCS, PCIE, SDMA, SIO
     transit_share: float = 0.8  # of the elapse time spent moving data
     wait_share: float = 0.1  # of the elapse time waiting for peers
-    packet_mb: float = 4.0  # Size Distribution bucket
+    packet_mb: float | None = None  # None: a ring all-reduce's chunks; else whole packets of this size
+
+    @property
+    def bucket_bytes(self) -> int:
+        return round(self.size_mb * 1e6 / 4) * 4
+
+    def packets(self, rank: int, ranks: int) -> list[int]:
+        """Bytes of each packet ``rank`` sends; they sum to its Transit Size.
+
+        A ring all-reduce over ``ranks`` splits the bucket into one chunk per rank, each rounded up
+        to 16 KiB with the remainder in the last (the real 8-rank AlexNet job's chunks fit this),
+        and sends ``ranks - 1`` chunks in the reduce-scatter and as many in the all-gather.
+        ``packet_mb`` instead models a transfer of whole packets of one size (threshold tests)."""
+        if self.packet_mb is not None:
+            size = round(self.packet_mb * 1e6)
+            return [size] * max(1, math.ceil(self.bucket_bytes / size))
+        if ranks <= 1:
+            return [self.bucket_bytes]
+        chunk = -(-self.bucket_bytes // ranks // RING_CHUNK_ALIGN) * RING_CHUNK_ALIGN
+        sizes = [max(0, min(chunk, self.bucket_bytes - i * chunk)) for i in range(ranks)]
+        # step s of the reduce-scatter sends chunk (rank - s); of the all-gather, chunk (rank + 1 - s)
+        sent = [sizes[(rank - s) % ranks] for s in range(ranks - 1)]
+        sent += [sizes[(rank + 1 - s) % ranks] for s in range(ranks - 1)]
+        return [b for b in sent if b]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ dataclass per sample) chosen so the generated profiles show the seed problems;
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,7 +128,6 @@ class CnnKnobs:
     fc_mm_us: float = 11.0
     head_gap_us: float = 60.0  # host time before each head line (Python between statements)
     allreduce_us: float = 1500.0  # one DDP bucket after backward on a slow link: NPU102, and the sync after it (NPU108)
-    allreduce_mb: float = 2.26
     sgd_kernel_us: float = 2.2
     gap_us: float = 60.0  # logging between steps
 
@@ -152,6 +152,8 @@ class CnnSources:
 
 CNN_PARAMS = ((16, 3, 3, 3), (16,), (16,), (32, 16, 3, 3), (32,), (32,), (256, 2048), (256,), (128, 256), (128,),
               (64, 128), (64,), (10, 64), (10,))
+# DDP's one bucket (all 571,482 fp32 gradients fit under its 25 MB cap): 2,285,928 B
+CNN_GRAD_MB = sum(math.prod(p) for p in CNN_PARAMS) * 4 / 1e6
 
 
 def _cnn_forward(src: CnnSources, k: CnnKnobs) -> list[StepItem]:
@@ -222,7 +224,7 @@ def cnn_runs(sample_dir: Path, knobs: CnnKnobs | None = None) -> list[Run]:
                       L.to_device((k.batch,), nbytes=k.batch * 8, copy_us=2.0)), label="to_device"),
             *_cnn_forward(src, k),
             UserCall(L.BACKWARD + src.loop("loss.backward()"), (Launch(L.grad_seed().op),), label="backward",
-                     backward=True, comm=(CommLaunch(L.allreduce(k.allreduce_mb, dur_us=k.allreduce_us)),)),
+                     backward=True, comm=(CommLaunch(L.allreduce(CNN_GRAD_MB, dur_us=k.allreduce_us)),)),
             UserCall(src.loop("optimizer.step()"), (L.sgd_step(CNN_PARAMS, kernel_us=k.sgd_kernel_us),),
                      label="optimizer.step", wait_comm=True),
             UserCall(src.loop("optimizer.zero_grad()"), (L.zero_grad_to_none("SGD"),), label="zero_grad"),

@@ -392,20 +392,32 @@ def comm_time_info(k: TKernel) -> dict:
     }
 
 
-def comm_bandwidth_info(k: TKernel) -> dict:
+def comm_transit_mb(k: TKernel, run: Run) -> float:
+    """MB (10^6 B) ``run``'s rank sends for collective ``k``: the sum of its packets."""
+    info = k.spec.comm
+    return sum(info.packets(run.rank, run.world_size)) / 1e6 if info else 0.0
+
+
+def comm_bandwidth_info(k: TKernel, run: Run) -> dict:
     info = k.spec.comm
     elapse = k.dur_ns / 1e6
     out = {}
     for link in LINKS:
         if info is not None and link == info.link:
             transit = elapse * info.transit_share
-            packets = max(1, math.ceil(info.size_mb / info.packet_mb))
+            sizes = info.packets(run.rank, run.world_size)
+            size_mb = sum(sizes) / 1e6
+            dist: dict[str, list] = {}
+            for b in sizes:  # transfer time shared by bytes, as the real file's buckets are
+                cur = dist.setdefault(str(b / 1e6), [0, 0.0])
+                cur[0] += 1
+                cur[1] = _r(cur[1] + transit * b / sum(sizes))
             out[link] = {
-                "Transit Size(MB)": _r(info.size_mb),
+                "Transit Size(MB)": size_mb,  # unrounded, as real files: the packets add up to it
                 "Transit Time(ms)": _r(transit),
-                "Bandwidth(GB/s)": _r(info.size_mb / transit) if transit else 0,
-                "Large Packet Ratio": 1.0 if info.packet_mb >= 1 else 0.0,
-                "Size Distribution": {str(info.packet_mb): [packets, _r(transit)]},
+                "Bandwidth(GB/s)": _r(size_mb / transit) if transit else 0,
+                "Large Packet Ratio": 1.0 if all(b >= 1e6 for b in sizes) else 0.0,
+                "Size Distribution": dist,
             }
         else:
             out[link] = {"Transit Size(MB)": 0, "Transit Time(ms)": 0, "Bandwidth(GB/s)": 0,
@@ -423,7 +435,7 @@ def _total_op_info(entries: list[dict]) -> dict:
     t["Synchronization Time Ratio"] = _r(s / (s + tr)) if s + tr else 0
     bw: dict = {}
     for link in LINKS:
-        size = _r(sum(e["Communication Bandwidth Info"][link]["Transit Size(MB)"] for e in entries))
+        size = sum(e["Communication Bandwidth Info"][link]["Transit Size(MB)"] for e in entries)
         tt = _r(sum(e["Communication Bandwidth Info"][link]["Transit Time(ms)"] for e in entries))
         dist: dict[str, list] = {}
         for e in entries:
@@ -453,7 +465,7 @@ def communication_step(run: Run, tl: StepTimeline) -> dict | None:
             if (kind == "p2p") != is_p2p:
                 continue
             entries[f"{k.name}@{run.hccl_group}"] = {"Communication Time Info": comm_time_info(k),
-                                                      "Communication Bandwidth Info": comm_bandwidth_info(k)}
+                                                      "Communication Bandwidth Info": comm_bandwidth_info(k, run)}
         if entries:
             entries["Total Op Info"] = _total_op_info(list(entries.values()))
         out[kind] = entries
@@ -479,9 +491,10 @@ def communication_matrix_step(run: Run, tl: StepTimeline) -> dict | None:
         info = k.spec.comm
         assert info is not None
         transit = k.dur_ns / 1e6 * info.transit_share
-        return {f"{run.rank}-{p}": {"Transport Type": info.link, "Transit Size(MB)": _r(info.size_mb),
+        size_mb = comm_transit_mb(k, run)
+        return {f"{run.rank}-{p}": {"Transport Type": info.link, "Transit Size(MB)": size_mb,
                                     "Transit Time(ms)": _r(transit),
-                                    "Bandwidth(GB/s)": _r(info.size_mb / transit) if transit else 0,
+                                    "Bandwidth(GB/s)": _r(size_mb / transit) if transit else 0,
                                     "Op Name": f"{k.name}@{run.hccl_group}"} for p in peers}
 
     for typ, ks in by_type.items():

@@ -177,7 +177,7 @@ class _DbWriter:
                 info = k.spec.comm
                 comm_rows.append((s.cann(k.name), k.start_ns, k.end_ns, k.connection_id, s.cann(run.hccl_group),
                                   gid, 0, 0, s.cann("FP32"), s.cann("RING"),
-                                  int((info.size_mb if info else 0) * 1024 * 1024 / 4), s.cann(k.spec.type)))
+                                  (info.bucket_bytes // 4 if info else 0), s.cann(k.spec.type)))
                 continue
             if not k.spec.is_op:
                 continue

@@ -323,7 +323,7 @@ def _strides(dims: list[int]) -> list[int]:
 
 def _comm_args(run: Run, k: KernelSpec) -> dict:
     info = k.comm
-    n = int((info.size_mb if info else 0) * 1024 * 1024 / 4)
+    n = info.bucket_bytes // 4 if info else 0  # fp32 elements of the bucket
     return {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": n, "Out msg nelems": n,
             "In split size": "[]", "Out split size": "[]", "Global rank start": 0, "Global rank stride": 1,
             "Group size": run.world_size, "Process Group Name": "0", "Process Group Description": "default_pg",
