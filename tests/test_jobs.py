@@ -223,7 +223,7 @@ def test_the_editor_serves_the_newest_of_two_runs_in_one_folder(tmp_path: Path) 
 # ---------------------------------------------------------------------------------------------
 # One discovery pass: each folder listed once, each profile recognised once, nothing classified again
 
-_SOURCE_INDEX = os.path.join("mapping", "workspace.py")
+_SOURCE_INDEX = os.path.join("mapping", "source", "workspace.py")
 
 
 class _PassCounter:
