@@ -98,6 +98,10 @@ class RuleContext:
             return self.attribution.heat.num_steps
         return max(self.profile.num_steps, 1)
 
+    def per_step_count(self, n: float) -> int:
+        """How many of something happen per step, for a message: at least 1 when any happened."""
+        return max(1, round(n / self.num_steps))
+
     def per_step_ns(self, total_ns: float) -> float:
         """A total over the capture, per profiled step."""
         return total_ns / self.num_steps

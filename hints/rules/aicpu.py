@@ -213,7 +213,7 @@ class AicpuFallback(Rule):
                 related = [Related(s, "another candidate") for s in found[1:4]]
                 evidence["located"] = "statically, from the kernel evidence (no call stack)"
         fixes = self._fixes(ctx, cause, tries, evidence)
-        count = max(1, round(len(sub) / ctx.num_steps))
+        count = ctx.per_step_count(len(sub))
         msg = ctx.message(
             "float64 kernels" if cuda else "AI_CPU fallback",
             total_ns=total,

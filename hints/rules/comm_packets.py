@@ -90,7 +90,7 @@ class CommByteAlignment(Rule):
             "align_bytes": align,
             "links": sorted({p.link for p in bad}),
         }
-        count = max(1, round(sum(p.count for p in bad) / ctx.num_steps))
+        count = ctx.per_step_count(sum(p.count for p in bad))
         message = ctx.message(
             "SDMA unaligned", total_ns=bad_ns, count=count, unit="transfer" if count == 1 else "transfers",
             qualifier=f"{share:.0%} of SDMA time, sizes not multiples of {align} B",
@@ -125,7 +125,7 @@ class CommSmallPackets(Rule):
         time_ns = sum(e["small_ns"] for e in small.values())
         worst = max(small, key=lambda g: small[g]["small_ratio"])
         e = small[worst]
-        count = max(1, round(sum(x["small"] for x in small.values()) / ctx.num_steps))
+        count = ctx.per_step_count(sum(x["small"] for x in small.values()))
         message = ctx.message(
             "Small packets", total_ns=time_ns, count=count, unit="packet" if count == 1 else "packets",
             qualifier=f"{e['small_ratio']:.0%} of {worst} packets under {e['limit_mb']:g} MB",

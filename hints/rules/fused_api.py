@@ -307,7 +307,7 @@ class FusedApiRule(Rule):
             per = len(under) // n
             qualifier = "inferred from kernel types" if variant == "kernel" else (
                 f"{per} kernel{'s' if per != 1 else ''} each" if per and len(kernels) else "")
-            per_step = max(1, round(n / ctx.num_steps))
+            per_step = ctx.per_step_count(n)
             msg = ctx.message(
                 spec.short,
                 total_ns=total,

@@ -89,7 +89,7 @@ class GcPauses(Rule):
             "gc_detect_threshold_ms": ctx.profile.meta.gc_detect_threshold,
         }
         span, conf, fixes = self._anchor(ctx, evidence)
-        n = max(1, round(int(long.sum()) / ctx.num_steps))
+        n = ctx.per_step_count(int(long.sum()))
         msg = ctx.message(
             "GC pauses",
             total_ns=total,
@@ -136,7 +136,7 @@ class GcPauses(Rule):
             "capture": "pass experimental_config=_ExperimentalConfig(gc_detect_threshold=<ms>) to record GC events",
         }
         span, conf, fixes = self._anchor(ctx, evidence)
-        n = max(1, round(len(gaps) / ctx.num_steps))
+        n = ctx.per_step_count(len(gaps))
         msg = ctx.message(
             "Possible GC pauses",
             total_ns=total,

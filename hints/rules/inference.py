@@ -141,7 +141,7 @@ class DropoutInInference(Rule):
             "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = self._fixes(ctx, span, evidence)
-        n = max(1, round(count / ctx.num_steps))
+        n = ctx.per_step_count(count)
         msg = ctx.message(
             "Dropout in inference",
             total_ns=total,

@@ -136,7 +136,7 @@ class OperatorNoBound(Rule):
             # AOE tunes the shapes it sees in the dump; dynamic-shape ops recompile per shape.
             evidence["op_state"] = "dynamic"
         conf = g.site.confidence if g.site is not None else Confidence.STACK
-        count = max(1, round(len(sub) / ctx.num_steps))
+        count = ctx.per_step_count(len(sub))
         msg = ctx.message(
             "Operator no-bound",
             total_ns=total,

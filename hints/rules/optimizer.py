@@ -140,7 +140,7 @@ class FusedOptimizer(Rule):
             "item_total": int(items_all.sum()),
         }
         per_step_k = round(len(k) / ctx.num_steps)
-        calls = max(1, round(len(rows) / ctx.num_steps))
+        calls = ctx.per_step_count(len(rows))
         qual = f"{items_in} of {int(items_all.sum())} aten::item inside" if items_in else ""
         if ctx.backend is Backend.ASCEND:
             transforms, fix = (fx.fused_optimizer, fx.npu_fused_optimizer), f"Pass fused=True or use torch_npu.optim.NpuFused{name}"
