@@ -27,6 +27,7 @@ import pandas as pd
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.model import ProfileMeta, Step, StepsSource
 from msprof_lsp.mapping.profile.step_windows import step_ids
+from msprof_lsp.mapping.profile.timemodel import column_codes
 
 _COUNTER = re.compile(r"\d+")
 
@@ -72,16 +73,11 @@ def tokens(kernels: pd.DataFrame) -> np.ndarray:
 def _codes(column: pd.Series, *, fold: bool) -> np.ndarray:
     """Integer codes of a (categorical) string column, equal where the (folded) text is equal; the
     regex runs once per distinct value, not per row."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        values = pd.Series(column.cat.categories.astype(str))
-        row_codes = column.cat.codes.to_numpy()
-    else:
-        row_codes, uniques = pd.factorize(column.astype(str), sort=False)
-        values = pd.Series(uniques.astype(str))
+    row_codes, names = column_codes(column)
+    values = pd.Series(names, dtype=object)
     if fold:
         values = values.str.replace(_COUNTER, "#", regex=True)
     folded, _ = pd.factorize(values, sort=False)
-    folded = np.append(folded, -1)  # a missing value (code -1) stays its own token
     return folded[row_codes].astype(np.int64)
 
 

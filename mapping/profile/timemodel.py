@@ -98,7 +98,7 @@ def _per_distinct(kernels: pd.DataFrame, columns: tuple[str, ...], fn: Callable[
     n = len(kernels)
     if not n:
         return np.zeros(0, dtype=dtype)
-    cols = [_codes(kernels[c]) for c in columns]
+    cols = [column_codes(kernels[c]) for c in columns]
     groups = row_groups([codes for codes, _ in cols])
     first = np.empty(int(groups.max()) + 1, dtype=np.int64)
     first[groups[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct combination
@@ -135,7 +135,9 @@ def op_types(kernels: pd.DataFrame) -> np.ndarray:
     return _per_distinct(kernels, ("name", "type"), op_type, object)
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and their names for a string or categorical column; a missing value is the
+    name "" (never code -1, which would index the last name)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats = [str(c) for c in col.cat.categories] + [""]
         codes = col.cat.codes.to_numpy().astype(np.int64)

@@ -36,7 +36,7 @@ from msprof_lsp.mapping.source.shape_anchor import Form, ShapeAnchorer
 from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Span
 from msprof_lsp.mapping.profile.step_windows import in_steps
-from msprof_lsp.mapping.profile.timemodel import work_mask
+from msprof_lsp.mapping.profile.timemodel import column_codes, work_mask
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 
@@ -67,12 +67,6 @@ def _jump_root(up: np.ndarray) -> np.ndarray:
             return t
         t = t2
 
-
-def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(np.int64), [str(c) for c in col.cat.categories]
-    codes, uniques = pd.factorize(col.astype(str))
-    return codes.astype(np.int64), [str(u) for u in uniques]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +144,7 @@ class Attributor:
         h = self.profile.host_ops
         n = len(h)
         self.n_host = n
-        self.h_name, self.h_names = _codes(h["name"]) if n else (np.zeros(0, np.int64), [])
+        self.h_name, self.h_names = column_codes(h["name"]) if n else (np.zeros(0, np.int64), [])
         parent = h["parent"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
         parent = np.where((parent >= 0) & (parent < n), parent, -1)
         self.h_parent = parent
