@@ -19,6 +19,7 @@ CMD_SHOW_HOTSPOTS = "msprof-lsp.showHotspots"  # [] -> {"hotspots": [...]} (JSON
 CMD_SET_BASELINE = "msprof-lsp.setBaseline"  # [path: str | null]
 CMD_LINE_HEAT = "msprof-lsp.lineHeat"  # [uri: str] -> [{"line": 0-based, "share", "perStepUs", "label"}]
 CMD_SHOW_OPERATORS = "msprof-lsp.showOperators"  # code lens target: [uri, line 0-based] -> {"ops": [...]}
+CMD_REPORT_MODEL = "msprof-lsp.reportModel"  # [] -> the report model (server/check/report/model.py) or null
 
 SERVER_COMMANDS = (
     CMD_RELOAD,
@@ -27,6 +28,7 @@ SERVER_COMMANDS = (
     CMD_SET_BASELINE,
     CMD_LINE_HEAT,
     CMD_SHOW_OPERATORS,
+    CMD_REPORT_MODEL,
 )
 PALETTE_COMMANDS = (CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE)
 """Commands a user runs from the VS Code palette (the client adds restart/showLogs itself)."""

@@ -31,8 +31,8 @@ from msprof_lsp.mapping.profile.cache import default_cache_dir
 from msprof_lsp.mapping.profile.jobs import discover_jobs
 from msprof_lsp.mapping.profile.load import load_location
 from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
-from msprof_lsp.mapping.profile.model import ClusterSummary, Profile, RankSummary
-from msprof_lsp.mapping.profile.timemodel import TaskClass, collective_mask, exclusive_ns, is_class
+from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, RankSummary
+from msprof_lsp.mapping.profile.timemodel import TaskClass, collective_mask, exclusive_ns, is_class, profile_breakdown
 
 
 
@@ -243,10 +243,52 @@ def summarize(
                 step_time_ns=step_ns,
                 comm_not_overlapped_ns=comm_ns,
                 comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
+                breakdown=profile_breakdown(p),
+                links=comm_links(p, r),
             )
         )
     slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
     return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=slowest if rank is None else rank)
+
+
+_TOTAL_KEY = "-total@"  # "allreduce-total@<group>": the op type's sum over its ops (top1/middle/... are ranks)
+
+
+def comm_links(profile: Profile, rank: int | None = None) -> list[CommLink]:
+    """The src -> dst links of the profile's communication_matrix.json (or DB CommAnalyzerMatrix):
+    Transit Time and Size of every ``<type>-total@<group>`` entry, summed over steps, op types and
+    groups. Each rank writes the links it sends on; with ``rank`` given, links from other ranks
+    (none in real files) are left out, so merging the ranks' lists counts each link once."""
+    sums: dict[tuple[int, int], list[float]] = {}
+    steps = 0
+    for step in profile.comm_matrix.values():
+        if not isinstance(step, dict):
+            continue
+        steps += 1
+        for kind in step.values():
+            if not isinstance(kind, dict):
+                continue
+            for op, links in kind.items():
+                if _TOTAL_KEY not in str(op) or not isinstance(links, dict):
+                    continue
+                for key, fig in links.items():
+                    src, _, dst = str(key).partition("-")
+                    if not (src.isdigit() and dst.isdigit()) or not isinstance(fig, dict):
+                        continue
+                    if rank is not None and int(src) != rank:
+                        continue
+                    acc = sums.setdefault((int(src), int(dst)), [0.0, 0.0])
+                    acc[0] += _number(fig.get("Transit Time(ms)"))
+                    acc[1] += _number(fig.get("Transit Size(MB)"))
+    return [CommLink(src=s, dst=d, transit_ms=t, size_mb=m, steps=steps) for (s, d), (t, m) in sorted(sums.items())]
+
+
+def _number(value: object) -> float:
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    return v if np.isfinite(v) and v > 0 else 0.0
 
 
 def comm_not_overlapped_per_step(profile: Profile) -> float:

@@ -537,6 +537,22 @@ def _mean_breakdown(rows: list[StepBreakdown]) -> float:
     return sum(values) / len(values)
 
 
+@dataclass(frozen=True, slots=True)
+class CommLink:
+    """One src -> dst link of communication_matrix.json, summed over the ``<type>-total@<group>``
+    entries of every step and op type (docs/numbers.md "Communication matrix")."""
+
+    src: int
+    dst: int
+    transit_ms: float  # over the capture
+    size_mb: float  # over the capture
+    steps: int  # steps the matrix holds
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        return self.size_mb / self.transit_ms if self.transit_ms > 0 else None  # MB/ms = GB/s
+
+
 @dataclass(slots=True)
 class RankSummary:
     """Per-rank figures for the cluster summary of a multi-rank profile."""
@@ -546,6 +562,8 @@ class RankSummary:
     step_time_ns: float
     comm_not_overlapped_ns: float  # per step
     comm_share: float  # comm_not_overlapped / step time
+    breakdown: TimeBreakdown | None = None  # the rank's own step breakdown (the HTML report's bars)
+    links: list[CommLink] = field(default_factory=list)  # the links this rank's matrix wrote
 
 
 @dataclass(slots=True)

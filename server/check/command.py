@@ -24,7 +24,7 @@ from msprof_lsp.mapping.profile.jobs import Job
 from .. import pipeline
 from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
-from .report import github, sarif, text
+from .report import github, html, sarif, text
 from .report.run import CheckRun, JobReport, merge_repeated
 from ..settings import Settings, apply, find_pyproject, from_pyproject
 
@@ -112,6 +112,8 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
                     comparison=comparison,
                     finding_changes=changes,
+                    attribution=a.attribution,
+                    source_text=a.workspace.text,
                 )
             )
     merge_repeated(jobs, cwd)
@@ -138,6 +140,8 @@ def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
         return json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False) + "\n"
     if args.format == "github":
         return github.render(run)
+    if args.format == "html":
+        return html.render(run)
     use_color = args.color == "always" or (
         args.color == "auto" and args.output is None and out.isatty() and "NO_COLOR" not in os.environ
     )

@@ -24,6 +24,7 @@ from pygls.lsp.server import LanguageServer
 from ..cli import version
 from ..protocol import (
     CMD_LINE_HEAT,
+    CMD_REPORT_MODEL,
     CMD_RELOAD,
     CMD_SELECT_PROFILE,
     CMD_SET_BASELINE,
@@ -184,6 +185,7 @@ def create_server() -> MsprofLanguageServer:
         (CMD_SET_BASELINE, commands.set_baseline),
         (CMD_LINE_HEAT, commands.line_heat),
         (CMD_SHOW_OPERATORS, commands.show_operators),
+        (CMD_REPORT_MODEL, commands.report_model),
     ):
         ls.command(name)(guarded(name=name)(handler))
     return ls

@@ -8,8 +8,11 @@ imported for type checkers here (app.py imports this module).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -17,6 +20,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from msprof_lsp.mapping.errors import ProfileError
 
 from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
+from ..cli import version
 from .diagnostics import file_view, uri_for
 from .status_payload import to_json
 from .heat_view import file_heat, line_label, ops_dicts, ops_at
@@ -116,3 +120,13 @@ def show_operators(ls, *args: Any) -> dict[str, Any]:
         return {"uri": uri, "line": line0, "ops": []}
     ops = ops_at(heat, line0 + 1)
     return {"uri": uri, "line": line0, "ops": ops_dicts(ops, heat.num_steps, heat.step_time_us)}
+
+
+async def report_model(ls, *args: Any) -> dict[str, Any] | None:
+    """The loaded job's report model (what the HTML report draws), for the "Show profile" view;
+    built on the analysis thread, which owns the engine."""
+    engine = ls.engine.primary()
+    if engine is None:
+        return None
+    model = await asyncio.get_running_loop().run_in_executor(ls.worker, engine.report_model, version())
+    return None if model is None else msgspec.to_builtins(model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison
 from msprof_lsp.mapping.source.critical_path import CriticalPath
-from msprof_lsp.mapping.source.heat import SourceHeat
+from msprof_lsp.mapping.source.heat import Attribution, SourceHeat
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 
 from . import document
@@ -30,6 +31,8 @@ class JobReport:
     finding_changes: list[FindingChange] = field(default_factory=list)  # with a baseline: per finding
     notes: list[str] = field(default_factory=list)
     critical_path: CriticalPath | None = None
+    attribution: Attribution | None = None  # per-task source lines (the HTML report's timeline)
+    source_text: Callable[[str], str | None] | None = None  # a workspace file's current text
 
 
 def merge_repeated(jobs: list[JobReport], cwd: Path) -> None:

@@ -26,6 +26,7 @@ from msprof_lsp.mapping.profile.locations import Progress, no_progress
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 from ... import pipeline
+from ...check.report.model import MODEL_VERSION, ReportModel, job_model
 from ...settings import Settings
 from .snapshot import ProfileInfo, Snapshot, merge
 from .targets import JobChoice, choose_job, find_jobs, owner
@@ -165,6 +166,19 @@ class Engine:
             if hit is not None:
                 self._texts[path] = hit
         return hit
+
+    def report_model(self, tool_version: str) -> ReportModel | None:
+        """The report model of the loaded job (the "Show profile" view), fixes expanded; paths
+        relative to the first workspace root, which ``base`` names. None when nothing is loaded."""
+        if self.loaded is None or self.attribution is None or self.workspace is None:
+            return None
+        profile = self.loaded.profile
+        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=True)
+        base = self.workspace.roots[0] if self.workspace.roots else Path.cwd()
+        ranks = sorted({loc.rank for loc in self.loaded.locations if loc.rank is not None})
+        job = job_model(profile, self.attribution, self.attribution.heat, findings, self.loaded.cluster, ranks, base,
+                        self.workspace.text)
+        return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job])
 
     def snapshot(self) -> Snapshot:
         assert self.loaded is not None and self.attribution is not None and self.workspace is not None
@@ -329,6 +343,10 @@ class Session:
 
     def reconfigure(self, settings: Settings) -> Snapshot | None:
         return self._each(lambda engine: engine.reconfigure(settings))
+
+    def primary(self) -> Engine | None:
+        """The primary job's engine (None: nothing loaded)."""
+        return self.engines.get(self._primary) if self._primary is not None else None
 
     def set_baseline(self, path: Path | None, use_cache: bool = True) -> Snapshot | None:
         """The baseline compares against the primary job."""

@@ -1,0 +1,55 @@
+"""``--format html``: one self-contained page (no network when opened: the renderer, its styles and
+the report model are inside it) that draws the report model with the TypeScript renderer bundled
+into assets/ (vscode-client/src/report/, ``npm run build:report``; docs/report.md)."""
+
+from __future__ import annotations
+
+import html
+import secrets
+from importlib import resources
+
+from . import model
+from .run import CheckRun
+
+MODEL_ELEMENT_ID = "msprof-report-model"  # the renderer's standalone start looks for these two ids
+ROOT_ELEMENT_ID = "msprof-report"
+
+
+def asset(name: str) -> str:
+    return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def report_model(run: CheckRun) -> model.ReportModel:
+    jobs = [model.job_model(j.profile, j.attribution, j.heat, j.findings, j.cluster, j.ranks, run.cwd,
+                            j.source_text or (lambda _path: None))
+            for j in run.jobs]
+    return model.ReportModel(version=model.MODEL_VERSION, tool_version=run.tool_version, base="", jobs=jobs)
+
+
+def model_json(m: model.ReportModel) -> str:
+    """The model as JSON safe inside a <script type="application/json"> element: "<" is written
+    as its JSON escape, so no "</script>" or "<!--" can end or alter the element."""
+    return model.encode(m).decode("utf-8").replace("<", "\\u003c")
+
+
+def page(m: model.ReportModel) -> str:
+    script, css = asset("report.js"), asset("report.css")
+    if "</script" in script.lower() or "</style" in css.lower():
+        raise ValueError("report assets must not contain a closing script/style tag")
+    nonce = secrets.token_urlsafe(18)
+    first = m.jobs[0].profile.path if m.jobs else "no profile"
+    csp = f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; img-src data:"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<title>msprof-lsp report: {html.escape(first)}</title>\n"
+        f"<style nonce=\"{nonce}\">\n{css}</style>\n</head>\n<body>\n"
+        f"<div id=\"{ROOT_ELEMENT_ID}\"></div>\n"
+        f"<script type=\"application/json\" id=\"{MODEL_ELEMENT_ID}\">{model_json(m)}</script>\n"
+        f"<script nonce=\"{nonce}\">\n{script}</script>\n</body>\n</html>\n"
+    )
+
+
+def render(run: CheckRun) -> str:
+    return page(report_model(run))

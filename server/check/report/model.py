@@ -1,0 +1,500 @@
+"""The report model: what the HTML report (``--format html``) and the VS Code "Show profile" view
+draw, built once from a check run's jobs and serialised to JSON for the TypeScript renderer
+(vscode-client/src/report/). Its TypeScript interfaces are generated from these structs
+(vscode-client/src/generated/report.ts; ``python -m msprof_lsp.server.lsp.payload_schema``).
+
+It is a summary, never the raw trace: the timeline carries a few steps, and on each lane the
+longest tasks one by one and the rest merged into runs of one class (docs/report.md). Every figure
+is one the JSON document already defines (docs/numbers.md); times are µs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.hints.finding import Finding, Fix
+from msprof_lsp.hints.fixes.edits import PositionError, apply_edits, split_lines
+from msprof_lsp.mapping.profile.cluster import comm_links
+from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, TimeBreakdown
+from msprof_lsp.mapping.profile.timemodel import TaskClass, profile_breakdown, task_classes
+from msprof_lsp.mapping.source.heat import Attribution, Site
+
+from . import document
+
+MODEL_VERSION = 1
+MAX_TIMELINE_STEPS = 6  # the slowest and the ones around it; a selector switches between them
+TOP_PER_LANE = 50  # the longest tasks of a lane stay single (named, linked to their line)
+LANE_BINS = 1500  # the rest merge into runs no shorter than step / LANE_BINS
+SNIPPET_CONTEXT = 2  # source lines shown before and after a hotspot
+
+
+class LaneKind(str, enum.Enum):
+    DEVICE = "device"  # one (device, stream)
+    HOST = "host"  # the thread that ran the steps' framework ops
+
+
+class EventClass(str, enum.Enum):
+    """Colour classes: the time model's task classes (mapping/profile/timemodel.py), and host ops."""
+
+    COMPUTE = TaskClass.COMPUTE.label
+    MEMCPY = TaskClass.MEMCPY.label
+    COMMUNICATION = TaskClass.COMMUNICATION.label
+    WAIT = TaskClass.WAIT.label
+    OTHER = TaskClass.OTHER.label
+    HOST = "host"
+
+
+_CLASS_ORDER = [EventClass.COMPUTE, EventClass.MEMCPY, EventClass.COMMUNICATION, EventClass.WAIT, EventClass.OTHER,
+                EventClass.HOST]
+_CLASS_CODE = {c: i for i, c in enumerate(_CLASS_ORDER)}
+_HOST_CODE = _CLASS_CODE[EventClass.HOST]
+
+
+class SourceRef(msgspec.Struct):
+    """A source line time was attributed to (paths relative to the cwd, "/" separators)."""
+
+    path: str
+    line: int
+    code: str  # the call's text
+
+
+class Lane(msgspec.Struct):
+    """One lane of a step, columnar: event i is ``start_us[i]`` (from the step start) for
+    ``dur_us[i]``, class ``classes[cls[i]]``, ``count[i]`` tasks (1: one task, named
+    ``names[name[i]]``; more: a merged run), ``busy_us[i]`` of them busy, and the source line
+    ``sources[source[i]]`` it was launched from (-1: none or several)."""
+
+    id: str
+    label: str
+    kind: LaneKind
+    start_us: list[float]
+    dur_us: list[float]
+    busy_us: list[float]
+    cls: list[int]
+    count: list[int]
+    name: list[int]
+    source: list[int]
+    tasks: int  # tasks of the lane in this step, before merging
+
+
+class TimelineStep(msgspec.Struct):
+    step: int  # -1: the whole capture
+    start_us: float  # of the window, from the capture's first event
+    dur_us: float
+    lanes: list[Lane]
+
+
+class Timeline(msgspec.Struct):
+    classes: list[EventClass]  # what ``Lane.cls`` indexes
+    names: list[str]
+    sources: list[SourceRef]
+    steps: list[TimelineStep]
+    chosen: int  # index into steps: the slowest step
+    steps_total: int  # steps in the profile (not all are carried)
+
+
+class BreakdownBar(msgspec.Struct):
+    """One step of one rank: docs/numbers.md "The step breakdown"; None where unknown."""
+
+    rank: int  # -1: a single-rank profile
+    step: int
+    computing_us: float | None
+    communication_not_overlapped_us: float | None
+    free_us: float | None
+    step_us: float | None
+
+
+class RankBar(msgspec.Struct):
+    rank: int
+    step_time_us: float
+    comm_not_overlapped_us: float
+    slowest: bool
+    analysed: bool
+
+
+class CommMatrix(msgspec.Struct):
+    """Rank x rank: ``transit_ms[i][j]`` from ``ranks[i]`` to ``ranks[j]`` per step, None where no
+    link was written (docs/numbers.md "Communication matrix")."""
+
+    ranks: list[int]
+    transit_ms: list[list[float | None]]
+    size_mb: list[list[float | None]]
+    bandwidth_gbps: list[list[float | None]]
+
+
+class FixView(msgspec.Struct):
+    title: str
+    safe: bool
+    diff: str  # unified diff of the files it edits ("" when the file could not be read)
+
+
+class FindingView(msgspec.Struct):
+    code: str
+    name: str
+    severity: str
+    path: str | None
+    line: int | None
+    message: str
+    share: float
+    fixes: list[FixView]
+
+
+class SnippetLine(msgspec.Struct):
+    line: int
+    text: str
+
+
+class HotspotView(msgspec.Struct):
+    path: str
+    line: int
+    end_line: int
+    code: str
+    share: float
+    device_time_us: float
+    calls: int
+    ops: list[str]  # "TransData ×8", most time first
+    snippet: list[SnippetLine]
+    findings: list[int]  # indexes into JobModel.findings
+
+
+class ProfileHeader(msgspec.Struct):
+    path: str
+    kind: str
+    rank: int | None
+    ranks: list[int]
+    steps: int
+    step_time_us: float
+    mapped_share: float
+    breakdown_source: str
+
+
+class JobModel(msgspec.Struct):
+    profile: ProfileHeader
+    breakdown: list[BreakdownBar]
+    ranks: list[RankBar]
+    comm: CommMatrix | None
+    timeline: Timeline
+    hotspots: list[HotspotView]
+    findings: list[FindingView]
+    notes: list[str]
+
+
+class ReportModel(msgspec.Struct):
+    version: int
+    tool_version: str
+    base: str  # the folder the paths are relative to ("": the cwd of the --check run)
+    jobs: list[JobModel]
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+
+def _us(ns: float) -> float:
+    return round(float(ns) / 1000, 3)
+
+
+def _opt_us(ns: int) -> float | None:
+    return _us(ns) if ns >= 0 else None
+
+
+def breakdown_bars(b: TimeBreakdown, rank: int) -> list[BreakdownBar]:
+    """One bar per step: the slowest device's row where a step has several (as the breakdown does)."""
+    per_step = {}
+    for s in b.steps:
+        have = per_step.get(s.step)
+        if have is None or s.stage_ns > have.stage_ns:
+            per_step[s.step] = s
+    return [BreakdownBar(rank=rank, step=s.step, computing_us=_opt_us(s.computing_ns),
+                         communication_not_overlapped_us=_opt_us(s.comm_not_overlapped_ns),
+                         free_us=_opt_us(s.free_ns), step_us=_opt_us(s.stage_ns))
+            for _, s in sorted(per_step.items())]
+
+
+def comm_matrix(links: Sequence[CommLink]) -> CommMatrix | None:
+    """Per-step transit time and size of every link the ranks wrote, bandwidth = size / time."""
+    if not links:
+        return None
+    ranks = sorted({x.src for x in links} | {x.dst for x in links})
+    at = {r: i for i, r in enumerate(ranks)}
+    n = len(ranks)
+    time: list[list[float | None]] = [[None] * n for _ in range(n)]
+    size: list[list[float | None]] = [[None] * n for _ in range(n)]
+    bw: list[list[float | None]] = [[None] * n for _ in range(n)]
+    for x in links:
+        i, j = at[x.src], at[x.dst]
+        steps = max(x.steps, 1)
+        time[i][j] = round(x.transit_ms / steps, 6)
+        size[i][j] = round(x.size_mb / steps, 6)
+        g = x.bandwidth_gbps
+        bw[i][j] = None if g is None else round(g, 4)
+    return CommMatrix(ranks=ranks, transit_ms=time, size_mb=size, bandwidth_gbps=bw)
+
+
+class _Names:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._at: dict[str, int] = {}
+        self.sources: list[SourceRef] = []
+        self._src: dict[tuple[str, int, str], int] = {}
+
+    def name(self, text: str) -> int:
+        i = self._at.get(text)
+        if i is None:
+            i = self._at[text] = len(self.names)
+            self.names.append(text)
+        return i
+
+    def source(self, site: Site | None, cwd: Path) -> int:
+        if site is None:
+            return -1
+        key = (document.rel_path(site.span.path, cwd), site.span.line, site.call_text)
+        i = self._src.get(key)
+        if i is None:
+            i = self._src[key] = len(self.sources)
+            self.sources.append(SourceRef(path=key[0], line=key[1], code=key[2]))
+        return i
+
+
+def summarise_lane(start: np.ndarray, dur: np.ndarray, cls: np.ndarray, site: np.ndarray, name: np.ndarray,
+                   window_ns: int) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """The lane's events (sorted by start) as drawn: the TOP_PER_LANE longest one by one, the rest
+    merged while of one class and closer than the bin width (a run ends once it spans a bin).
+
+    Returns per drawn event: start, extent, busy (ns), class, count, name (-1 merged), site."""
+    n = len(start)
+    order = np.argsort(start, kind="stable")
+    start, dur, cls, site, name = start[order], dur[order], cls[order], site[order], name[order]
+    top = np.zeros(n, dtype=bool)
+    if n:
+        top[np.argsort(-dur, kind="stable")[:TOP_PER_LANE]] = True
+    width = max(window_ns // LANE_BINS, 1)
+    out: tuple[list[int], ...] = ([], [], [], [], [], [], [])
+    run = -1  # index in out of the open merged run
+    run_end = 0
+    for i in range(n):
+        s, d, c = int(start[i]), int(dur[i]), int(cls[i])
+        e = s + d
+        if not top[i] and run >= 0 and out[3][run] == c and s - run_end <= width and run_end - out[0][run] < width:
+            out[1][run] = max(run_end, e) - out[0][run]
+            out[2][run] += d
+            out[4][run] += 1
+            if out[6][run] != int(site[i]):
+                out[6][run] = -1
+            out[5][run] = -1
+            run_end = max(run_end, e)
+            continue
+        for col, v in zip(out, (s, d, d, c, 1, int(name[i]), int(site[i]))):
+            col.append(v)
+        run, run_end = (-1, 0) if top[i] else (len(out[0]) - 1, e)
+    return out  # type: ignore[return-value]
+
+
+def _lane(lane_id: str, label: str, kind: LaneKind, ev: tuple[list[int], ...], t0: int, tasks: int) -> Lane:
+    s, d, b, c, k, nm, src = ev
+    return Lane(id=lane_id, label=label, kind=kind, start_us=[_us(x - t0) for x in s], dur_us=[_us(x) for x in d],
+                busy_us=[_us(x) for x in b], cls=c, count=k, name=nm, source=src, tasks=tasks)
+
+
+def _step_windows(profile: Profile, kernels: pd.DataFrame) -> list[tuple[int, int, int]]:
+    """(step, start, end) ns of every step: ProfilerStep ranges, else the span of each Step Id's
+    tasks, else the capture (-1)."""
+    if profile.steps:
+        return [(s.id, s.start_ns, s.end_ns) for s in profile.steps]
+    start = kernels["start_ns"].to_numpy(dtype=np.int64)
+    end = start + kernels["dur_ns"].to_numpy(dtype=np.int64)
+    step = kernels["step"].to_numpy(dtype=np.int64)
+    if len(kernels) and (step >= 0).any():
+        return [(int(sid), int(start[step == sid].min()), int(end[step == sid].max())) for sid in np.unique(step[step >= 0])]
+    ops = profile.host_ops
+    hs = ops["start_ns"].to_numpy(dtype=np.int64)
+    he = hs + ops["dur_ns"].to_numpy(dtype=np.int64)
+    lo = [int(a.min()) for a in (start, hs[hs >= 0]) if len(a)]
+    hi = [int(a.max()) for a in (end, he[hs >= 0]) if len(a)]
+    return [(-1, min(lo), max(hi))] if lo else []
+
+
+STEP_MARK = "ProfilerStep#"
+
+
+def host_rows(ops: pd.DataFrame) -> tuple[tuple[int, int], np.ndarray] | None:
+    """The host lane: the thread whose outermost framework ops last longest (the training loop's),
+    and those ops -- the ones directly inside a ``ProfilerStep#N`` range, or at the top where
+    there is none (the step marks themselves are the step windows, not a lane's events)."""
+    if not len(ops):
+        return None
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    mark = np.fromiter((n.startswith(STEP_MARK) for n in names), dtype=bool, count=len(names))
+    parent = ops["parent"].to_numpy(dtype=np.int64)
+    under_mark = np.zeros(len(ops), dtype=bool)
+    has_parent = parent >= 0
+    under_mark[has_parent] = mark[parent[has_parent]]
+    outer = ~mark & (~has_parent | under_mark) & (ops["start_ns"].to_numpy() >= 0)
+    if not outer.any():
+        return None
+    top = ops[outer]
+    pid, tid = top.groupby(["pid", "tid"], sort=True)["dur_ns"].sum().idxmax()
+    rows = outer & (ops["pid"].to_numpy() == pid) & (ops["tid"].to_numpy() == tid)
+    return (int(pid), int(tid)), rows
+
+
+def _slowest(bars: list[BreakdownBar], windows: list[tuple[int, int, int]]) -> int:
+    """Index in ``windows`` of the slowest step: the breakdown's Stage, else the window length."""
+    stage = {b.step: b.step_us for b in bars if b.step_us is not None}
+    return max(range(len(windows)), key=lambda i: (stage.get(windows[i][0], -1.0), windows[i][2] - windows[i][1]))
+
+
+def timeline(profile: Profile, attribution: Attribution | None, bars: list[BreakdownBar], cwd: Path) -> Timeline:
+    k = profile.kernels
+    names = _Names()
+    windows = _step_windows(profile, k)
+    if not windows:
+        return Timeline(classes=list(_CLASS_ORDER), names=[], sources=[], steps=[], chosen=-1, steps_total=0)
+    slowest = _slowest(bars, windows)
+    lo = max(0, min(slowest - MAX_TIMELINE_STEPS // 2, len(windows) - MAX_TIMELINE_STEPS))
+    carried = windows[lo: lo + MAX_TIMELINE_STEPS]
+    t_origin = min(w[1] for w in windows)
+
+    start = k["start_ns"].to_numpy(dtype=np.int64)
+    dur = k["dur_ns"].to_numpy(dtype=np.int64)
+    kstep = k["step"].to_numpy(dtype=np.int64)
+    cls = task_classes(k).astype(np.int64)
+    ksite = np.full(len(k), -1, dtype=np.int64) if attribution is None else attribution.kernel_site
+    kname_codes, kname_values = pd.factorize(k["name"].astype(str).to_numpy(dtype=object)) if len(k) else (np.zeros(0, np.int64), [])
+    lane_keys = k[["device", "stream"]].drop_duplicates().sort_values(["device", "stream"]).to_numpy().tolist() if len(k) else []
+    dev = k["device"].to_numpy(dtype=np.int64)
+    stream = k["stream"].to_numpy(dtype=np.int64)
+
+    ops = profile.host_ops
+    host = host_rows(ops)
+    thread = None
+    if host is not None:
+        thread, on = host
+        hstart = ops["start_ns"].to_numpy(dtype=np.int64)
+        hdur = ops["dur_ns"].to_numpy(dtype=np.int64)
+        hsite = np.full(len(ops), -1, dtype=np.int64) if attribution is None else attribution.op_site
+        hname_codes, hname_values = pd.factorize(ops["name"].astype(str).to_numpy(dtype=object))
+
+    def site_codes(rows: np.ndarray, sites: np.ndarray) -> np.ndarray:
+        ids = sites[rows]
+        out = np.full(len(rows), -1, dtype=np.int64)
+        for i in np.unique(ids[ids >= 0]):
+            out[ids == i] = names.source(attribution.sites[int(i)] if attribution else None, cwd)
+        return out
+
+    def name_codes(rows: np.ndarray, codes: np.ndarray, values: Sequence[str]) -> np.ndarray:
+        c = codes[rows]
+        out = np.empty(len(rows), dtype=np.int64)
+        for i in np.unique(c):
+            out[c == i] = names.name(str(values[int(i)]))
+        return out
+
+    steps: list[TimelineStep] = []
+    for sid, ws, we in carried:
+        in_step = (kstep == sid) if sid >= 0 and (kstep >= 0).any() else ((start >= ws) & (start < we))
+        lanes: list[Lane] = []
+        t0, t1 = ws, we
+        if in_step.any():  # a Step Id task may start before its ProfilerStep range or end after it
+            t0, t1 = min(ws, int(start[in_step].min())), max(we, int((start[in_step] + dur[in_step]).max()))
+        window = max(t1 - t0, 1)
+        for d, s in lane_keys:
+            rows = np.flatnonzero(in_step & (dev == d) & (stream == s))
+            if not len(rows):
+                continue
+            ev = summarise_lane(start[rows], dur[rows], cls[rows], site_codes(rows, ksite),
+                                name_codes(rows, kname_codes, kname_values), window)
+            label = f"device {d} · stream {s}" if d >= 0 else f"stream {s}"
+            lanes.append(_lane(f"d{d}s{s}", label, LaneKind.DEVICE, ev, t0, len(rows)))
+        if thread is not None:
+            rows = np.flatnonzero(on & (hstart < we) & (hstart + hdur > ws))
+            if len(rows):
+                ev = summarise_lane(hstart[rows], hdur[rows], np.full(len(rows), _HOST_CODE, dtype=np.int64),
+                                    site_codes(rows, hsite), name_codes(rows, hname_codes, hname_values), window)
+                lanes.append(_lane(f"h{thread[0]}t{thread[1]}", f"host thread {thread[1]}", LaneKind.HOST, ev, t0,
+                                   len(rows)))
+        steps.append(TimelineStep(step=sid, start_us=_us(t0 - t_origin), dur_us=_us(window), lanes=lanes))
+    return Timeline(classes=list(_CLASS_ORDER), names=names.names, sources=names.sources, steps=steps,
+                    chosen=slowest - lo, steps_total=len(windows))
+
+
+def fix_diff(fix: Fix, text_of, cwd: Path) -> str:  # noqa: ANN001 - text_of: path -> str | None
+    """The fix as a unified diff: its edits applied to each file's current text (the same edits
+    --check expands and the editor applies)."""
+    by_path: dict[str, list] = {}
+    for e in fix.edits:
+        by_path.setdefault(e.path, []).append(e)
+    parts: list[str] = []
+    for path, edits in by_path.items():
+        old = text_of(path)
+        if old is None:
+            return ""
+        try:
+            new = apply_edits(old, edits)
+        except PositionError:
+            return ""
+        rel = document.rel_path(path, cwd)
+        parts += difflib.unified_diff(split_lines(old), split_lines(new), f"a/{rel}", f"b/{rel}", n=2)
+    return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+
+
+def _snippet(text: str | None, line: int, end_line: int) -> list[SnippetLine]:
+    if text is None:
+        return []
+    lines = split_lines(text)
+    lo, hi = max(1, line - SNIPPET_CONTEXT), min(len(lines), end_line + SNIPPET_CONTEXT)
+    return [SnippetLine(line=i, text=lines[i - 1].rstrip("\r\n")) for i in range(lo, hi + 1)]
+
+
+def job_model(profile: Profile, attribution: Attribution | None, heat, findings: Sequence[Finding],  # noqa: ANN001
+              cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, text_of) -> JobModel:  # noqa: ANN001
+    """One job's model; ``text_of(path)`` gives a workspace file's current text (None: unreadable)."""
+    pdict = document.profile_dict(profile, cluster, ranks, cwd, heat.mapped_share)
+    own = profile_breakdown(profile)
+    if cluster is not None:
+        bars = [bar for r in cluster.ranks if r.breakdown is not None for bar in breakdown_bars(r.breakdown, r.rank)]
+        rank_bars = [RankBar(rank=r.rank, step_time_us=_us(r.step_time_ns), comm_not_overlapped_us=_us(r.comm_not_overlapped_ns),
+                             slowest=r.rank == cluster.slowest_rank, analysed=r.rank == cluster.analysed_rank)
+                     for r in cluster.ranks]
+        comm = comm_matrix([x for r in cluster.ranks for x in r.links])
+    else:
+        bars = breakdown_bars(own, profile.meta.rank if profile.meta.rank is not None else -1)
+        rank_bars = []
+        comm = comm_matrix(comm_links(profile, profile.meta.rank))
+    own_bars = [b for b in bars if b.rank == (profile.meta.rank if profile.meta.rank is not None else -1)] or bars
+    ordered = sorted(findings, key=Finding.sort_key)
+    views = [FindingView(code=f.code, name=f.name, severity=f.severity.value,
+                         path=document.rel_path(f.span.path, cwd) if f.span else None,
+                         line=f.span.line if f.span else None, message=f.message, share=round(f.share, 6),
+                         fixes=[FixView(title=document.fix_label(x), safe=x.safe, diff=fix_diff(x, text_of, cwd)) for x in f.fixes])
+             for f in ordered]
+    hotspots: list[HotspotView] = []
+    for h in document.hot_spans(heat)[: document.MAX_HOTSPOTS]:
+        d = document.hotspot_dict(h, cwd, profile.num_steps)
+        span = h.site.span
+        mine = [i for i, f in enumerate(ordered) if f.span is not None and f.span.path == span.path
+                and span.line <= f.span.line <= span.end_line]
+        hotspots.append(HotspotView(path=d["path"], line=d["line"], end_line=d["end_line"], code=d["code"],
+                                    share=d["share"], device_time_us=d["device_time_us"], calls=d["calls"],
+                                    ops=[f"{o['type'] or o['name']} ×{o['count']}" for o in d["ops"][:4]],
+                                    snippet=_snippet(text_of(span.path), span.line, span.end_line), findings=mine))
+    header = ProfileHeader(path=pdict["path"], kind=pdict["kind"], rank=pdict["rank"], ranks=pdict["ranks"],
+                           steps=pdict["steps"], step_time_us=pdict["step_time_us"], mapped_share=pdict["mapped_share"],
+                           breakdown_source=own.source.value)
+    notes = [str(i) for i in profile.issues]
+    if comm is None:
+        notes.append("no communication matrix in this profile (communication_matrix.json / CommAnalyzerMatrix: "
+                     "multi-rank torch_npu Level1 exports write it)")
+    return JobModel(profile=header, breakdown=bars if cluster is not None else own_bars, ranks=rank_bars, comm=comm,
+                    timeline=timeline(profile, attribution, own_bars, cwd), hotspots=hotspots, findings=views,
+                    notes=notes)
+
+
+def encode(model: ReportModel) -> bytes:
+    return msgspec.json.encode(model)
