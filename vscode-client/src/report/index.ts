@@ -180,6 +180,12 @@ export function pageHost(doc: Document): ReportHost {
  * test a user's click takes; the resolved `file:line` lands in the root's data-opened. */
 export function selfTest(root: HTMLElement, views: (StepView | null)[]): void {
   const view = views[0];
+  if (view) {
+    // page coordinates of the canvas, before the click scrolls: the test crops its screenshot there
+    const r = view.canvas.getBoundingClientRect();
+    root.dataset.canvasRect = [r.left + scrollX, r.top + scrollY, r.width, r.height].map(Math.round).join(",");
+    root.dataset.canvasStep = String(view.step.step);
+  }
   const hot = view?.hotKernel();
   if (!view || !hot) {
     root.dataset.selftest = "no linked task";

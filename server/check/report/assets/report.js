@@ -546,6 +546,11 @@ var MsprofReport = (() => {
   }
   function selfTest(root, views) {
     const view = views[0];
+    if (view) {
+      const r = view.canvas.getBoundingClientRect();
+      root.dataset.canvasRect = [r.left + scrollX, r.top + scrollY, r.width, r.height].map(Math.round).join(",");
+      root.dataset.canvasStep = String(view.step.step);
+    }
     const hot = view?.hotKernel();
     if (!view || !hot) {
       root.dataset.selftest = "no linked task";
