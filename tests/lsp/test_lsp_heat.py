@@ -252,3 +252,19 @@ async def test_utf8_positions_and_plain_text_hover(utf8_client: LanguageClient) 
     header = next(r for r in hover.contents.value.splitlines() if r.startswith("operator"))
     assert re.match(r"operator +type +core +count +µs/step +share +shapes$", header)
     assert "|" not in hover.contents.value
+
+
+async def test_report_model_command(client: LanguageClient) -> None:
+    """msprof-lsp.reportModel: the model the "Show profile" view draws, for the loaded job --
+    the hot line first, one breakdown bar per step of the run description, paths under ``base``."""
+    model = await command(client, "msprof-lsp.reportModel")
+    assert model["base"] == str(client.root) and len(model["jobs"]) == 1
+    job = model["jobs"][0]
+    conv_line = S.line_of(client.doc.text, "return self.pool(F.relu(self.bn(self.conv(x))))")
+    assert (job["hotspots"][0]["path"], job["hotspots"][0]["line"]) == ("model.py", conv_line)
+    rank = S.status_value(client.status, "rank")
+    own = [b for b in job["breakdown"] if b["rank"] == (rank if rank is not None else -1)]
+    assert len(own) == len(client.truth.steps)
+    sources = {(s["path"], s["line"]) for s in job["timeline"]["sources"]}
+    assert ("model.py", conv_line) in sources  # the conv kernels on the timeline link to their line
+    assert any(fix["diff"].startswith("--- a/") for f in job["findings"] for fix in f["fixes"])

@@ -265,36 +265,47 @@ class _Names:
 
 def summarise_lane(start: np.ndarray, dur: np.ndarray, cls: np.ndarray, site: np.ndarray, name: np.ndarray,
                    window_ns: int) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int], list[int]]:
-    """The lane's events (sorted by start) as drawn: the TOP_PER_LANE longest one by one, the rest
-    merged while of one class and closer than the bin width (a run ends once it spans a bin).
+    """The lane's tasks as drawn: the TOP_PER_LANE longest, and the TOP_PER_LANE longest linked to
+    a source line, one by one; every other task merged with the others of its class that start in
+    the same bin of step / LANE_BINS -- at most LANE_BINS + 1 events per class, whatever the trace.
 
-    Returns per drawn event: start, extent, busy (ns), class, count, name (-1 merged), site."""
+    Returns per drawn event, in start order: start, extent, busy (ns), class, count, name (-1:
+    merged), site (-1: none, or several)."""
     n = len(start)
-    order = np.argsort(start, kind="stable")
-    start, dur, cls, site, name = start[order], dur[order], cls[order], site[order], name[order]
+    if not n:
+        return [], [], [], [], [], [], []
+    end = start + dur
     top = np.zeros(n, dtype=bool)
-    if n:
-        top[np.argsort(-dur, kind="stable")[:TOP_PER_LANE]] = True
+    top[np.argsort(-dur, kind="stable")[:TOP_PER_LANE]] = True
+    linked = np.flatnonzero(site >= 0)
+    top[linked[np.argsort(-dur[linked], kind="stable")[:TOP_PER_LANE]]] = True
+    rest = np.flatnonzero(~top)
     width = max(window_ns // LANE_BINS, 1)
-    out: tuple[list[int], ...] = ([], [], [], [], [], [], [])
-    run = -1  # index in out of the open merged run
-    run_end = 0
-    for i in range(n):
-        s, d, c = int(start[i]), int(dur[i]), int(cls[i])
-        e = s + d
-        if not top[i] and run >= 0 and out[3][run] == c and s - run_end <= width and run_end - out[0][run] < width:
-            out[1][run] = max(run_end, e) - out[0][run]
-            out[2][run] += d
-            out[4][run] += 1
-            if out[6][run] != int(site[i]):
-                out[6][run] = -1
-            out[5][run] = -1
-            run_end = max(run_end, e)
-            continue
-        for col, v in zip(out, (s, d, d, c, 1, int(name[i]), int(site[i]))):
-            col.append(v)
-        run, run_end = (-1, 0) if top[i] else (len(out[0]) - 1, e)
-    return out  # type: ignore[return-value]
+    bins = (start[rest] - start.min()) // width
+    groups, inv = np.unique(bins * (int(cls.max()) + 1) + cls[rest], return_inverse=True)
+    g = len(groups)
+    g_start = np.full(g, np.iinfo(np.int64).max, dtype=np.int64)
+    g_end = np.zeros(g, dtype=np.int64)
+    g_site_lo = np.full(g, np.iinfo(np.int64).max, dtype=np.int64)
+    g_site_hi = np.full(g, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(g_start, inv, start[rest])
+    np.maximum.at(g_end, inv, end[rest])
+    np.minimum.at(g_site_lo, inv, site[rest])
+    np.maximum.at(g_site_hi, inv, site[rest])
+    g_count = np.bincount(inv, minlength=g)
+    g_busy = np.bincount(inv, weights=dur[rest], minlength=g).astype(np.int64)
+    g_cls = np.zeros(g, dtype=np.int64)
+    g_cls[inv] = cls[rest]
+    g_name = np.full(g, -1, dtype=np.int64)
+    g_name[inv] = name[rest]
+    g_name[g_count > 1] = -1  # a merged run has no one name
+    g_site = np.where(g_site_lo == g_site_hi, g_site_lo, -1)
+    t = np.flatnonzero(top)
+    cols = [np.concatenate(pair) for pair in (
+        (start[t], g_start), (dur[t], g_end - g_start), (dur[t], g_busy), (cls[t], g_cls),
+        (np.ones(len(t), dtype=np.int64), g_count), (name[t], g_name), (site[t], g_site))]
+    order = np.argsort(cols[0], kind="stable")
+    return tuple([int(v) for v in c[order].tolist()] for c in cols)  # type: ignore[return-value]
 
 
 def _lane(lane_id: str, label: str, kind: LaneKind, ev: tuple[list[int], ...], t0: int, tasks: int) -> Lane:
@@ -440,8 +451,14 @@ def fix_diff(fix: Fix, text_of, cwd: Path) -> str:  # noqa: ANN001 - text_of: pa
         except PositionError:
             return ""
         rel = document.rel_path(path, cwd)
-        parts += difflib.unified_diff(split_lines(old), split_lines(new), f"a/{rel}", f"b/{rel}", n=2)
+        parts += difflib.unified_diff(_lines(old), _lines(new), f"a/{rel}", f"b/{rel}", n=2)
     return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+
+
+def _lines(text: str) -> list[str]:
+    """Lines with their endings, without the empty "line" after a final newline."""
+    lines = split_lines(text)
+    return lines[:-1] if lines and not lines[-1] else lines
 
 
 def _snippet(text: str | None, line: int, end_line: int) -> list[SnippetLine]:

@@ -200,9 +200,11 @@ function start(): void {
   const data = document.getElementById(MODEL_ELEMENT_ID);
   const root = document.getElementById(ROOT_ELEMENT_ID);
   if (!data || !root) return;
+  const t0 = performance.now();
   const model = JSON.parse(data.textContent ?? "{}") as ReportModel;
   const views = renderReport(root, model, pageHost(document));
   root.dataset.rendered = "true";
+  root.dataset.renderMs = (performance.now() - t0).toFixed(1);  // parse + DOM + first canvas draw
   if (location.hash === "#selftest=click") selfTest(root, views);
 }
 

@@ -564,9 +564,11 @@ var MsprofReport = (() => {
     const data = document.getElementById(MODEL_ELEMENT_ID);
     const root = document.getElementById(ROOT_ELEMENT_ID);
     if (!data || !root) return;
+    const t0 = performance.now();
     const model = JSON.parse(data.textContent ?? "{}");
     const views = renderReport(root, model, pageHost(document));
     root.dataset.rendered = "true";
+    root.dataset.renderMs = (performance.now() - t0).toFixed(1);
     if (location.hash === "#selftest=click") selfTest(root, views);
   }
   if (typeof document !== "undefined") {
