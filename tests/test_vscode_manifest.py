@@ -103,7 +103,7 @@ def test_palette_commands_match_both_ways(manifest: dict) -> None:
 def test_typescript_constants_match_protocol() -> None:
     source = (CLIENT / "src" / "constants.ts").read_text(encoding="utf-8")
     constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
-    for name in ("CMD_RELOAD", "CMD_SELECT_PROFILE", "CMD_SHOW_HOTSPOTS", "CMD_SET_BASELINE", "CMD_LINE_HEAT", "CMD_SHOW_OPERATORS", "NOTIFY_PROFILE_STATUS"):
+    for name in ("CMD_RELOAD", "CMD_SELECT_PROFILE", "CMD_SHOW_HOTSPOTS", "CMD_SET_BASELINE", "CMD_LINE_HEAT", "CMD_SHOW_OPERATORS", "CMD_REPORT_MODEL", "NOTIFY_PROFILE_STATUS"):
         assert constants.get(name) == getattr(protocol, name), name
     assert constants["SECTION"] == protocol.SETTINGS_SECTION
     assert constants["CLIENT_ID"] == protocol.SERVER_NAME

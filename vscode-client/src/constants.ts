@@ -12,6 +12,8 @@ export const CMD_SHOW_HOTSPOTS = "msprof-lsp.showHotspots";
 export const CMD_SET_BASELINE = "msprof-lsp.setBaseline";
 export const CMD_LINE_HEAT = "msprof-lsp.lineHeat";
 export const CMD_SHOW_OPERATORS = "msprof-lsp.showOperators";
+/** [] -> the report model of the loaded job (src/report/model.ts), or null. */
+export const CMD_REPORT_MODEL = "msprof-lsp.reportModel";
 
 /** Commands the client implements itself (not sent to the server). */
 export const CMD_RESTART = "msprof-lsp.restart";

@@ -341,8 +341,8 @@ def host_rows(ops: pd.DataFrame) -> tuple[tuple[int, int], np.ndarray] | None:
     there is none (the step marks themselves are the step windows, not a lane's events)."""
     if not len(ops):
         return None
-    names = ops["name"].astype(str).to_numpy(dtype=object)
-    mark = np.fromiter((n.startswith(STEP_MARK) for n in names), dtype=bool, count=len(names))
+    codes, values = pd.factorize(ops["name"])  # once per distinct name (the column is categorical)
+    mark = np.array([str(v).startswith(STEP_MARK) for v in values], dtype=bool)[codes] if len(values) else np.zeros(len(ops), bool)
     parent = ops["parent"].to_numpy(dtype=np.int64)
     under_mark = np.zeros(len(ops), dtype=bool)
     has_parent = parent >= 0
@@ -395,17 +395,15 @@ def timeline(profile: Profile, attribution: Attribution | None, bars: list[Break
 
     def site_codes(rows: np.ndarray, sites: np.ndarray) -> np.ndarray:
         ids = sites[rows]
-        out = np.full(len(rows), -1, dtype=np.int64)
-        for i in np.unique(ids[ids >= 0]):
-            out[ids == i] = names.source(attribution.sites[int(i)] if attribution else None, cwd)
-        return out
+        uniq, inv = np.unique(ids, return_inverse=True)
+        table = np.array([names.source(attribution.sites[int(i)], cwd) if i >= 0 and attribution else -1 for i in uniq],
+                         dtype=np.int64)
+        return table[inv] if len(rows) else np.zeros(0, dtype=np.int64)
 
     def name_codes(rows: np.ndarray, codes: np.ndarray, values: Sequence[str]) -> np.ndarray:
-        c = codes[rows]
-        out = np.empty(len(rows), dtype=np.int64)
-        for i in np.unique(c):
-            out[c == i] = names.name(str(values[int(i)]))
-        return out
+        uniq, inv = np.unique(codes[rows], return_inverse=True)
+        table = np.array([names.name(str(values[int(i)])) for i in uniq], dtype=np.int64)
+        return table[inv] if len(rows) else np.zeros(0, dtype=np.int64)
 
     steps: list[TimelineStep] = []
     for sid, ws, we in carried:
