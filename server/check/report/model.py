@@ -23,7 +23,7 @@ from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.fixes.edits import PositionError, apply_edits, split_lines
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, TimeBreakdown
-from msprof_lsp.mapping.profile.timemodel import TaskClass, profile_breakdown, task_classes
+from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, profile_breakdown, task_classes
 from msprof_lsp.mapping.source.heat import Attribution, Site
 
 from . import document
@@ -341,7 +341,7 @@ def host_rows(ops: pd.DataFrame) -> tuple[tuple[int, int], np.ndarray] | None:
     there is none (the step marks themselves are the step windows, not a lane's events)."""
     if not len(ops):
         return None
-    codes, values = pd.factorize(ops["name"])  # once per distinct name (the column is categorical)
+    codes, values = column_codes(ops["name"])  # once per distinct name
     mark = np.array([str(v).startswith(STEP_MARK) for v in values], dtype=bool)[codes] if len(values) else np.zeros(len(ops), bool)
     parent = ops["parent"].to_numpy(dtype=np.int64)
     under_mark = np.zeros(len(ops), dtype=bool)
@@ -378,7 +378,7 @@ def timeline(profile: Profile, attribution: Attribution | None, bars: list[Break
     kstep = k["step"].to_numpy(dtype=np.int64)
     cls = task_classes(k).astype(np.int64)
     ksite = np.full(len(k), -1, dtype=np.int64) if attribution is None else attribution.kernel_site
-    kname_codes, kname_values = pd.factorize(k["name"].astype(str).to_numpy(dtype=object)) if len(k) else (np.zeros(0, np.int64), [])
+    kname_codes, kname_values = column_codes(k["name"])
     lane_keys = k[["device", "stream"]].drop_duplicates().sort_values(["device", "stream"]).to_numpy().tolist() if len(k) else []
     dev = k["device"].to_numpy(dtype=np.int64)
     stream = k["stream"].to_numpy(dtype=np.int64)
@@ -391,7 +391,7 @@ def timeline(profile: Profile, attribution: Attribution | None, bars: list[Break
         hstart = ops["start_ns"].to_numpy(dtype=np.int64)
         hdur = ops["dur_ns"].to_numpy(dtype=np.int64)
         hsite = np.full(len(ops), -1, dtype=np.int64) if attribution is None else attribution.op_site
-        hname_codes, hname_values = pd.factorize(ops["name"].astype(str).to_numpy(dtype=object))
+        hname_codes, hname_values = column_codes(ops["name"])
 
     def site_codes(rows: np.ndarray, sites: np.ndarray) -> np.ndarray:
         ids = sites[rows]
