@@ -45,7 +45,8 @@ class ProfileBuilder:
         self.ops: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid", "stack",
                                                      "input_types", "input_dims", "concrete_inputs", "fwd_thread")}
         self.kernels: dict[str, list] = {c: [] for c in ("name", "type", "core", "start_ns", "dur_ns", "host_op", "stream",
-                                                         "input_dtypes", "output_dtypes", "step", "device", "op_state")}
+                                                         "input_dtypes", "output_dtypes", "step", "device", "op_state",
+                                                         "input_shapes", "output_shapes")}
         self.pmu: dict[str, list[float]] = {}
         self.events: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid")}
         self.lanes: dict[str, list] = {c: [] for c in ("lane", "start_ns", "dur_ns", "device")}
@@ -73,7 +74,7 @@ class ProfileBuilder:
 
     def kernel(self, name: str, start_us: float, dur_us: float, *, op: int = -1, core: str = "AI_CORE", type: str = "",
                input_dtypes: str = "", output_dtypes: str = "", stream: int = 2, op_state: str = "",
-               pmu: dict[str, float] | None = None) -> int:
+               pmu: dict[str, float] | None = None, input_shapes: str = "", output_shapes: str = "") -> int:
         """``pmu``: counter columns by their export name (``aic_mac_ratio``), NaN where not given."""
         k = self.kernels
         n = len(k["name"])
@@ -91,6 +92,8 @@ class ProfileBuilder:
         k["stream"].append(stream)
         k["input_dtypes"].append(input_dtypes)
         k["output_dtypes"].append(output_dtypes)
+        k["input_shapes"].append(input_shapes)
+        k["output_shapes"].append(output_shapes)
         k["step"].append(1 + int(start_us // self.step_us) if 0 <= start_us < self.step_us * self.n_steps else -1)
         k["device"].append(0)
         return len(k["name"]) - 1
