@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from msprof_lsp.hints.line_counters import OpCounters, line_counters
 from msprof_lsp.mapping.source.attribute import attribute, reanchor
 from msprof_lsp.mapping.profile.cluster import LoadResult
 from msprof_lsp.mapping.source.compare import compare
@@ -64,6 +65,8 @@ class Engine:
         self.jobs: list[JobChoice] = []
         self.job: JobChoice | None = None
         self._texts: dict[str, str] = {}
+        # the counter tables of one attribution (and threshold), kept until either changes
+        self._counters: tuple[object, object, dict[str, dict[int, list[OpCounters]]]] | None = None
 
     # -- whole loads -----------------------------------------------------------------------------
 
@@ -166,6 +169,15 @@ class Engine:
                 self._texts[path] = hit
         return hit
 
+    def _line_counters(self) -> dict[str, dict[int, list[OpCounters]]]:
+        assert self.loaded is not None and self.attribution is not None
+        thresholds = self.settings.rule_config().thresholds
+        held = self._counters
+        if held is None or held[0] is not self.attribution or held[1] != thresholds:
+            held = self._counters = (self.attribution, thresholds,
+                                     line_counters(self.loaded.profile, self.attribution, thresholds))
+        return held[2]
+
     def snapshot(self) -> Snapshot:
         assert self.loaded is not None and self.attribution is not None and self.workspace is not None
         self.generation += 1
@@ -186,6 +198,7 @@ class Engine:
             wanted.update(e.path for fix in f.fixes for e in fix.edits if e.path)
         for lh in heat.lines:
             snap.lines.setdefault(lh.path, []).append(lh)
+        snap.counters = self._line_counters()
         for fh in heat.functions:
             snap.functions.setdefault(fh.path, []).append(fh)
         for sh in heat.spans:
