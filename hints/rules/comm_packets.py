@@ -23,28 +23,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, Related
+from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
-
-def _anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, list[Related]]:
-    """The training loop's ``loss.backward()`` (DDP's hooks all-reduce the buckets there), the
-    DDP wrap as related information; the wrap itself without a loop; nothing without either."""
-    span, conf, related = None, Confidence.MODULE, []
-    ddp = sq.constructed(ctx, *sq.DDP)
-    found = sq.backward_call(ctx)
-    if found is not None:
-        _, call, _, conf = found
-        span = call.span
-    elif ddp is not None:
-        span, conf = ddp[1].span, Confidence.INFERRED
-    if ddp is not None and ddp[1].span != span:
-        related.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
-    return span, conf, related
-
 
 ALIGN_LINKS = frozenset({"HCCS", "PCIE", "SIO"})
 # The advisor colours the finding by the unaligned share of the SDMA transfer time.
@@ -97,7 +80,7 @@ class CommByteAlignment(Rule):
             diagnosis="partial bursts lower the link bandwidth",
             fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
         )
-        span, conf, related = _anchor(ctx)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
                           related=related)
 
@@ -138,7 +121,7 @@ class CommSmallPackets(Rule):
             "small_us": round(time_ns / 1000, 3),
             "threshold_percent": limit * 100,
         }
-        span, conf, related = _anchor(ctx)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
                           related=related)
 

@@ -546,6 +546,11 @@ class RankSummary:
     step_time_ns: float
     comm_not_overlapped_ns: float  # per step
     comm_share: float  # comm_not_overlapped / step time
+    computing_ns: float = -1.0  # per step, the breakdown's Computing (-1 unknown)
+    free_ns: float = -1.0  # per step, the breakdown's Free (-1 unknown)
+    # per link group (SDMA: the intra-node links, RDMA): (MB, ms) moved by the rank's collectives
+    # over the capture, from communication.json's Transit Size / Transit Time
+    links: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

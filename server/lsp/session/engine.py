@@ -184,7 +184,8 @@ class Engine:
         profile = self.loaded.profile
         heat = self.attribution.heat
         # fix offers stay unexpanded: code actions expand them (fixes_on_demand), typing never parses
-        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False)
+        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False,
+                                          cluster=self.loaded.cluster)
         snap = Snapshot(generation=self.generation, settings=self.settings, num_steps=max(heat.num_steps, 1))
         wanted: set[str] = set()
         for f in findings:
