@@ -1,4 +1,6 @@
-"""NPU206 kernel-bound: the advisor's AI Core "bound" list -- Cube, FlashAttention, Vector and MIX
+"""NPU206 kernel-bound and NPU209 block-dim.
+
+NPU206 kernel-bound: the advisor's AI Core "bound" list -- Cube, FlashAttention, Vector and MIX
 kernels whose PipeUtilization counters show a saturated compute or memory pipe.
 
 Each kernel class is judged on the pipes the advisor reads for it, by (kernel name, input and
@@ -15,6 +17,12 @@ output shapes) with the ratios averaged over its kernels, as its ``AICorePerform
 
 One finding per source statement the bound kernels map to; the fix is advice (what to change
 depends on whether the pipe is a compute or a memory one).
+
+NPU209 block-dim: kernels of at least ``blockDimMinUs`` whose block dim is not a multiple of the
+core count (the advisor's ``BlockDimChecker``: AI_CORE kernels on the ``ai_core_num`` cube cores,
+AI_VECTOR_CORE and MIX_AIC on the ``aiv_num`` vector cores where known; a MIX_AIC kernel whose mix
+block dim fills the vector cores is fine). The core counts come from msprof's info.json; without
+them the rule cannot judge and says nothing (its page lists where each format writes them).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from msprof_lsp.mapping.profile.timemodel import KernelClass
 from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
-from .kernel_bound import Bound
+from .kernel_bound import AOE_COMMAND, Bound
 from .shapes import io_bytes
 
 # The advisor also checks a Vector OpType whose kernels last 1 s in all, whatever their share.
@@ -264,3 +272,88 @@ def _unit(cls: KernelClass, pipe: str) -> str:
     if pipe.startswith("vec"):
         return "vector unit"
     return f"{cls.value} pipes"
+
+
+# ---------------------------------------------------------------------------------------------
+# NPU209 block-dim
+
+MIX_BLOCK_COLUMNS = ("pmu:Mix Block Num", "pmu:Mix Block Dim")  # kept by the readers as an extra column
+
+
+def core_counts(ctx: RuleContext) -> tuple[int | None, int | None]:
+    """(AI Core, AI Vector Core) counts of the device, where the profile says them: msprof's
+    ``info.json`` (``ai_core_num``, ``aiv_num``). torch_npu's exports write neither."""
+    extra = ctx.profile.meta.extra
+
+    def count(key: str) -> int | None:
+        v = extra.get(key)
+        return int(v) if isinstance(v, (int, float)) and v > 0 else None
+
+    return count("ai_core_num"), count("aiv_num")
+
+
+@register
+class BlockDim(Rule):
+    code = "NPU209"
+    name = "block-dim"
+    summary = "Kernels whose block dim is not a multiple of the core count leave cores idle in their last wave."
+    rationale = (
+        "A kernel's blocks run in waves of one block per core; a block dim that is not a multiple of the "
+        "core count leaves part of the cores idle during the last wave, and a block dim under the core "
+        "count never uses them all. Operator tuning (AOE) or a shape that splits evenly fills them."
+    )
+    thresholds = ("blockDimMinUs",)
+    backends = (Backend.ASCEND,)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        aic, aiv = core_counts(ctx)
+        k = ctx.profile.kernels_in_steps()
+        if aic is None or not len(k):
+            return  # the core count is unknown: torch_npu's text and DB exports do not write it
+        cores = pq.strs(k["core"])
+        block = k["block_dim"].to_numpy(np.int64)
+        dur = k["dur_ns"].to_numpy(np.int64)
+        mix_col = next((c for c in MIX_BLOCK_COLUMNS if c in k.columns), None)
+        mix = np.nan_to_num(k[mix_col].to_numpy(np.float64), nan=-1).astype(np.int64) if mix_col else np.full(len(k), -1)
+        # the advisor's core per task type: AI_CORE on the cube cores, the others on the vector cores
+        # when their count is known
+        per = np.where(cores == "AI_CORE", aic, aiv if aiv else aic)
+        checked = np.isin(cores, ["AI_CORE", "AI_VECTOR_CORE", "MIX_AIC"]) & (block > 0)
+        checked &= dur >= float(ctx.thresholds.block_dim_min_us) * 1000
+        bad = checked & (block % np.maximum(per, 1) != 0)
+        if aiv:  # a MIX_AIC kernel whose vector part fills the vector cores is fine
+            bad &= ~((cores == "MIX_AIC") & (mix > 0) & (mix % aiv == 0))
+        positions = np.flatnonzero(bad)
+        if not len(positions):
+            return
+        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])
+        pos_of = dict(zip(rows.tolist(), positions.tolist()))
+        types = pq.kernel_types(k)
+        for g in sq.kernels_by_statement(ctx, rows.tolist()):
+            mine = [pos_of[r] for r in g.rows]
+            total = int(dur[mine].sum())
+            by: dict[tuple[str, str, int], list[int]] = {}
+            for p in mine:
+                by.setdefault((str(types[p]), str(cores[p]), int(block[p])), []).append(p)
+            ranked = sorted(by.items(), key=lambda kv: -int(dur[kv[1]].sum()))
+            (t, core, bd), _ = ranked[0]
+            n = int(per[ranked[0][1][0]])
+            waves = -(-bd // n)
+            idle = 1 - bd / (waves * n)  # share of the core-waves left idle
+            evidence = {
+                "kernels": [{"type": t_, "core": c_, "block_dim": b_, "cores": int(per[ps[0]]), "count": len(ps),
+                             "total_us": pq.format_ns_us(int(dur[ps].sum())),
+                             "idle_core_share": round(1 - b_ / (-(-b_ // int(per[ps[0]])) * int(per[ps[0]])), 4)}
+                            for (t_, c_, b_), ps in ranked[:EVIDENCE_KERNELS]],
+                "ai_core_num": aic, "aiv_num": aiv, "count": len(mine),
+                "threshold_us": float(ctx.thresholds.block_dim_min_us), "aoe_command": AOE_COMMAND,
+            }
+            count = ctx.per_step_count(len(mine))
+            message = ctx.message(
+                "Block dim", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+                qualifier=f"{t} block dim {bd} on {n} cores",
+                diagnosis=f"{idle:.0%} of the cores idle in its {waves} wave{'s' if waves > 1 else ''}",
+                fix="Tune these ops with AOE, or pick shapes that split evenly",
+            )
+            conf = g.site.confidence if g.site is not None else Confidence.STACK
+            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)

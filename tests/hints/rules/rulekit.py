@@ -46,7 +46,7 @@ class ProfileBuilder:
                                                      "input_types", "input_dims", "concrete_inputs", "fwd_thread")}
         self.kernels: dict[str, list] = {c: [] for c in ("name", "type", "core", "start_ns", "dur_ns", "host_op", "stream",
                                                          "input_dtypes", "output_dtypes", "step", "device", "op_state",
-                                                         "input_shapes", "output_shapes")}
+                                                         "input_shapes", "output_shapes", "block_dim")}
         self.pmu: dict[str, list[float]] = {}
         self.events: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid")}
         self.lanes: dict[str, list] = {c: [] for c in ("lane", "start_ns", "dur_ns", "device")}
@@ -74,7 +74,8 @@ class ProfileBuilder:
 
     def kernel(self, name: str, start_us: float, dur_us: float, *, op: int = -1, core: str = "AI_CORE", type: str = "",
                input_dtypes: str = "", output_dtypes: str = "", stream: int = 2, op_state: str = "",
-               pmu: dict[str, float] | None = None, input_shapes: str = "", output_shapes: str = "") -> int:
+               pmu: dict[str, float] | None = None, input_shapes: str = "", output_shapes: str = "",
+               block_dim: int = -1) -> int:
         """``pmu``: counter columns by their export name (``aic_mac_ratio``), NaN where not given."""
         k = self.kernels
         n = len(k["name"])
@@ -94,6 +95,7 @@ class ProfileBuilder:
         k["output_dtypes"].append(output_dtypes)
         k["input_shapes"].append(input_shapes)
         k["output_shapes"].append(output_shapes)
+        k["block_dim"].append(block_dim)
         k["step"].append(1 + int(start_us // self.step_us) if 0 <= start_us < self.step_us * self.n_steps else -1)
         k["device"].append(0)
         return len(k["name"]) - 1
