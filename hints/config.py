@@ -64,6 +64,7 @@ class Thresholds:
     slow_rank_gap_percent: Annotated[float, _percent("Gap between the ranks' Computing, Communication or Free, as a share of the mean step, above which NPU207 fires.")] = 5
     slow_link_gap_percent: Annotated[float, _percent("Gap between the ranks' link bandwidths, as a share of the mean, above which NPU208 fires.")] = 5
     block_dim_min_us: Annotated[float, _us("Kernel duration from which NPU209 checks the block dim against the core count.")] = 20
+    aicore_freq_drop_percent: Annotated[float, _percent("Mean AI Core clock drop below the rated frequency during a kernel's runs at which NPU218 fires.")] = 5
     comm_align_bytes: Annotated[int, _whole("SDMA transfer size alignment checked by NPU203.", "bytes")] = 512
     sdma_small_packet_mb: Annotated[float, Meta(ge=0, description="SDMA packet size under which a packet is small (NPU102, NPU204).", extra={"unit": "MB"})] = 16
     rdma_small_packet_mb: Annotated[float, Meta(ge=0, description="RDMA packet size under which a packet is small (NPU102, NPU204).", extra={"unit": "MB"})] = 1

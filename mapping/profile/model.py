@@ -348,6 +348,11 @@ class Derived:
         self.breakdown, self.inputs = breakdown, profile.breakdown_inputs()
 
 
+AICORE_FREQ_KEY = "aicore_freq_mhz"
+"""``ProfileMeta.extra`` key of the AI Core clock samples, ``[[ts_ns, MHz], ...]`` in time order
+(trace_view.json's ``AI Core Freq`` counter, the DB's ``AICORE_FREQ``)."""
+
+
 @dataclass(slots=True)
 class ProfileMeta:
     """What the profile says about itself (profiler_info*.json, profiler_metadata.json, ...)."""
