@@ -65,6 +65,8 @@ class Thresholds:
     slow_link_gap_percent: Annotated[float, _percent("Gap between the ranks' link bandwidths, as a share of the mean, above which NPU208 fires.")] = 5
     block_dim_min_us: Annotated[float, _us("Kernel duration from which NPU209 checks the block dim against the core count.")] = 20
     aicore_freq_drop_percent: Annotated[float, _percent("Mean AI Core clock drop below the rated frequency during a kernel's runs at which NPU218 fires.")] = 5
+    sdma_baseline_gbps: Annotated[float, Meta(ge=0, description="SDMA bandwidth baseline NPU219 compares overlapped collectives with.", extra={"unit": "GB/s"})] = 18
+    contention_bandwidth_percent: Annotated[float, _percent("Share of the SDMA baseline under which an overlapped collective is contended (NPU219).")] = 80
     comm_align_bytes: Annotated[int, _whole("SDMA transfer size alignment checked by NPU203.", "bytes")] = 512
     sdma_small_packet_mb: Annotated[float, Meta(ge=0, description="SDMA packet size under which a packet is small (NPU102, NPU204).", extra={"unit": "MB"})] = 16
     rdma_small_packet_mb: Annotated[float, Meta(ge=0, description="RDMA packet size under which a packet is small (NPU102, NPU204).", extra={"unit": "MB"})] = 1
