@@ -34,6 +34,20 @@ T0 = 1_736_413_971_000_000_000  # epoch ns of the first step
 US = 1000
 
 
+DDP_TRAIN = '''import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(model, loader, opt):
+    model = DDP(model, bucket_cap_mb=25)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+'''
+"""A data-parallel training loop: DDP issues its collectives from ``loss.backward()``."""
+
+
 class ProfileBuilder:
     """Rows in µs relative to the first step; ``build()`` links them with mapping.linking."""
 

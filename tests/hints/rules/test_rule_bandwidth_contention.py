@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 from conftest import shared_fixture
-from rulekit import T0, US, ProfileBuilder, context, findings, line_of, only
+from rulekit import DDP_TRAIN as TRAIN, T0, US, ProfileBuilder, context, findings, line_of, only
 
 from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.rules.comm_packets import contended_ops
 from msprof_lsp.mapping.profile.cluster import load_profile
 from msprof_lsp.mapping.profile.model import CommOp
 
-TRAIN = '''import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def train(model, loader, opt):
-    model = DDP(model, bucket_cap_mb=25)
-    for x, y in loader:
-        loss = model(x).sum()
-        loss.backward()
-        opt.step()
-'''
 
 
 def _op(name: str, start_us: float, elapse_us: float, gbps: float, mb: float = 100.0) -> CommOp:

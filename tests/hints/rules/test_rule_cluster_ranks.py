@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import shared_fixture
-from rulekit import ProfileBuilder, context, line_of, only
+from rulekit import DDP_TRAIN as TRAIN, ProfileBuilder, context, line_of, only
 
 from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.engine import run_rules
@@ -25,17 +25,6 @@ from msprof_lsp.mapping.profile.readers.ascend_json import read_communication
 from msprof_lsp.mapping.spans import Confidence
 
 CLUSTER = "Ascend-msprof-analyze/test/resource/advisor/cluster_analysis_output/"
-TRAIN = '''import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def train(model, loader, opt):
-    model = DDP(model, bucket_cap_mb=25)
-    for x, y in loader:
-        loss = model(x).sum()
-        loss.backward()
-        opt.step()
-'''
 
 
 def _rank(rank: int, computing_ms: float, comm_ms: float, free_ms: float, links=None) -> RankSummary:
