@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.mapping.profile.frames import Frame
 from msprof_lsp.mapping.source.heat import Attribution
-from msprof_lsp.mapping.profile.model import Backend, Profile
+from msprof_lsp.mapping.profile.model import Backend, ClusterSummary, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US, format_share, format_us
 from msprof_lsp.mapping.source.workspace import library_label
@@ -66,8 +66,10 @@ class RuleContext:
         workspace: SourceWorkspace | None,
         config: RuleConfig,
         backend: Backend | str | None = None,
+        cluster: ClusterSummary | None = None,
     ) -> None:
         self.profile = profile
+        self.cluster = cluster  # the job's ranks compared (None: one rank, or not loaded as a job)
         self.attribution = attribution
         self.workspace = workspace
         self.config = config

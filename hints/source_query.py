@@ -505,3 +505,20 @@ def fixes(ctx: RuleContext, *candidates: tuple[Callable[..., Any], Span | int, s
 
 def related(span: Span | None, message: str) -> list[Related]:
     return [Related(span, message)] if span is not None else []
+
+
+def gradient_sync_anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, list[Related]]:
+    """Where data-parallel training issues its collectives: the training loop's ``loss.backward()``
+    (DDP's hooks all-reduce the buckets there), with the DDP wrap as related information; the wrap
+    itself without a loop; nothing without either."""
+    span, conf, extra = None, Confidence.MODULE, []
+    ddp = constructed(ctx, *DDP)
+    found = backward_call(ctx)
+    if found is not None:
+        _, call, _, conf = found
+        span = call.span
+    elif ddp is not None:
+        span, conf = ddp[1].span, Confidence.INFERRED
+    if ddp is not None and ddp[1].span != span:
+        extra.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
+    return span, conf, extra

@@ -19,7 +19,7 @@ from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.jobs import Job, discover_jobs
 from msprof_lsp.mapping.profile.locations import Progress, no_progress
-from msprof_lsp.mapping.profile.model import Profile
+from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 from .settings import Settings
@@ -61,17 +61,19 @@ def load(
 
 
 def findings_for(
-    profile: Profile, attribution: Attribution, workspace: SourceWorkspace, settings: Settings, *, fixes: bool = True
+    profile: Profile, attribution: Attribution, workspace: SourceWorkspace, settings: Settings, *, fixes: bool = True,
+    cluster: ClusterSummary | None = None,
 ) -> list[Finding]:
     """Run the rules (selection, severities, min_share and suppressions from ``settings``);
-    ``fixes=False`` leaves the fix offers unexpanded (the language server expands them on demand)."""
-    return run_rules(RuleContext(profile, attribution, workspace, settings.rule_config()), fixes=fixes)
+    ``fixes=False`` leaves the fix offers unexpanded (the language server expands them on demand);
+    ``cluster``: the job's ranks compared, for the cluster rules."""
+    return run_rules(RuleContext(profile, attribution, workspace, settings.rule_config(), cluster=cluster), fixes=fixes)
 
 
 def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Settings) -> Analysis:
     try:
         attribution = attribute(loaded.profile, workspace)
-        findings = findings_for(loaded.profile, attribution, workspace, settings)
+        findings = findings_for(loaded.profile, attribution, workspace, settings, cluster=loaded.cluster)
     except Exception as exc:
         raise safe_io.mark(exc, safe_io.reading() or loaded.profile.path)  # named in the one-line report
     return Analysis(loaded, workspace, attribution, findings)

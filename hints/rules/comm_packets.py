@@ -1,5 +1,6 @@
 """NPU203 comm-byte-alignment and NPU204 comm-small-packets, both read from the Size
-Distribution of the gradient collectives and anchored where DDP issues them.
+Distribution of the gradient collectives and anchored where DDP issues them; NPU219
+comm-bandwidth-contention, from the collectives' SDMA bandwidth while MatMuls overlap them.
 
 NPU203 comm-byte-alignment: SDMA transfers of the gradient collectives whose size is not a
 multiple of ``commAlignBytes`` (the advisor's ``ByteAlignmentChecker``: 512 B, transfers of at
@@ -15,36 +16,26 @@ NPU204 comm-small-packets: more than ``smallPacketMaxPercent`` of the SDMA packe
 ``sdmaSmallPacketMb`` or of the RDMA packets under ``rdmaSmallPacketMb`` (the advisor's packet
 analysis): the fix is fewer, larger transfers (``bucket_cap_mb``, gradient accumulation, larger
 micro-batches), as advice.
+
+NPU219 comm-bandwidth-contention: collectives that moved data over SDMA while a MatMul kernel ran
+and whose SDMA bandwidth is under ``contentionBandwidthPercent`` of ``sdmaBaselineGbps`` (the
+advisor's ``BandwidthContentionChecker``: 0.8 x 18 GB/s).
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
+import numpy as np
+
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, Related
+from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
-
-def _anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, list[Related]]:
-    """The training loop's ``loss.backward()`` (DDP's hooks all-reduce the buckets there), the
-    DDP wrap as related information; the wrap itself without a loop; nothing without either."""
-    span, conf, related = None, Confidence.MODULE, []
-    ddp = sq.constructed(ctx, *sq.DDP)
-    found = sq.backward_call(ctx)
-    if found is not None:
-        _, call, _, conf = found
-        span = call.span
-    elif ddp is not None:
-        span, conf = ddp[1].span, Confidence.INFERRED
-    if ddp is not None and ddp[1].span != span:
-        related.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
-    return span, conf, related
-
 
 ALIGN_LINKS = frozenset({"HCCS", "PCIE", "SIO"})
 # The advisor colours the finding by the unaligned share of the SDMA transfer time.
@@ -97,7 +88,7 @@ class CommByteAlignment(Rule):
             diagnosis="partial bursts lower the link bandwidth",
             fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
         )
-        span, conf, related = _anchor(ctx)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
                           related=related)
 
@@ -138,7 +129,87 @@ class CommSmallPackets(Rule):
             "small_us": round(time_ns / 1000, 3),
             "threshold_percent": limit * 100,
         }
-        span, conf, related = _anchor(ctx)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
                           related=related)
 
+
+
+# -- NPU219 comm-bandwidth-contention ----------------------------------------------------------
+
+MATMUL_TYPE = re.compile(r"matmul", re.I)
+
+
+def contended_ops(ctx: RuleContext) -> list[dict]:
+    """Collectives that moved data over SDMA while a MatMul kernel ran, with their SDMA bandwidth
+    (communication.json's own ``Bandwidth(GB/s)``), size and transfer time (the advisor's
+    ``BandwidthContentionChecker`` pairing: any time overlap of the op and a MatMul)."""
+    k = ctx.profile.kernels_in_steps()
+    if not len(k) or not ctx.profile.comm_ops:
+        return []
+    mm = pq.matches(pq.kernel_types(k), MATMUL_TYPE)
+    start = k["start_ns"].to_numpy(np.int64)[mm]
+    end = start + k["dur_ns"].to_numpy(np.int64)[mm]
+    order = np.argsort(start)
+    start, end = start[order], end[order]
+    # the latest end among the MatMuls started so far: an op overlaps one iff it ends after the
+    # first MatMul start and the MatMuls started before its end reach past its start
+    reach = np.maximum.accumulate(end) if len(end) else end
+    out = []
+    for op in ctx.profile.comm_ops:
+        sdma = op.bandwidth.get("SDMA")
+        if not isinstance(sdma, dict):
+            continue
+        try:
+            mb, ms, gbps = (float(sdma.get(key, 0) or 0) for key in ("Transit Size(MB)", "Transit Time(ms)", "Bandwidth(GB/s)"))
+        except (TypeError, ValueError):
+            continue
+        if mb <= 0 or op.start_ns < 0:
+            continue
+        op_end = op.start_ns + op.elapse_ns
+        i = int(np.searchsorted(start, op_end, side="left")) - 1  # MatMuls started before the op ends
+        if i >= 0 and reach[i] > op.start_ns:
+            out.append({"op": op.name, "step": op.step, "mb": mb, "ms": ms, "gbps": gbps, "start_ns": op.start_ns})
+    return out
+
+
+@register
+class CommBandwidthContention(Rule):
+    code = "NPU219"
+    name = "comm-bandwidth-contention"
+    summary = "Collectives whose SDMA bandwidth drops under 0.8x its baseline while MatMuls run beside them."
+    rationale = (
+        "Overlapping communication with computation hides it, but the two share the memory system: a "
+        "MatMul streaming its operands from HBM can slow the SDMA transfers of a collective running at "
+        "the same time. When the collective then takes longer than the compute it hides behind, the "
+        "overlap costs more than it saves."
+    )
+    thresholds = ("sdmaBaselineGbps", "contentionBandwidthPercent")
+    backends = (Backend.ASCEND,)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        baseline = float(ctx.thresholds.sdma_baseline_gbps)
+        limit = baseline * ctx.thresholds.contention_bandwidth_percent / 100
+        slow = [o for o in contended_ops(ctx) if o["gbps"] < limit]
+        if not slow:
+            return
+        # time lost: the transfers' time beyond what they take at the baseline bandwidth (MB/ms = GB/s)
+        lost_ns = sum(max(o["ms"] - o["mb"] / baseline, 0.0) for o in slow) * 1_000_000
+        if ctx.step_time_ns > 0:  # transfers of several streams may add up past the step: a share stays <= 1
+            lost_ns = min(lost_ns, ctx.step_time_ns * ctx.num_steps)
+        worst = min(slow, key=lambda o: o["gbps"])
+        count = ctx.per_step_count(len(slow))
+        message = ctx.message(
+            "SDMA contention", total_ns=lost_ns, count=count, unit="collective" if count == 1 else "collectives",
+            qualifier=f"{worst['gbps']:.1f} GB/s < {limit:.1f} GB/s beside MatMuls",
+            diagnosis="overlapped MatMuls slow the transfers they hide",
+            fix="Compare a run without the overlap; retune bucket_cap_mb",
+        )
+        evidence = {
+            "ops": [{"op": o["op"], "bandwidth_gbps": round(o["gbps"], 4), "sdma_mb": round(o["mb"], 6),
+                     "sdma_ms": round(o["ms"], 6)} for o in sorted(slow, key=lambda o: o["gbps"])[:10]],
+            "threshold_gbps": round(limit, 4), "baseline_gbps": baseline, "lost_us": round(lost_ns / 1000, 3),
+        }
+        span, conf, related = sq.gradient_sync_anchor(ctx)
+        yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
+                          related=related)

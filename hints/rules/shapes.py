@@ -144,7 +144,8 @@ def _dtype_bytes(types: str, n: int) -> list[int]:
     return [DTYPE_BYTES.get(parts[i], 2) if i < len(parts) else 2 for i in range(n)]
 
 
-def _bytes(shapes: list[Shape | None], types: str) -> int:
+def io_bytes(shapes: list[Shape | None], types: str) -> int:
+    """Bytes of the tensors of one side of a kernel (its shapes and dtypes; 2 B where unknown)."""
     sizes = _dtype_bytes(types, len(shapes))
     return sum(numel(s) * b for s, b in zip(shapes, sizes) if s is not None)
 
@@ -176,7 +177,7 @@ def _judge(t: str, shapes: str, dtypes: str, formats: str, out_shapes: str, out_
            align: int, fa_align: int, min_bytes: int) -> _Bad | None:
     ins = parse_shapes(shapes)
     fmts = [f.strip() for f in formats.split(";")] if formats else []
-    nbytes = _bytes(ins, dtypes) + _bytes(parse_shapes(out_shapes), out_dtypes)
+    nbytes = io_bytes(ins, dtypes) + io_bytes(parse_shapes(out_shapes), out_dtypes)
     if FLASH.match(t):
         dims = tuple(s[-1] for s in ins[:3] if s and s[-1] % fa_align)
         return _Bad("flash", t, shapes, tuple(dict.fromkeys(dims)), fa_align, "head dim", nbytes) if dims else None

@@ -31,7 +31,7 @@ from msprof_lsp.mapping.profile.cache import default_cache_dir
 from msprof_lsp.mapping.profile.jobs import discover_jobs
 from msprof_lsp.mapping.profile.load import load_location
 from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
-from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, RankSummary
+from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, CommOp, Profile, RankSummary
 from msprof_lsp.mapping.profile.timemodel import TaskClass, collective_mask, exclusive_ns, is_class, profile_breakdown
 
 
@@ -236,6 +236,8 @@ def summarize(
         p = profiles[r]
         step_ns = float(p.step_time_ns)
         comm_ns = comm_not_overlapped_per_step(p)
+        breakdown = profile_breakdown(p)
+        computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
         ranks.append(
             RankSummary(
                 rank=r,
@@ -243,7 +245,10 @@ def summarize(
                 step_time_ns=step_ns,
                 comm_not_overlapped_ns=comm_ns,
                 comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
-                breakdown=profile_breakdown(p),
+                computing_ns=-1.0 if computing is None else float(computing),
+                free_ns=-1.0 if free is None else float(free),
+                breakdown=breakdown,
+                link_totals=link_transfers(p.comm_ops),
                 links=comm_links(p, r),
             )
         )
@@ -320,6 +325,28 @@ def comm_not_overlapped_per_step(profile: Profile) -> float:
     start = k["start_ns"].to_numpy(dtype=np.int64)
     end = start + k["dur_ns"].to_numpy(dtype=np.int64)
     return exclusive_ns(start[is_comm], end[is_comm], start[work], end[work]) / steps
+
+
+LINK_GROUPS = {"SDMA": "SDMA", "RDMA": "RDMA"}  # communication.json's SDMA entry already sums HCCS, PCIE, SIO
+
+
+def link_transfers(ops: Sequence[CommOp]) -> dict[str, tuple[float, float]]:
+    """(MB, ms) per link group over the ops: Transit Size / Transit Time of their bandwidth info.
+    Groups that moved nothing are left out."""
+    out: dict[str, list[float]] = {}
+    for op in ops:
+        for link, group in LINK_GROUPS.items():
+            info = op.bandwidth.get(link)
+            if not isinstance(info, dict):
+                continue
+            try:
+                mb, ms = float(info.get("Transit Size(MB)", 0) or 0), float(info.get("Transit Time(ms)", 0) or 0)
+            except (TypeError, ValueError):
+                continue
+            e = out.setdefault(group, [0.0, 0.0])
+            e[0] += mb
+            e[1] += ms
+    return {g: (mb, ms) for g, (mb, ms) in out.items() if mb > 0 and ms > 0}
 
 
 def summary_frame(summary: ClusterSummary) -> pd.DataFrame:

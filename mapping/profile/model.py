@@ -348,6 +348,11 @@ class Derived:
         self.breakdown, self.inputs = breakdown, profile.breakdown_inputs()
 
 
+AICORE_FREQ_KEY = "aicore_freq_mhz"
+"""``ProfileMeta.extra`` key of the AI Core clock samples, ``[[ts_ns, MHz], ...]`` in time order
+(trace_view.json's ``AI Core Freq`` counter, the DB's ``AICORE_FREQ``)."""
+
+
 @dataclass(slots=True)
 class ProfileMeta:
     """What the profile says about itself (profiler_info*.json, profiler_metadata.json, ...)."""
@@ -562,6 +567,11 @@ class RankSummary:
     step_time_ns: float
     comm_not_overlapped_ns: float  # per step
     comm_share: float  # comm_not_overlapped / step time
+    computing_ns: float = -1.0  # per step, the breakdown's Computing (-1 unknown)
+    free_ns: float = -1.0  # per step, the breakdown's Free (-1 unknown)
+    # per link group (SDMA: the intra-node links, RDMA): (MB, ms) moved by the rank's collectives
+    # over the capture, from communication.json's Transit Size / Transit Time
+    link_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
     breakdown: TimeBreakdown | None = None  # the rank's own step breakdown (the HTML report's bars)
     links: list[CommLink] = field(default_factory=list)  # the links this rank's matrix wrote
 

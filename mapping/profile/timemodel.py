@@ -135,6 +135,44 @@ def op_types(kernels: pd.DataFrame) -> np.ndarray:
     return _per_distinct(kernels, ("name", "type"), op_type, object)
 
 
+class KernelClass(str, enum.Enum):
+    """Which unit a compute kernel runs on, as the advisor's AI Core checks group them (its
+    cube / FA / vector operator lists; docs/numbers.md "Kernel classes")."""
+
+    CUBE = "Cube"  # a MatMul on the cube core (AI_CORE, or MIX_AIC for an unaligned inner axis)
+    VECTOR = "Vector"  # AI_VECTOR_CORE and MIX_AIV kernels
+    MIX = "MIX"  # other MIX_AIC kernels: cube-led, with vector sub-tasks
+    FLASH_ATTENTION = "FlashAttention"  # FlashAttentionScore / FlashAttentionScoreGrad
+    OTHER = "other"  # AI CPU, DSA, other AI_CORE kernels (Conv2D, ...), everything not compute
+
+
+_FLASH_TYPES = re.compile(r"^FlashAttention(VarLen)?Score(Grad)?$")
+_MATMUL_TYPE = re.compile(r"matmul", re.I)
+
+
+def kernel_class(core: str, op_type_: str) -> KernelClass:
+    """The class of one compute kernel from its accelerator core and OpType."""
+    if _FLASH_TYPES.match(op_type_):
+        return KernelClass.FLASH_ATTENTION
+    if core in ("AI_CORE", "KERNEL_AICORE", "MIX_AIC", "KERNEL_MIX_AIC") and _MATMUL_TYPE.search(op_type_):
+        return KernelClass.CUBE
+    if core in ("AI_VECTOR_CORE", "KERNEL_AIVEC", "MIX_AIV", "KERNEL_MIX_AIV"):
+        return KernelClass.VECTOR
+    if core in ("MIX_AIC", "KERNEL_MIX_AIC"):
+        return KernelClass.MIX
+    return KernelClass.OTHER
+
+
+def kernel_classes(kernels: pd.DataFrame) -> list[KernelClass]:
+    """``kernel_class`` per row (non-compute tasks are OTHER), once per distinct (name, core, type). A
+    list: numpy turns a str-valued enum into its ``str()``."""
+    if not len(kernels):
+        return []
+    table = _per_distinct(kernels, ("name", "core", "type"), lambda n, c, t: kernel_class(c, op_type(n, t)), object)
+    compute = is_class(kernels, TaskClass.COMPUTE)
+    return [c if ok else KernelClass.OTHER for c, ok in zip(table.tolist(), compute.tolist())]
+
+
 def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Integer codes and their names for a string or categorical column; a missing value is the
     name "" (never code -1, which would index the last name)."""

@@ -64,7 +64,8 @@ def _baseline_comparison(
     baseline is attributed and checked against the current source, so both sides match by text."""
     loaded = pipeline.load([baseline], settings, use_cache=use_cache)
     before_attr = attribute(loaded.profile, analysis.workspace)
-    before_findings = pipeline.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False)
+    before_findings = pipeline.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False,
+                                            cluster=loaded.cluster)
     cmp = compare(str(baseline), loaded.profile, before_attr.heat, analysis.profile, analysis.attribution.heat)
     return cmp, classify(before_findings, analysis.findings)
 

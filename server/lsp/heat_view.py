@@ -6,9 +6,10 @@ the labels they all show ("MatMulV2 · 412 µs/step · 18.7% of step", "412 → 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from msprof_lsp.hints.line_counters import OpCounters
 from msprof_lsp.mapping.source.compare import LineChange
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
 from msprof_lsp.mapping.units import format_share, format_us
@@ -27,6 +28,7 @@ class HotLine:
     line: int  # current, 1-based
     heat: LineHeat | None  # None: only the baseline had time here
     change: LineChange | None
+    counters: list[OpCounters] = field(default_factory=list)  # PipeUtilization per operator, when recorded
 
     @property
     def per_step_us(self) -> float:
@@ -105,10 +107,11 @@ def _file_heat(ls: MsprofLanguageServer, path: str) -> FileHeat | None:
         return None
     lm = view.linemap
     lines: dict[int, HotLine] = {}
+    counters = snap.counters.get(path, {})
     for lh in snap.lines.get(path, ()):
         cur = lm.line(lh.line)
         if cur is not None:
-            lines[cur] = HotLine(cur, lh, None)
+            lines[cur] = HotLine(cur, lh, None, counters.get(lh.line, []))
     for old_line, change in snap.changes.get(path, {}).items():
         cur = lm.line(old_line)
         if cur is None:

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 COLUMNS = ("operator", "type", "core", "count", "µs/step", "share", "shapes")
 MAX_ROWS = 12
+COUNTER_TITLE = "Pipe utilisation (PipeUtilization counters, mean busy share per kernel)"
+Table = tuple[tuple[str, ...], list[tuple[str, ...]]]  # header, rows
 
 
 def _rows(ls: MsprofLanguageServer, heat: FileHeat, line: int) -> list[tuple[str, ...]]:
@@ -31,6 +33,18 @@ def _rows(ls: MsprofLanguageServer, heat: FileHeat, line: int) -> list[tuple[str
         rows.append((op.name + direction, op.type, op.core, str(op.count), f"{per_step:,.1f}", format_share(share),
                      "; ".join(op.shapes)))
     return rows
+
+
+def _counter_table(hot: HotLine | None) -> Table:
+    """Header and rows of the counter table (the hints layer computed them with the analysis)."""
+    if hot is None or not hot.counters:
+        return (), []
+    pipes = tuple(p for p, _ in hot.counters[0].ratios)
+    rows = []
+    for c in hot.counters:
+        direction = " (bwd)" if c.backward else ""
+        rows.append((c.type + direction, c.kernel_class, str(c.count), *(f"{r:.0%}" for _, r in c.ratios), c.bound))
+    return ("operator", "class", "count", *pipes, "bound"), rows
 
 
 def _headline(hot: HotLine | None, heat: FileHeat, line: int) -> str:
@@ -48,24 +62,34 @@ def _headline(hot: HotLine | None, heat: FileHeat, line: int) -> str:
     return ""
 
 
-def _markdown(headline: str, rows: list[tuple[str, ...]], extra: list[str]) -> str:
+def _md_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out.extend("| " + " | ".join(c.replace("|", "\\|") or " " for c in r) + " |" for r in rows)
+    return [*out, ""]
+
+
+def _plain_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    table = [columns, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+
+
+def _markdown(headline: str, rows: list[tuple[str, ...]], extra: list[str], counters: Table = ((), [])) -> str:
     out = [f"**msprof-lsp** · {headline}" if headline else "**msprof-lsp**", ""]
     if rows:
-        out.append("| " + " | ".join(COLUMNS) + " |")
-        out.append("|" + "---|" * len(COLUMNS))
-        for r in rows:
-            out.append("| " + " | ".join(c.replace("|", "\\|") or " " for c in r) + " |")
-        out.append("")
+        out.extend(_md_table(COLUMNS, rows))
+    if counters[1]:
+        out.extend([f"*{COUNTER_TITLE}*", "", *_md_table(*counters)])
     out.extend(extra)
     return "\n".join(out).rstrip() + "\n"
 
 
-def _plain(headline: str, rows: list[tuple[str, ...]], extra: list[str]) -> str:
-    table = [COLUMNS, *rows] if rows else []
-    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))] if table else []
+def _plain(headline: str, rows: list[tuple[str, ...]], extra: list[str], counters: Table = ((), [])) -> str:
     out = [f"msprof-lsp: {headline}" if headline else "msprof-lsp"]
-    for r in table:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if rows:
+        out.extend(_plain_table(COLUMNS, rows))
+    if counters[1]:
+        out.extend([COUNTER_TITLE, *_plain_table(*counters)])
     out.extend(extra)
     return "\n".join(out) + "\n"
 
@@ -86,7 +110,8 @@ def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | 
     if not heat.info or not heat.info.has_call_stacks:
         extra.append("Anchored by operator and module names (the profile has no call stacks).")
     markdown = ls.caps.hover_markdown
-    value = _markdown(headline, rows, extra) if markdown else _plain(headline, rows, extra)
+    counters = _counter_table(hot)
+    value = _markdown(headline, rows, extra, counters) if markdown else _plain(headline, rows, extra, counters)
     n = line - 1
     text = heat.view.lines[n] if 0 <= n < len(heat.view.lines) else ""
     rng = range_of(heat.view.lines, line, 0, line, len(text), ls.caps.position_encoding)

@@ -48,6 +48,7 @@ from msprof_lsp.mapping.profile.readers import ascend_csv, ascend_json
 from msprof_lsp.mapping.profile.readers.cann_db import read_cann
 from msprof_lsp.mapping.profile.readers.assemble import attach_kernels, optional, read_into
 from msprof_lsp.mapping.profile.readers.npu_trace import tables_from_trace
+from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY
 from msprof_lsp.mapping.profile.readers.protocol import (
     Candidate,
     Folder,
@@ -319,6 +320,8 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
         issues.extend(tables.issues)
         for k, v in tables.counts.items():
             counts[k] = counts.get(k, 0) + v
+        if tables.aicore_freq:
+            meta.extra[AICORE_FREQ_KEY] = sorted(meta.extra.get(AICORE_FREQ_KEY, []) + tables.aicore_freq)
         k = tables.kernels
         if dev >= 0:
             k.loc[k["device"] < 0, "device"] = dev

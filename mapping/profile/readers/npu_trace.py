@@ -42,7 +42,7 @@ from msprof_lsp.mapping.profile.model import (
     make_table,
 )
 from msprof_lsp.mapping.profile.step_windows import profiler_steps, step_ids
-from msprof_lsp.mapping.profile.readers.trace_json import NO_INT, TraceEvents
+from msprof_lsp.mapping.profile.readers.trace_json import NO_INT, NO_TIME, TraceEvents
 
 HARDWARE = "Ascend Hardware"
 OVERLAP = "Overlap Analysis"
@@ -76,6 +76,7 @@ class TraceTables:
     steps: list[Step]
     issues: list[Issue] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    aicore_freq: list[list[int]] = field(default_factory=list)  # [ts_ns, MHz] of the "AI Core Freq" counter
 
 
 @dataclass(slots=True)
@@ -172,6 +173,7 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     if untimed:
         issues.append(Issue(ev.path, f"{untimed} ops/kernels have no usable 'ts'; they cannot be linked"))
     return TraceTables(
+        aicore_freq=aicore_freq(ev),
         host_ops=host_ops,
         modules=modules if len(modules) else empty_table(MODULE_SCHEMA),
         kernels=kernels,
@@ -181,6 +183,20 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
         issues=issues,
         counts=counts,
     )
+
+
+AICORE_FREQ = "AI Core Freq"
+
+
+def aicore_freq(ev: TraceEvents) -> list[list[int]]:
+    """The AI Core clock samples of the trace (counter events ``AI Core Freq``, ``args.MHz``), as
+    ``[ts_ns, MHz]`` in time order; the clock holds each value until the next sample."""
+    rows = np.flatnonzero((ev.ph == ev.code("C")) & (ev.name == ev.code(AICORE_FREQ)))
+    mhz = ev.args["MHz"][rows] if "MHz" in ev.args else np.zeros(0, np.int64)
+    ts = ev.ts_ns[rows]
+    ok = (mhz != NO_INT) & (mhz > 0) & (ts != NO_TIME)
+    pairs = sorted(zip(ts[ok].tolist(), mhz[ok].tolist()))
+    return [[int(t), int(f)] for t, f in pairs]
 
 
 def _host_ops(ev: TraceEvents, X: np.ndarray, stacks: StackTable) -> tuple[np.ndarray, pd.DataFrame]:

@@ -38,6 +38,7 @@ from msprof_lsp.mapping.profile.overlap import breakdown_from_overlap
 from msprof_lsp.mapping.profile.step_infer import steps_from_launches
 from msprof_lsp.mapping.profile.readers.assemble import attach_kernels, optional, read_into
 from msprof_lsp.mapping.profile.readers.npu_trace import tables_from_trace
+from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY
 from msprof_lsp.mapping.profile.readers.protocol import (
     Candidate,
     Folder,
@@ -241,6 +242,8 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
             del events  # the raw columns are not kept: only the linked tables
             issues.extend(tables.issues)
             meta.extra["trace_counts"] = dict(tables.counts)
+            if tables.aicore_freq:
+                meta.extra[AICORE_FREQ_KEY] = tables.aicore_freq
     progress("Linking", 0.9)
 
     if tables is not None:

@@ -23,6 +23,7 @@ from msprof_lsp.mapping.errors import Issue, ProfileError
 from msprof_lsp.mapping.profile.frames import StackTable, parse_frame
 from msprof_lsp.mapping.profile.locations import Layout, ProfileLocation, Progress
 from msprof_lsp.mapping.profile.model import (
+    AICORE_FREQ_KEY,
     HOST_EVENT_SCHEMA,
     HOST_OP_SCHEMA,
     MODULE_SCHEMA,
@@ -208,6 +209,11 @@ def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> No
 
 
 def _read_db_meta(db: SqliteDb, meta: ProfileMeta) -> None:
+    if db.has("AICORE_FREQ") and db.column("AICORE_FREQ", "timestampNs") and db.column("AICORE_FREQ", "freq"):
+        samples = sorted([int(t), int(f)] for t, f in db.query('SELECT timestampNs, freq FROM "AICORE_FREQ"')
+                         if isinstance(t, int) and isinstance(f, (int, float)) and f > 0)
+        if samples:
+            meta.extra[AICORE_FREQ_KEY] = samples
     if db.has("META_DATA") and db.column("META_DATA", "name") and db.column("META_DATA", "value"):
         for name, value in db.query('SELECT name, value FROM "META_DATA"'):
             if not isinstance(name, str):

@@ -62,6 +62,8 @@ TORCH_NPU_ARGS: dict[str, ArgKind] = {
     "Task Id": "int",
     # CANN API events
     "level": "str",
+    # counter events: the "AI Core Freq" process
+    "MHz": "int",
     # python_function
     "Python id": "int",
     "Python parent id": "int",

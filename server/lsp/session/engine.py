@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from msprof_lsp.hints.line_counters import OpCounters, line_counters
 from msprof_lsp.mapping.source.attribute import attribute, reanchor
 from msprof_lsp.mapping.profile.cluster import LoadResult
 from msprof_lsp.mapping.source.compare import compare
@@ -65,6 +66,8 @@ class Engine:
         self.jobs: list[JobChoice] = []
         self.job: JobChoice | None = None
         self._texts: dict[str, str] = {}
+        # the counter tables of one attribution (and threshold), kept until either changes
+        self._counters: tuple[object, object, dict[str, dict[int, list[OpCounters]]]] | None = None
 
     # -- whole loads -----------------------------------------------------------------------------
 
@@ -173,12 +176,22 @@ class Engine:
         if self.loaded is None or self.attribution is None or self.workspace is None:
             return None
         profile = self.loaded.profile
-        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=True)
+        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=True,
+                                          cluster=self.loaded.cluster)
         base = self.workspace.roots[0] if self.workspace.roots else Path.cwd()
         ranks = sorted({loc.rank for loc in self.loaded.locations if loc.rank is not None})
         job = job_model(profile, self.attribution, self.attribution.heat, findings, self.loaded.cluster, ranks, base,
                         self.workspace.text)
         return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job])
+
+    def _line_counters(self) -> dict[str, dict[int, list[OpCounters]]]:
+        assert self.loaded is not None and self.attribution is not None
+        thresholds = self.settings.rule_config().thresholds
+        held = self._counters
+        if held is None or held[0] is not self.attribution or held[1] != thresholds:
+            held = self._counters = (self.attribution, thresholds,
+                                     line_counters(self.loaded.profile, self.attribution, thresholds))
+        return held[2]
 
     def snapshot(self) -> Snapshot:
         assert self.loaded is not None and self.attribution is not None and self.workspace is not None
@@ -186,7 +199,8 @@ class Engine:
         profile = self.loaded.profile
         heat = self.attribution.heat
         # fix offers stay unexpanded: code actions expand them (fixes_on_demand), typing never parses
-        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False)
+        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False,
+                                          cluster=self.loaded.cluster)
         snap = Snapshot(generation=self.generation, settings=self.settings, num_steps=max(heat.num_steps, 1))
         wanted: set[str] = set()
         for f in findings:
@@ -200,6 +214,7 @@ class Engine:
             wanted.update(e.path for fix in f.fixes for e in fix.edits if e.path)
         for lh in heat.lines:
             snap.lines.setdefault(lh.path, []).append(lh)
+        snap.counters = self._line_counters()
         for fh in heat.functions:
             snap.functions.setdefault(fh.path, []).append(fh)
         for sh in heat.spans:

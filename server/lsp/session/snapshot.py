@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from msprof_lsp.hints.finding import Finding
+from msprof_lsp.hints.line_counters import OpCounters
 from msprof_lsp.mapping.source.compare import Comparison, LineChange
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, SpanHeat
 
@@ -53,6 +54,8 @@ class Snapshot:
     profile_findings: list[Finding] = field(default_factory=list)  # no source anchor
     texts: dict[str, str] = field(default_factory=dict)  # the analysed text of every path above/below
     lines: dict[str, list[LineHeat]] = field(default_factory=dict)
+    # hardware counters per operator of the hot lines (hints.line_counters), by path and analysed line
+    counters: dict[str, dict[int, list[OpCounters]]] = field(default_factory=dict)
     functions: dict[str, list[FunctionHeat]] = field(default_factory=dict)
     spans: dict[str, list[SpanHeat]] = field(default_factory=dict)
     hotspots: list[SpanHeat] = field(default_factory=list)  # most time first, all files
@@ -100,7 +103,7 @@ class Snapshot:
         return set(self.findings) | set(self.lines) | set(self.functions)
 
 
-_BY_PATH = ("findings", "texts", "lines", "functions", "spans", "changes")
+_BY_PATH = ("findings", "texts", "lines", "counters", "functions", "spans", "changes")
 
 
 def merge(generation: int, parts: Sequence[tuple[Any, Snapshot]], owner: Callable[[str], Any]) -> Snapshot:

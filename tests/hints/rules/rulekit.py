@@ -34,6 +34,20 @@ T0 = 1_736_413_971_000_000_000  # epoch ns of the first step
 US = 1000
 
 
+DDP_TRAIN = '''import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(model, loader, opt):
+    model = DDP(model, bucket_cap_mb=25)
+    for x, y in loader:
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+'''
+"""A data-parallel training loop: DDP issues its collectives from ``loss.backward()``."""
+
+
 class ProfileBuilder:
     """Rows in µs relative to the first step; ``build()`` links them with mapping.linking."""
 
@@ -45,7 +59,8 @@ class ProfileBuilder:
         self.ops: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid", "stack",
                                                      "input_types", "input_dims", "concrete_inputs", "fwd_thread")}
         self.kernels: dict[str, list] = {c: [] for c in ("name", "type", "core", "start_ns", "dur_ns", "host_op", "stream",
-                                                         "input_dtypes", "output_dtypes", "step", "device", "op_state")}
+                                                         "input_dtypes", "output_dtypes", "step", "device", "op_state",
+                                                         "input_shapes", "output_shapes", "block_dim")}
         self.pmu: dict[str, list[float]] = {}
         self.events: dict[str, list] = {c: [] for c in ("name", "cat", "start_ns", "dur_ns", "pid", "tid")}
         self.lanes: dict[str, list] = {c: [] for c in ("lane", "start_ns", "dur_ns", "device")}
@@ -73,7 +88,8 @@ class ProfileBuilder:
 
     def kernel(self, name: str, start_us: float, dur_us: float, *, op: int = -1, core: str = "AI_CORE", type: str = "",
                input_dtypes: str = "", output_dtypes: str = "", stream: int = 2, op_state: str = "",
-               pmu: dict[str, float] | None = None) -> int:
+               pmu: dict[str, float] | None = None, input_shapes: str = "", output_shapes: str = "",
+               block_dim: int = -1) -> int:
         """``pmu``: counter columns by their export name (``aic_mac_ratio``), NaN where not given."""
         k = self.kernels
         n = len(k["name"])
@@ -91,6 +107,9 @@ class ProfileBuilder:
         k["stream"].append(stream)
         k["input_dtypes"].append(input_dtypes)
         k["output_dtypes"].append(output_dtypes)
+        k["input_shapes"].append(input_shapes)
+        k["output_shapes"].append(output_shapes)
+        k["block_dim"].append(block_dim)
         k["step"].append(1 + int(start_us // self.step_us) if 0 <= start_us < self.step_us * self.n_steps else -1)
         k["device"].append(0)
         return len(k["name"]) - 1

@@ -1,0 +1,359 @@
+"""NPU206 kernel-bound and NPU209 block-dim.
+
+NPU206 kernel-bound: the advisor's AI Core "bound" list -- Cube, FlashAttention, Vector and MIX
+kernels whose PipeUtilization counters show a saturated compute or memory pipe.
+
+Each kernel class is judged on the pipes the advisor reads for it, by (kernel name, input and
+output shapes) with the ratios averaged over its kernels, as its ``AICorePerformanceChecker`` does:
+
+* Cube (MatMul types moving at least ``cubeMinBytes``): ``aic_mac_ratio`` ≥ ``cubeMacBoundPercent``
+  is compute-bound, ``aic_mte2_ratio`` ≥ ``cubeMte2BoundPercent`` memory-bound; MIX (other
+  ``MIX_AIC`` kernels) on the same pair;
+* FlashAttention: ``aic_mte2_ratio`` ≥ ``faMte2BoundPercent``; the forward's ``aiv_vec_ratio`` and
+  the grad's ``aic_fixpipe_ratio`` ≥ ``faPipeBoundPercent``;
+* Vector (OpTypes holding at least ``vectorMinPercent`` of the kernel time): the sum of
+  ``aiv_vec``, ``aiv_mte2`` and ``aiv_mte3`` ≥ ``vectorTotalBoundPercent``, else any one of them
+  ≥ ``vectorPipeBoundPercent``.
+
+One finding per source statement the bound kernels map to; the fix is advice (what to change
+depends on whether the pipe is a compute or a memory one).
+
+NPU209 block-dim: kernels of at least ``blockDimMinUs`` whose block dim is not a multiple of the
+core count (the advisor's ``BlockDimChecker``: AI_CORE kernels on the ``ai_core_num`` cube cores,
+AI_VECTOR_CORE and MIX_AIC on the ``aiv_num`` vector cores where known; a MIX_AIC kernel whose mix
+block dim fills the vector cores is fine). The core counts come from msprof's info.json; without
+them the rule cannot judge and says nothing (its page lists where each format writes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.finding import Finding
+from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.profile import timemodel
+from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.shapes import parse_shapes
+from msprof_lsp.mapping.profile.timemodel import KernelClass
+from msprof_lsp.mapping.spans import Confidence
+
+from .. import profile_query as pq, source_query as sq
+from .kernel_bound import AOE_COMMAND, Bound
+from .shapes import io_bytes
+
+# The advisor also checks a Vector OpType whose kernels last 1 s in all, whatever their share.
+VECTOR_MIN_TOTAL_NS = 1_000_000_000
+EVIDENCE_KERNELS = 8
+MEMORY_PIPES = frozenset({"mte2", "mte3", "fixpipe"})
+# The counters are written with 3 decimals: a mean or sum of them may miss its threshold by
+# float rounding alone (0.2 + 0.5 + 0.2 < 0.9), so ratios are compared to 9 decimals.
+DECIMALS = 9
+
+
+def _at_least(ratio: float, threshold: float) -> bool:
+    return round(ratio, DECIMALS) >= round(threshold, DECIMALS)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The bound of one (name, shapes) group: the advisor's label and what limits it."""
+
+    label: str  # mac, mte2, mac_and_mte2, vec, fixpipe, vec_mte2_mte3, ...
+    bound: Bound  # COMPUTE or MEMORY
+    pipe: str  # the pipe (or "vec+mte2+mte3") the message names
+    ratio: float  # its mean ratio (the sum for vec+mte2+mte3)
+    threshold: float
+
+
+def _limits(ctx: RuleContext) -> dict[str, float]:
+    return {
+        "cube_mac": ctx.thresholds.cube_mac_bound_percent / 100, "cube_mte2": ctx.thresholds.cube_mte2_bound_percent / 100,
+        "fa_mte2": ctx.thresholds.fa_mte2_bound_percent / 100, "fa_pipe": ctx.thresholds.fa_pipe_bound_percent / 100,
+        "vec_pipe": ctx.thresholds.vector_pipe_bound_percent / 100,
+        "vec_total": ctx.thresholds.vector_total_bound_percent / 100,
+    }
+
+
+# Per class and direction: the counter columns read (``pmu:`` prefix added).
+COLUMNS: dict[tuple[KernelClass, bool], tuple[str, ...]] = {
+    (KernelClass.CUBE, False): ("aic_mac_ratio", "aic_mte2_ratio"),
+    (KernelClass.MIX, False): ("aic_mac_ratio", "aic_mte2_ratio"),
+    (KernelClass.FLASH_ATTENTION, False): ("aic_mte2_ratio", "aiv_vec_ratio"),
+    (KernelClass.FLASH_ATTENTION, True): ("aic_mte2_ratio", "aic_fixpipe_ratio"),
+    (KernelClass.VECTOR, False): ("aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio"),
+}
+
+
+def _pair(first: tuple[str, float, float], second: tuple[str, float, float]) -> Verdict | None:
+    """Two pipes, each with its threshold: both, either, or neither over it (first wins a tie)."""
+    (p1, r1, t1), (p2, r2, t2) = first, second
+    hit1, hit2 = _at_least(r1, t1), _at_least(r2, t2)
+    if not (hit1 or hit2):
+        return None
+    if hit1 and hit2:
+        label = f"{p1}_and_{p2}"
+        pipe, ratio, thr = (p2, r2, t2) if p2 in MEMORY_PIPES else (p1, r1, t1)
+    else:
+        pipe, ratio, thr = (p1, r1, t1) if hit1 else (p2, r2, t2)
+        label = pipe
+    return Verdict(label, Bound.MEMORY if pipe in MEMORY_PIPES else Bound.COMPUTE, pipe, ratio, thr)
+
+
+def judge(cls: KernelClass, grad: bool, means: dict[str, float], lim: dict[str, float]) -> Verdict | None:
+    """The advisor's bound of a group from its mean ratios (column name -> mean)."""
+    if cls in (KernelClass.CUBE, KernelClass.MIX):
+        return _pair(("mac", means["aic_mac_ratio"], lim["cube_mac"]), ("mte2", means["aic_mte2_ratio"], lim["cube_mte2"]))
+    if cls is KernelClass.FLASH_ATTENTION:
+        other = ("fixpipe", means["aic_fixpipe_ratio"]) if grad else ("vec", means["aiv_vec_ratio"])
+        return _pair(("mte2", means["aic_mte2_ratio"], lim["fa_mte2"]), (*other, lim["fa_pipe"]))
+    if cls is KernelClass.VECTOR:
+        vec, mte2, mte3 = means["aiv_vec_ratio"], means["aiv_mte2_ratio"], means["aiv_mte3_ratio"]
+        total = vec + mte2 + mte3
+        if _at_least(total, lim["vec_total"]):
+            # all three pipes together: memory-limited when the transfers hold most of it
+            return Verdict("vec_mte2_mte3", Bound.MEMORY if mte2 + mte3 >= vec else Bound.COMPUTE, "vec+mte2+mte3",
+                           total, lim["vec_total"])
+        for pipe, r in (("mte2", mte2), ("mte3", mte3), ("vec", vec)):
+            if _at_least(r, lim["vec_pipe"]):
+                return Verdict(pipe, Bound.MEMORY if pipe in MEMORY_PIPES else Bound.COMPUTE, pipe, r, lim["vec_pipe"])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BoundGroup:
+    """Kernels of one name and shapes, bound."""
+
+    cls: KernelClass
+    op_type: str
+    name: str
+    shapes: str
+    rows: list[int]  # positions in the kernels-in-steps table
+    means: dict[str, float]
+    verdict: Verdict
+
+
+def bound_groups(ctx: RuleContext, k: pd.DataFrame) -> list[BoundGroup]:
+    """The bound (name, shapes) groups of the kernels ``k`` (the profiled steps' kernels)."""
+    classes = timemodel.kernel_classes(k)
+    if not classes:
+        return []
+    types = pq.kernel_types(k)
+    names = pq.strs(k["name"])
+    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
+    dur = k["dur_ns"].to_numpy(np.int64)
+    cls_arr = np.array([c.value for c in classes], dtype=object)
+    lim = _limits(ctx)
+    # the advisor's total: every operator row of the kernel table (compute kernels and the
+    # collectives themselves, not their transfer or wait tasks)
+    counted = timemodel.is_class(k, timemodel.TaskClass.COMPUTE) | timemodel.collective_mask(k)
+    total = int(dur[counted].sum())
+    selected = np.zeros(len(k), dtype=bool)
+    # Vector: OpTypes that hold enough of the kernel time (the advisor's preliminary filter)
+    vec = cls_arr == KernelClass.VECTOR.value
+    if vec.any():
+        per_type = pd.Series(dur[vec]).groupby(types[vec]).sum()
+        keep = {t for t, ns in per_type.items()
+                if (total and ns / total >= ctx.thresholds.vector_min_percent / 100) or ns >= VECTOR_MIN_TOTAL_NS}
+        selected |= vec & np.isin(types, list(keep))
+    selected |= np.isin(cls_arr, [KernelClass.FLASH_ATTENTION.value, KernelClass.MIX.value])
+    cube = np.flatnonzero(cls_arr == KernelClass.CUBE.value)
+    if len(cube):
+        dts, odts = pq.strs(k["input_dtypes"]), pq.strs(k["output_dtypes"])
+        min_bytes = ctx.thresholds.cube_min_bytes
+        sizes: dict[tuple[str, str, str, str], int] = {}
+        for r in cube.tolist():
+            key = (ins[r], dts[r], outs[r], odts[r])
+            if key not in sizes:
+                sizes[key] = io_bytes(parse_shapes(ins[r]), dts[r]) + io_bytes(parse_shapes(outs[r]), odts[r])
+            selected[r] = sizes[key] >= min_bytes
+    out: list[BoundGroup] = []
+    frame = pd.DataFrame({"cls": cls_arr, "name": names, "shapes": [f"{a}-{b}" for a, b in zip(ins, outs)],
+                          "type": types})
+    for (cls_v, name, shapes, op_type), idx in frame[selected].groupby(["cls", "name", "shapes", "type"], sort=False).indices.items():
+        cls = KernelClass(cls_v)
+        grad = str(op_type).endswith("Grad")
+        cols = COLUMNS.get((cls, grad if cls is KernelClass.FLASH_ATTENTION else False))
+        if cols is None or any(f"pmu:{c}" not in k.columns for c in cols):
+            continue  # no such counters: other aic_metrics sets, Level0
+        rows = np.flatnonzero(selected)[idx]
+        vals = k[[f"pmu:{c}" for c in cols]].to_numpy(np.float64)[rows]
+        ok = np.isfinite(vals).all(axis=1)  # N/A rows (over-long ops) are skipped, as the advisor does
+        if not ok.any():
+            continue
+        means = dict(zip(cols, vals[ok].mean(axis=0).tolist()))
+        verdict = judge(cls, grad, means, lim)
+        if verdict is not None:
+            out.append(BoundGroup(cls, str(op_type), str(name), str(shapes), rows[ok].tolist(), means, verdict))
+    return out
+
+
+@register
+class KernelBound(Rule):
+    code = "NPU206"
+    name = "kernel-bound"
+    summary = "Cube, FlashAttention, Vector and MIX kernels whose compute or memory pipe is saturated."
+    rationale = (
+        "A kernel whose memory-transfer pipe (mte2: global memory into the core, mte3 / fixpipe: results "
+        "back) is busy most of its time waits on data, not on arithmetic: moving less data (fusing it with "
+        "its neighbours, a narrower dtype, fewer layout casts) is what speeds it up. One whose cube or "
+        "vector pipe is saturated is at the unit's limit: only less work helps."
+    )
+    thresholds = ("cubeMacBoundPercent", "cubeMte2BoundPercent", "faMte2BoundPercent", "faPipeBoundPercent",
+                  "vectorPipeBoundPercent", "vectorTotalBoundPercent", "vectorMinPercent", "cubeMinBytes")
+    backends = (Backend.ASCEND,)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        k = ctx.profile.kernels_in_steps()
+        if not len(k) or not any(c.startswith("pmu:") for c in k.columns):
+            return
+        groups = bound_groups(ctx, k)
+        if not groups:
+            return
+        at = {}
+        for g in groups:
+            for p in g.rows:
+                at[p] = g
+        positions = sorted(at)
+        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
+        pos_of = dict(zip(rows.tolist(), positions))
+        dur = k["dur_ns"].to_numpy(np.int64)
+        for site_group in sq.kernels_by_statement(ctx, rows.tolist()):
+            mine = [pos_of[r] for r in site_group.rows]
+            yield self._finding(ctx, site_group, mine, at, dur)
+
+    def _finding(self, ctx: RuleContext, site: sq.KernelGroup, positions: list[int], at: dict[int, BoundGroup],
+                 dur: np.ndarray) -> Finding:
+        per_group: dict[int, tuple[BoundGroup, list[int]]] = {}
+        for p in positions:
+            g = at[p]
+            per_group.setdefault(id(g), (g, []))[1].append(p)
+        ranked = sorted(per_group.values(), key=lambda gp: -int(dur[gp[1]].sum()))
+        total = int(sum(int(dur[ps].sum()) for _, ps in ranked))
+        mem_ns = sum(int(dur[ps].sum()) for g, ps in ranked if g.verdict.bound is Bound.MEMORY)
+        memory = mem_ns * 2 >= total
+        lead = next(g for g, _ in ranked if (g.verdict.bound is Bound.MEMORY) == memory)
+        v = lead.verdict
+        types = list(dict.fromkeys(g.op_type for g, _ in ranked if (g.verdict.bound is Bound.MEMORY) == memory))
+        count = ctx.per_step_count(len(positions))
+        evidence = {
+            "kernels": [
+                {"name": g.name, "class": g.cls.value, "type": g.op_type, "shapes": g.shapes, "count": len(ps),
+                 "total_us": pq.format_ns_us(int(dur[ps].sum())), "ratios": {c: round(x, 3) for c, x in g.means.items()},
+                 "bound": g.verdict.label, "limit": g.verdict.bound.value}
+                for g, ps in ranked[:EVIDENCE_KERNELS]
+            ],
+            "groups": len(ranked),
+            "count": len(positions),
+            "memory_bound_us": pq.format_ns_us(mem_ns),
+            "thresholds": {key: round(val, 4) for key, val in _limits(ctx).items()},
+        }
+        unit_word = "kernel" if count == 1 else "kernels"
+        if memory:
+            short, diagnosis = "Memory-bound kernels", f"{', '.join(types[:3])} wait on data transfers"
+            fix = "Move less data: fuse neighbouring ops, bf16, fewer format casts"
+        else:
+            short, diagnosis = "Compute-bound kernels", f"{', '.join(types[:3])} saturate the {_unit(lead.cls, v.pipe)}"
+            fix = "Do less work: narrower dtypes or fewer redundant ops"
+        message = ctx.message(short, total_ns=total, count=count, unit=unit_word,
+                              qualifier=f"{lead.op_type} {v.pipe} {v.ratio:.0%} ≥ {v.threshold:.0%}",
+                              diagnosis=diagnosis, fix=fix)
+        conf = site.site.confidence if site.site is not None else Confidence.STACK
+        return ctx.finding(self, span=site.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+
+
+def _unit(cls: KernelClass, pipe: str) -> str:
+    if pipe == "mac":
+        return "cube unit"
+    if pipe.startswith("vec"):
+        return "vector unit"
+    return f"{cls.value} pipes"
+
+
+# ---------------------------------------------------------------------------------------------
+# NPU209 block-dim
+
+MIX_BLOCK_COLUMNS = ("pmu:Mix Block Num", "pmu:Mix Block Dim")  # kept by the readers as an extra column
+
+
+def core_counts(ctx: RuleContext) -> tuple[int | None, int | None]:
+    """(AI Core, AI Vector Core) counts of the device, where the profile says them: msprof's
+    ``info.json`` (``ai_core_num``, ``aiv_num``). torch_npu's exports write neither."""
+    extra = ctx.profile.meta.extra
+
+    def count(key: str) -> int | None:
+        v = extra.get(key)
+        return int(v) if isinstance(v, (int, float)) and v > 0 else None
+
+    return count("ai_core_num"), count("aiv_num")
+
+
+@register
+class BlockDim(Rule):
+    code = "NPU209"
+    name = "block-dim"
+    summary = "Kernels whose block dim is not a multiple of the core count leave cores idle in their last wave."
+    rationale = (
+        "A kernel's blocks run in waves of one block per core; a block dim that is not a multiple of the "
+        "core count leaves part of the cores idle during the last wave, and a block dim under the core "
+        "count never uses them all. Operator tuning (AOE) or a shape that splits evenly fills them."
+    )
+    thresholds = ("blockDimMinUs",)
+    backends = (Backend.ASCEND,)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        aic, aiv = core_counts(ctx)
+        k = ctx.profile.kernels_in_steps()
+        if aic is None or not len(k):
+            return  # the core count is unknown: torch_npu's text and DB exports do not write it
+        cores = pq.strs(k["core"])
+        block = k["block_dim"].to_numpy(np.int64)
+        dur = k["dur_ns"].to_numpy(np.int64)
+        mix_col = next((c for c in MIX_BLOCK_COLUMNS if c in k.columns), None)
+        mix = np.nan_to_num(k[mix_col].to_numpy(np.float64), nan=-1).astype(np.int64) if mix_col else np.full(len(k), -1)
+        # the advisor's core per task type: AI_CORE on the cube cores, the others on the vector cores
+        # when their count is known
+        per = np.where(cores == "AI_CORE", aic, aiv if aiv else aic)
+        checked = np.isin(cores, ["AI_CORE", "AI_VECTOR_CORE", "MIX_AIC"]) & (block > 0)
+        checked &= dur >= float(ctx.thresholds.block_dim_min_us) * 1000
+        bad = checked & (block % np.maximum(per, 1) != 0)
+        if aiv:  # a MIX_AIC kernel whose vector part fills the vector cores is fine
+            bad &= ~((cores == "MIX_AIC") & (mix > 0) & (mix % aiv == 0))
+        positions = np.flatnonzero(bad)
+        if not len(positions):
+            return
+        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])
+        pos_of = dict(zip(rows.tolist(), positions.tolist()))
+        types = pq.kernel_types(k)
+        for g in sq.kernels_by_statement(ctx, rows.tolist()):
+            mine = [pos_of[r] for r in g.rows]
+            total = int(dur[mine].sum())
+            by: dict[tuple[str, str, int], list[int]] = {}
+            for p in mine:
+                by.setdefault((str(types[p]), str(cores[p]), int(block[p])), []).append(p)
+            ranked = sorted(by.items(), key=lambda kv: -int(dur[kv[1]].sum()))
+            (t, core, bd), _ = ranked[0]
+            n = int(per[ranked[0][1][0]])
+            waves = -(-bd // n)
+            idle = 1 - bd / (waves * n)  # share of the core-waves left idle
+            evidence = {
+                "kernels": [{"type": t_, "core": c_, "block_dim": b_, "cores": int(per[ps[0]]), "count": len(ps),
+                             "total_us": pq.format_ns_us(int(dur[ps].sum())),
+                             "idle_core_share": round(1 - b_ / (-(-b_ // int(per[ps[0]])) * int(per[ps[0]])), 4)}
+                            for (t_, c_, b_), ps in ranked[:EVIDENCE_KERNELS]],
+                "ai_core_num": aic, "aiv_num": aiv, "count": len(mine),
+                "threshold_us": float(ctx.thresholds.block_dim_min_us), "aoe_command": AOE_COMMAND,
+            }
+            count = ctx.per_step_count(len(mine))
+            message = ctx.message(
+                "Block dim", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+                qualifier=f"{t} block dim {bd} on {n} cores",
+                diagnosis=f"{idle:.0%} of the cores idle in its {waves} wave{'s' if waves > 1 else ''}",
+                fix="Tune these ops with AOE, or pick shapes that split evenly",
+            )
+            conf = g.site.confidence if g.site is not None else Confidence.STACK
+            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
