@@ -78,7 +78,7 @@ def test_db_count_is_the_bucket_the_text_export_sends(tmp_path):
     # 2 ranks: each sends both halves once, so its packets add up to the whole bucket
     buckets = {sum(s * c for s, c in _packets(bw).items()) for _op, bw in _ops(json.loads(text.read_text()))}
     root = write_torch_npu_db(run, tmp_path / "db")
-    con = sqlite3.connect(next((root / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler_*.db")))
+    con = sqlite3.connect(f"file:{next((root / 'ASCEND_PROFILER_OUTPUT').glob('ascend_pytorch_profiler_*.db'))}?mode=ro&immutable=1", uri=True)
     try:
         counts = {r[0] for r in con.execute("SELECT count FROM COMMUNICATION_OP")}
     finally:

@@ -654,7 +654,7 @@ def test_db_tables_and_join_chain(tmp_path, text_export):
     assert not (root / OUT / "trace_view.json").exists() and (root / OUT / "analyse.done").exists()
     info = json.loads((root / f"profiler_info_{run.rank}.json").read_text())
     assert info["config"]["experimental_config"]["_export_type"] == ["db"]
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     for table, cols in DB_TABLES.items():
         assert [r[1] for r in con.execute(f"PRAGMA table_info({table})")] == cols, table
     assert dict(con.execute("SELECT id, name FROM ENUM_API_TYPE")) == {
@@ -699,7 +699,7 @@ def test_db_tables_and_join_chain(tmp_path, text_export):
         expect[r["Type"]] += ns(r["Duration(us)"])
     assert totals == expect
     assert [r[0] for r in con.execute("SELECT id FROM STEP_TIME")] == [s.number for s in run.steps]
-    ana = sqlite3.connect(f"file:{root / OUT / 'analysis.db'}?mode=ro", uri=True)
+    ana = sqlite3.connect(f"file:{root / OUT / 'analysis.db'}?mode=ro&immutable=1", uri=True)
     assert [r[1] for r in ana.execute("PRAGMA table_info(StepTraceTime)")] == STEP_TRACE_TIME_DB
     _, st = read_csv(text_root / OUT / "step_trace_time.csv")
     got = ana.execute("SELECT step, computing, free FROM StepTraceTime ORDER BY step").fetchall()

@@ -173,7 +173,7 @@ def test_text_export_task_classes_and_device_time(rank: int) -> None:
 
 def _db(rank: int, name: str) -> sqlite3.Connection:
     path = shared_fixture(DB.format(rank)) / "ASCEND_PROFILER_OUTPUT" / name
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
 
 
 @pytest.mark.parametrize("rank", [0, 1])

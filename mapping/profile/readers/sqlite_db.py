@@ -1,7 +1,11 @@
 """Read-only access to the profilers' SQLite exports (torch_npu DB export, msprof ``--type=db``).
 
-The file is opened through a ``mode=ro`` URI, so nothing is ever written next to it (no journal,
-no schema upgrade). Every sqlite failure becomes a ProfileError naming the file: not a database,
+The file is opened through a ``mode=ro`` URI (no journal, no schema upgrade). A WAL-mode file
+(torch_npu writes its DB export so) would still get ``-wal``/``-shm`` files created beside it by a
+read-only open, and fails to open where they cannot be created; when no write-ahead log is pending
+(no ``-wal`` file or an empty one) it is opened ``immutable``, so nothing is written next to it. A
+non-empty ``-wal`` means the profiler is still writing (or crashed before a checkpoint): that data
+lives in the log, so the file is opened plainly read-only, and SQLite may create ``-shm``. Every sqlite failure becomes a ProfileError naming the file: not a database,
 truncated/corrupt, locked by the profiler that is still writing it. Tables and columns are looked
 up by name, so newer versions with extra tables or columns read the same, and a missing optional
 table reads as an empty frame.
@@ -27,6 +31,17 @@ LOCK_TIMEOUT_S = 2.0
 """How long to wait for a writer's lock before giving up with "still being written"."""
 
 
+def _settled_wal(path: Path) -> bool:
+    """A WAL-mode file (header bytes 18-19 = 2) with no pending log next to it."""
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(20)
+        wal = path.with_name(path.name + "-wal")
+        return header[18:20] == b"\x02\x02" and (not wal.exists() or wal.stat().st_size == 0)
+    except OSError:
+        return False
+
+
 class SqliteDb:
     """One open, read-only SQLite file with its table/column catalogue."""
 
@@ -35,7 +50,8 @@ class SqliteDb:
         _check_header(path)
         try:
             self._con = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=LOCK_TIMEOUT_S,
+                f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if _settled_wal(path) else ''}",
+                uri=True, timeout=LOCK_TIMEOUT_S,
                 isolation_level=None,
             )
         except sqlite3.Error as exc:

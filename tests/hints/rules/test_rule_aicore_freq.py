@@ -67,7 +67,7 @@ def test_real_alexnet_clock_holds_at_1800(fmt):
         expected = sorted([round(float(e["ts"]) * 1000), e["args"]["MHz"]] for e in events
                           if e.get("ph") == "C" and e.get("name") == "AI Core Freq")
     else:
-        con = sqlite3.connect(f"file:{out / 'ascend_pytorch_profiler_0.db'}?mode=ro", uri=True)
+        con = sqlite3.connect(f"file:{out / 'ascend_pytorch_profiler_0.db'}?mode=ro&immutable=1", uri=True)
         expected = sorted([t, f] for t, f in con.execute("SELECT timestampNs, freq FROM AICORE_FREQ"))
         con.close()
     profile = load_profile([root], use_cache=False).profile

@@ -157,7 +157,7 @@ def test_real_alexnet_text_export_counts_match_the_csv(alexnet_text):
 def test_real_alexnet_db_reads_task_pmu_info():
     root = shared_fixture(ALEXNET.format("db"))
     db = root / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     pmu: dict[int, dict[str, float]] = {}
     for gid, name, value in con.execute(
             "SELECT p.globalTaskId, s.value, p.value FROM TASK_PMU_INFO p JOIN STRING_IDS s ON s.id = p.name"):

@@ -340,7 +340,7 @@ JOIN STRING_IDS it ON it.id = c.inputDataTypes JOIN STRING_IDS ot ON ot.id = c.o
 def test_real_alexnet_db_matches_its_own_tables():
     root = shared_fixture(ALEXNET.format("db"))
     db = root / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     names = dict(con.execute("SELECT id, value FROM STRING_IDS"))
     pmu: dict[int, dict[str, float]] = defaultdict(dict)
     for gid, name, value in con.execute("SELECT globalTaskId, name, value FROM TASK_PMU_INFO"):
