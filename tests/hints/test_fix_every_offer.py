@@ -51,22 +51,21 @@ def _pairs(sample: str, kind: str, *rows: tuple[str, str, str, str]) -> set[Key]
     return {(sample, kind, *r) for r in rows}
 
 
+# offered on both CNN profiles (the compile fix's backend differs: inductor for Kineto, npu)
+CNN_BOTH = (
+    *[("NPU101", fx, "model.py", site) for site in (CNN_SEQ, CNN_MOD, CNN_FN)
+      for fx in ("relu_dropout.compile_pair", "relu_dropout.inplace_relu")],
+    ("NPU220", "optimizer.fused_optimizer", "train.py", CNN_SGD),
+    ("NPU104", "dataloader.tune_dataloader", "train.py", CNN_LOADER),
+    ("NPU104", "dataloader.non_blocking_copies", "train.py", CNN_LOOP),
+)
+
 OFFERED: set[Key] = (
-    _pairs("cnn_classifier", "kineto",
-           *[("NPU101", fx, "model.py", site) for site in (CNN_SEQ, CNN_MOD, CNN_FN)
-             for fx in ("relu_dropout.compile_pair", "relu_dropout.inplace_relu")],
-           ("NPU220", "optimizer.fused_optimizer", "train.py", CNN_SGD),
-           ("NPU104", "dataloader.tune_dataloader", "train.py", CNN_LOADER),
-           ("NPU104", "dataloader.non_blocking_copies", "train.py", CNN_LOOP))
-    | _pairs("cnn_classifier", "torch_npu",
-             *[("NPU101", fx, "model.py", site) for site in (CNN_SEQ, CNN_MOD, CNN_FN)
-               for fx in ("relu_dropout.compile_pair", "relu_dropout.inplace_relu")],
+    _pairs("cnn_classifier", "kineto", *CNN_BOTH)
+    | _pairs("cnn_classifier", "torch_npu", *CNN_BOTH,
              ("NPU103", "npu_switches.disable_internal_format", "train.py", CNN_IMPORT),
              ("NPU107", "npu_switches.disable_jit_compile", "train.py", CNN_IMPORT),
-             ("NPU220", "optimizer.fused_optimizer", "train.py", CNN_SGD),
              ("NPU220", "optimizer.npu_fused_optimizer", "train.py", CNN_SGD),
-             ("NPU104", "dataloader.tune_dataloader", "train.py", CNN_LOADER),
-             ("NPU104", "dataloader.non_blocking_copies", "train.py", CNN_LOOP),
              ("NPU102", "grad_accum.accumulate_gradients", "train.py", "loss.backward()"),
              ("NPU108", "host_sync.remove_synchronize", "train.py", "torch.npu.synchronize()  # make the per-st"),
              ("NPU108", "host_sync.defer_loss_item", "train.py", PRINT_LOSS))
