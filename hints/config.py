@@ -76,6 +76,7 @@ class Thresholds:
     fa_align: Annotated[int, _whole("Head-dim / sequence alignment for FlashAttention (NPU106).", "elements")] = 128
     cube_min_bytes: Annotated[int, _whole("MatMul input+output size from which NPU106 checks alignment.", "bytes", ge=0)] = 100 * 1024 * 1024
     alloc_max_us: Annotated[float, _us("Memory allocate/free API time per capture at which NPU109 fires.")] = 10000
+    foreach_host_ratio: Annotated[float, Meta(ge=0, description="Host time of a multi-tensor (_foreach_) optimizer step over its kernels' device time at which NPU220 fires on Ascend.", extra={"unit": "×"})] = 2
     gc_min_us: Annotated[float, _us("GC pause length at which NPU230 fires.")] = 1000
     accum_steps: Annotated[int, _whole("Micro-batches per optimizer step written by the NPU102 fix.", "steps")] = 4
     dataloader_workers: Annotated[int, _whole("num_workers written by the NPU104 fix.", "workers")] = 4

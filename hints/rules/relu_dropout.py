@@ -26,11 +26,13 @@ import numpy as np
 
 from msprof_lsp.mapping.source.heat import Site, SiteKind
 from msprof_lsp.mapping.profile.model import Backend
-from msprof_lsp.mapping.source.source_index import CallSite, ModuleAttr, SourceIndex
+from msprof_lsp.mapping.source.source_index import MODULE_SCOPE, CallSite, ModuleAttr, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
+from ..fixed_in_source import as_fixed
+from ..fixes import fix_id
 from ..finding import Construct, Finding, Related
 from ..fixes import relu_dropout as fx
 from ..registry import Rule, register
@@ -93,7 +95,10 @@ class ReluDropoutFusion(Rule):
         if how == "kernel order":
             _attach_backward_kernels(ctx, groups, constructs)
         for key, members in groups.items():
-            yield self._finding(ctx, members, constructs[key], how)
+            f = self._finding(ctx, members, constructs[key], how)
+            if constructs[key] is None and how != "kernel order" and _compiled_since(ctx, members):
+                f = as_fixed(f, ctx, fix_id(fx.compile_pair))
+            yield f
 
     def _finding(self, ctx: RuleContext, pairs: list[_Pair], construct: _Construct | None, how: str) -> Finding:
         k = ctx.profile.kernels
@@ -422,6 +427,38 @@ def _at_line(index: SourceIndex, line: int, function: str, conf: Confidence, pre
             if found is not None:
                 return found
     return None
+
+
+def _compiled_since(ctx: RuleContext, pairs: list[_Pair]) -> bool:
+    """The profile's pairs no longer anchor, and every file their frames name now holds the compile
+    fix's helper (``_relu_dropout = torch.compile(...)`` at module level) and no ReLU->Dropout
+    construct outside it: the profile predates the fix. One construct left uncompiled and the
+    finding stays as it is (which pairs were compiled cannot be told apart)."""
+    indexes: dict[str, SourceIndex] = {}
+    for p in pairs:
+        for row in (p.dropout, p.relu):
+            place = sq.op_place(ctx, row) if row >= 0 else None
+            if place is None or place.index is None:
+                return False
+            indexes[place.index.path] = place.index
+    return bool(indexes) and all(_compiled_helper(ix) is not None and not _uncompiled_pairs(ix) for ix in indexes.values())
+
+
+def _compiled_helper(index: SourceIndex) -> Span | None:
+    """The compile fix's helper binding, if the file has it."""
+    b = index.binding_for(MODULE_SCOPE, fx.HELPER)
+    return b.span if b is not None and b.ctor_qualname == "torch.compile" else None
+
+
+def _uncompiled_pairs(index: SourceIndex) -> bool:
+    helper = _compiled_helper(index)
+    for c in index.calls:
+        if helper is not None and _inside(c.span, helper):
+            continue  # the pair the helper compiles
+        if (_is_dropout(index, c) or _is_relu(index, c) or ((a := _attr_of(index, c)) is not None and a.is_container)) \
+                and _at_line(index, c.span.line, c.function, Confidence.MODULE) is not None:
+            return True
+    return False
 
 
 def _inside(inner: Span, outer: Span) -> bool:

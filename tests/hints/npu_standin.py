@@ -95,7 +95,9 @@ def make() -> types.ModuleType:
     def set_compile_mode(*, jit_compile):
         calls.append({"jit_compile": jit_compile})
 
-    m.npu = types.SimpleNamespace(config=config, set_compile_mode=set_compile_mode, compile_calls=calls)
+    # a machine without an NPU: the scripts' `torch.npu.is_available()` says so, as on a CPU host
+    m.npu = types.SimpleNamespace(config=config, set_compile_mode=set_compile_mode, compile_calls=calls,
+                                  is_available=lambda: False, synchronize=lambda: None)
     m.npu_rms_norm = _rms_norm
     m.npu_swiglu = _swiglu
     m.npu_rotary_mul = _rotary_mul
@@ -114,10 +116,11 @@ def _eager_npu_backend(gm, example_inputs):  # noqa: ANN001, ARG001 - the torch.
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Makes ``import torch_npu`` load the stand-in and, like the real package, register the
-    ``npu`` backend of ``torch.compile`` as a side effect of that import (and only then)."""
+    ``npu`` backend of ``torch.compile`` and ``torch.npu`` as side effects of that import (and only then)."""
 
     def __init__(self) -> None:
         self.registered: list[str] = []
+        self.patched_torch = False
 
     def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201, ARG002
         if fullname != "torch_npu":
@@ -133,6 +136,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if "npu" not in registry.list_backends(exclude_tags=()):
             registry.register_backend(_eager_npu_backend, name="npu")
             self.registered.append("npu")
+        if not hasattr(torch, "npu"):
+            torch.npu = module.npu
+            self.patched_torch = True
 
 
 @contextlib.contextmanager
@@ -150,6 +156,8 @@ def importable() -> Iterator[list[str]]:
         sys.modules.pop("torch_npu", None)
         if saved is not None:
             sys.modules["torch_npu"] = saved
+        if finder.patched_torch:
+            del torch.npu
         for name in finder.registered:
             registry._COMPILER_FNS.pop(name, None)
             registry._BACKENDS.pop(name, None)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from msprof_lsp.hints.finding import Finding, Severity
-from msprof_lsp.hints.fixes import apply_edits, fix_id
+from msprof_lsp.hints.fixes import apply_edits, apply_fixes, fix_id
 from msprof_lsp.hints.fixes.profiling import insert_profiler
 from msprof_lsp.hints.fixed_in_source import FIXED_NOTE
 from msprof_lsp.server.pipeline import analyse_paths
@@ -102,6 +102,40 @@ def test_stale_relu_dropout_is_not_moved_to_a_relu_without_dropout(tmp_path, cac
             assert f.span.line != conv_relu, f
         if f.code == "NPU101" and f.span is not None:
             assert "dropout" in text.splitlines()[f.span.line - 1].lower() or "drop" in text.splitlines()[f.span.line - 1]
+
+
+def _compile_pairs(root: Path, findings: list[Finding], lines: list[int]) -> None:
+    """Apply the compile fix of the NPU101 findings on ``lines`` of model.py, together."""
+    model = root / "model.py"
+    fixes = [f.fixes[0] for f in findings if f.code == "NPU101" and f.span.line in lines]
+    assert len(fixes) == len(lines) and all(x.title.startswith("Compile ReLU+Dropout") for x in fixes)
+    done = apply_fixes(model.read_text(encoding="utf-8"), fixes, path=str(model))
+    assert len(done.applied) == len(lines) and not done.declined
+    model.write_text(done.source, encoding="utf-8")
+
+
+def test_compiled_pairs_fixed_since_the_profile(tmp_path, cache):
+    """Every ReLU->Dropout pair compiled: the profile's pairs no longer anchor (model.py gained a
+    third forward and shifted), and the file holds the fix's compiled helper and no pair outside
+    it, so the stale NPU101 is the old run's evidence, marked fixed, offering to re-profile."""
+    root = _copy(tmp_path / "cnn")
+    before = _findings(root, cache)
+    old = [f for f in before if f.code == "NPU101"]
+    _compile_pairs(root, before, [f.span.line for f in old])
+    text = (root / "model.py").read_text(encoding="utf-8")
+    assert "_relu_dropout = torch.compile(" in text and "F.dropout(F.relu(self.fc2(x))" not in text
+    f = _one(_findings(root, cache), "NPU101")
+    _is_fixed(f, "relu_dropout.compile_pair")
+    assert f.span is None  # not moved onto other code
+    assert f.time_per_step_us == pytest.approx(sum(g.time_per_step_us for g in old))
+
+
+def test_one_pair_compiled_of_three_is_not_called_fixed(tmp_path, cache):
+    root = _copy(tmp_path / "cnn")
+    before = _findings(root, cache)
+    _compile_pairs(root, before, [max(f.span.line for f in before if f.code == "NPU101")])
+    after = [f for f in _findings(root, cache) if f.code == "NPU101"]
+    assert after and all("fixed_in_source" not in f.evidence and FIXED_NOTE not in f.message for f in after)
 
 
 def test_fixed_finding_offers_the_record_action_when_the_loop_has_no_profiler(tmp_path, cache):

@@ -482,6 +482,28 @@ def sgd_step(params: Sequence[Shape], *, kernel_us: float, name: str = "SGD") ->
     return Launch(OpSpec(f"Optimizer.step#{name}.step", self_ns=us(40), children=tuple(children)), OPTIM_WRAPPER)
 
 
+def sgd_foreach_step(params: Sequence[Shape], *, kernel_us: float, per_tensor_us: float, name: str = "SGD") -> Launch:
+    """``optimizer.step()`` of multi-tensor (foreach) SGD with momentum and weight decay, as the real
+    torch_npu 2.1 AlexNet job records it: ``_foreach_add`` (weight decay), ``_foreach_mul_`` and
+    ``_foreach_add_`` (momentum), ``_foreach_add_`` (the update), each one ``Foreach*`` kernel over
+    every parameter, each with one ``aten::result_type`` per tensor on the host."""
+    dims = tuple(params)
+    steps = (("aten::_foreach_add", "aclnnForeachAddListV2", "ForeachAddList", 293, 2),
+             ("aten::_foreach_mul_", "aclnnForeachMulScalarV2", "ForeachMulScalar", 307, 1),
+             ("aten::_foreach_add_", "aclnnForeachAddListV2", "ForeachAddList", 308, 2),
+             ("aten::_foreach_add_", "aclnnForeachAddListV2", "ForeachAddList", 320, 2))
+    children = []
+    for aten, api, typ, line, lists in steps:
+        k = aclnn(api, api.removeprefix("aclnn"), typ, AI_VECTOR_CORE, kernel_us, inputs=dims * lists, outputs=dims,
+                  dtype="FLOAT")
+        per_tensor = tuple(OpSpec("aten::result_type", self_ns=us(per_tensor_us)) for _ in params)
+        children.append(op(aten, *per_tensor, scope(api, k, self_us=4), self_us=7, inputs=dims * lists,
+                           types=";".join(["float"] * len(dims) * lists),
+                           frames=(lib("torch/optim/sgd.py", line, "_multi_tensor_sgd", 266),
+                                   lib("torch/optim/sgd.py", 220, "sgd", 185), lib("torch/optim/sgd.py", 75, "step", 55))))
+    return Launch(OpSpec(f"Optimizer.step#{name}.step", self_ns=us(40), children=tuple(children)), OPTIM_WRAPPER)
+
+
 def zero_grad_to_none(name: str) -> Launch:
     """``optimizer.zero_grad()`` with ``set_to_none=True`` (the default): the label, no kernels."""
     return Launch(OpSpec(f"Optimizer.zero_grad#{name}.zero_grad", self_ns=us(25)), ZERO_GRAD)

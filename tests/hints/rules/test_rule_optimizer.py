@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from conftest import shared_fixture
+from seedkit import applied as applied_seed
 from rulekit import LIB, ProfileBuilder, applied, findings, frame, line_of, only
 
-from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.profile.locations import ProfileLocation
 from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta
@@ -137,10 +138,171 @@ def test_per_parameter_step_fires_with_binding_anchor(tmp_path):
     assert "fused=True" in applied(OPT_SRC, f.fixes[0])
 
 
-@pytest.mark.parametrize("multi", ["aten::_fused_adamw_", "aten::_foreach_add_"])
-def test_fused_or_foreach_step_is_quiet(tmp_path, multi):
-    profile, _ = _step_profile(tmp_path, [multi])
+def test_fused_step_is_quiet(tmp_path):
+    profile, _ = _step_profile(tmp_path, ["aten::_fused_adamw_"])
     assert not only(findings(profile, ["NPU220"], [tmp_path]), "NPU220")
+
+
+def test_foreach_step_is_quiet_off_ascend(tmp_path):
+    """CUDA and CPU: the multi-tensor path is torch's own fast default; only Ascend has NpuFused*."""
+    src = tmp_path / "train.py"
+    src.write_text(OPT_SRC)
+    b = ProfileBuilder(backend=Backend.CUDA, kind=ProfileKind.KINETO)
+    b.op("Optimizer.step#AdamW.step", 1000, 900, stack=[frame(src, line_of(OPT_SRC, "opt.step()"), "main")])
+    op = b.op("aten::_foreach_add_", 1010, 80)
+    b.kernel("multi_tensor_apply_kernel", 1030, 20, op=op, core="GPU")
+    assert not only(findings(b.build(), ["NPU220"], [tmp_path]), "NPU220")
+
+
+# -- multi-tensor (_foreach_) SGD on Ascend: the host dispatch, not the kernels ------------------
+
+ALEXNET = "Ascend-msinsight/{}/level1/rank0_ascend_pt"
+RECORDED_SCRIPT = "/home/z30057886/imagenet_script"
+
+
+def _foreach_run(per_tensor_us: float):
+    from seedkit import L, UserCall, item_call, loop, step_run
+
+    params = ((64, 1024), (64,), (64, 64), (64,))
+    step = UserCall(loop("optimizer.step()"), (L.sgd_foreach_step(params, kernel_us=30.0, per_tensor_us=per_tensor_us),),
+                    label="optimizer")
+    return step_run([step, item_call()])
+
+
+def _foreach_figures(a) -> tuple[float, float]:  # noqa: ANN001 - seedkit.Analysed
+    """(host µs of the step scope, device µs of its Foreach kernels) from the written files."""
+    from seedkit import ns
+
+    steps = [ns(str(e["dur"])) for e in a.trace() if e.get("name") == "Optimizer.step#SGD.step"]
+    kernels = [r for r in a.kernel_rows() if r["Type"].startswith("Foreach")]
+    assert len(kernels) == 4 * len(steps) == 8
+    return sum(steps) / len(steps) / 1000, sum(ns(r["Duration(us)"]) for r in kernels) / len(steps) / 1000
+
+
+def test_foreach_sgd_fires_at_the_ratio_and_not_just_below(tmp_path):
+    from seedkit import TRAIN, analyse
+
+    a = analyse(_foreach_run(per_tensor_us=20.0), tmp_path, min_share=0.0)
+    host, device = _foreach_figures(a)
+    ratio = host / device
+    assert ratio > 2  # 4 x 4 result_type of 20 µs against 4 kernels of 30 µs
+    (f,) = a.run("NPU220", min_share=0.0, thresholds=Thresholds(foreach_host_ratio=ratio - 1e-6))
+    assert f.span.line == TRAIN.line("optimizer = torch.optim.SGD(") and f.span.path.endswith("train.py")
+    assert [r.span.line for r in f.related] == [TRAIN.line("optimizer.step()")]
+    assert f.evidence["path"] == "multi-tensor" and (f.evidence["foreach_ops"], f.evidence["kernels"]) == (8, 8)
+    assert (f.evidence["foreach_ops_per_step"], f.evidence["kernels_per_step"]) == (4, 4)
+    assert f.evidence["host_device_ratio"] == round(ratio, 2)
+    assert f.time_per_step_us == pytest.approx(host, abs=1e-3)
+    assert f.message.startswith(f"Multi-tensor SGD host-bound: 4 _foreach_ kernels, {host:,.0f} µs/step")
+    assert f"{device:,.0f} µs on the device, host {ratio:.1f}× that" in f.message
+    assert "NpuFusedSGD" in f.message
+    # NpuFusedSGD first (the affinity API), fused=True its alternative: one group
+    npu, fused = f.fixes
+    assert npu.title.startswith("Use torch_npu.optim.NpuFusedSGD") and "fused=True" in fused.title
+    assert npu.group and npu.group == fused.group
+    _, new = applied_seed(f, "NpuFusedSGD")
+    assert "torch_npu.optim.NpuFusedSGD(model.parameters(), lr=0.1)" in new
+    assert not a.run("NPU220", min_share=0.0, thresholds=Thresholds(foreach_host_ratio=ratio + 1e-6))
+
+
+def test_foreach_sgd_default_threshold(tmp_path):
+    """Below the default ratio (2): the device time is what the update costs, no finding."""
+    from seedkit import analyse
+
+    a = analyse(_foreach_run(per_tensor_us=0.5), tmp_path, min_share=0.0)
+    host, device = _foreach_figures(a)
+    assert host / device < Thresholds().foreach_host_ratio == 2
+    assert not a.run("NPU220", min_share=0.0)
+
+
+@pytest.mark.parametrize("form", ["text", "db"])
+def test_real_alexnet_foreach_sgd(form):
+    """The real AlexNet job: SGD runs multi-tensor (_multi_tensor_sgd); the advisor names
+    torch_npu.optim.NpuFusedSGD for it. Figures from the trace / the DB with json and sqlite."""
+    from msprof_lsp.mapping.profile.cluster import load_profile
+
+    root = shared_fixture(ALEXNET.format(form))
+    profile = load_profile([root], use_cache=False).profile
+    (f,) = only(findings(profile, ["NPU220"]), "NPU220")
+    host, device = _alexnet_figures(root, form)
+    assert f.evidence["step_time_us"] == pytest.approx(host, abs=0.05)
+    assert f.evidence["device_time_us_per_step"] == pytest.approx(device, abs=0.05)
+    assert f.evidence["host_device_ratio"] == round(host / device, 2) == 4.64  # 10.5 ms host, 2.26 ms device
+    assert (f.evidence["foreach_ops"], f.evidence["kernels"]) == (4, 4)
+    assert "torch_npu.optim.NpuFusedSGD" in f.message
+    assert f.span is None and f.fixes == []  # the job's main.py is not public
+
+
+def _alexnet_figures(root: Path, form: str) -> tuple[float, float]:
+    if form == "text":
+        out = root / "ASCEND_PROFILER_OUTPUT"
+        ev = json.loads((out / "trace_view.json").read_text(encoding="utf-8"))
+        (host,) = [e["dur"] for e in ev if e.get("name") == "Optimizer.step#SGD.step"]
+        with open(out / "kernel_details.csv", newline="", encoding="utf-8") as fh:
+            device = sum(float(r["Duration(us)"]) for r in csv.DictReader(fh) if r["Type"].startswith("Foreach"))
+        return float(host), device
+    import sqlite3
+
+    (db,) = (root / "ASCEND_PROFILER_OUTPUT").glob("ascend_pytorch_profiler_*.db")
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (host,) = con.execute("SELECT (endNs - startNs) / 1000.0 FROM PYTORCH_API JOIN STRING_IDS ON name = id "
+                              "WHERE value = 'Optimizer.step#SGD.step'").fetchone()
+        (device,) = con.execute("SELECT SUM(endNs - startNs) / 1000.0 FROM TASK JOIN COMPUTE_TASK_INFO USING (globalTaskId) "
+                                "JOIN STRING_IDS ON opType = id WHERE value LIKE 'Foreach%'").fetchone()
+    finally:
+        con.close()
+    return host, device
+
+
+def _imagenet_main() -> str:
+    """A main.py whose lines are where the AlexNet job's stacks put them: main_worker calls train
+    on line 282, train calls optimizer.zero_grad() on 364 and optimizer.step() on 366."""
+    head = [
+        "import torch",
+        "import torchvision.models as models",
+        "",
+        "",
+        "def main_worker(gpu, ngpus_per_node, args):",
+        "    model = models.alexnet()",
+        "    optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)",
+    ]
+    lines = head + [""] * (281 - len(head)) + ["    train(args.loader, model, args.criterion, optimizer, 0, gpu, args)", "", "",
+                                               "def train(train_loader, model, criterion, optimizer, epoch, device, args):",
+                                               "    for i, (images, target) in enumerate(train_loader):",
+                                               "        loss = criterion(model(images), target)"]
+    lines += [""] * (363 - len(lines)) + ["        optimizer.zero_grad()", "        loss.backward()", "        optimizer.step()"]
+    text = "\n".join(lines) + "\n"
+    assert (line_of(text, "train(args.loader"), line_of(text, "zero_grad()"), line_of(text, "optimizer.step()")) == (282, 364, 366)
+    return text
+
+
+def test_real_alexnet_foreach_sgd_on_the_optimizer_line(tmp_path):
+    """With a main.py at the recorded lines: the finding is on the SGD construction (related: the
+    step call), NpuFusedSGD first with its import, fused=True the alternative."""
+    from msprof_lsp.mapping.profile.cluster import load_profile
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
+    from msprof_lsp.hints.context import RuleContext
+    from msprof_lsp.hints.engine import run_rules
+    from msprof_lsp.hints.registry import rules_matching
+    from msprof_lsp.mapping.source.attribute import attribute
+
+    src = tmp_path / "imagenet_script"
+    src.mkdir()
+    text = _imagenet_main()
+    (src / "main.py").write_text(text, encoding="utf-8")
+    profile = load_profile([shared_fixture(ALEXNET.format("text"))], use_cache=False).profile
+    ws = SourceWorkspace([src], path_mappings=[(RECORDED_SCRIPT, str(src))])
+    ctx = RuleContext(profile, attribute(profile, ws), ws, RuleConfig())
+    (f,) = only(run_rules(ctx, rules_matching(["NPU220"])), "NPU220")
+    assert f.span.path == str((src / "main.py").resolve()) and f.span.line == line_of(text, "optimizer = torch.optim.SGD(")
+    assert [r.span.line for r in f.related] == [366]
+    assert f.severity.name == "WARNING"  # 6.7 % of the 156 ms ProfilerStep: a warning from 5 %
+    npu, fused = f.fixes
+    new = applied(text, npu)
+    assert "optimizer = torch_npu.optim.NpuFusedSGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)" in new
+    assert "import torch_npu" in new
+    assert "fused=True" in applied(text, fused)
 
 
 @pytest.mark.parametrize(("per_step", "fires"), [(1, False), (2, True)])
