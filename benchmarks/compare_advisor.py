@@ -210,14 +210,19 @@ def run_advisor(exe: Path, profile: Path, out: Path) -> list[AdvisorProblem]:
     return parse_agent_output(proc.stdout)
 
 
+class OursFailed(Exception):
+    pass
+
+
 def run_ours(profile: Path, sources: Path, min_share_zero: bool) -> dict:
+    """``--check --format json`` on ``profile``; OursFailed with its one-line error (exit 2)."""
     if min_share_zero:
         (sources / "pyproject.toml").write_text("[tool.msprof-lsp]\nminShare = 0\n", encoding="utf-8")
     argv = [sys.executable, "-m", "msprof_lsp.server", "--check", "--format", "json", "--no-cache", "--quiet",
             "--fail-on", "never", "--profile", str(profile), str(sources)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=sources)
     if proc.returncode:
-        raise SystemExit(f"msprof-lsp --check exited {proc.returncode} on {profile}: {proc.stderr.strip()[-500:]}")
+        raise OursFailed(proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else f"exit {proc.returncode}")
     return json.loads(proc.stdout)
 
 
@@ -275,8 +280,14 @@ def check_job(exe: Path, job: Job, tmp: Path) -> list[Row]:
         shutil.copytree(job.sources, sources, ignore=shutil.ignore_patterns("npu_profile", "kineto", "__pycache__", "*.pyc"))
     else:
         sources.mkdir()
-    default = run_ours(profile, sources, False)
-    everything = run_ours(profile, sources, True)
+    try:
+        default = run_ours(profile, sources, False)
+        everything = run_ours(profile, sources, True)
+    except OursFailed as exc:
+        if problems:
+            return [Row(job.name, p.category, " ".join(p.description.split())[:90], [], Match.NO,
+                        f"msprof-lsp did not read it: {exc}") for p in problems]
+        return [Row(job.name, "(no problem reported)", "", [], Match.YES, f"msprof-lsp did not read it: {exc}")]
     if not problems:
         return [Row(job.name, "(no problem reported)", "", sorted(_codes_of(default)), Match.YES)]
     return compare(job.name, problems, default, everything)
@@ -324,8 +335,8 @@ def main() -> int:
     print(f"\n{len(rows)} rows: {sum(r.match in (Match.YES, Match.UNDER_MIN_SHARE) for r in rows)} matched, "
           f"{sum(r.match is Match.EXCEPTION for r in rows)} listed exceptions, {len(failed)} unmatched")
     for r in rows:
-        if r.match is Match.EXCEPTION and r.note:
-            print(f"  exception {r.job} / {r.category}: {r.note}")
+        if r.note:
+            print(f"  {r.match.value}: {r.job} / {r.category}: {r.note}")
     return 1 if failed else 0
 
 
