@@ -53,7 +53,8 @@ def test_every_exception_is_listed_with_its_reason_in_the_rules_readme():
 
 # One line of 26.2.0's ``--agent`` stdout, shortened (the real file has more columns and rows).
 AGENT = ('banner\n{"status": "success", "code": 0, "message": {"problems": {"headers": ["category", "description", '
-         '"suggestion", "problem count"], "data": [["Overall Summary", "The Model E2E Time is 136.581ms.\\n", "", ""], '
+         '"suggestion", "problem count"], "data": [["Overall Summary", "The Model E2E Time is 136.581ms.\\n    -- Computing Time is 8.874ms\\n    '
+         '-- Uncovered Communication Time is 101.963ms\\n    -- Free Time is 25.744ms\\n", "", ""], '
          '["Byte Alignment Analysis", "Found the data size of 2 communication operators is not aligned", "1.", ""], '
          '["Vector Operator Perf Analysis", "Provide some reference bottlenecks", "1.", ""], '
          '["Something New", "x", "", ""], ["Packet Analysis", "small", "", ""], '
@@ -63,20 +64,25 @@ AGENT = ('banner\n{"status": "success", "code": 0, "message": {"problems": {"hea
 def test_parser_and_verdicts():
     problems = ca.parse_agent_output(AGENT)
     assert [p.category for p in problems][:2] == ["Overall Summary", "Byte Alignment Analysis"]
-    default = {"findings": [{"code": "NPU204"}], "profiles": [{"step_time_us": 136581.009}]}
+    # text/level1 rank0's step_trace_time.csv: Computing 8,873.756 µs, not overlapped 101,963.203 µs
+    steps = [{"computing_us": 8873.756, "communication_not_overlapped_us": 101963.203}]
+    default = {"findings": [{"code": "NPU204"}], "profiles": [{"breakdown": {"steps": steps}}]}
     everything = {"findings": [{"code": "NPU204"}, {"code": "NPU203"}], "profiles": []}
     rows = ca.compare("job", problems, default, everything)
     got = {r.category: r.match for r in rows}
     assert got == {
-        "Overall Summary": ca.Match.YES,  # 136.581 ms against 136,581.009 µs
+        "Overall Summary": ca.Match.YES,  # 8.874 / 101.963 ms against 8,873.756 / 101,963.203 µs
         "Byte Alignment Analysis": ca.Match.UNDER_MIN_SHARE,  # only with minShare = 0
         "Vector Operator Perf Analysis": ca.Match.EXCEPTION,
         "Something New": ca.Match.UNMAPPED,
         "Packet Analysis": ca.Match.YES,
         "Slow Dataloader Issues": ca.Match.NO,
     }
-    off = ca.compare("job", problems[:1], {"findings": [], "profiles": [{"step_time_us": 140000.0}]}, everything)
-    assert off[0].match is ca.Match.NO  # 2.5 % apart: not the same step
+    two = [{"computing_us": 4436.878, "communication_not_overlapped_us": 50981.6}] * 2  # summed over the steps
+    assert ca.compare("job", problems[:1], {"profiles": [{"breakdown": {"steps": two}}]}, everything)[0].match is ca.Match.YES
+    off = [{"computing_us": 9100.0, "communication_not_overlapped_us": 101963.203}]  # 2.5 % apart
+    assert ca.compare("job", problems[:1], {"profiles": [{"breakdown": {"steps": off}}]}, everything)[0].match is ca.Match.NO
+    assert ca.compare("job", problems[:1], {"profiles": [{}]}, everything)[0].match is ca.Match.NO  # no breakdown
 
 
 def test_parser_rejects_failures():
@@ -103,5 +109,6 @@ def test_parser_reads_the_real_advisor_on_the_real_text_export(tmp_path):
     assert {"Environment Variable Issues", "Byte Alignment Analysis", "Operator Dynamic Shape Issues"} <= set(cats)
     assert all(c in ca.BY_NAME for c in cats), cats
     summary = next(p for p in problems if p.category == ca.SUMMARY)
-    # PROVENANCE.txt: step_trace_time.csv Stage 136,581 µs; the advisor prints the same summary
+    # PROVENANCE.txt: step_trace_time.csv Stage 136,581 µs, Computing 8,874 µs; the advisor prints the same
     assert ca.E2E.search(summary.description).group(1) == "136.581"
+    assert ca.SUMMARY_FIGURES[0][1].search(summary.description).group(1) == "8.874"
