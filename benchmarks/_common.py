@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -56,3 +57,22 @@ def measure_child(argv: Sequence[str]) -> Usage:
         raise ChildFailed(proc.stderr)
     secs, cpu, rss_kib = proc.stdout.strip().splitlines()[-1].split()
     return Usage(float(secs), float(cpu), int(rss_kib) / 1024)
+
+
+# -- msprof-analyze (the advisor) in a venv of its own ----------------------------------------
+
+
+def install_advisor(venv: Path, version: str) -> tuple[Path | None, str]:
+    """The advisor's console script in ``venv`` (created when missing), or None and why not."""
+    exe = venv / "bin" / "msprof-analyze"
+    if exe.exists():
+        return exe, "reused"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode:
+        return None, f"python -m venv failed: {made.stderr.strip().splitlines()[-1:]}"
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"msprof-analyze=={version}"],
+                         capture_output=True, text=True)
+    if pip.returncode or not exe.exists():
+        tail = [ln for ln in pip.stderr.strip().splitlines() if "WARNING" not in ln][-1:]
+        return None, f"pip install msprof-analyze=={version} failed: {tail}"
+    return exe, "installed"

@@ -50,6 +50,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+from _common import install_advisor  # noqa: E402
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Timed:
@@ -71,22 +73,6 @@ def make_large_job(folder: Path, steps: int, layers: int) -> Path:
 
     write_sources(folder)
     return generate(folder / "prof", 0, layers=layers, steps=steps)
-
-
-def install_advisor(venv: Path, version: str) -> tuple[Path | None, str]:
-    """The advisor's console script in ``venv`` (created when missing), or None and why not."""
-    exe = venv / "bin" / "msprof-analyze"
-    if exe.exists():
-        return exe, "reused"
-    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
-    if made.returncode:
-        return None, f"python -m venv failed: {made.stderr.strip().splitlines()[-1:]}"
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"msprof-analyze=={version}"],
-                         capture_output=True, text=True)
-    if pip.returncode or not exe.exists():
-        tail = [ln for ln in pip.stderr.strip().splitlines() if "WARNING" not in ln][-1:]
-        return None, f"pip install msprof-analyze=={version} failed: {tail}"
-    return exe, "installed"
 
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}

@@ -4,7 +4,9 @@ Ascend: at least ``opCompileMaxCount`` ``AscendCL@aclopCompileAndExecute`` event
 (advisor ``timeline_op_dispatch``; ``api_statistic.csv`` when the trace has none) -> operators
 compiled online; cost = the host time of those calls and of ``AscendCL@opCompile``. These are
 CANN-layer events: at Level0 the rule skips and notice NPU901 names it. Weak variant (``hint``):
-kernels carry an ``OP State`` and none is ``static`` (advisor ``dynamic_shape_analysis``).
+kernels carry an ``OP State`` and none is ``static`` (advisor ``dynamic_shape_analysis``), judged
+on every format that records it (kernel_details, op_summary, the DB's ``opState``) and at Level0
+too; where no kernel records one, NPU901's line for NPU107 says dynamic shape could not be judged.
 
 CUDA/CPU (Kineto): ``Torch-Compiled Region: <frame>/<n>`` with n >= 1 -> torch.compile
 recompiled a frame; ``hint`` (inferred), manual fix ``torch._dynamo.mark_dynamic``.
@@ -34,8 +36,21 @@ COMPILE_API = "aclopCompileAndExecute"
 COMPILE_APIS = frozenset({COMPILE_API, "opCompile"})
 REGION = re.compile(r"^Torch-Compiled Region: (\d+)/(\d+)")
 LEVEL1_NEED = "AscendCL@aclopCompileAndExecute events (CANN layer) to count online compilations"
+NO_OP_STATE = ("and no kernel records an OP State (Level0's kernel_details.csv has no such column), "
+               "so dynamic-shape operators cannot be judged either")
 
 gating.declare_level1("NPU107", LEVEL1_NEED)
+
+
+def _op_states(ctx: RuleContext) -> np.ndarray:
+    """Mask of the profiled steps' compute kernels with a recorded OP State (dynamic / static):
+    kernel_details' or op_summary's column, the DB's COMPUTE_TASK_INFO.opState."""
+    k = ctx.profile.kernels
+    if not len(k):
+        return np.zeros(0, dtype=bool)
+    state = np.char.lower(pq.strs(k["op_state"]).astype(str))
+    compute = is_class(k, TaskClass.COMPUTE)  # operator binaries; collectives have no OP State to judge
+    return compute & pq.kernels_in_steps_mask(ctx.profile) & np.isin(state, ["dynamic", "static"])
 
 
 @register
@@ -55,7 +70,10 @@ class OnlineCompile(Rule):
             yield from self._recompiles(ctx)
             return
         strong = None
-        if not ctx.needs_level1(self.code, LEVEL1_NEED):
+        # At Level0 the count is not judged; the weak variant still is, from the OP State that
+        # kernel_details records -- and where none is recorded, NPU901's line says so.
+        need = LEVEL1_NEED if _op_states(ctx).any() else f"{LEVEL1_NEED}, {NO_OP_STATE}"
+        if not ctx.needs_level1(self.code, need):
             strong = self._count(ctx)
             if strong is not None:
                 yield strong
@@ -107,8 +125,7 @@ class OnlineCompile(Rule):
         if not len(k):
             return None
         state = np.char.lower(pq.strs(k["op_state"]).astype(str))
-        compute = is_class(k, TaskClass.COMPUTE)  # operator binaries; collectives have no OP State to judge
-        sel = compute & pq.kernels_in_steps_mask(prof) & np.isin(state, ["dynamic", "static"])
+        sel = _op_states(ctx)
         if not sel.any() or (state[sel] == "static").any():
             return None
         total = float(k["dur_ns"].to_numpy(np.int64)[sel].sum())

@@ -1,6 +1,7 @@
-"""NPU241-NPU247: environment variables recorded with the profile (``profiler_metadata.json``
-``ENV_VARIABLES``, the advisor's ``environment_variable_analysis``). ``""`` means
-unset; a profile without the file (or without the variable) gives no finding.
+"""NPU241-NPU247: environment variables recorded with the profile (``ENV_VARIABLES`` of the text
+export's ``profiler_metadata.json`` or of the DB export's ``META_DATA`` table, the advisor's
+``environment_variable_analysis``). ``""`` means unset; a profile without them (or without the
+variable) gives no finding.
 
 Fixed severity Information. Anchored where the script itself sets the variable
 (``os.environ["X"] = ...``, ``os.environ.setdefault("X", ...)``, ``os.putenv("X", ...)``), with a
@@ -139,7 +140,7 @@ class EnvRule(Rule):
                 "value": value,
                 "unset": value == "",
                 "advice": spec.advice,
-                "source": "profiler_metadata.json ENV_VARIABLES",
+                "source": ctx.profile.meta.env_source or "ENV_VARIABLES",
             }
             span, conf, fixes = None, Confidence.MODULE, []
             sites = setter_statements(ctx, var)

@@ -34,10 +34,11 @@ from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.locations import ProfileLocation
 from msprof_lsp.mapping.profile.model import Profile, ProfileKind
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 """Bump when the readers change what a cached Profile means (the model's shape is in the schema
 digest already). 3: msgpack + numeric buffers (2 was pickle). 4: the Kineto reader reads the 2021
-schema and gives a trace without step markers its capture span as the step."""
+schema and gives a trace without step markers its capture span as the step. 5: the DB reader
+reads META_DATA's ENV_VARIABLES into meta.env."""
 
 MAGIC = b"MSPLCACH"
 _PREAMBLE = struct.Struct("<8sII32s")  # magic, format, header length, header digest

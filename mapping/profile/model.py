@@ -377,7 +377,8 @@ class ProfileMeta:
     complete: bool = True  # analyse.done present (torch_npu); False = still being written
     steps_source: StepsSource = StepsSource.MARKERS  # what profile.steps (when there are any) come from
     collection_end_ns: int | None = None  # end_info.collectionTimeEnd
-    env: dict[str, str] = field(default_factory=dict)  # profiler_metadata.json ENV_VARIABLES
+    env: dict[str, str] = field(default_factory=dict)  # ENV_VARIABLES ("" = unset)
+    env_source: str = ""  # where meta.env was read: profiler_metadata.json or the DB's META_DATA
     parallel_groups: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # other metadata keys, versions, ...
     files: list[str] = field(default_factory=list)  # the files actually read

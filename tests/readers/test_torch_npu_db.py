@@ -8,6 +8,7 @@ the DB rows AND the expected figures are both derived from that description, nev
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from collections import defaultdict
@@ -512,3 +513,38 @@ def test_cache_key_covers_analysis_db_and_profiler_info(tmp_path: Path) -> None:
     build_workload(tmp_path / "ms", analysis_unit="ms")
     (tmp_path / "ms" / db.parent.relative_to(tmp_path) / "analysis.db").rename(db.parent / "analysis.db")
     assert load_location(loc, cache_dir=tmp_path / "cache").meta.extra["step_trace_unit"] == "ms"
+
+
+def test_meta_data_env_variables_read_into_env(tmp_path: Path) -> None:
+    # The DB export keeps ENV_VARIABLES as one META_DATA row whose value is the JSON object
+    # profiler_metadata.json holds (the real CANN 8.0.0 export writes no profiler_metadata.json).
+    db, _ = build_workload(tmp_path)
+    with sqlite3.connect(db) as con:
+        con.execute("INSERT INTO META_DATA VALUES (?, ?)",
+                    ("ENV_VARIABLES", json.dumps({"ACLNN_CACHE_LIMIT": "", "HCCL_ALGO": None, "HOST_CACHE_CAPACITY": "20"})))
+    p = load(db)
+    assert p.meta.env == {"ACLNN_CACHE_LIMIT": "", "HCCL_ALGO": "", "HOST_CACHE_CAPACITY": "20"}
+    assert p.meta.env_source == "META_DATA ENV_VARIABLES"
+    assert "ENV_VARIABLES" not in p.meta.extra["meta_data"]
+
+
+def test_meta_data_env_variables_not_json_is_one_issue(tmp_path: Path) -> None:
+    db, _ = build_workload(tmp_path)
+    with sqlite3.connect(db) as con:
+        con.execute("INSERT INTO META_DATA VALUES (?, ?)", ("ENV_VARIABLES", "{not json"))
+    p = load(db)
+    assert p.meta.env == {} and p.meta.env_source == ""
+    assert [i.message for i in p.issues if "ENV_VARIABLES" in i.message] == ["ENV_VARIABLES is not JSON; ignored"]
+
+
+def test_real_db_meta_data_env_equals_text_export_metadata() -> None:
+    from tests.conftest import shared_fixture
+
+    root = shared_fixture("Ascend-msinsight/db/level1/rank0_ascend_pt")
+    text_md = shared_fixture("Ascend-msinsight/text/level1/rank0_ascend_pt/profiler_metadata.json")
+    assert not (root / "profiler_metadata.json").exists()
+    p = torch_npu_db.read(ProfileLocation(ProfileKind.TORCH_NPU_DB, root, 0), no_progress)
+    assert p.meta.env_source == "META_DATA ENV_VARIABLES"
+    # the same job's text capture recorded the same (all unset) variables
+    assert p.meta.env == json.loads(text_md.read_text(encoding="utf-8"))["ENV_VARIABLES"]
+    assert p.meta.env["ACLNN_CACHE_LIMIT"] == ""

@@ -9,6 +9,7 @@ COMPUTE_TASK_INFO.globalTaskId = TASK.globalTaskId -> TASK.connectionId = CONNEC
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import zlib
@@ -205,13 +206,16 @@ class _DbWriter:
         self.con.execute("INSERT INTO RANK_DEVICE_MAP VALUES (?, ?)", (run.rank, run.device))
         self.con.execute("INSERT INTO HOST_INFO VALUES (?, ?)", (str(zlib.crc32(run.hostname.encode()) * 7919), run.hostname))
         meta = [("SCHEMA_VERSION", "1.0.0"), ("torch_npu_version", run.torch_npu_version),
-                ("cann_version", run.cann_version), ("rank_id", str(run.rank))]
+                ("cann_version", run.cann_version), ("rank_id", str(run.rank)),
+                ("ENV_VARIABLES", json.dumps(dict(run.env)))]  # the same object as profiler_metadata.json's
         self.con.executemany("INSERT INTO META_DATA VALUES (?, ?)", meta)
         self.con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(i, v) for v, i in s.ids.items()])
 
 
-def write_torch_npu_db(run: Run, parent_dir: str | os.PathLike[str]) -> Path:
-    """Write the run as a torch_npu DB export; return the ``*_ascend_pt`` root."""
+def write_torch_npu_db(run: Run, parent_dir: str | os.PathLike[str], *, metadata_json: bool = True) -> Path:
+    """Write the run as a torch_npu DB export; return the ``*_ascend_pt`` root. The environment
+    is in META_DATA's ENV_VARIABLES either way; ``metadata_json=False`` leaves out
+    profiler_metadata.json, as in the real CANN 8.0.0 DB export (only the DB then holds it)."""
     run = replace(run, config=replace(run.config, export_type=("db",)))
     root = Path(parent_dir) / root_name(run)
     out = root / OUTPUT_DIR
@@ -243,6 +247,7 @@ def write_torch_npu_db(run: Run, parent_dir: str | os.PathLike[str]) -> Path:
     finally:
         con.close()
         ana.close()
-    write_root_files(run, root, end_ns=end_ns, variant=TextVariant())
+    omit = frozenset() if metadata_json else frozenset({"profiler_metadata.json"})
+    write_root_files(run, root, end_ns=end_ns, variant=TextVariant(omit=omit))
     (out / "analyse.done").touch()
     return root

@@ -179,6 +179,25 @@ def _rank_of(value: Any) -> int | None:
 # profiler_metadata.json
 
 
+def read_env_variables(env: object, meta: ProfileMeta, where: str, source: str) -> list[Issue]:
+    """An ENV_VARIABLES object (profiler_metadata.json's, or the DB's META_DATA row, whose value is
+    the same object as JSON text) -> ``meta.env`` ("" = unset; a null value is unset too) and
+    ``meta.env_source`` = ``source``. Anything else is one Issue; ``None`` (absent) is nothing."""
+    if env is None:
+        return []
+    if isinstance(env, str):
+        try:
+            env = json.loads(env)
+        except ValueError:
+            return [Issue(where, "ENV_VARIABLES is not JSON; ignored")]
+    if not isinstance(env, dict):
+        return [Issue(where, "ENV_VARIABLES is not an object; ignored")]
+    for key, value in env.items():
+        meta.env[str(key)] = "" if value is None else str(value)
+    meta.env_source = source
+    return []
+
+
 def read_profiler_metadata(path: Path, meta: ProfileMeta) -> list[Issue]:
     """ENV_VARIABLES -> ``meta.env`` ("" = unset, kept as ""), parallel_group_info ->
     ``meta.parallel_groups``, every other (user ``add_metadata``) key -> ``meta.extra``."""
@@ -186,12 +205,7 @@ def read_profiler_metadata(path: Path, meta: ProfileMeta) -> list[Issue]:
     issues: list[Issue] = []
     data = _object(path, load_json(path, issues), "profiler_metadata.json")
     where = str(path)
-    env = data.get("ENV_VARIABLES")
-    if isinstance(env, dict):
-        for key, value in env.items():
-            meta.env[str(key)] = "" if value is None else str(value)
-    elif env is not None:
-        issues.append(Issue(where, "ENV_VARIABLES is not an object; ignored"))
+    issues.extend(read_env_variables(data.get("ENV_VARIABLES"), meta, where, "profiler_metadata.json ENV_VARIABLES"))
     groups = data.get("parallel_group_info")
     if isinstance(groups, dict):
         meta.parallel_groups.update(groups)

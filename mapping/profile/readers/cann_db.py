@@ -161,6 +161,10 @@ def _compute_kernels(db: SqliteDb, tasks: pd.DataFrame, issues: list[Issue]) -> 
             "op_state": (("opState",), _ANY),
         },
     )
+    if len(info) and db.column("COMPUTE_TASK_INFO", "opState") is None:
+        # CANN 8.0.0 writes no opState: whether operators ran as dynamic-shape binaries is unknown
+        issues.append(Issue(str(db.path), "COMPUTE_TASK_INFO has no opState column: dynamic-shape operators "
+                                          "cannot be judged from this DB export"))
     info = info.drop_duplicates("gtid", keep="first")
     compute_ids = info["gtid"].to_numpy()
     k = tasks.merge(info, on="gtid", how="inner", sort=False)

@@ -38,7 +38,7 @@ from msprof_lsp.mapping.profile.model import (
 from msprof_lsp.mapping.profile.step_infer import steps_from_launches
 from msprof_lsp.mapping.profile.step_windows import profiler_steps, step_ids
 from msprof_lsp.mapping.units import ms_to_ns, us_to_ns
-from msprof_lsp.mapping.profile.readers.ascend_json import read_profiler_info, read_profiler_metadata
+from msprof_lsp.mapping.profile.readers.ascend_json import read_env_variables, read_profiler_info, read_profiler_metadata
 from msprof_lsp.mapping.profile.readers.cann_db import api_type_names, read_cann
 from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
 from msprof_lsp.mapping.profile.readers.msprof_cli import DB_RE as MSPROF_DB_RE
@@ -136,7 +136,7 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
                 "neither PYTORCH_API nor TASK table found: not a torch_npu.profiler DB export "
                 f"(tables: {', '.join(sorted(db.tables)[:12])})",
             )
-        _read_db_meta(db, meta)
+        _read_db_meta(db, meta, issues)
         progress("reading device tasks", 0.2)
         cann = read_cann(db, device_hint=meta.device_id if meta.device_id is not None else -1)
         issues.extend(cann.issues)
@@ -208,7 +208,7 @@ def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> No
     meta.export_type = meta.export_type or ("db",)
 
 
-def _read_db_meta(db: SqliteDb, meta: ProfileMeta) -> None:
+def _read_db_meta(db: SqliteDb, meta: ProfileMeta, issues: list[Issue]) -> None:
     if db.has("AICORE_FREQ") and db.column("AICORE_FREQ", "timestampNs") and db.column("AICORE_FREQ", "freq"):
         samples = sorted([int(t), int(f)] for t, f in db.query('SELECT timestampNs, freq FROM "AICORE_FREQ"')
                          if isinstance(t, int) and isinstance(f, (int, float)) and f > 0)
@@ -227,6 +227,9 @@ def _read_db_meta(db: SqliteDb, meta: ProfileMeta) -> None:
                 meta.cann_version = text
             elif low in ("torch_version", "pytorch_version") and not meta.torch_version:
                 meta.torch_version = text
+            elif key == "ENV_VARIABLES":
+                if not meta.env:  # a profiler_metadata.json beside the DB was read first and wins
+                    issues.extend(read_env_variables(text, meta, f"{db.path} META_DATA", "META_DATA ENV_VARIABLES"))
             else:
                 meta.extra.setdefault("meta_data", {})[key] = text
     if db.has("RANK_DEVICE_MAP"):

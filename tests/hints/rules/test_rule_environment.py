@@ -1,5 +1,7 @@
-"""NPU241-NPU247 environment: the real profiler_metadata.json (NPU243/244/245 only), each condition at
-its boundary, anchors on os.environ statements (with the edit applied) or on the entry script."""
+"""NPU241-NPU247 environment: the real profiler_metadata.json (NPU243/244/245 only), the real DB
+export's META_DATA (the same three), each condition at its boundary, a synth DB export without
+profiler_metadata.json at the ACLNN_CACHE_LIMIT boundary, anchors on os.environ statements (with the
+edit applied) or on the entry script."""
 
 from __future__ import annotations
 
@@ -60,6 +62,38 @@ def test_each_condition_at_its_boundary(var, value, code, fires):
     env = {**UNSET, **QUIET, var: value}
     fs = findings(_profile(env), ["NPU24"])
     assert [f.code for f in fs] == ([code] if fires else [])
+
+
+def test_real_db_export_meta_data_fires_243_244_245():
+    from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+    from msprof_lsp.mapping.profile.readers import torch_npu_db
+
+    root = shared_fixture("Ascend-msinsight/db/level1/rank0_ascend_pt")
+    profile = torch_npu_db.read(ProfileLocation(ProfileKind.TORCH_NPU_DB, root, 0), no_progress)
+    fs = findings(profile, ["NPU24"])
+    assert sorted(f.code for f in fs) == ["NPU243", "NPU244", "NPU245"]
+    assert {f.evidence["source"] for f in fs} == {"META_DATA ENV_VARIABLES"}
+    assert all(f.evidence["unset"] for f in fs)
+
+
+@pytest.mark.parametrize(("limit", "fires"), [("10000", False), ("9999", True)])
+def test_synth_db_export_env_from_meta_data_at_the_boundary(tmp_path, limit, fires):
+    from dataclasses import replace
+
+    from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
+    from msprof_lsp.mapping.profile.readers import torch_npu_db
+    from tests.synth import write_torch_npu_db
+    from tests.synth.examples import small_run
+
+    run = small_run(steps=1, world_size=1)
+    run = replace(run, env={**UNSET, **QUIET, "ACLNN_CACHE_LIMIT": limit})
+    root = write_torch_npu_db(run, tmp_path, metadata_json=False)
+    assert not (root / "profiler_metadata.json").exists()
+    profile = torch_npu_db.read(ProfileLocation(ProfileKind.TORCH_NPU_DB, root, 0), no_progress)
+    fs = findings(profile, ["NPU24"])
+    assert [f.code for f in fs] == (["NPU243"] if fires else [])
+    if fires:
+        assert fs[0].evidence["source"] == "META_DATA ENV_VARIABLES" and fs[0].evidence["value"] == "9999"
 
 
 def test_no_metadata_and_kineto_give_nothing():
