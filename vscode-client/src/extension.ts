@@ -20,6 +20,7 @@ import {
   CLIENT_ID,
   CLIENT_NAME,
   CMD_LINE_HEAT,
+  CMD_OPEN_SOURCE,
   CMD_RELOAD,
   CMD_RESTART,
   CMD_SELECT_PROFILE,
@@ -35,7 +36,8 @@ import {
 import { debounce, type Debounced } from "./debounce";
 import { gutterIconDataUri, HEAT_BUCKETS, heatMarks, type LineHeat, parseLineHeat } from "./heat";
 import { hotspotItems, operatorItems, parseHotspots } from "./hotspots";
-import { chooseInterpreter, describeInterpreter, runImportCheck, serverLaunch } from "./interpreter";
+import { chooseInterpreter, describeInterpreter, type Interpreter, runImportCheck, serverLaunch } from "./interpreter";
+import { openSource } from "./open";
 import { onPythonInterpreterChange, pythonExtensionCommand } from "./pythonExtension";
 import { answerConfiguration, type ConfigurationItem, classifyChange, type ManifestLike, serverSettingKeys, serverSettings, shouldNotify } from "./settings";
 import {
@@ -47,6 +49,8 @@ import {
   type StatusView,
   statusMenuItems,
 } from "./status";
+import { registerCheckTasks } from "./tasks";
+import { HotspotsProvider, registerHotspotsView } from "./views/hotspotsView";
 
 const RESTART_DELAY_MS = 1000;
 const HEAT_DELAY_MS = 150;
@@ -65,6 +69,7 @@ class Extension implements vscode.Disposable {
   private heatGeneration = 0;
   readonly restartSoon: Debounced;
   private readonly refreshHeat: Debounced;
+  private readonly hotspots = new HotspotsProvider({ request: (command, args) => this.quietRequest(command, args) });
 
   constructor(context: vscode.ExtensionContext) {
     this.log = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
@@ -98,6 +103,9 @@ class Extension implements vscode.Disposable {
         this.refreshHeat();
       }),
       workspace.onDidCloseTextDocument((doc) => this.heatCache.delete(doc.uri.toString())),
+      commands.registerCommand(CMD_OPEN_SOURCE, openSource),
+      ...registerHotspotsView(this.hotspots),
+      ...registerCheckTasks(() => this.interpreter()),
     );
     void onPythonInterpreterChange(() => {
       if (!this.config().get<string>("interpreter")) this.restartSoon();
@@ -155,6 +163,7 @@ class Extension implements vscode.Disposable {
     this.client = undefined;
     this.profile = undefined;
     this.clearHeat();
+    void this.hotspots.profileChanged(undefined);
     await vscode.commands.executeCommand("setContext", CONTEXT_SERVER_RUNNING, false);
     if (client) {
       try {
@@ -165,18 +174,24 @@ class Extension implements vscode.Disposable {
     }
   }
 
-  private async startClient(): Promise<void> {
+  /** The Python that runs the server (and the --check task). */
+  private async interpreter(): Promise<Interpreter> {
     const folder = this.folder();
-    this.showStatus(serverStatusView("starting"));
-    const platform = process.platform;
-    const interpreter = chooseInterpreter({
+    return chooseInterpreter({
       setting: this.config().get<string>("interpreter"),
       pythonExtension: await pythonExtensionCommand(folder?.uri, this.log),
-      platform,
+      platform: process.platform,
       workspaceFolder: folder?.uri.fsPath,
       home: os.homedir(),
       env: process.env,
     });
+  }
+
+  private async startClient(): Promise<void> {
+    const folder = this.folder();
+    this.showStatus(serverStatusView("starting"));
+    const platform = process.platform;
+    const interpreter = await this.interpreter();
     this.log.info(`Python interpreter (${interpreter.source}): ${describeInterpreter(interpreter, platform)}`);
     const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath });
     if (!check.ok) {
@@ -200,6 +215,7 @@ class Extension implements vscode.Disposable {
       if (event.newState === State.Stopped && this.client === client) {
         this.profile = undefined;
         this.clearHeat();
+        void this.hotspots.profileChanged(undefined);
         this.showStatus(serverStatusView("stopped"));
       }
     });
@@ -269,6 +285,7 @@ class Extension implements vscode.Disposable {
     this.showStatus(profileStatusView(status));
     this.heatCache.clear();
     this.heatGeneration++; // results of lineHeat requests still in flight belong to the old profile
+    void this.hotspots.profileChanged(status.state);
     this.log.info(`Profile ${status.state}${status.path ? `: ${status.path}` : ""}${status.message ? ` — ${status.message}` : ""}`);
     if (status.state === "loaded") {
       this.lastProfileError = "";
@@ -338,6 +355,18 @@ class Extension implements vscode.Disposable {
     } catch (error) {
       this.log.error(`${command} failed: ${String(error)}`);
       void this.notify("error", `msprof-lsp: ${command} failed: ${error instanceof Error ? error.message : String(error)}`);
+      return undefined;
+    }
+  }
+
+  /** For views that refresh on their own: no pop-up when the server is away or the request fails. */
+  private async quietRequest(command: string, args: unknown[]): Promise<unknown> {
+    const client = this.client;
+    if (!client || client.state !== State.Running) return undefined;
+    try {
+      return await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
+    } catch (error) {
+      this.log.warn(`${command}: ${String(error)}`);
       return undefined;
     }
   }
@@ -413,11 +442,7 @@ class Extension implements vscode.Disposable {
       items.map((item) => ({ label: item.label, detail: item.detail, item })),
       { title: "msprof-lsp: hotspots (share of step time)", matchOnDetail: true },
     );
-    if (!pick) return;
-    const uri = pick.item.uri ? vscode.Uri.parse(pick.item.uri) : vscode.Uri.file(pick.item.path);
-    const position = new vscode.Position(pick.item.line, 0);
-    const editor = await vscode.window.showTextDocument(uri, { selection: new vscode.Range(position, position) });
-    editor.revealRange(new vscode.Range(position, new vscode.Position(pick.item.endLine, 0)), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+    if (pick) await openSource(pick.item);
   }
 
   // ---- gutter heat ---------------------------------------------------------------------------

@@ -64,7 +64,16 @@ export interface FakeEditor {
   setDecorations(type: { index: number }, ranges: never[]): void;
 }
 
+export interface FakeTreeView {
+  provider: { getChildren(node?: unknown): unknown; getTreeItem(node: unknown): unknown; onDidChangeTreeData?: (l: () => void) => unknown };
+  message: string | undefined;
+  /** onDidChangeTreeData events seen. */
+  changes: number;
+}
+
 export class FakeVscode {
+  treeViews = new Map<string, FakeTreeView>();
+  taskProviders = new Map<string, { provideTasks(): unknown; resolveTask(task: unknown): unknown }>();
   /** Settings of section "msprof-lsp" by key (what the user set). */
   settings: Record<string, unknown> = {};
   workspaceFolders: { uri: unknown; name: string; index: number }[] | undefined = undefined;
@@ -143,6 +152,41 @@ export class FakeVscode {
     class ThemeColor {
       constructor(readonly id: string) {}
     }
+    class ThemeIcon {
+      constructor(readonly id: string) {}
+    }
+    class TreeItem {
+      id?: string;
+      description?: string;
+      tooltip?: unknown;
+      contextValue?: string;
+      resourceUri?: unknown;
+      iconPath?: unknown;
+      command?: { command: string; title: string; arguments?: unknown[] };
+      constructor(
+        readonly label: string,
+        readonly collapsibleState: number = 0,
+      ) {}
+    }
+    class ProcessExecution {
+      constructor(
+        readonly process: string,
+        readonly args: string[],
+        readonly options?: { cwd?: string },
+      ) {}
+    }
+    class Task {
+      group?: unknown;
+      presentationOptions?: unknown;
+      constructor(
+        readonly definition: { type: string },
+        readonly scope: unknown,
+        readonly name: string,
+        readonly source: string,
+        readonly execution: unknown,
+        readonly problemMatchers: string[],
+      ) {}
+    }
     const log = (level: string) => (text: string) => {
       self.logLines.push(`${level} ${text}`);
     };
@@ -168,6 +212,22 @@ export class FakeVscode {
         Position,
         Range,
         ThemeColor,
+        ThemeIcon,
+        TreeItem,
+        TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
+        ProcessExecution,
+        Task,
+        TaskGroup: { Build: { id: "build" }, Test: { id: "test" } },
+        TaskRevealKind: { Always: 1, Silent: 2, Never: 3 },
+        tasks: lenient(
+          {
+            registerTaskProvider: (type: string, provider: { provideTasks(): unknown; resolveTask(task: unknown): unknown }) => {
+              self.taskProviders.set(type, provider);
+              return { dispose: () => self.taskProviders.delete(type) };
+            },
+          },
+          "tasks",
+        ),
         StatusBarAlignment: { Left: 1, Right: 2 },
         OverviewRulerLane: { Left: 1, Center: 2, Right: 4, Full: 7 },
         QuickPickItemKind: { Separator: -1, Default: 0 },
@@ -209,6 +269,12 @@ export class FakeVscode {
             showOpenDialog: () => Promise.resolve(undefined),
             get visibleTextEditors() {
               return self.editors;
+            },
+            createTreeView: (id: string, options: { treeDataProvider: FakeTreeView["provider"] }) => {
+              const view: FakeTreeView = { provider: options.treeDataProvider, message: undefined, changes: 0 };
+              options.treeDataProvider.onDidChangeTreeData?.(() => view.changes++);
+              self.treeViews.set(id, view);
+              return Object.assign(view, { dispose: () => self.treeViews.delete(id) });
             },
             onDidChangeVisibleTextEditors: event(),
             onDidChangeActiveTextEditor: event(),
