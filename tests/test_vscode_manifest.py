@@ -23,7 +23,7 @@ from msprof_lsp.server.settings import SETTINGS
 CLIENT = Path(__file__).resolve().parents[1] / "vscode-client"
 PREFIX = "msprof-lsp."
 CLIENT_ONLY_SETTINGS = {"interpreter", "trace.server", "gutterHeat", "showNotifications"}
-CLIENT_ONLY_COMMANDS = {"msprof-lsp.restart", "msprof-lsp.showLogs", "msprof-lsp.refreshHotspots"}
+CLIENT_ONLY_COMMANDS = {"msprof-lsp.restart", "msprof-lsp.showLogs", "msprof-lsp.refreshHotspots", "msprof-lsp.showProfile"}
 # Referenced by the walkthrough, declared by the branch that implements it (loop: the record
 # command). Once declared in package.json the entry is no longer needed here.
 PENDING_COMMANDS = {"msprof-lsp.recordProfile"}

@@ -25,6 +25,11 @@ export const CMD_OPEN_SOURCE = "msprof-lsp.openSource";
 /** The Hotspots view's refresh button. */
 export const CMD_REFRESH_HOTSPOTS = "msprof-lsp.refreshHotspots";
 
+/** Opens the "Show profile" webview. */
+export const CMD_SHOW_PROFILE = "msprof-lsp.showProfile";
+/** The webview panel's view type. */
+export const VIEW_PROFILE = "msprof-lsp.profile";
+
 /** The Hotspots tree view in the Explorer. */
 export const VIEW_HOTSPOTS = "msprof-lsp.hotspots";
 

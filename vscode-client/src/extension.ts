@@ -38,6 +38,7 @@ import { gutterIconDataUri, HEAT_BUCKETS, heatMarks, type LineHeat, parseLineHea
 import { hotspotItems, operatorItems, parseHotspots } from "./hotspots";
 import { chooseInterpreter, describeInterpreter, type Interpreter, runImportCheck, serverLaunch } from "./interpreter";
 import { openSource } from "./open";
+import { ProfilePanel, registerProfilePanel } from "./profilePanel";
 import { onPythonInterpreterChange, pythonExtensionCommand } from "./pythonExtension";
 import { answerConfiguration, type ConfigurationItem, classifyChange, type ManifestLike, serverSettingKeys, serverSettings, shouldNotify } from "./settings";
 import {
@@ -70,6 +71,7 @@ class Extension implements vscode.Disposable {
   readonly restartSoon: Debounced;
   private readonly refreshHeat: Debounced;
   private readonly hotspots = new HotspotsProvider({ request: (command, args) => this.quietRequest(command, args) });
+  private readonly profilePanel: ProfilePanel;
 
   constructor(context: vscode.ExtensionContext) {
     this.log = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
@@ -88,6 +90,7 @@ class Extension implements vscode.Disposable {
     this.restartSoon = debounce(() => void this.restart(), RESTART_DELAY_MS);
     this.refreshHeat = debounce(() => void this.drawHeat(), HEAT_DELAY_MS);
     this.disposables.push(this.log, this.statusItem, ...this.heatTypes);
+    this.profilePanel = new ProfilePanel(context.extensionUri, { request: (command, args) => this.quietRequest(command, args) });
   }
 
   activate(): void {
@@ -105,6 +108,7 @@ class Extension implements vscode.Disposable {
       workspace.onDidCloseTextDocument((doc) => this.heatCache.delete(doc.uri.toString())),
       commands.registerCommand(CMD_OPEN_SOURCE, openSource),
       ...registerHotspotsView(this.hotspots),
+      ...registerProfilePanel(this.profilePanel),
       ...registerCheckTasks(() => this.interpreter()),
     );
     void onPythonInterpreterChange(() => {
@@ -164,6 +168,7 @@ class Extension implements vscode.Disposable {
     this.profile = undefined;
     this.clearHeat();
     void this.hotspots.profileChanged(undefined);
+    void this.profilePanel.profileChanged(undefined);
     await vscode.commands.executeCommand("setContext", CONTEXT_SERVER_RUNNING, false);
     if (client) {
       try {
@@ -216,6 +221,8 @@ class Extension implements vscode.Disposable {
         this.profile = undefined;
         this.clearHeat();
         void this.hotspots.profileChanged(undefined);
+        void this.profilePanel.profileChanged(undefined);
+    void this.profilePanel.profileChanged(undefined);
         this.showStatus(serverStatusView("stopped"));
       }
     });
@@ -286,6 +293,7 @@ class Extension implements vscode.Disposable {
     this.heatCache.clear();
     this.heatGeneration++; // results of lineHeat requests still in flight belong to the old profile
     void this.hotspots.profileChanged(status.state);
+    void this.profilePanel.profileChanged(status.state);
     this.log.info(`Profile ${status.state}${status.path ? `: ${status.path}` : ""}${status.message ? ` — ${status.message}` : ""}`);
     if (status.state === "loaded") {
       this.lastProfileError = "";

@@ -71,7 +71,22 @@ export interface FakeTreeView {
   changes: number;
 }
 
+export interface FakeWebviewPanel {
+  viewType: string;
+  title: string;
+  options: { enableScripts?: boolean; localResourceRoots?: { fsPath: string }[] };
+  html: string;
+  /** What the extension posted to the page. */
+  posted: unknown[];
+  revealed: number;
+  disposed: boolean;
+  /** Deliver a message from the page to the extension; resolves when its handler has. */
+  fromPage(message: unknown): Promise<void>;
+  dispose(): void;
+}
+
 export class FakeVscode {
+  panels: FakeWebviewPanel[] = [];
   treeViews = new Map<string, FakeTreeView>();
   taskProviders = new Map<string, { provideTasks(): unknown; resolveTask(task: unknown): unknown }>();
   /** Settings of section "msprof-lsp" by key (what the user set). */
@@ -105,6 +120,9 @@ export class FakeVscode {
       }
       static parse(value: string) {
         return new Uri(value.split(":")[0], value.replace(/^file:\/\//, ""));
+      }
+      static joinPath(base: Uri, ...parts: string[]) {
+        return new Uri(base.scheme, [base.fsPath, ...parts].join("/"));
       }
       get path() {
         return this.fsPath;
@@ -214,6 +232,7 @@ export class FakeVscode {
         ThemeColor,
         ThemeIcon,
         TreeItem,
+        ViewColumn: { Active: -1, Beside: -2, One: 1 },
         TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
         ProcessExecution,
         Task,
@@ -275,6 +294,47 @@ export class FakeVscode {
               options.treeDataProvider.onDidChangeTreeData?.(() => view.changes++);
               self.treeViews.set(id, view);
               return Object.assign(view, { dispose: () => self.treeViews.delete(id) });
+            },
+            createWebviewPanel: (viewType: string, title: string, _column: unknown, options: FakeWebviewPanel["options"]) => {
+              const receivers: ((m: unknown) => unknown)[] = [];
+              const disposers: (() => void)[] = [];
+              const panel: FakeWebviewPanel & { webview: unknown; reveal(): void; onDidDispose(l: () => void): unknown } = {
+                viewType,
+                title,
+                options,
+                html: "",
+                posted: [],
+                revealed: 0,
+                disposed: false,
+                webview: {
+                  cspSource: "https://fake.vscode-cdn.net",
+                  asWebviewUri: (uri: { fsPath: string }) => ({ toString: () => `https://fake.vscode-cdn.net${uri.fsPath}` }),
+                  postMessage: (m: unknown) => (panel.posted.push(m), Promise.resolve(true)),
+                  onDidReceiveMessage: (l: (m: unknown) => unknown) => (receivers.push(l), disposable()),
+                  set html(value: string) {
+                    panel.html = value;
+                  },
+                  get html() {
+                    return panel.html;
+                  },
+                },
+                reveal() {
+                  panel.revealed++;
+                },
+                onDidDispose(l: () => void) {
+                  disposers.push(l);
+                  return disposable();
+                },
+                async fromPage(message: unknown) {
+                  for (const l of receivers) await l(message);
+                },
+                dispose() {
+                  panel.disposed = true;
+                  for (const l of disposers) l();
+                },
+              };
+              self.panels.push(panel);
+              return panel;
             },
             onDidChangeVisibleTextEditors: event(),
             onDidChangeActiveTextEditor: event(),

@@ -16,6 +16,7 @@ import {
   CMD_SET_BASELINE,
   CMD_SHOW_HOTSPOTS,
   CMD_SHOW_LOGS,
+  CMD_SHOW_PROFILE,
 } from "../src/constants";
 import { FakeVscode, installFakeVscode } from "./fakeVscode";
 import { readZip } from "./zip";
@@ -38,7 +39,7 @@ describe("the packaged .vsix", () => {
 
   test("holds the bundle, the manifest, README and LICENSE — not sources or node_modules", () => {
     const names = [...files.keys()];
-    for (const required of ["extension/dist/extension.js", "extension/package.json", "extension.vsixmanifest"]) {
+    for (const required of ["extension/dist/extension.js", "extension/dist/webview.js", "extension/dist/webview.css", "extension/package.json", "extension.vsixmanifest"]) {
       assert.ok(names.includes(required), `${required} missing from ${names.join(", ")}`);
     }
     assert.ok(names.some((n) => /^extension\/readme\.md$/i.test(n)));
@@ -60,7 +61,7 @@ describe("the packaged .vsix", () => {
 
   test("every command and every setting is contributed", () => {
     const commands = packaged.contributes.commands.map((c: { command: string }) => c.command).sort();
-    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS, CMD_REFRESH_HOTSPOTS].sort());
+    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS, CMD_REFRESH_HOTSPOTS, CMD_SHOW_PROFILE].sort());
     const props = packaged.contributes.configuration.properties;
     assert.deepEqual(Object.keys(props), Object.keys(source.contributes.configuration.properties));
     for (const key of CLIENT_ONLY_SETTINGS) assert.ok(`msprof-lsp.${key}` in props, key);
