@@ -2,7 +2,7 @@
 // webview. The model arrives as a message from the extension (never inline in the page); a click
 // on a kernel or a hotspot posts `{type: "open", path, line}` back, and the extension opens it.
 
-import { renderReport } from "../report/index";
+import { renderReport, selfTest } from "../report/index";
 import type { ReportModel } from "../report/model";
 import { type FromPage, type ToPage } from "./protocol";
 
@@ -23,7 +23,10 @@ function show(model: ReportModel | null, note: string): void {
     root.append(p);
     return;
   }
-  renderReport(root, model, { openSource: (path, line) => vscode.postMessage({ type: "open", path, line }) });
+  const views = renderReport(root, model, { openSource: (path, line) => vscode.postMessage({ type: "open", path, line }) });
+  root.dataset.rendered = "true";
+  // The rendering test's hook, as in the HTML report: click the hot kernel through the hit test.
+  if (location.hash === "#selftest=click") selfTest(root, views);
 }
 
 window.addEventListener("message", (event: MessageEvent<ToPage>) => {
