@@ -4,6 +4,7 @@
 // (a plain function that also works when called, returning a disposable).
 
 import Module = require("node:module");
+import { after, before } from "node:test";
 
 type AnyRecord = Record<string | symbol, unknown>;
 
@@ -408,5 +409,27 @@ export function installFakeVscode(fake: FakeVscode): () => void {
   };
   return () => {
     mod._load = original;
+  };
+}
+
+/**
+ * For a describe block: a fake installed before its tests and removed after, and the source
+ * modules `load` requires once `require("vscode")` answers with it (they import vscode at load).
+ */
+export function withFakeVscode<T>(load: () => T): { fake: FakeVscode; modules(): T } {
+  const fake = new FakeVscode();
+  let undo: () => void = () => {};
+  let loaded: T | undefined;
+  before(() => {
+    undo = installFakeVscode(fake);
+    loaded = load();
+  });
+  after(() => undo());
+  return {
+    fake,
+    modules() {
+      if (loaded === undefined) throw new Error("modules() is for the tests, after before() ran");
+      return loaded;
+    },
   };
 }

@@ -2,12 +2,12 @@
 // (the shape msprof-lsp.showHotspots returns), and the provider under the fake vscode module.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { before, describe, test } from "node:test";
 
 import { parseHotspots } from "../src/hotspots";
 import { hotspotTree } from "../src/views/hotspotTree";
 import { type JsonHotspot, NO_PYTHON, PYTHON, REPO, samplesJson } from "./checkRun";
-import { FakeVscode, installFakeVscode } from "./fakeVscode";
+import { withFakeVscode } from "./fakeVscode";
 
 const NPU_PROFILE = "samples/cnn_classifier/npu_profile/";
 
@@ -65,17 +65,11 @@ describe("Hotspots tree: file -> line -> operators", { skip: PYTHON ? false : NO
 });
 
 describe("Hotspots provider (fake vscode)", () => {
-  const fake = new FakeVscode();
-  let undo: () => void;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  let view: any, open: any, constants: any;
-  before(() => {
-    undo = installFakeVscode(fake);
-    view = require("../src/views/hotspotsView");
-    open = require("../src/open");
-    constants = require("../src/constants");
-  });
-  after(() => undo());
+  const { fake, modules } = withFakeVscode(() => ({
+    view: require("../src/views/hotspotsView") as typeof import("../src/views/hotspotsView"),
+    open: require("../src/open") as typeof import("../src/open"),
+    constants: require("../src/constants") as typeof import("../src/constants"),
+  }));
 
   const payload = {
     hotspots: [
@@ -86,6 +80,7 @@ describe("Hotspots provider (fake vscode)", () => {
   };
 
   test("fetches on a loaded profile, empties otherwise, and drops a stale answer", async () => {
+    const { view, open, constants } = modules();
     const requests: string[] = [];
     let answer: (value: unknown) => void = () => {};
     const provider = new view.HotspotsProvider({
@@ -123,14 +118,14 @@ describe("Hotspots provider (fake vscode)", () => {
     const lineItem = provider.getTreeItem(line);
     assert.equal(lineItem.label, "25:41 self.conv(x)");
     assert.equal(lineItem.collapsibleState, 1);
-    assert.equal(lineItem.command.command, constants.CMD_OPEN_SOURCE);
+    assert.equal(lineItem.command?.command, constants.CMD_OPEN_SOURCE);
     const ops = provider.getChildren(line);
     assert.deepEqual(ops.map((o: { label: string }) => o.label), ["Conv2D", "TransData"]);
     assert.equal(provider.getTreeItem(ops[0]).description, "300 µs/step · ×4");
 
     // The click: the command's argument opens m.py at line 25, column 41 (0-based 24, 40).
     fake.shown = [];
-    await open.openSource(...lineItem.command.arguments);
+    await open.openSource(lineItem.command!.arguments![0]);
     assert.equal(fake.shown.length, 1);
     const shown = fake.shown[0] as { uri: { fsPath: string }; options: { selection: { start: { line: number; character: number } } } };
     assert.equal(shown.uri.fsPath, "/ws/m.py");

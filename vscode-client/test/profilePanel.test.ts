@@ -3,11 +3,11 @@
 // redraw on reload, a click message opening the right file and line and nothing outside the base.
 
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 
 import { CMD_REPORT_MODEL, CMD_SHOW_PROFILE, VIEW_PROFILE } from "../src/constants";
 import { contentSecurityPolicy, makeNonce, pageHtml, parseFromPage, resolveSource } from "../src/webview/page";
-import { FakeVscode, installFakeVscode } from "./fakeVscode";
+import { withFakeVscode } from "./fakeVscode";
 
 describe("the webview page", () => {
   test("CSP: nothing by default, the nonce'd script, styles and images from the extension only", () => {
@@ -54,20 +54,13 @@ describe("the webview page", () => {
 });
 
 describe("the profile panel (fake vscode)", () => {
-  const fake = new FakeVscode();
-  let undo: () => void;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  let mod: any;
-  before(() => {
-    undo = installFakeVscode(fake);
-    mod = require("../src/profilePanel");
-  });
-  after(() => undo());
+  const { fake, modules } = withFakeVscode(() => require("../src/profilePanel") as typeof import("../src/profilePanel"));
 
   test("draws the server's model, redraws on reload, opens clicked lines", async () => {
+    const mod = modules();
     const model = { version: 1, tool_version: "0.1.0", base: "/ws", jobs: [] };
     const requests: string[] = [];
-    const panel = new mod.ProfilePanel({ fsPath: "/ext", scheme: "file" }, {
+    const panel = new mod.ProfilePanel({ fsPath: "/ext", scheme: "file" } as never, {
       request: (command: string) => (requests.push(command), Promise.resolve(model)),
     });
     const disposables = mod.registerProfilePanel(panel);

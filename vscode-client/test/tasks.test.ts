@@ -5,11 +5,11 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 
 import { checkArgs, checkProcess, PROBLEM_MATCHER, TASK_TYPE } from "../src/checkTask";
 import { NO_PYTHON, PYTHON, REPO, run, samplesJson } from "./checkRun";
-import { FakeVscode, installFakeVscode } from "./fakeVscode";
+import { withFakeVscode } from "./fakeVscode";
 import { applyMatcher, type Matcher } from "./problemMatcher";
 
 const manifest = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8"));
@@ -57,20 +57,13 @@ describe("the matcher on lines of the concise format", () => {
 });
 
 describe("the task provider and the real task on the samples", { skip: PYTHON ? false : NO_PYTHON }, () => {
-  const fake = new FakeVscode();
-  let undo: () => void;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  let tasks: any;
-  before(() => {
-    undo = installFakeVscode(fake);
-    tasks = require("../src/tasks");
-  });
-  after(() => undo());
+  const { fake, modules } = withFakeVscode(() => require("../src/tasks") as typeof import("../src/tasks"));
 
   test("one check task per folder; its process's output gives one marker per located finding", async () => {
+    const tasks = modules();
     const folder = { uri: { fsPath: REPO }, name: "repo", index: 0 };
     fake.workspaceFolders = [folder];
-    const interpreter = { command: PYTHON!, args: [], source: "setting" };
+    const interpreter = { command: PYTHON!, args: [], source: "setting" as const };
     const disposables = tasks.registerCheckTasks(() => Promise.resolve(interpreter));
     const provider = fake.taskProviders.get(TASK_TYPE)!;
     const provided = (await provider.provideTasks()) as { name: string; scope: unknown; problemMatchers: string[] }[];
