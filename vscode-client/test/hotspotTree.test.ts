@@ -40,7 +40,7 @@ describe("Hotspots tree: file -> line -> operators", { skip: PYTHON ? false : NO
       assert.ok(file.description.endsWith(` · ${pct(share)}`), file.description);
     }
     // Files by their summed share, hottest first.
-    const sums = tree.map((f) => f.children.reduce((a, c) => a + raw.find((h) => `${h.path}:${h.line}:${h.column}` === `${REPO}/${c.id}`)!.share, 0));
+    const sums = tree.map((f) => raw.filter((h) => h.path === `${REPO}/${f.label}`).reduce((a, h) => a + h.share, 0));
     assert.deepEqual([...sums].sort((a, b) => b - a), sums);
   });
 
@@ -61,6 +61,17 @@ describe("Hotspots tree: file -> line -> operators", { skip: PYTHON ? false : NO
     assert.equal(node.children[0].label, hottest.name);
     assert.ok(node.children[0].description.endsWith(` · ×${hottest.count}`), node.children[0].description);
     assert.ok(node.children.every((op) => op.location === node.location), "an operator opens its line");
+    const ids = tree.flatMap((f) => [f.id, ...f.children.flatMap((l) => [l.id, ...l.children.map((o) => o.id)])]);
+    assert.equal(new Set(ids).size, ids.length, "tree item ids are unique");
+  });
+});
+
+describe("Hotspots tree ids", () => {
+  test("two spans with the same line, column and text stay two rows with two ids", () => {
+    const h = { path: "/ws/m.py", uri: "", line: 3, end_line: 3, column: 5, code: "f(x)", device_time_us: 10, share: 0.1, ops: [] };
+    const [file] = hotspotTree(parseHotspots({ hotspots: [h, { ...h, device_time_us: 5, share: 0.05 }] }), (p) => p);
+    assert.deepEqual(file.children.map((c) => c.id), ["/ws/m.py:3:5:f(x)", "/ws/m.py:3:5:f(x)#2"]);
+    assert.equal(file.description, "2 hot lines · 15 µs/step · 15.0%");
   });
 });
 

@@ -60,9 +60,8 @@ function opNode(op: Op, parent: string, index: number, location: Location): Tree
   };
 }
 
-function lineNode(h: Hotspot, file: string): TreeNode {
+function lineNode(h: Hotspot, file: string, id: string): TreeNode {
   const location = locationOf(h);
-  const id = `${file}:${h.line}:${h.column}`;
   const what = h.code ? ` ${h.code}` : "";
   const ops = [...h.ops].sort((a, b) => (b.timeUs ?? -1) - (a.timeUs ?? -1));
   return {
@@ -84,12 +83,21 @@ function lineNode(h: Hotspot, file: string): TreeNode {
   };
 }
 
+/** VS Code refuses two tree items with one id; two spans may share line, column and text. */
+function uniqueId(id: string, seen: Set<string>): string {
+  let out = id;
+  for (let n = 2; seen.has(out); n++) out = `${id}#${n}`;
+  seen.add(out);
+  return out;
+}
+
 /**
  * Files ordered by the summed share of their hotspots (hotspot shares do not overlap, so the sum
  * is the file's share of the listed lines and stays in [0, 1]); lines in the server's order
  * (hottest first); operators hottest first. `relativize` shortens a path for the label.
  */
 export function hotspotTree(hotspots: readonly Hotspot[], relativize: (path: string) => string): TreeNode[] {
+  const ids = new Set<string>();
   const byFile = new Map<string, Hotspot[]>();
   for (const h of hotspots) {
     const key = h.path || h.uri;
@@ -112,7 +120,7 @@ export function hotspotTree(hotspots: readonly Hotspot[], relativize: (path: str
         description: [lines, figures(perStep, share)].filter(Boolean).join(" · "),
         tooltip: `${key}\n${lines}: ${figures(perStep, share) || "no figures"} (summed over the listed lines)`,
         location: locationOf(list[0]),
-        children: list.map((h) => lineNode(h, name)),
+        children: list.map((h) => lineNode(h, name, uniqueId(`${key}:${h.line}:${h.column}:${h.code}`, ids))),
       },
     });
   }
