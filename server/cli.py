@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .settings import parse_path_mapping
 
-FORMATS = ("text", "json", "sarif", "github", "html")
+FORMATS = ("text", "json", "sarif", "github", "html", "concise")
 FAIL_ON = ("error", "warning", "info", "hint", "never")
 
 

@@ -143,6 +143,8 @@ def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
         return github.render(run)
     if args.format == "html":
         return html.render(run)
+    if args.format == "concise":
+        return text.render_concise(run)
     use_color = args.color == "always" or (
         args.color == "auto" and args.output is None and out.isatty() and "NO_COLOR" not in os.environ
     )

@@ -142,6 +142,22 @@ def test_text_groups_by_file_and_fits_80_columns(run):
     assert "\x1b[33;1mwarning" in coloured
 
 
+def test_concise_is_one_line_per_finding_with_the_json_position(run):
+    out = text.render_concise(run)
+    lines = out.splitlines()
+    assert len(lines) == len(run.findings) == 3
+    doc = {(f["code"]): f for f in run.to_document()["findings"]}
+    pattern = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): (?P<sev>\w+) (?P<code>\S+) (?P<msg>.*)$")
+    located = [m for m in map(pattern.match, lines) if m]
+    assert len(located) == 2
+    for m in located:
+        f = doc[m["code"]]
+        assert (m["path"], int(m["line"]), int(m["col"]), m["sev"]) == (f["path"], f["line"], f["column"], f["severity"])
+        assert m["msg"] == " ".join(f["message"].split())
+    assert lines[0] == "(profile): info NPU243 ACLNN_CACHE_LIMIT unset: op cache may thrash. export ACLNN_CACHE_LIMIT=100000."
+    assert text.render_concise(CheckRun(jobs=[], cwd=run.cwd, tool_version="0.1.0")) == ""
+
+
 def test_text_hotspots_rank_inferred_anchors_with_the_others_and_mark_them(run):
     from msprof_lsp.mapping.source.heat import Site, SpanHeat
 

@@ -20,6 +20,18 @@ export const CMD_RESTART = "msprof-lsp.restart";
 export const CMD_SHOW_LOGS = "msprof-lsp.showLogs";
 /** Status bar click target; internal, so not contributed to the palette. */
 export const CMD_STATUS_MENU = "msprof-lsp.statusMenu";
+/** Opens a source location (a SourceTarget); the target of tree items and webview clicks. Internal. */
+export const CMD_OPEN_SOURCE = "msprof-lsp.openSource";
+/** The Hotspots view's refresh button. */
+export const CMD_REFRESH_HOTSPOTS = "msprof-lsp.refreshHotspots";
+
+/** Opens the "Show profile" webview. */
+export const CMD_SHOW_PROFILE = "msprof-lsp.showProfile";
+/** The webview panel's view type. */
+export const VIEW_PROFILE = "msprof-lsp.profile";
+
+/** The Hotspots tree view in the Explorer. */
+export const VIEW_HOTSPOTS = "msprof-lsp.hotspots";
 
 export const NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus";
 

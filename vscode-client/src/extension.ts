@@ -20,6 +20,7 @@ import {
   CLIENT_ID,
   CLIENT_NAME,
   CMD_LINE_HEAT,
+  CMD_OPEN_SOURCE,
   CMD_RELOAD,
   CMD_RESTART,
   CMD_SELECT_PROFILE,
@@ -35,7 +36,9 @@ import {
 import { debounce, type Debounced } from "./debounce";
 import { gutterIconDataUri, HEAT_BUCKETS, heatMarks, type LineHeat, parseLineHeat } from "./heat";
 import { hotspotItems, operatorItems, parseHotspots } from "./hotspots";
-import { chooseInterpreter, describeInterpreter, runImportCheck, serverLaunch } from "./interpreter";
+import { chooseInterpreter, describeInterpreter, type Interpreter, runImportCheck, serverLaunch } from "./interpreter";
+import { openSource } from "./open";
+import { ProfilePanel, registerProfilePanel } from "./profilePanel";
 import { onPythonInterpreterChange, pythonExtensionCommand } from "./pythonExtension";
 import { answerConfiguration, type ConfigurationItem, classifyChange, type ManifestLike, serverSettingKeys, serverSettings, shouldNotify } from "./settings";
 import {
@@ -47,6 +50,8 @@ import {
   type StatusView,
   statusMenuItems,
 } from "./status";
+import { registerCheckTasks } from "./tasks";
+import { HotspotsProvider, registerHotspotsView } from "./views/hotspotsView";
 
 const RESTART_DELAY_MS = 1000;
 const HEAT_DELAY_MS = 150;
@@ -65,6 +70,8 @@ class Extension implements vscode.Disposable {
   private heatGeneration = 0;
   readonly restartSoon: Debounced;
   private readonly refreshHeat: Debounced;
+  private readonly hotspots = new HotspotsProvider({ request: (command, args) => this.quietRequest(command, args) });
+  private readonly profilePanel: ProfilePanel;
 
   constructor(context: vscode.ExtensionContext) {
     this.log = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
@@ -83,6 +90,7 @@ class Extension implements vscode.Disposable {
     this.restartSoon = debounce(() => void this.restart(), RESTART_DELAY_MS);
     this.refreshHeat = debounce(() => void this.drawHeat(), HEAT_DELAY_MS);
     this.disposables.push(this.log, this.statusItem, ...this.heatTypes);
+    this.profilePanel = new ProfilePanel(context.extensionUri, { request: (command, args) => this.quietRequest(command, args) });
   }
 
   activate(): void {
@@ -98,6 +106,10 @@ class Extension implements vscode.Disposable {
         this.refreshHeat();
       }),
       workspace.onDidCloseTextDocument((doc) => this.heatCache.delete(doc.uri.toString())),
+      commands.registerCommand(CMD_OPEN_SOURCE, openSource),
+      ...registerHotspotsView(this.hotspots),
+      ...registerProfilePanel(this.profilePanel),
+      ...registerCheckTasks(() => this.interpreter()),
     );
     void onPythonInterpreterChange(() => {
       if (!this.config().get<string>("interpreter")) this.restartSoon();
@@ -155,6 +167,8 @@ class Extension implements vscode.Disposable {
     this.client = undefined;
     this.profile = undefined;
     this.clearHeat();
+    void this.hotspots.profileChanged(undefined);
+    void this.profilePanel.profileChanged(undefined);
     await vscode.commands.executeCommand("setContext", CONTEXT_SERVER_RUNNING, false);
     if (client) {
       try {
@@ -165,18 +179,24 @@ class Extension implements vscode.Disposable {
     }
   }
 
-  private async startClient(): Promise<void> {
+  /** The Python that runs the server (and the --check task). */
+  private async interpreter(): Promise<Interpreter> {
     const folder = this.folder();
-    this.showStatus(serverStatusView("starting"));
-    const platform = process.platform;
-    const interpreter = chooseInterpreter({
+    return chooseInterpreter({
       setting: this.config().get<string>("interpreter"),
       pythonExtension: await pythonExtensionCommand(folder?.uri, this.log),
-      platform,
+      platform: process.platform,
       workspaceFolder: folder?.uri.fsPath,
       home: os.homedir(),
       env: process.env,
     });
+  }
+
+  private async startClient(): Promise<void> {
+    const folder = this.folder();
+    this.showStatus(serverStatusView("starting"));
+    const platform = process.platform;
+    const interpreter = await this.interpreter();
     this.log.info(`Python interpreter (${interpreter.source}): ${describeInterpreter(interpreter, platform)}`);
     const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath });
     if (!check.ok) {
@@ -200,6 +220,9 @@ class Extension implements vscode.Disposable {
       if (event.newState === State.Stopped && this.client === client) {
         this.profile = undefined;
         this.clearHeat();
+        void this.hotspots.profileChanged(undefined);
+        void this.profilePanel.profileChanged(undefined);
+    void this.profilePanel.profileChanged(undefined);
         this.showStatus(serverStatusView("stopped"));
       }
     });
@@ -269,6 +292,8 @@ class Extension implements vscode.Disposable {
     this.showStatus(profileStatusView(status));
     this.heatCache.clear();
     this.heatGeneration++; // results of lineHeat requests still in flight belong to the old profile
+    void this.hotspots.profileChanged(status.state);
+    void this.profilePanel.profileChanged(status.state);
     this.log.info(`Profile ${status.state}${status.path ? `: ${status.path}` : ""}${status.message ? ` — ${status.message}` : ""}`);
     if (status.state === "loaded") {
       this.lastProfileError = "";
@@ -338,6 +363,18 @@ class Extension implements vscode.Disposable {
     } catch (error) {
       this.log.error(`${command} failed: ${String(error)}`);
       void this.notify("error", `msprof-lsp: ${command} failed: ${error instanceof Error ? error.message : String(error)}`);
+      return undefined;
+    }
+  }
+
+  /** For views that refresh on their own: no pop-up when the server is away or the request fails. */
+  private async quietRequest(command: string, args: unknown[]): Promise<unknown> {
+    const client = this.client;
+    if (!client || client.state !== State.Running) return undefined;
+    try {
+      return await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: args });
+    } catch (error) {
+      this.log.warn(`${command}: ${String(error)}`);
       return undefined;
     }
   }
@@ -413,11 +450,7 @@ class Extension implements vscode.Disposable {
       items.map((item) => ({ label: item.label, detail: item.detail, item })),
       { title: "msprof-lsp: hotspots (share of step time)", matchOnDetail: true },
     );
-    if (!pick) return;
-    const uri = pick.item.uri ? vscode.Uri.parse(pick.item.uri) : vscode.Uri.file(pick.item.path);
-    const position = new vscode.Position(pick.item.line, 0);
-    const editor = await vscode.window.showTextDocument(uri, { selection: new vscode.Range(position, position) });
-    editor.revealRange(new vscode.Range(position, new vscode.Position(pick.item.endLine, 0)), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+    if (pick) await openSource(pick.item);
   }
 
   // ---- gutter heat ---------------------------------------------------------------------------

@@ -17,6 +17,12 @@ export interface Hotspot {
   uri: string;
   line: number;
   endLine: number;
+  /** 1-based; 1 when the payload has none. */
+  column: number;
+  /** The call's text on the line (`self.conv(x)`), or `in f()`; may be empty. */
+  code: string;
+  /** How the line was found: stack, module or inferred. */
+  confidence: string;
   deviceTimeUs: number | null;
   share: number | null;
   calls: number | null;
@@ -60,11 +66,15 @@ export function parseHotspots(result: unknown): Hotspot[] {
     const line = h.line;
     if ((!path && !uri) || typeof line !== "number" || !Number.isInteger(line) || line < 1) continue;
     const end = typeof h.end_line === "number" && Number.isInteger(h.end_line) && h.end_line >= line ? h.end_line : line;
+    const column = typeof h.column === "number" && Number.isInteger(h.column) && h.column >= 1 ? h.column : 1;
     out.push({
       path,
       uri,
       line,
       endLine: end,
+      column,
+      code: typeof h.code === "string" ? h.code : "",
+      confidence: typeof h.confidence === "string" ? h.confidence : "",
       deviceTimeUs: finite(h.device_time_us),
       share: finite(h.share),
       calls: finite(h.calls),

@@ -112,6 +112,22 @@ describe("client <-> server over stdio", { skip: PYTHON ? false : "needs a POSIX
     assert.ok(String(item.tooltip).includes("Profile: /prof/run_ascend_pt"));
   });
 
+  test("the Hotspots view fills when the profile has loaded; a row opens its line", async () => {
+    const view = fake.treeViews.get("msprof-lsp.hotspots")!;
+    const files = await until("the Hotspots rows", () => {
+      const rows = view.provider.getChildren() as { label: string; children: unknown[] }[];
+      return rows.length > 0 ? rows : undefined;
+    });
+    assert.deepEqual(files.map((f) => f.label), [model]);
+    const item = view.provider.getTreeItem(files[0].children[0]) as { label: string; description: string; command: { command: string; arguments: unknown[] } };
+    assert.equal(item.label, "1:1");
+    assert.equal(item.description, "50 ms/step · 20.0%");
+    assert.equal(view.message, undefined);
+    const before = fake.shown.length;
+    await fake.commands.get(item.command.command)!(...item.command.arguments);
+    assert.equal(String((fake.shown[before] as { uri: unknown }).uri), `file://${model}`);
+  });
+
   test("line heat is requested for the visible file and drawn per bucket", async () => {
     const editor = fake.editors[0];
     await until("gutter decorations", () => (editor.decorations.get(3) ?? []).length > 0);
@@ -125,11 +141,12 @@ describe("client <-> server over stdio", { skip: PYTHON ? false : "needs a POSIX
   test("the palette's Show hotspots lists path:line — share — top op and opens the pick", async () => {
     const show = await until("the server's commands", () => fake.commands.get("msprof-lsp.showHotspots"));
     fake.pick = (items) => items[0];
+    const opened = fake.shown.length;
     await show();
     const pick = fake.quickPicks.at(-1)!;
     assert.deepEqual(pick.items.map((i) => i.label), [`${model}:1 — 20.0% — MatMulV2`]);
-    assert.equal(fake.shown.length, 1);
-    assert.equal(String(fake.shown[0].uri), `file://${model}`);
+    assert.equal(fake.shown.length, opened + 1);
+    assert.equal(String(fake.shown[opened].uri), `file://${model}`);
   });
 
   test("the status menu switches rank: selectProfile [path, rank]", async () => {

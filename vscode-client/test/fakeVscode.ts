@@ -4,6 +4,7 @@
 // (a plain function that also works when called, returning a disposable).
 
 import Module = require("node:module");
+import { after, before } from "node:test";
 
 type AnyRecord = Record<string | symbol, unknown>;
 
@@ -64,7 +65,31 @@ export interface FakeEditor {
   setDecorations(type: { index: number }, ranges: never[]): void;
 }
 
+export interface FakeTreeView {
+  provider: { getChildren(node?: unknown): unknown; getTreeItem(node: unknown): unknown; onDidChangeTreeData?: (l: () => void) => unknown };
+  message: string | undefined;
+  /** onDidChangeTreeData events seen. */
+  changes: number;
+}
+
+export interface FakeWebviewPanel {
+  viewType: string;
+  title: string;
+  options: { enableScripts?: boolean; localResourceRoots?: { fsPath: string }[] };
+  html: string;
+  /** What the extension posted to the page. */
+  posted: unknown[];
+  revealed: number;
+  disposed: boolean;
+  /** Deliver a message from the page to the extension; resolves when its handler has. */
+  fromPage(message: unknown): Promise<void>;
+  dispose(): void;
+}
+
 export class FakeVscode {
+  panels: FakeWebviewPanel[] = [];
+  treeViews = new Map<string, FakeTreeView>();
+  taskProviders = new Map<string, { provideTasks(): unknown; resolveTask(task: unknown): unknown }>();
   /** Settings of section "msprof-lsp" by key (what the user set). */
   settings: Record<string, unknown> = {};
   workspaceFolders: { uri: unknown; name: string; index: number }[] | undefined = undefined;
@@ -96,6 +121,9 @@ export class FakeVscode {
       }
       static parse(value: string) {
         return new Uri(value.split(":")[0], value.replace(/^file:\/\//, ""));
+      }
+      static joinPath(base: Uri, ...parts: string[]) {
+        return new Uri(base.scheme, [base.fsPath, ...parts].join("/"));
       }
       get path() {
         return this.fsPath;
@@ -143,6 +171,41 @@ export class FakeVscode {
     class ThemeColor {
       constructor(readonly id: string) {}
     }
+    class ThemeIcon {
+      constructor(readonly id: string) {}
+    }
+    class TreeItem {
+      id?: string;
+      description?: string;
+      tooltip?: unknown;
+      contextValue?: string;
+      resourceUri?: unknown;
+      iconPath?: unknown;
+      command?: { command: string; title: string; arguments?: unknown[] };
+      constructor(
+        readonly label: string,
+        readonly collapsibleState: number = 0,
+      ) {}
+    }
+    class ProcessExecution {
+      constructor(
+        readonly process: string,
+        readonly args: string[],
+        readonly options?: { cwd?: string },
+      ) {}
+    }
+    class Task {
+      group?: unknown;
+      presentationOptions?: unknown;
+      constructor(
+        readonly definition: { type: string },
+        readonly scope: unknown,
+        readonly name: string,
+        readonly source: string,
+        readonly execution: unknown,
+        readonly problemMatchers: string[],
+      ) {}
+    }
     const log = (level: string) => (text: string) => {
       self.logLines.push(`${level} ${text}`);
     };
@@ -168,6 +231,23 @@ export class FakeVscode {
         Position,
         Range,
         ThemeColor,
+        ThemeIcon,
+        TreeItem,
+        ViewColumn: { Active: -1, Beside: -2, One: 1 },
+        TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
+        ProcessExecution,
+        Task,
+        TaskGroup: { Build: { id: "build" }, Test: { id: "test" } },
+        TaskRevealKind: { Always: 1, Silent: 2, Never: 3 },
+        tasks: lenient(
+          {
+            registerTaskProvider: (type: string, provider: { provideTasks(): unknown; resolveTask(task: unknown): unknown }) => {
+              self.taskProviders.set(type, provider);
+              return { dispose: () => self.taskProviders.delete(type) };
+            },
+          },
+          "tasks",
+        ),
         StatusBarAlignment: { Left: 1, Right: 2 },
         OverviewRulerLane: { Left: 1, Center: 2, Right: 4, Full: 7 },
         QuickPickItemKind: { Separator: -1, Default: 0 },
@@ -209,6 +289,53 @@ export class FakeVscode {
             showOpenDialog: () => Promise.resolve(undefined),
             get visibleTextEditors() {
               return self.editors;
+            },
+            createTreeView: (id: string, options: { treeDataProvider: FakeTreeView["provider"] }) => {
+              const view: FakeTreeView = { provider: options.treeDataProvider, message: undefined, changes: 0 };
+              options.treeDataProvider.onDidChangeTreeData?.(() => view.changes++);
+              self.treeViews.set(id, view);
+              return Object.assign(view, { dispose: () => self.treeViews.delete(id) });
+            },
+            createWebviewPanel: (viewType: string, title: string, _column: unknown, options: FakeWebviewPanel["options"]) => {
+              const receivers: ((m: unknown) => unknown)[] = [];
+              const disposers: (() => void)[] = [];
+              const panel: FakeWebviewPanel & { webview: unknown; reveal(): void; onDidDispose(l: () => void): unknown } = {
+                viewType,
+                title,
+                options,
+                html: "",
+                posted: [],
+                revealed: 0,
+                disposed: false,
+                webview: {
+                  cspSource: "https://fake.vscode-cdn.net",
+                  asWebviewUri: (uri: { fsPath: string }) => ({ toString: () => `https://fake.vscode-cdn.net${uri.fsPath}` }),
+                  postMessage: (m: unknown) => (panel.posted.push(m), Promise.resolve(true)),
+                  onDidReceiveMessage: (l: (m: unknown) => unknown) => (receivers.push(l), disposable()),
+                  set html(value: string) {
+                    panel.html = value;
+                  },
+                  get html() {
+                    return panel.html;
+                  },
+                },
+                reveal() {
+                  panel.revealed++;
+                },
+                onDidDispose(l: () => void) {
+                  disposers.push(l);
+                  return disposable();
+                },
+                async fromPage(message: unknown) {
+                  for (const l of receivers) await l(message);
+                },
+                dispose() {
+                  panel.disposed = true;
+                  for (const l of disposers) l();
+                },
+              };
+              self.panels.push(panel);
+              return panel;
             },
             onDidChangeVisibleTextEditors: event(),
             onDidChangeActiveTextEditor: event(),
@@ -282,5 +409,27 @@ export function installFakeVscode(fake: FakeVscode): () => void {
   };
   return () => {
     mod._load = original;
+  };
+}
+
+/**
+ * For a describe block: a fake installed before its tests and removed after, and the source
+ * modules `load` requires once `require("vscode")` answers with it (they import vscode at load).
+ */
+export function withFakeVscode<T>(load: () => T): { fake: FakeVscode; modules(): T } {
+  const fake = new FakeVscode();
+  let undo: () => void = () => {};
+  let loaded: T | undefined;
+  before(() => {
+    undo = installFakeVscode(fake);
+    loaded = load();
+  });
+  after(() => undo());
+  return {
+    fake,
+    modules() {
+      if (loaded === undefined) throw new Error("modules() is for the tests, after before() ran");
+      return loaded;
+    },
   };
 }

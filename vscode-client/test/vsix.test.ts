@@ -7,7 +7,17 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { CLIENT_ONLY_SETTINGS, CMD_RELOAD, CMD_RESTART, CMD_SELECT_PROFILE, CMD_SET_BASELINE, CMD_SHOW_HOTSPOTS, CMD_SHOW_LOGS } from "../src/constants";
+import {
+  CLIENT_ONLY_SETTINGS,
+  CMD_REFRESH_HOTSPOTS,
+  CMD_RELOAD,
+  CMD_RESTART,
+  CMD_SELECT_PROFILE,
+  CMD_SET_BASELINE,
+  CMD_SHOW_HOTSPOTS,
+  CMD_SHOW_LOGS,
+  CMD_SHOW_PROFILE,
+} from "../src/constants";
 import { FakeVscode, installFakeVscode } from "./fakeVscode";
 import { readZip } from "./zip";
 
@@ -29,7 +39,7 @@ describe("the packaged .vsix", () => {
 
   test("holds the bundle, the manifest, README and LICENSE — not sources or node_modules", () => {
     const names = [...files.keys()];
-    for (const required of ["extension/dist/extension.js", "extension/package.json", "extension.vsixmanifest"]) {
+    for (const required of ["extension/dist/extension.js", "extension/dist/webview.js", "extension/dist/webview.css", "extension/package.json", "extension.vsixmanifest"]) {
       assert.ok(names.includes(required), `${required} missing from ${names.join(", ")}`);
     }
     assert.ok(names.some((n) => /^extension\/readme\.md$/i.test(n)));
@@ -51,13 +61,22 @@ describe("the packaged .vsix", () => {
 
   test("every command and every setting is contributed", () => {
     const commands = packaged.contributes.commands.map((c: { command: string }) => c.command).sort();
-    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS].sort());
+    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS, CMD_REFRESH_HOTSPOTS, CMD_SHOW_PROFILE].sort());
     const props = packaged.contributes.configuration.properties;
     assert.deepEqual(Object.keys(props), Object.keys(source.contributes.configuration.properties));
     for (const key of CLIENT_ONLY_SETTINGS) assert.ok(`msprof-lsp.${key}` in props, key);
     assert.deepEqual(props["msprof-lsp.trace.server"].enum, ["off", "messages", "verbose"]);
     assert.equal(props["msprof-lsp.gutterHeat"].default, true);
     assert.equal(props["msprof-lsp.interpreter"].scope, "machine-overridable");
+  });
+
+  test("the walkthrough's pages, the view, the task type and activation on profile folders", () => {
+    for (const step of packaged.contributes.walkthroughs[0].steps) {
+      assert.ok(files.has(`extension/${step.media.markdown}`), `${step.media.markdown} missing from the .vsix`);
+    }
+    assert.equal(packaged.contributes.views.explorer[0].id, "msprof-lsp.hotspots");
+    assert.equal(packaged.contributes.taskDefinitions[0].type, "msprof-lsp");
+    assert.ok(packaged.activationEvents.includes("workspaceContains:**/*_ascend_pt/profiler_info*.json"));
   });
 
   describe("the bundle on its own", () => {

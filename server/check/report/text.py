@@ -2,6 +2,10 @@
 then the top hotspots and a summary line. Fits an 80-column terminal, except that a word is never
 broken or cut: a path longer than the line is printed whole (the terminal wraps it) so it can be
 pasted back into ``--profile``. Colour only when asked.
+
+``--format concise`` is the same findings one line each (``path:line:col: severity CODE message``),
+for editors' problem matchers and grep: a matcher reads a line at a time and cannot follow the
+grouped layout's wrapped messages.
 """
 
 from __future__ import annotations
@@ -225,3 +229,16 @@ def render(run: CheckRun, *, color: bool = False) -> str:
     else:
         out.append("No findings.")
     return "\n".join(out) + "\n"
+
+
+def concise_line(f: Finding, run: CheckRun) -> str:
+    """``path:line:col: severity CODE message``; a finding about the profile itself has no place."""
+    message = " ".join(f.message.split())
+    if f.span is None:
+        return f"(profile): {f.severity.value} {f.code} {message}"
+    return f"{document.rel_path(f.span.path, run.cwd)}:{f.span.line}:{f.span.col + 1}: {f.severity.value} {f.code} {message}"
+
+
+def render_concise(run: CheckRun) -> str:
+    lines = [concise_line(f, run) for f in sorted(run.findings, key=Finding.sort_key)]
+    return "\n".join(lines) + ("\n" if lines else "")
