@@ -133,34 +133,46 @@ class CriticalPath:
 def longest_path(n: int, edges: Sequence[Edge], end: int) -> tuple[int, list[int]] | None:
     """The heaviest path of a DAG with ``n`` nodes that ends at ``end``: (its weight, the edge
     indices along it, first to last). Any node may start it. None when ``end`` sits on a cycle."""
-    out: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i, e in enumerate(edges):
-        out[e.src].append(i)
-        indeg[e.dst] += 1
+    src = np.fromiter((e.src for e in edges), np.int64, len(edges))
+    dst = np.fromiter((e.dst for e in edges), np.int64, len(edges))
+    w = np.fromiter((e.weight for e in edges), np.int64, len(edges))
+    return _longest(n, src, dst, w, end)
+
+
+def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, end: int) -> tuple[int, list[int]] | None:
+    """:func:`longest_path` over edge arrays: Kahn's order (sources in node order, each node's
+    edges in edge order), and of equally heavy ways into a node the first one relaxed -- one pass,
+    linear in nodes + edges."""
+    by_src = np.argsort(src, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    indeg_a = np.bincount(dst, minlength=n)
+    out_l, ptr_l = by_src.tolist(), ptr.tolist()
+    dst_l, w_l, indeg = dst.tolist(), w.tolist(), indeg_a.tolist()
     dist = [0] * n
     best_in = [-1] * n
-    queue = deque(v for v in range(n) if indeg[v] == 0)
-    done = 0
+    queue = deque(np.flatnonzero(indeg_a == 0).tolist())
+    pop, push = queue.popleft, queue.append
     while queue:
-        u = queue.popleft()
-        done += 1
+        u = pop()
         du = dist[u]
-        for i in out[u]:
-            e = edges[i]
-            d = du + e.weight
-            if best_in[e.dst] < 0 or d > dist[e.dst]:
-                dist[e.dst], best_in[e.dst] = d, i
-            indeg[e.dst] -= 1
-            if indeg[e.dst] == 0:
-                queue.append(e.dst)
+        for i in out_l[ptr_l[u]:ptr_l[u + 1]]:
+            v = dst_l[i]
+            d = du + w_l[i]
+            if best_in[v] < 0 or d > dist[v]:
+                dist[v] = d
+                best_in[v] = i
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                push(v)
     if indeg[end] > 0:
         return None
     path = []
     v = end
     while best_in[v] >= 0:
-        path.append(best_in[v])
-        v = edges[best_in[v]].src
+        i = best_in[v]
+        path.append(i)
+        v = int(src[i])
     path.reverse()
     return dist[end], path
 
@@ -168,44 +180,81 @@ def longest_path(n: int, edges: Sequence[Edge], end: int) -> tuple[int, list[int
 # ---------------------------------------------------------------------------------------------
 # The graph of one step
 
+_KINDS = tuple(SegmentKind)  # edge kind codes: index into this
+_HOST, _KERNEL, _COMM, _WAIT = (_KINDS.index(k) for k in (SegmentKind.HOST, SegmentKind.KERNEL, SegmentKind.COMM,
+                                                           SegmentKind.WAIT))
+_DEPS = tuple(Dependency)  # wait edge dependency codes; -1: none
+_LAUNCH, _STREAM, _EVENT, _SYNC = (_DEPS.index(d) for d in (Dependency.LAUNCH, Dependency.STREAM, Dependency.EVENT,
+                                                            Dependency.SYNC))
 
+
+@dataclass(slots=True)
 class _Graph:
-    """Nodes (times) and edges; weights are set once every edge is known (:meth:`finish`)."""
+    """Nodes (times) and edges as columns; weights are set once every edge is known (:meth:`finish`).
 
-    def __init__(self) -> None:
-        self.time: list[int] = []
-        self._edges: list[tuple[int, int, SegmentKind, int, int, str]] = []
-        self.edges: list[Edge] = []
-        self.seg: list[Segment] = []
+    An edge's segment name is its kernel's name where it has one, else its dependency's."""
 
-    def node(self, t: int) -> int:
-        self.time.append(t)
-        return len(self.time) - 1
-
-    def edge(self, u: int, v: int, kind: SegmentKind, host_op: int = -1, kernel: int = -1, name: str = "") -> None:
-        self._edges.append((u, v, kind, host_op, kernel, name))
+    time: np.ndarray  # int64 per node
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray  # int8 index into _KINDS
+    host_op: np.ndarray  # host_ops row, -1
+    kernel: np.ndarray  # kernels row, -1
+    dep: np.ndarray  # int8 index into _DEPS, -1
+    weight: np.ndarray | None = None
 
     def finish(self) -> None:
         """Weigh each edge u -> v by the time v came after its *last-arriving* predecessor: the
         binding dependency carries v's real delay, and a dependency that was met earlier carries
         no more than that (its slack is not on any path)."""
-        arrival = [-(1 << 62)] * len(self.time)
-        for u, v, *_ in self._edges:
-            arrival[v] = max(arrival[v], self.time[u])
-        self.edges, self.seg = [], []
-        for u, v, kind, op, k, name in self._edges:
-            w = max(0, self.time[v] - arrival[v])
-            self.edges.append(Edge(u, v, w))
-            self.seg.append(Segment(kind, self.time[u], self.time[v], w, op, k, name))
+        arrival = np.full(len(self.time), -(1 << 62), dtype=np.int64)
+        np.maximum.at(arrival, self.dst, self.time[self.src])
+        self.weight = np.maximum(0, self.time[self.dst] - arrival[self.dst])
+
+    def with_sink(self) -> tuple["_Graph", int]:
+        """The graph plus one node after every node at the latest time, so the path can end at
+        the heaviest of them; and that node."""
+        last = self.time.max()
+        ends = np.flatnonzero(self.time == last)
+        sink = len(self.time)
+        m = len(ends)
+        neg = np.full(m, -1, dtype=np.int64)
+        g = _Graph(np.append(self.time, last), np.concatenate([self.src, ends]),
+                   np.concatenate([self.dst, np.full(m, sink, dtype=np.int64)]),
+                   np.concatenate([self.kind, np.full(m, _WAIT, dtype=np.int8)]), np.concatenate([self.host_op, neg]),
+                   np.concatenate([self.kernel, neg]), np.concatenate([self.dep, neg.astype(np.int8)]))
+        return g, sink
 
 
-_KIND_OF_CLASS = {
-    TaskClass.COMPUTE: SegmentKind.KERNEL,
-    TaskClass.MEMCPY: SegmentKind.KERNEL,
-    TaskClass.OTHER: SegmentKind.KERNEL,
-    TaskClass.COMMUNICATION: SegmentKind.COMM,
-    TaskClass.WAIT: SegmentKind.WAIT,
-}
+class _Edges:
+    """Edge columns gathered section by section (the order fixes the path's tie-breaks)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, kind: int | np.ndarray, *, host_op: int | np.ndarray = -1,
+            kernel: int | np.ndarray = -1, dep: int | np.ndarray = -1) -> None:
+        m = len(src)
+        if not m:
+            return
+        full = lambda v, dt: np.broadcast_to(np.asarray(v, dtype=dt), (m,))  # noqa: E731
+        self.parts.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), full(kind, np.int8),
+                           full(host_op, np.int64), full(kernel, np.int64), full(dep, np.int8)))
+
+    def columns(self) -> list[np.ndarray]:
+        if not self.parts:
+            return [np.zeros(0, dt) for dt in (np.int64, np.int64, np.int8, np.int64, np.int64, np.int8)]
+        return [np.concatenate([p[c] for p in self.parts]) for c in range(6)]
+
+
+_KIND_OF_CLASS = np.array([_KINDS.index(k) for k in (
+    SegmentKind.KERNEL,  # TaskClass.COMPUTE
+    SegmentKind.KERNEL,  # TaskClass.MEMCPY
+    SegmentKind.COMM,  # TaskClass.COMMUNICATION
+    SegmentKind.WAIT,  # TaskClass.WAIT
+    SegmentKind.KERNEL,  # TaskClass.OTHER
+)], dtype=np.int8)
+assert len(_KIND_OF_CLASS) == len(TaskClass)
 
 
 @dataclass(slots=True)
@@ -230,6 +279,8 @@ class _Tables:
     k_stream: np.ndarray
     k_launcher: np.ndarray
     k_classes: np.ndarray
+    k_record: np.ndarray  # bool: EVENT_RECORD / Notify Record
+    k_wait: np.ndarray  # bool: EVENT_WAIT / Notify Wait
 
     @classmethod
     def of(cls, profile: Profile) -> "_Tables":
@@ -237,21 +288,70 @@ class _Tables:
         i8 = np.int64
         h_start, e_start, k_start = (t["start_ns"].to_numpy(i8) for t in (h, ev, k))
         e_names = ev["name"].astype(str).to_numpy()
+        k_names = k["name"].astype(str).to_numpy()
         sync_names = {n for n in set(e_names.tolist()) if SYNC_CALL.search(n)}
+        distinct = set(k_names.tolist())
         return cls(
             h_start, h_start + h["dur_ns"].to_numpy(i8), h["pid"].to_numpy(i8), h["tid"].to_numpy(i8),
             h["name"].astype(str).to_numpy(),
             e_start, e_start + ev["dur_ns"].to_numpy(i8), ev["pid"].to_numpy(i8), ev["tid"].to_numpy(i8),
             np.isin(e_names, list(sync_names)) if sync_names else np.zeros(len(e_names), dtype=bool),
-            k["step"].to_numpy(i8), k_start, k_start + k["dur_ns"].to_numpy(i8), k["name"].astype(str).to_numpy(),
+            k["step"].to_numpy(i8), k_start, k_start + k["dur_ns"].to_numpy(i8), k_names,
             k["device"].to_numpy(i8), k["stream"].to_numpy(i8), k["host_op"].to_numpy(i8), task_classes(k),
+            np.isin(k_names, [n for n in distinct if _EVENT_RECORD.match(n)]),
+            np.isin(k_names, [n for n in distinct if _EVENT_WAIT.match(n)]),
         )
+
+
+def _first_seen_codes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A code per (a, b) pair, numbered in order of first appearance."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int64)
+    codes, _ = pd.factorize(pd.MultiIndex.from_arrays([a, b]))
+    return codes.astype(np.int64)
+
+
+def _walk_thread(item: list[int], is_start: list[bool], row: list[int], sync: list[bool], base: int,
+                 op_first: dict[int, int], op_last: dict[int, int], sync_ends: list[int]) -> tuple[list[int], list[bool]]:
+    """One host thread's points in order: after each point, the innermost open host op (its self
+    time runs until the next point; runtime calls count as their op's) and whether the innermost
+    open item is a sync call. Records each op's first and last point (as nodes) and the sync
+    calls' end nodes. Improperly nested items close wherever they are on the stack."""
+    n = len(item)
+    state_op = [-1] * n
+    state_sync = [False] * n
+    stack: list[int] = []
+    ops: list[int] = []  # the open items that are host ops, in push order
+    first: dict[int, int] = {}
+    for j in range(n):
+        i = item[j]
+        r = row[i]
+        if is_start[j]:
+            stack.append(i)
+            if r >= 0:
+                ops.append(i)
+            first[i] = j
+        else:
+            if stack and stack[-1] == i:
+                stack.pop()
+            elif i in stack:
+                stack.remove(i)
+            if r >= 0:
+                if ops and ops[-1] == i:
+                    ops.pop()
+                elif i in ops:
+                    ops.remove(i)
+                op_first[r], op_last[r] = base + first[i], base + j
+            if sync[i]:
+                sync_ends.append(base + j)
+        state_sync[j] = bool(stack) and sync[stack[-1]]
+        state_op[j] = row[ops[-1]] if ops else -1
+    return state_op, state_sync
 
 
 def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> tuple[_Graph, int] | None:
     """The event graph of one step and its end node (the latest node); None when the step is
     empty."""
-    g = _Graph()
     t = tables if tables is not None else _Tables.of(profile)
     h_start, h_end, e_start, e_end = t.h_start, t.h_end, t.e_start, t.e_end
     k_step, k_start, k_end = t.k_step, t.k_start, t.k_end
@@ -261,142 +361,158 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
         k_in = np.flatnonzero(k_step == step.id)
     else:
         k_in = np.flatnonzero((k_start >= step.start_ns) & (k_start < step.end_ns))
+    edges = _Edges()
 
     # -- host threads: one chain of boundary points each ----------------------------------------
-    # items: (start, end, host_op row or -1, is a sync call)
-    threads: dict[tuple[int, int], list[tuple[int, int, int, bool]]] = {}
-    for r, p_, t_, a_, b_ in zip(h_in.tolist(), t.h_pid[h_in].tolist(), t.h_tid[h_in].tolist(),
-                                 h_start[h_in].tolist(), h_end[h_in].tolist()):
-        threads.setdefault((p_, t_), []).append((a_, b_, r, False))
-    syncs: list[tuple[int, int]] = []  # (end node, end time) of sync calls
-    for p_, t_, a_, b_, sy in zip(t.e_pid[e_in].tolist(), t.e_tid[e_in].tolist(), e_start[e_in].tolist(),
-                                  e_end[e_in].tolist(), t.e_sync[e_in].tolist()):
-        threads.setdefault((p_, t_), []).append((a_, b_, -1, sy))
-    op_thread: dict[int, tuple[int, int]] = {}
-    op_nodes: dict[int, tuple[int, int]] = {}  # host op row -> (first point index, last) in its thread
-    thread_points: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}
-    for key, items in threads.items():
-        points: list[tuple[int, int, int, int]] = []  # (time, 0 end / 1 start, tie, item)
-        for i, (s, e, _, _) in enumerate(items):
-            points.append((s, 1, -(e - s), i))  # at one time: ends, then starts longest first
-            points.append((e, 0 if e > s else 2, e - s, i))  # an empty item closes right after it opens
-        points.sort()
-        nodes = [g.node(p[0]) for p in points]
-        open_items: list[int] = []
-        first: dict[int, int] = {}
-        for j, (when, is_start, _, i) in enumerate(points):
-            if j > 0:
-                top = open_items[-1] if open_items else -1
-                if top >= 0 and items[top][3]:  # inside a sync call: waiting for the device
-                    g.edge(nodes[j - 1], nodes[j], SegmentKind.WAIT, name=Dependency.SYNC.value)
-                else:  # self time of the innermost open host op (runtime calls count as their op's)
-                    op = next((items[i][2] for i in reversed(open_items) if items[i][2] >= 0), -1)
-                    g.edge(nodes[j - 1], nodes[j], SegmentKind.HOST, host_op=op)
-            if is_start:
-                open_items.append(i)
-                first[i] = j
-            else:
-                if open_items and open_items[-1] == i:
-                    open_items.pop()
-                elif i in open_items:  # improperly nested items close wherever they are
-                    open_items.remove(i)
-                row = items[i][2]
-                if row >= 0:
-                    op_nodes[row] = (first[i], j)
-                    op_thread[row] = key
-                if items[i][3]:
-                    syncs.append((nodes[j], when))
-        thread_points[key] = (np.array([p[0] for p in points], dtype=np.int64), nodes)
+    # items: the step's host ops (row order), then its runtime calls; threads numbered by first use
+    i_start = np.concatenate([h_start[h_in], e_start[e_in]])
+    i_end = np.concatenate([h_end[h_in], e_end[e_in]])
+    i_row = np.concatenate([h_in, np.full(len(e_in), -1, dtype=np.int64)])
+    i_sync = np.concatenate([np.zeros(len(h_in), dtype=bool), t.e_sync[e_in]])
+    thread = _first_seen_codes(np.concatenate([t.h_pid[h_in], t.e_pid[e_in]]),
+                               np.concatenate([t.h_tid[h_in], t.e_tid[e_in]]))
+    m = len(i_start)
+    by_thread = np.argsort(thread, kind="stable")
+    counts = np.bincount(thread, minlength=int(thread.max()) + 1 if m else 0)
+    t_first = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=t_first[1:])
+    local = np.empty(m, dtype=np.int64)  # the item's index among its thread's items
+    local[by_thread] = np.arange(m) - np.repeat(t_first[:-1], counts)
+    # two points per item; at one time: ends, then starts longest first; an empty item closes
+    # right after it opens
+    dur = i_end - i_start
+    p_item = np.concatenate([np.arange(m), np.arange(m)])
+    p_time = np.concatenate([i_start, i_end])
+    p_type = np.concatenate([np.ones(m, np.int64), np.where(dur > 0, 0, 2)])
+    p_tie = np.concatenate([-dur, dur])
+    p_thread = np.concatenate([thread, thread])
+    order = np.lexsort((np.concatenate([local, local]), p_tie, p_type, p_time, p_thread))
+    p_item, p_time, p_start, p_thread = p_item[order], p_time[order], p_type[order] != 0, p_thread[order]
+    times = [p_time]  # node times: the host points, then the device tasks
+    op_first: dict[int, int] = {}
+    op_last: dict[int, int] = {}
+    sync_ends: list[int] = []
+    pt_first = 2 * t_first  # each thread's first point (= node)
+    row_l, sync_l = i_row.tolist(), i_sync.tolist()
+    for th in range(len(counts)):
+        a, b = int(pt_first[th]), int(pt_first[th + 1])
+        s_op, s_sync = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), row_l, sync_l, a,
+                                    op_first, op_last, sync_ends)
+        if b - a < 2:
+            continue
+        src = np.arange(a, b - 1)
+        s_op_a, s_sync_a = np.array(s_op[:-1], dtype=np.int64), np.array(s_sync[:-1], dtype=bool)
+        # inside a sync call: waiting for the device; else the innermost open op's self time
+        edges.add(src, src + 1, np.where(s_sync_a, _WAIT, _HOST), host_op=np.where(s_sync_a, -1, s_op_a),
+                  dep=np.where(s_sync_a, _SYNC, -1))
+    n_host = 2 * m
 
     # -- device streams --------------------------------------------------------------------------
-    names, dev, stream, launcher, classes = t.k_names, t.k_dev, t.k_stream, t.k_launcher, t.k_classes
-    k_nodes: dict[int, tuple[int, int]] = {}
+    dev, stream, launcher = t.k_dev, t.k_stream, t.k_launcher
     order = k_in[np.lexsort((k_start[k_in], stream[k_in], dev[k_in]))]
-    prev_end = -1
-    prev_key: tuple[int, int] | None = None
-    for r, s0, s1, cls, d_, st_, op, name in zip(
-            order.tolist(), k_start[order].tolist(), k_end[order].tolist(), classes[order].tolist(),
-            dev[order].tolist(), stream[order].tolist(), launcher[order].tolist(), names[order].tolist()):
-        kind = _KIND_OF_CLASS[TaskClass(cls)]
-        a, b = g.node(s0), g.node(s1)
-        g.edge(a, b, kind, kernel=r, name=name)
-        k_nodes[r] = (a, b)
-        key = (d_, st_)
-        if key == prev_key:
-            g.edge(prev_end, a, SegmentKind.WAIT, name=Dependency.STREAM.value)
-        prev_end, prev_key = b, key
-        if op in op_nodes:
-            times, nodes = thread_points[op_thread[op]]
-            lo, hi = op_nodes[op]
-            j = int(np.searchsorted(times[lo:hi + 1], s0, side="right")) - 1 + lo
-            g.edge(nodes[max(j, lo)], a, SegmentKind.WAIT, name=Dependency.LAUNCH.value)
+    nk = len(order)
+    a_node = n_host + 2 * np.arange(nk, dtype=np.int64)
+    b_node = a_node + 1
+    times.append(np.column_stack([k_start[order], k_end[order]]).ravel())
+    edges.add(a_node, b_node, _KIND_OF_CLASS[t.k_classes[order]], kernel=order)
+    same = (dev[order][1:] == dev[order][:-1]) & (stream[order][1:] == stream[order][:-1])
+    edges.add(b_node[:-1][same], a_node[1:][same], _WAIT, dep=_STREAM)
+    # launch: from the launching op's last point not after the task's start
+    if op_first and nk:
+        ops = launcher[order]
+        rows = np.fromiter(op_first, np.int64, len(op_first))
+        firsts = np.fromiter(op_first.values(), np.int64, len(op_first))
+        lasts = np.fromiter((op_last[r] for r in op_first), np.int64, len(op_first))
+        srt = np.argsort(rows)
+        rows, firsts, lasts = rows[srt], firsts[srt], lasts[srt]
+        pos = np.clip(np.searchsorted(rows, ops), 0, len(rows) - 1)
+        hit = np.flatnonzero(rows[pos] == ops)
+        if len(hit):
+            lo, hi = firsts[pos[hit]], lasts[pos[hit]]
+            th = p_thread[lo]
+            j = np.empty(len(hit), dtype=np.int64)
+            for x in np.unique(th).tolist():
+                sel = th == x
+                a = int(pt_first[x])
+                block = p_time[a:int(pt_first[x + 1])]
+                j[sel] = a + np.searchsorted(block, k_start[order[hit[sel]]], side="right") - 1
+            edges.add(np.clip(j, lo, hi), a_node[hit], _WAIT, dep=_LAUNCH)
+    pos_of = np.empty(nk, dtype=np.int64)  # k_in position -> position in ``order``
+    pos_of[np.searchsorted(k_in, order)] = np.arange(nk)
+
+    def k_pos(r: np.ndarray | int) -> np.ndarray:
+        return pos_of[np.searchsorted(k_in, r)]
 
     # -- cross-stream events (Ascend EVENT_RECORD -> EVENT_WAIT) --------------------------------
-    rec = [r for r in k_in.tolist() if _EVENT_RECORD.match(names[r])]
-    if rec:
-        rec_end = np.array([k_end[r] for r in rec], dtype=np.int64)
-        o = np.argsort(rec_end, kind="stable")
-        rec_sorted = [rec[i] for i in o.tolist()]
-        rec_end = rec_end[o]
-        for r in k_in.tolist():
-            if not _EVENT_WAIT.match(names[r]):
-                continue
+    rec = k_in[t.k_record[k_in]]
+    waits = k_in[t.k_wait[k_in]]
+    if len(rec) and len(waits):
+        o = np.argsort(k_end[rec], kind="stable")
+        rec_sorted, rec_end = rec[o].tolist(), k_end[rec][o]
+        src_l, dst_l = [], []
+        for r in waits.tolist():
             j = int(np.searchsorted(rec_end, k_end[r], side="right")) - 1
             while j >= 0 and (dev[rec_sorted[j]] != dev[r] or stream[rec_sorted[j]] == stream[r]):
                 j -= 1
             if j >= 0:
-                g.edge(k_nodes[rec_sorted[j]][1], k_nodes[r][1], SegmentKind.WAIT, name=Dependency.EVENT.value)
+                src_l.append(rec_sorted[j])
+                dst_l.append(r)
+        if src_l:
+            edges.add(b_node[k_pos(np.array(src_l))], b_node[k_pos(np.array(dst_l))], _WAIT, dep=_EVENT)
 
     # -- host synchronisation: the sync call ends after the device work it waited for ---------
-    if syncs and len(k_in):
-        work = k_in[classes[k_in] != int(TaskClass.WAIT)]
+    if sync_ends and nk:
+        work = k_in[t.k_classes[k_in] != int(TaskClass.WAIT)]
         o = np.argsort(k_end[work], kind="stable")
-        work_sorted = work[o].tolist()
         ends = k_end[work][o]
-        for node, when in syncs:
-            j = int(np.searchsorted(ends, when, side="right")) - 1
-            if j >= 0:
-                g.edge(k_nodes[work_sorted[j]][1], node, SegmentKind.WAIT, name=Dependency.SYNC.value)
+        nodes = np.array(sync_ends, dtype=np.int64)
+        j = np.searchsorted(ends, p_time[nodes], side="right") - 1
+        ok = j >= 0
+        if ok.any():
+            edges.add(b_node[k_pos(work[o][j[ok]])], nodes[ok], _WAIT, dep=_SYNC)
 
-    if not g.time:
+    time = np.concatenate(times)
+    if not len(time):
         return None
-    times = np.asarray(g.time, dtype=np.int64)
-    return g, int(np.flatnonzero(times == times.max())[-1])
+    g = _Graph(time, *edges.columns())
+    return g, int(np.flatnonzero(time == time.max())[-1])
 
 
 def step_path(profile: Profile, step: Step, tables: _Tables | None = None) -> StepPath | None:
     built = step_graph(profile, step, tables)
     if built is None:
         return None
-    g, _ = built
-    # several nodes may share the latest time: a sink after all of them lets the path end at the
-    # heaviest one
-    last = max(g.time)
-    ends = [i for i, t in enumerate(g.time) if t == last]
-    sink = g.node(last)
-    for v in ends:
-        g.edge(v, sink, SegmentKind.WAIT)
+    g, sink = built[0].with_sink()
     g.finish()
-    res = longest_path(len(g.time), g.edges, sink)
+    assert g.weight is not None
+    res = _longest(len(g.time), g.src, g.dst, g.weight, sink)
     if res is None:
         return None
     total, path = res
-    segments = [g.seg[i] for i in path[:-1]]
-    span = (segments[-1].end_ns - segments[0].start_ns) if segments else 0
+    idx = np.array(path[:-1], dtype=np.int64)
     h_names = tables.h_names if tables is not None else profile.host_ops["name"].astype(str).to_numpy()
+    k_names = tables.k_names if tables is not None else profile.kernels["name"].astype(str).to_numpy()
+    starts, ends = g.time[g.src[idx]].tolist(), g.time[g.dst[idx]].tolist()
+    span = (ends[-1] - starts[0]) if len(idx) else 0
     kept: list[Segment] = []
-    for s in segments:
-        if s.weight_ns <= 0:
+    for a, b, w, kind, op, k, dep in zip(starts, ends, g.weight[idx].tolist(), g.kind[idx].tolist(),
+                                         g.host_op[idx].tolist(), g.kernel[idx].tolist(), g.dep[idx].tolist()):
+        if w <= 0:
             continue
-        if s.kind is SegmentKind.HOST and s.host_op >= 0:
-            s = replace(s, name=str(h_names[s.host_op]))
-        last = kept[-1] if kept else None
-        if (last is not None and last.end_ns == s.start_ns and last.kind is s.kind and last.name == s.name
-                and last.host_op == s.host_op and last.kernel == s.kernel):
-            # one op's self time split by its children's boundaries reads as one segment
-            kept[-1] = replace(last, end_ns=s.end_ns, weight_ns=last.weight_ns + s.weight_ns)
+        sk = _KINDS[kind]
+        if sk is SegmentKind.HOST and op >= 0:
+            name = str(h_names[op])
+        elif k >= 0:
+            name = str(k_names[k])
         else:
-            kept.append(s)
+            name = _DEPS[dep].value if dep >= 0 else ""
+        last = kept[-1] if kept else None
+        if (last is not None and last.end_ns == a and last.kind is sk and last.name == name
+                and last.host_op == op and last.kernel == k):
+            # one op's self time split by its children's boundaries reads as one segment
+            kept[-1] = replace(last, end_ns=b, weight_ns=last.weight_ns + w)
+        else:
+            kept.append(Segment(sk, a, b, w, op, k, name))
     return StepPath(step.id, total, span, kept)
 
 

@@ -1,0 +1,77 @@
+"""Critical path speed: the current implementation against an earlier revision's, same trace, same run.
+
+    python benchmarks/bench_critical_path.py [--trace PATH] [--baseline-rev REV] [--repeat N]
+
+The baseline is ``mapping/source/critical_path.py`` as it was at ``--baseline-rev`` (default: the
+last revision before the speed-up), read with ``git show`` and run against the same loaded
+profile. Prints the best of ``--repeat`` runs of each, their ratio, and whether the two give the
+same paths: per step the total, and the segments (kind, times, weight, host op, kernel, name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import best
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = REPO.parent / "shared" / "fixtures" / "HolisticTraceAnalysis" / "trace_diff" / "control" / "control.json.gz"
+BASELINE_REV = "5537b56"  # critical_path.py before the columnar graph
+MODULE = "mapping/source/critical_path.py"
+
+
+def baseline_module(rev: str, tmp: Path):
+    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{MODULE}"], capture_output=True, text=True,
+                          check=True).stdout
+    path = tmp / "critical_path_baseline.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("critical_path_baseline", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def as_rows(cp) -> list[tuple]:
+    return [(p.step, p.total_ns, p.span_ns,
+             [(s.kind.value, s.start_ns, s.end_ns, s.weight_ns, s.host_op, s.kernel, s.name) for s in p.segments])
+            for p in cp.steps]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--baseline-rev", default=BASELINE_REV)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    if not args.trace.exists():
+        print(f"{args.trace}: not found (../shared is absent?)", file=sys.stderr)
+        return 2
+    from msprof_lsp.mapping.profile.load import load_location, locate
+    from msprof_lsp.mapping.source import critical_path as current
+
+    profile = load_location(locate(args.trace), use_cache=False)
+    with tempfile.TemporaryDirectory(prefix="cp_bench_") as tmp:
+        base = baseline_module(args.baseline_rev, Path(tmp))
+        t_base = best(lambda: base.critical_path(profile), args.repeat)
+        t_now = best(lambda: current.critical_path(profile), args.repeat)
+        old, new = as_rows(base.critical_path(profile)), as_rows(current.critical_path(profile))
+    print(f"{args.trace.name}: {len(profile.kernels):,} kernels, {len(profile.host_ops):,} host ops, "
+          f"{len(profile.host_events):,} runtime calls, {len(new)} steps analysed")
+    print(f"baseline ({args.baseline_rev}) {t_base:8.3f} s")
+    print(f"current               {t_now:8.3f} s   {t_base / t_now:6.1f}x faster")
+    same_totals = [(o[0], o[1]) for o in old] == [(n[0], n[1]) for n in new]
+    differing = sum(1 for o, n in zip(old, new) if o != n) + abs(len(old) - len(new))
+    print(f"per-step totals {'identical' if same_totals else 'DIFFER'}; "
+          f"steps whose segments differ: {differing} of {len(new)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
