@@ -6,6 +6,9 @@ The baseline is ``mapping/source/critical_path.py`` as it was at ``--baseline-re
 last revision before the speed-up), read with ``git show`` and run against the same loaded
 profile. Prints the best of ``--repeat`` runs of each, their ratio, and whether the two give the
 same paths: per step the total, and the segments (kind, times, weight, host op, kernel, name).
+Against the default baseline the totals are identical and the segments differ where that
+revision kept a zero-duration host op open to the end of the step (its ancestors' self time went
+to it).
 """
 
 from __future__ import annotations

@@ -14,15 +14,17 @@ Conventions, for every producer:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.frames import Stack
+
+T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------
 # Table schemas: column -> (kind, default). kind: "cat" categorical string, "str" plain string,
@@ -339,6 +341,17 @@ class Derived:
 
     breakdown: TimeBreakdown | None = None
     inputs: tuple[Any, ...] = field(default=(), compare=False)
+    # other figures of the profile alone, by name: (their inputs, the value); in memory only
+    memos: dict[str, tuple[tuple[Any, ...], Any]] = field(default_factory=dict, compare=False)
+
+    def memo(self, name: str, inputs: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """``compute()`` once while ``inputs`` (Profile fields, compared by identity) stay the same."""
+        held = self.memos.get(name)
+        if held is not None and len(held[0]) == len(inputs) and all(a is b for a, b in zip(held[0], inputs)):
+            return held[1]  # type: ignore[no-any-return]
+        value = compute()
+        self.memos[name] = (inputs, value)
+        return value
 
     def holds(self, profile: Profile) -> bool:
         now = profile.breakdown_inputs()

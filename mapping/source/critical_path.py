@@ -83,6 +83,7 @@ class Segment:
     host_op: int = -1  # host_ops row whose self time this is
     kernel: int = -1  # kernels row
     name: str = ""  # the kernel or host op; for a wait, what it waited on (Dependency)
+    call: int = -1  # host_events row: the synchronisation call a sync wait is in
 
 
 @dataclass(slots=True)
@@ -91,6 +92,10 @@ class StepPath:
     total_ns: int  # sum of the path's segment weights
     span_ns: int  # end of the path's last node - start of its first
     segments: list[Segment]
+    kernels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the step's kernels rows
+    host_ops: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # host_ops rows with self time
+    host_self_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their self time in the step
+    late_launches: int = 0  # launch links left out: the task started before the op that launched it
 
     def by_kind(self) -> dict[SegmentKind, int]:
         out = {k: 0 for k in SegmentKind}
@@ -144,33 +149,45 @@ def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, end: int) 
     edges in edge order), and of equally heavy ways into a node the first one relaxed -- one pass,
     linear in nodes + edges."""
     by_src = np.argsort(src, kind="stable")
+    count = np.bincount(src, minlength=n)
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    np.cumsum(count, out=ptr[1:])
     indeg_a = np.bincount(dst, minlength=n)
-    out_l, ptr_l = by_src.tolist(), ptr.tolist()
-    dst_l, w_l, indeg = dst.tolist(), w.tolist(), indeg_a.tolist()
+    # edges in source order (k), so a node's edges are ptr[u] .. ptr[u] + count[u]
+    dst_k, w_k, ptr_l, count_l, indeg = dst[by_src].tolist(), w[by_src].tolist(), ptr.tolist(), count.tolist(), indeg_a.tolist()
     dist = [0] * n
-    best_in = [-1] * n
+    best_k = [-1] * n
     queue = deque(np.flatnonzero(indeg_a == 0).tolist())
     pop, push = queue.popleft, queue.append
     while queue:
         u = pop()
         du = dist[u]
-        for i in out_l[ptr_l[u]:ptr_l[u + 1]]:
-            v = dst_l[i]
-            d = du + w_l[i]
-            if best_in[v] < 0 or d > dist[v]:
+        first = ptr_l[u]
+        if count_l[u] == 1:  # most nodes: one way on (a chain)
+            v = dst_k[first]
+            d = du + w_k[first]
+            if best_k[v] < 0 or d > dist[v]:
                 dist[v] = d
-                best_in[v] = i
+                best_k[v] = first
             indeg[v] -= 1
-            if indeg[v] == 0:
+            if not indeg[v]:
+                push(v)
+            continue
+        for k in range(first, first + count_l[u]):
+            v = dst_k[k]
+            d = du + w_k[k]
+            if best_k[v] < 0 or d > dist[v]:
+                dist[v] = d
+                best_k[v] = k
+            indeg[v] -= 1
+            if not indeg[v]:
                 push(v)
     if indeg[end] > 0:
         return None
     path = []
     v = end
-    while best_in[v] >= 0:
-        i = best_in[v]
+    while best_k[v] >= 0:
+        i = int(by_src[best_k[v]])
         path.append(i)
         v = int(src[i])
     path.reverse()
@@ -201,7 +218,10 @@ class _Graph:
     host_op: np.ndarray  # host_ops row, -1
     kernel: np.ndarray  # kernels row, -1
     dep: np.ndarray  # int8 index into _DEPS, -1
+    call: np.ndarray  # host_events row of the sync call a sync wait is in, -1
+    kernels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the step's kernels rows
     weight: np.ndarray | None = None
+    late_launches: int = 0  # launch links left out: the task started before its op
 
     def finish(self) -> None:
         """Weigh each edge u -> v by the time v came after its *last-arriving* predecessor: the
@@ -222,7 +242,8 @@ class _Graph:
         g = _Graph(np.append(self.time, last), np.concatenate([self.src, ends]),
                    np.concatenate([self.dst, np.full(m, sink, dtype=np.int64)]),
                    np.concatenate([self.kind, np.full(m, _WAIT, dtype=np.int8)]), np.concatenate([self.host_op, neg]),
-                   np.concatenate([self.kernel, neg]), np.concatenate([self.dep, neg.astype(np.int8)]))
+                   np.concatenate([self.kernel, neg]), np.concatenate([self.dep, neg.astype(np.int8)]),
+                   np.concatenate([self.call, neg]), self.kernels, late_launches=self.late_launches)
         return g, sink
 
 
@@ -233,18 +254,19 @@ class _Edges:
         self.parts: list[tuple[np.ndarray, ...]] = []
 
     def add(self, src: np.ndarray, dst: np.ndarray, kind: int | np.ndarray, *, host_op: int | np.ndarray = -1,
-            kernel: int | np.ndarray = -1, dep: int | np.ndarray = -1) -> None:
+            kernel: int | np.ndarray = -1, dep: int | np.ndarray = -1, call: int | np.ndarray = -1) -> None:
         m = len(src)
         if not m:
             return
         full = lambda v, dt: np.broadcast_to(np.asarray(v, dtype=dt), (m,))  # noqa: E731
         self.parts.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), full(kind, np.int8),
-                           full(host_op, np.int64), full(kernel, np.int64), full(dep, np.int8)))
+                           full(host_op, np.int64), full(kernel, np.int64), full(dep, np.int8), full(call, np.int64)))
 
     def columns(self) -> list[np.ndarray]:
+        types = (np.int64, np.int64, np.int8, np.int64, np.int64, np.int8, np.int64)
         if not self.parts:
-            return [np.zeros(0, dt) for dt in (np.int64, np.int64, np.int8, np.int64, np.int64, np.int8)]
-        return [np.concatenate([p[c] for p in self.parts]) for c in range(6)]
+            return [np.zeros(0, dt) for dt in types]
+        return [np.concatenate([p[c] for p in self.parts]) for c in range(len(types))]
 
 
 _KIND_OF_CLASS = np.array([_KINDS.index(k) for k in (
@@ -271,6 +293,8 @@ class _Tables:
     e_pid: np.ndarray
     e_tid: np.ndarray
     e_sync: np.ndarray  # bool: a blocking runtime call
+    h_thread: np.ndarray  # a code per (pid, tid), shared by host ops and runtime calls
+    e_thread: np.ndarray
     k_step: np.ndarray
     k_start: np.ndarray
     k_end: np.ndarray
@@ -291,11 +315,14 @@ class _Tables:
         k_names = k["name"].astype(str).to_numpy()
         sync_names = {n for n in set(e_names.tolist()) if SYNC_CALL.search(n)}
         distinct = set(k_names.tolist())
+        threads = _thread_codes(np.concatenate([h["pid"].to_numpy(i8), ev["pid"].to_numpy(i8)]),
+                                np.concatenate([h["tid"].to_numpy(i8), ev["tid"].to_numpy(i8)]))
         return cls(
             h_start, h_start + h["dur_ns"].to_numpy(i8), h["pid"].to_numpy(i8), h["tid"].to_numpy(i8),
             h["name"].astype(str).to_numpy(),
             e_start, e_start + ev["dur_ns"].to_numpy(i8), ev["pid"].to_numpy(i8), ev["tid"].to_numpy(i8),
             np.isin(e_names, list(sync_names)) if sync_names else np.zeros(len(e_names), dtype=bool),
+            threads[:len(h)], threads[len(h):],
             k["step"].to_numpy(i8), k_start, k_start + k["dur_ns"].to_numpy(i8), k_names,
             k["device"].to_numpy(i8), k["stream"].to_numpy(i8), k["host_op"].to_numpy(i8), task_classes(k),
             np.isin(k_names, [n for n in distinct if _EVENT_RECORD.match(n)]),
@@ -303,50 +330,65 @@ class _Tables:
         )
 
 
-def _first_seen_codes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """A code per (a, b) pair, numbered in order of first appearance."""
-    if not len(a):
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """A code per (pid, tid) pair."""
+    if not len(pid):
         return np.zeros(0, dtype=np.int64)
-    codes, _ = pd.factorize(pd.MultiIndex.from_arrays([a, b]))
+    codes, _ = pd.factorize(pd.MultiIndex.from_arrays([pid, tid]))
     return codes.astype(np.int64)
 
 
-def _walk_thread(item: list[int], is_start: list[bool], row: list[int], sync: list[bool], base: int,
-                 op_first: dict[int, int], op_last: dict[int, int], sync_ends: list[int]) -> tuple[list[int], list[bool]]:
-    """One host thread's points in order: after each point, the innermost open host op (its self
-    time runs until the next point; runtime calls count as their op's) and whether the innermost
-    open item is a sync call. Records each op's first and last point (as nodes) and the sync
-    calls' end nodes. Improperly nested items close wherever they are on the stack."""
+def _innermost(is_start: np.ndarray, item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per point (in order), the item innermost open after it (-1: none), as a stack of open
+    items would say while items nest; and per end point whether it closed the innermost item
+    (False: items overlap without nesting there, and the answer after it is not the stack's).
+
+    While items nest, the innermost open item after point j is the last item that opened at the
+    depth the chain has after j: anything opened later at that depth has closed again."""
+    n = len(is_start)
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    depth = np.cumsum(np.where(is_start, 1, -1))
+    starts = np.flatnonzero(is_start)
+    key = depth[starts] * (n + 1) + starts
+    o = np.argsort(key, kind="stable")
+    key, starts = key[o], starts[o]
+    idx = np.searchsorted(key, depth * (n + 1) + np.arange(n), side="right") - 1
+    cand = starts[np.maximum(idx, 0)]
+    top = np.where((idx >= 0) & (depth > 0) & (depth[cand] == depth), item[cand], -1)
+    ends = np.flatnonzero(~is_start)
+    nested = np.where(ends > 0, top[np.maximum(ends - 1, 0)], -1) == item[ends]
+    return top, nested
+
+
+def _walk_thread(item: list[int], is_start: list[bool], row: list[int]) -> tuple[list[int], list[int]]:
+    """:func:`_innermost`'s answers for a thread whose items do not nest: a stack of open items,
+    an item that closes below the top taken out where it is. Per point: the innermost open host
+    op (host_ops row, -1) and the innermost open item (-1)."""
     n = len(item)
     state_op = [-1] * n
-    state_sync = [False] * n
+    state_top = [-1] * n
     stack: list[int] = []
     ops: list[int] = []  # the open items that are host ops, in push order
-    first: dict[int, int] = {}
     for j in range(n):
         i = item[j]
-        r = row[i]
         if is_start[j]:
             stack.append(i)
-            if r >= 0:
+            if row[i] >= 0:
                 ops.append(i)
-            first[i] = j
         else:
-            if stack and stack[-1] == i:
+            if stack[-1] == i:
                 stack.pop()
-            elif i in stack:
+            else:
                 stack.remove(i)
-            if r >= 0:
-                if ops and ops[-1] == i:
+            if row[i] >= 0:
+                if ops[-1] == i:
                     ops.pop()
-                elif i in ops:
+                else:
                     ops.remove(i)
-                op_first[r], op_last[r] = base + first[i], base + j
-            if sync[i]:
-                sync_ends.append(base + j)
-        state_sync[j] = bool(stack) and sync[stack[-1]]
+        state_top[j] = stack[-1] if stack else -1
         state_op[j] = row[ops[-1]] if ops else -1
-    return state_op, state_sync
+    return state_op, state_top
 
 
 def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> tuple[_Graph, int] | None:
@@ -362,6 +404,7 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     else:
         k_in = np.flatnonzero((k_start >= step.start_ns) & (k_start < step.end_ns))
     edges = _Edges()
+    late_launches = 0
 
     # -- host threads: one chain of boundary points each ----------------------------------------
     # items: the step's host ops (row order), then its runtime calls; threads numbered by first use
@@ -369,42 +412,49 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     i_end = np.concatenate([h_end[h_in], e_end[e_in]])
     i_row = np.concatenate([h_in, np.full(len(e_in), -1, dtype=np.int64)])
     i_sync = np.concatenate([np.zeros(len(h_in), dtype=bool), t.e_sync[e_in]])
-    thread = _first_seen_codes(np.concatenate([t.h_pid[h_in], t.e_pid[e_in]]),
-                               np.concatenate([t.h_tid[h_in], t.e_tid[e_in]]))
     m = len(i_start)
-    by_thread = np.argsort(thread, kind="stable")
-    counts = np.bincount(thread, minlength=int(thread.max()) + 1 if m else 0)
-    t_first = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=t_first[1:])
-    local = np.empty(m, dtype=np.int64)  # the item's index among its thread's items
-    local[by_thread] = np.arange(m) - np.repeat(t_first[:-1], counts)
-    # two points per item; at one time: ends, then starts longest first; an empty item closes
-    # right after it opens
+    codes = np.concatenate([t.h_thread[h_in], t.e_thread[e_in]])
+    uniq, first_use = np.unique(codes, return_index=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(first_use, kind="stable")] = np.arange(len(uniq))
+    thread = rank[np.searchsorted(uniq, codes)]
+    # two points per item, in time order; at one time: ends, then starts longest first, then the
+    # empty items' ends; among equal points, starts in item order and ends in reverse, so that
+    # identical and empty items nest
     dur = i_end - i_start
-    p_item = np.concatenate([np.arange(m), np.arange(m)])
+    item = np.arange(m)
+    p_item = np.concatenate([item, item])
     p_time = np.concatenate([i_start, i_end])
     p_type = np.concatenate([np.ones(m, np.int64), np.where(dur > 0, 0, 2)])
     p_tie = np.concatenate([-dur, dur])
     p_thread = np.concatenate([thread, thread])
-    order = np.lexsort((np.concatenate([local, local]), p_tie, p_type, p_time, p_thread))
-    p_item, p_time, p_start, p_thread = p_item[order], p_time[order], p_type[order] != 0, p_thread[order]
+    order = np.lexsort((np.concatenate([item, -item]), p_tie, p_type, p_time, p_thread))
+    p_item, p_time, p_start, p_thread = p_item[order], p_time[order], p_type[order] == 1, p_thread[order]
+    where = np.empty(2 * m, dtype=np.int64)  # each point's node (its place in the order)
+    where[order] = np.arange(2 * m)
+    start_node, end_node = where[:m], where[m:]
+    top, nested = _innermost(p_start, p_item)
+    is_op = i_row[p_item] >= 0
+    op_pts = np.flatnonzero(is_op)
+    op_top_sub, _ = _innermost(p_start[op_pts], p_item[op_pts])
+    k = np.searchsorted(op_pts, np.arange(2 * m), side="right") - 1
+    op_top = np.where(k >= 0, op_top_sub[np.maximum(k, 0)] if len(op_pts) else -1, -1)
+    s_op = np.where(op_top >= 0, i_row[np.maximum(op_top, 0)], -1)
+    t_first = np.searchsorted(p_thread, np.arange(len(uniq) + 1))  # each thread's first point
+    for th in np.unique(p_thread[~p_start][~nested]).tolist():  # items that overlap without nesting
+        a, b = int(t_first[th]), int(t_first[th + 1])
+        s_op[a:b], top[a:b] = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), i_row.tolist())
+    s_sync = (top >= 0) & i_sync[np.maximum(top, 0)]
+    # from each point to the next on its thread: waiting for the device inside a sync call, else
+    # the innermost open op's self time (runtime calls count as their op's)
+    # (a sync wait keeps the op it is in and its call, to name it)
+    gap = np.flatnonzero(p_thread[1:] == p_thread[:-1])
+    g_sync = s_sync[gap]
+    call_of = np.concatenate([np.full(len(h_in), -1, dtype=np.int64), e_in])  # item -> host_events row
+    edges.add(gap, gap + 1, np.where(g_sync, _WAIT, _HOST), host_op=s_op[gap],
+              dep=np.where(g_sync, _SYNC, -1), call=np.where(g_sync, call_of[np.maximum(top[gap], 0)], -1))
     times = [p_time]  # node times: the host points, then the device tasks
-    op_first: dict[int, int] = {}
-    op_last: dict[int, int] = {}
-    sync_ends: list[int] = []
-    pt_first = 2 * t_first  # each thread's first point (= node)
-    row_l, sync_l = i_row.tolist(), i_sync.tolist()
-    for th in range(len(counts)):
-        a, b = int(pt_first[th]), int(pt_first[th + 1])
-        s_op, s_sync = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), row_l, sync_l, a,
-                                    op_first, op_last, sync_ends)
-        if b - a < 2:
-            continue
-        src = np.arange(a, b - 1)
-        s_op_a, s_sync_a = np.array(s_op[:-1], dtype=np.int64), np.array(s_sync[:-1], dtype=bool)
-        # inside a sync call: waiting for the device; else the innermost open op's self time
-        edges.add(src, src + 1, np.where(s_sync_a, _WAIT, _HOST), host_op=np.where(s_sync_a, -1, s_op_a),
-                  dep=np.where(s_sync_a, _SYNC, -1))
+    sync_ends = np.sort(end_node[i_sync])
     n_host = 2 * m
 
     # -- device streams --------------------------------------------------------------------------
@@ -418,13 +468,9 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     same = (dev[order][1:] == dev[order][:-1]) & (stream[order][1:] == stream[order][:-1])
     edges.add(b_node[:-1][same], a_node[1:][same], _WAIT, dep=_STREAM)
     # launch: from the launching op's last point not after the task's start
-    if op_first and nk:
+    if len(h_in) and nk:
         ops = launcher[order]
-        rows = np.fromiter(op_first, np.int64, len(op_first))
-        firsts = np.fromiter(op_first.values(), np.int64, len(op_first))
-        lasts = np.fromiter((op_last[r] for r in op_first), np.int64, len(op_first))
-        srt = np.argsort(rows)
-        rows, firsts, lasts = rows[srt], firsts[srt], lasts[srt]
+        rows, firsts, lasts = h_in, start_node[:len(h_in)], end_node[:len(h_in)]  # h_in is sorted
         pos = np.clip(np.searchsorted(rows, ops), 0, len(rows) - 1)
         hit = np.flatnonzero(rows[pos] == ops)
         if len(hit):
@@ -433,10 +479,15 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
             j = np.empty(len(hit), dtype=np.int64)
             for x in np.unique(th).tolist():
                 sel = th == x
-                a = int(pt_first[x])
-                block = p_time[a:int(pt_first[x + 1])]
+                a = int(t_first[x])
+                block = p_time[a:int(t_first[x + 1])]
                 j[sel] = a + np.searchsorted(block, k_start[order[hit[sel]]], side="right") - 1
-            edges.add(np.clip(j, lo, hi), a_node[hit], _WAIT, dep=_LAUNCH)
+            src = np.clip(j, lo, hi)
+            # a task that starts before the op that launched it began (clock skew, a wrong link)
+            # would put a cycle in the graph: its launch is left out and counted
+            ahead = p_time[src] <= k_start[order[hit]]
+            late_launches = int((~ahead).sum())
+            edges.add(src[ahead], a_node[hit][ahead], _WAIT, dep=_LAUNCH)
     pos_of = np.empty(nk, dtype=np.int64)  # k_in position -> position in ``order``
     pos_of[np.searchsorted(k_in, order)] = np.arange(nk)
 
@@ -461,20 +512,22 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
             edges.add(b_node[k_pos(np.array(src_l))], b_node[k_pos(np.array(dst_l))], _WAIT, dep=_EVENT)
 
     # -- host synchronisation: the sync call ends after the device work it waited for ---------
-    if sync_ends and nk:
+    if len(sync_ends) and nk:
         work = k_in[t.k_classes[k_in] != int(TaskClass.WAIT)]
         o = np.argsort(k_end[work], kind="stable")
         ends = k_end[work][o]
-        nodes = np.array(sync_ends, dtype=np.int64)
+        nodes = sync_ends
         j = np.searchsorted(ends, p_time[nodes], side="right") - 1
         ok = j >= 0
         if ok.any():
-            edges.add(b_node[k_pos(work[o][j[ok]])], nodes[ok], _WAIT, dep=_SYNC)
+            at = nodes[ok]  # the sync call's end point; the op it is in is open just before it
+            edges.add(b_node[k_pos(work[o][j[ok]])], at, _WAIT, dep=_SYNC, host_op=s_op[at - 1],
+                      call=call_of[p_item[at]])
 
     time = np.concatenate(times)
     if not len(time):
         return None
-    g = _Graph(time, *edges.columns())
+    g = _Graph(time, *edges.columns(), kernels=k_in, late_launches=late_launches)
     return g, int(np.flatnonzero(time == time.max())[-1])
 
 
@@ -492,28 +545,36 @@ def step_path(profile: Profile, step: Step, tables: _Tables | None = None) -> St
     idx = np.array(path[:-1], dtype=np.int64)
     h_names = tables.h_names if tables is not None else profile.host_ops["name"].astype(str).to_numpy()
     k_names = tables.k_names if tables is not None else profile.kernels["name"].astype(str).to_numpy()
-    starts, ends = g.time[g.src[idx]].tolist(), g.time[g.dst[idx]].tolist()
-    span = (ends[-1] - starts[0]) if len(idx) else 0
+    starts, ends = g.time[g.src[idx]], g.time[g.dst[idx]]
+    span = int(ends[-1] - starts[0]) if len(idx) else 0
+    keep = g.weight[idx] > 0
+    idx, starts, ends = idx[keep], starts[keep], ends[keep]
+    w, kind, op, k, dep, call = g.weight[idx], g.kind[idx], g.host_op[idx], g.kernel[idx], g.dep[idx], g.call[idx]
+    named_by_op = (kind == _HOST) & (op >= 0)
+    dep_named = np.where(~named_by_op & (k < 0), dep, -2)  # the dependency names the segment
+    # one op's self time split by its children's boundaries reads as one segment
+    joined = ((starts[1:] == ends[:-1]) & (kind[1:] == kind[:-1]) & (op[1:] == op[:-1]) & (k[1:] == k[:-1])
+              & (dep_named[1:] == dep_named[:-1]) & (call[1:] == call[:-1]))
+    heads = np.flatnonzero(np.concatenate([[True], ~joined])) if len(idx) else np.zeros(0, np.int64)
+    tails = np.append(heads[1:], len(idx)) - 1
+    weights = np.add.reduceat(w, heads) if len(heads) else w[:0]
     kept: list[Segment] = []
-    for a, b, w, kind, op, k, dep in zip(starts, ends, g.weight[idx].tolist(), g.kind[idx].tolist(),
-                                         g.host_op[idx].tolist(), g.kernel[idx].tolist(), g.dep[idx].tolist()):
-        if w <= 0:
-            continue
-        sk = _KINDS[kind]
-        if sk is SegmentKind.HOST and op >= 0:
-            name = str(h_names[op])
-        elif k >= 0:
-            name = str(k_names[k])
+    for a, b, wt, kd, o, kk, dp, c in zip(starts[heads].tolist(), ends[tails].tolist(), weights.tolist(),
+                                          kind[heads].tolist(), op[heads].tolist(), k[heads].tolist(),
+                                          dep[heads].tolist(), call[heads].tolist()):
+        sk = _KINDS[kd]
+        if sk is SegmentKind.HOST and o >= 0:
+            name = str(h_names[o])
+        elif kk >= 0:
+            name = str(k_names[kk])
         else:
-            name = _DEPS[dep].value if dep >= 0 else ""
-        last = kept[-1] if kept else None
-        if (last is not None and last.end_ns == a and last.kind is sk and last.name == name
-                and last.host_op == op and last.kernel == k):
-            # one op's self time split by its children's boundaries reads as one segment
-            kept[-1] = replace(last, end_ns=b, weight_ns=last.weight_ns + w)
-        else:
-            kept.append(Segment(sk, a, b, w, op, k, name))
-    return StepPath(step.id, total, span, kept)
+            name = _DEPS[dp].value if dp >= 0 else ""
+        kept.append(Segment(sk, a, b, wt, o, kk, name, c))
+    # each host op's self time in the step, as the thread chains split it (the line's total)
+    own = (g.kind == _HOST) & (g.host_op >= 0)
+    ops, inv = np.unique(g.host_op[own], return_inverse=True)
+    self_ns = np.bincount(inv, weights=(g.time[g.dst[own]] - g.time[g.src[own]]), minlength=len(ops)).astype(np.int64)
+    return StepPath(step.id, total, span, kept, g.kernels, ops, self_ns, g.late_launches)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -178,3 +178,40 @@ def test_real_cuda_trace_hta_control():
         assert len(ks) >= 10
         for s in ks:
             assert s.weight_ns == s.end_ns - s.start_ns == dur[s.kernel]
+
+
+def test_empty_op_closes_right_after_it_opens():
+    """Host op A [0, 300) holds an empty op Z at 10 (a zero-duration aten::empty is common in
+    Kineto traces): A's self time after Z is still A's, Z has none."""
+    p = _profile(
+        {"name": ["A", "Z"], "start_ns": [0, 10], "dur_ns": [300, 0], "pid": [1, 1], "tid": [1, 1]},
+        {"name": ["k1"], "core": ["GPU"], "start_ns": [100], "dur_ns": [20],
+         "stream": [7], "device": [0], "step": [0], "host_op": [0]},
+    )
+    sp = step_path(p, p.steps[0])
+    assert sp.total_ns == 300
+    assert sum(s.weight_ns for s in sp.segments if s.host_op == 0) == 300
+    assert not [s for s in sp.segments if s.host_op == 1]
+    assert dict(zip(sp.host_ops.tolist(), sp.host_self_ns.tolist())) == {0: 300, 1: 0}
+
+
+def test_task_before_its_launching_op_is_not_a_cycle():
+    """A kernel that starts before the op linked as its launcher began (clock skew): its launch
+    edge would close a cycle through the sync that waits for it; it is left out and counted."""
+    p = _profile(
+        {"name": ["A", "B"], "start_ns": [0, 500], "dur_ns": [100, 100], "pid": [1, 1], "tid": [1, 1]},
+        {"name": ["k1"], "core": ["GPU"], "start_ns": [50], "dur_ns": [100],
+         "stream": [7], "device": [0], "step": [0], "host_op": [1]},
+        {"name": ["cudaDeviceSynchronize"], "cat": ["cuda_runtime"], "start_ns": [120], "dur_ns": [60],
+         "pid": [1], "tid": [1]},
+    )
+    sp = step_path(p, p.steps[0])
+    assert sp is not None and sp.late_launches == 1
+    # k1 [50, 150) starts the device side with nothing before it (100 ns to the sync's arrival);
+    # the host reaches the sync at 120 and carries on: A 100, 20 between ops, the sync's last 30
+    # (after k1's end), 320 to B, B 100
+    assert sp.total_ns == 570
+    assert [(s.kind, s.weight_ns, s.name) for s in sp.segments] == [
+        (SegmentKind.HOST, 100, "A"), (SegmentKind.HOST, 20, ""), (SegmentKind.WAIT, 30, "sync"),
+        (SegmentKind.HOST, 320, ""), (SegmentKind.HOST, 100, "B")]
+    assert sp.segments[2].call == 0  # the cudaDeviceSynchronize row it waited in
