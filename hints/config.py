@@ -70,6 +70,7 @@ class Thresholds:
     comm_align_bytes: Annotated[int, _whole("SDMA transfer size alignment checked by NPU203.", "bytes")] = 512
     sdma_small_packet_mb: Annotated[float, Meta(ge=0, description="SDMA packet size under which a packet is small (NPU102, NPU204).", extra={"unit": "MB"})] = 16
     rdma_small_packet_mb: Annotated[float, Meta(ge=0, description="RDMA packet size under which a packet is small (NPU102, NPU204).", extra={"unit": "MB"})] = 1
+    critical_path_min_percent: Annotated[float, _percent("Share of a line's own time on the critical path from which NPU251 checks what binds it.")] = 50
     copy_fragments_min: Annotated[int, _whole("Host-device copies per step from one line at which NPU205 fires.", "copies")] = 8
     small_packet_max_percent: Annotated[float, _percent("Share of small packets above which NPU204 fires (NPU102 says 'small packets').")] = 20
     cube_align: Annotated[int, _whole("Inner-axis alignment expected by the Cube unit (NPU106).", "elements")] = 256

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.mapping.profile.frames import Frame
+from msprof_lsp.mapping.source.critical_path import CriticalPath, critical_path
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.model import Backend, ClusterSummary, Profile
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -81,6 +82,7 @@ class RuleContext:
         self._suppressions: dict[str, dict[int, frozenset[str]]] = {}
         self._libraries: dict[str, list[tuple[int, list[tuple[Frame, int]]]]] | None = None
         self._level1_gap: str | None | bool = False  # False: not computed yet
+        self._critical_path: CriticalPath | None = None
         self.level1_skips: dict[str, str] = {}  # rule code -> the Level1 data it went without (NPU901)
 
     # -- numbers ------------------------------------------------------------------------------
@@ -99,6 +101,13 @@ class RuleContext:
         if self.attribution is not None and self.attribution.heat.num_steps > 0:
             return self.attribution.heat.num_steps
         return max(self.profile.num_steps, 1)
+
+    @property
+    def critical_path(self) -> CriticalPath:
+        """The steps' critical path (computed once per loaded profile) and its per-line figures."""
+        if self._critical_path is None:
+            self._critical_path = critical_path(self.profile, self.attribution)
+        return self._critical_path
 
     def per_step_count(self, n: float) -> int:
         """How many of something happen per step, for a message: at least 1 when any happened."""

@@ -104,6 +104,15 @@ class StepPath:
         return out
 
 
+class Bound(str, enum.Enum):
+    """What a source line's time on the path is bound by (docs/numbers.md "Critical path")."""
+
+    HOST = "host"  # its host ops' self time and the launch delays of its tasks
+    SYNC = "sync"  # waits: its sync calls, and the host's relaunch after them; event waits of its tasks
+    BANDWIDTH = "bandwidth"  # its memory copies and collectives
+    COMPUTE = "compute"  # its compute kernels
+
+
 @dataclass(slots=True)
 class LinePath:
     path: str
@@ -111,6 +120,21 @@ class LinePath:
     total_per_step_ns: float  # the line's device time per step (heat)
     on_path_per_step_ns: float  # its work kernels' time on the critical path, per analysed step
     host_on_path_per_step_ns: float  # its host ops' self time on the path, per analysed step
+    own_per_step_ns: float = 0.0  # its device tasks' and host ops' own time, per analysed step
+    path_share: float = 0.0  # of that own time, the part on the path (0..1)
+    charged: dict[Bound, float] = field(default_factory=dict)  # path time charged to the line, per step
+    waits: list[tuple[str, float]] = field(default_factory=list)  # named waits (sync calls, events), per step
+    copies_ns: float = 0.0  # of BANDWIDTH: memory copies (the rest is communication), per step
+
+    @property
+    def bound(self) -> Bound | None:
+        """The largest charge; None when nothing is charged to the line."""
+        best = max(self.charged.items(), key=lambda kv: (kv[1], -list(Bound).index(kv[0])), default=None)
+        return best[0] if best is not None and best[1] > 0 else None
+
+    @property
+    def charged_per_step_ns(self) -> float:
+        return sum(self.charged.values())
 
 
 @dataclass(slots=True)
@@ -118,6 +142,7 @@ class CriticalPath:
     steps: list[StepPath]
     lines: list[LinePath] = field(default_factory=list)  # most on-path time first
     notes: list[str] = field(default_factory=list)
+    unavailable: str | None = None  # why no path was computed (never a guess)
 
     @property
     def total_per_step_ns(self) -> float:
@@ -129,6 +154,12 @@ class CriticalPath:
             for k, v in s.by_kind().items():
                 out[k] += v / len(self.steps)
         return out
+
+    def line(self, path: str, line: int) -> LinePath | None:
+        for lp in self.lines:
+            if lp.line == line and lp.path == path:
+                return lp
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -581,9 +612,32 @@ def step_path(profile: Profile, step: Step, tables: _Tables | None = None) -> St
 # Per profile, per source line
 
 
-def critical_path(profile: Profile, attribution: Attribution | None = None, max_steps: int = MAX_STEPS) -> CriticalPath:
-    """The critical path of each of the first ``max_steps`` steps, and per source line its time on
-    the path next to its total (``attribution``'s heat), both per step."""
+def why_no_path(profile: Profile) -> str | None:
+    """Why the profile's steps have no critical path to compute, None when they have one."""
+    k = profile.kernels
+    if not len(k):
+        return "the profile has no device tasks"
+    if not profile.steps and not (k["step"] >= 0).any():
+        return "the profile has no steps (no ProfilerStep#N markers)"
+    if profile.meta.steps_from_capture:
+        return "the profile has no step markers: its one step is the whole capture, not a training step"
+    if not (k["host_op"] >= 0).any():
+        return ("no device task is linked to the host op that launched it (no flow events or correlation ids): "
+                "the host-to-device dependencies are unknown")
+    return None
+
+
+def step_paths(profile: Profile, max_steps: int = MAX_STEPS) -> CriticalPath:
+    """The critical path of each of the first ``max_steps`` steps, computed once per loaded profile
+    (kept with it: the editor computes it at load, and rules, lens and hover reuse it)."""
+    inputs = (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
+    return profile.derived.memo(f"critical_path/{max_steps}", inputs, lambda: _step_paths(profile, max_steps))
+
+
+def _step_paths(profile: Profile, max_steps: int) -> CriticalPath:
+    why = why_no_path(profile)
+    if why is not None:
+        return CriticalPath([], unavailable=why)
     steps = windows(profile)
     notes = []
     if len(steps) > max_steps:
@@ -591,30 +645,142 @@ def critical_path(profile: Profile, attribution: Attribution | None = None, max_
         steps = steps[:max_steps]
     tables = _Tables.of(profile)
     paths = [p for s in steps if (p := step_path(profile, s, tables)) is not None]
-    cp = CriticalPath(paths, notes=notes)
-    if attribution is None or not paths:
+    late = sum(p.late_launches for p in paths)
+    if late:
+        notes.append(f"{late} device tasks start before the host op linked as their launcher (clock skew or a wrong "
+                     "link): their launch is left out of the graph")
+    if not paths:
+        return CriticalPath([], notes=notes, unavailable="no analysed step holds host or device work")
+    return CriticalPath(paths, notes=notes)
+
+
+def critical_path(profile: Profile, attribution: Attribution | None = None, max_steps: int = MAX_STEPS) -> CriticalPath:
+    """The critical path of each of the first ``max_steps`` steps, and per source line its time on
+    the path next to its total (``attribution``'s heat), both per step, and what that time is
+    bound by. The paths are the profile's (:func:`step_paths`); only the lines are worked out here."""
+    base = step_paths(profile, max_steps)
+    cp = CriticalPath(base.steps, notes=list(base.notes), unavailable=base.unavailable)
+    if attribution is None or not cp.steps:
         return cp
-    on: dict[tuple[str, int], list[float]] = {}
-    n = len(paths)
-    work = work_mask(profile.kernels)
-    for p in paths:
-        for s in p.segments:
-            if s.kernel >= 0 and work[s.kernel]:  # work, as the line's total counts it
-                site, slot = attribution.site_of_kernel(s.kernel), 0
-            elif s.host_op >= 0 and s.kind is SegmentKind.HOST:
-                site, slot = attribution.site_of_op(s.host_op), 1
-            else:
-                continue
-            if site is None:
-                continue
-            acc = on.setdefault((site.span.path, site.span.line), [0.0, 0.0])
-            acc[slot] += s.weight_ns / n
-    totals = {(lh.path, lh.line): lh.per_step_ns for lh in attribution.heat.lines}
-    cp.lines = sorted(
-        (LinePath(path, line, totals.get((path, line), 0.0), v[0], v[1]) for (path, line), v in on.items()),
-        key=lambda lp: (-(lp.on_path_per_step_ns + lp.host_on_path_per_step_ns), lp.path, lp.line),
-    )
+    cp.lines = _lines(profile, attribution, cp.steps)
     return cp
+
+
+class _LineAcc:
+    __slots__ = ("device_on", "work_on", "host_on", "own", "charged", "waits", "copies")
+
+    def __init__(self) -> None:
+        self.device_on = self.work_on = self.host_on = self.own = self.copies = 0.0
+        self.charged = {b: 0.0 for b in Bound}
+        self.waits: dict[str, float] = {}
+
+
+def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[LinePath]:
+    """Per source line (of a kernel's or host op's site), per analysed step: its time on the path,
+    its own time, and the path time charged to it by kind (docs/numbers.md "Critical path")."""
+    n = len(paths)
+    classes = task_classes(profile.kernels)
+    dur = profile.kernels["dur_ns"].to_numpy(np.int64)
+    ev_names = profile.host_events["name"].astype(str).to_numpy()
+    h_names = profile.host_ops["name"].astype(str).to_numpy()
+    device = np.isin(classes, [int(TaskClass.COMPUTE), int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
+    work = work_mask(profile.kernels)
+    bandwidth = np.isin(classes, [int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
+    acc: dict[tuple[str, int], _LineAcc] = {}
+
+    def at(site) -> _LineAcc | None:  # noqa: ANN001 - Site | None
+        if site is None:
+            return None
+        key = (site.span.path, site.span.line)
+        a = acc.get(key)
+        if a is None:
+            a = acc[key] = _LineAcc()
+        return a
+
+    for p in paths:
+        # own time: the step's device tasks and its host ops' self time
+        rows = p.kernels[device[p.kernels]]
+        ks = att.kernel_site[rows]
+        for i, ns in zip(*_sum_by(ks, dur[rows])):
+            if (a := at(att.sites[i])) is not None:
+                a.own += ns / n
+        if len(p.host_ops):
+            for i, ns in zip(*_sum_by(att.op_site[p.host_ops], p.host_self_ns)):
+                if (a := at(att.sites[i])) is not None:
+                    a.own += ns / n
+        segs = p.segments
+        after_sync: tuple[_LineAcc, str] | None = None  # the host relaunching after a sync call
+        for j, s in enumerate(segs):
+            w = s.weight_ns / n
+            if s.kernel >= 0:
+                after_sync = None
+                a = at(att.site_of_kernel(s.kernel))
+                if a is None:
+                    continue
+                if device[s.kernel]:
+                    a.device_on += w
+                    if work[s.kernel]:
+                        a.work_on += w
+                    if bandwidth[s.kernel]:
+                        a.charged[Bound.BANDWIDTH] += w
+                        if classes[s.kernel] == int(TaskClass.MEMCPY):
+                            a.copies += w
+                    else:
+                        a.charged[Bound.COMPUTE] += w
+                elif s.kind is SegmentKind.WAIT:  # a device wait task (EVENT_WAIT) of the line
+                    a.charged[Bound.SYNC] += w
+                    a.waits[s.name] = a.waits.get(s.name, 0.0) + w
+                continue
+            if s.kind is SegmentKind.HOST:
+                own = at(att.site_of_op(s.host_op)) if s.host_op >= 0 else None
+                if own is not None:
+                    own.host_on += w
+                if after_sync is not None:
+                    after_sync[0].charged[Bound.SYNC] += w
+                    after_sync[0].waits[after_sync[1]] = after_sync[0].waits.get(after_sync[1], 0.0) + w
+                elif own is not None:
+                    own.charged[Bound.HOST] += w
+                continue
+            nxt = next((x for x in segs[j + 1:] if x.kernel >= 0), None)
+            if s.name == Dependency.SYNC.value:
+                a = at(att.site_of_op(s.host_op)) if s.host_op >= 0 else None
+                call = str(ev_names[s.call]) if s.call >= 0 else "synchronisation"
+                label = f"{call} in {h_names[s.host_op]}" if s.host_op >= 0 else call
+                if a is not None:
+                    a.charged[Bound.SYNC] += w
+                    a.waits[label] = a.waits.get(label, 0.0) + w
+                    after_sync = (a, label)
+            elif s.name == Dependency.LAUNCH.value:
+                if after_sync is not None:
+                    after_sync[0].charged[Bound.SYNC] += w
+                    after_sync[0].waits[after_sync[1]] = after_sync[0].waits.get(after_sync[1], 0.0) + w
+                elif nxt is not None and (a := at(att.site_of_kernel(nxt.kernel))) is not None:
+                    a.charged[Bound.HOST] += w
+            elif s.name == Dependency.EVENT.value and nxt is not None:
+                if (a := at(att.site_of_kernel(nxt.kernel))) is not None:
+                    prev = next((x.name for x in reversed(segs[:j]) if x.kernel >= 0), "an event")
+                    label = f"{nxt.name} waits for {prev} (event)"
+                    a.charged[Bound.SYNC] += w
+                    a.waits[label] = a.waits.get(label, 0.0) + w
+    totals = {(lh.path, lh.line): lh.per_step_ns for lh in att.heat.lines}
+    out = []
+    for (path, line), a in acc.items():
+        on = a.device_on + a.host_on
+        if on <= 0 and sum(a.charged.values()) <= 0:
+            continue
+        share = min(1.0, on / a.own) if a.own > 0 else 0.0
+        waits = sorted(a.waits.items(), key=lambda kv: -kv[1])[:3]
+        out.append(LinePath(path, line, totals.get((path, line), 0.0), a.work_on, a.host_on, a.own, share,
+                            {b: v for b, v in a.charged.items()}, waits, a.copies))
+    out.sort(key=lambda lp: (-(lp.on_path_per_step_ns + lp.host_on_path_per_step_ns), lp.path, lp.line))
+    return out
+
+
+def _sum_by(codes: np.ndarray, values: np.ndarray) -> tuple[list[int], list[int]]:
+    """(code, sum of values) for the codes >= 0."""
+    keep = codes >= 0
+    u, inv = np.unique(codes[keep], return_inverse=True)
+    return u.tolist(), np.bincount(inv, weights=values[keep], minlength=len(u)).astype(np.int64).tolist()
 
 
 def kernels_frame(cp: CriticalPath) -> pd.DataFrame:

@@ -106,8 +106,7 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                 JobReport(
                     profile=a.profile,
                     heat=a.attribution.heat,
-                    # only the JSON document carries it, and it costs seconds on a large trace
-                    critical_path=critical_path(a.profile, a.attribution) if args.format == "json" else None,
+                    critical_path=critical_path(a.profile, a.attribution),  # the rules computed its paths
                     findings=a.findings,
                     cluster=a.loaded.cluster,
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),

@@ -132,14 +132,16 @@ MAX_PATH_SEGMENTS = 200  # of the first analysed step
 
 
 def critical_path_dict(cp: CriticalPath | None, cwd: Path) -> dict[str, Any] | None:
-    """The critical path per analysed step and per source line (docs/numbers.md "Critical path")."""
-    if cp is None or not cp.steps:
+    """The critical path per analysed step and per source line (docs/numbers.md "Critical path");
+    when it cannot be computed, the same shape, empty, with ``unavailable`` saying why."""
+    if cp is None:
         return None
     n = len(cp.steps)
     return {
+        "unavailable": cp.unavailable,
         "steps_analysed": [p.step for p in cp.steps],
         "total_us": _us(cp.total_per_step_ns),
-        "span_us": _us(sum(p.span_ns for p in cp.steps) / n),
+        "span_us": _us(sum(p.span_ns for p in cp.steps) / n) if n else 0.0,
         "by_kind_us": {k.value: _us(v) for k, v in cp.by_kind_per_step().items()},
         "steps": [
             {"step": p.step, "total_us": _us(p.total_ns), "span_us": _us(p.span_ns), "segments": len(p.segments),
@@ -150,14 +152,30 @@ def critical_path_dict(cp: CriticalPath | None, cwd: Path) -> dict[str, Any] | N
             {"kind": s.kind.value, "start_us": _us(s.start_ns - cp.steps[0].segments[0].start_ns),
              "us": _us(s.weight_ns), "name": s.name}
             for s in cp.steps[0].segments[:MAX_PATH_SEGMENTS]
-        ] if cp.steps[0].segments else [],
+        ] if n and cp.steps[0].segments else [],
         "lines": [
             {"path": rel_path(lp.path, cwd), "line": lp.line, "total_us": _us(lp.total_per_step_ns),
-             "on_path_us": _us(lp.on_path_per_step_ns), "host_on_path_us": _us(lp.host_on_path_per_step_ns)}
+             "on_path_us": _us(lp.on_path_per_step_ns), "host_on_path_us": _us(lp.host_on_path_per_step_ns),
+             "own_us": _us(lp.own_per_step_ns), "path_share": round(lp.path_share, 6),
+             "bound": lp.bound.value if lp.bound is not None else None,
+             "charged_us": {b.value: _us(v) for b, v in lp.charged.items()},
+             "waits": [{"name": name, "us": _us(ns)} for name, ns in lp.waits]}
             for lp in cp.lines[:MAX_PATH_LINES]
         ],
         "notes": list(cp.notes),
     }
+
+
+def path_figures(cp: CriticalPath | None, path: str, line: int) -> dict[str, Any]:
+    """A hotspot's time on the critical path (``on_path_us``: its work kernels on the path per
+    analysed step; None with ``critical_path_unavailable`` when there is no path)."""
+    if cp is None:
+        return {}
+    if cp.unavailable is not None:
+        return {"on_path_us": None, "critical_path_unavailable": cp.unavailable}
+    lp = cp.line(path, line)
+    return {"on_path_us": _us(lp.on_path_per_step_ns) if lp is not None else 0.0,
+            "path_share": round(lp.path_share, 6) if lp is not None else 0.0}
 
 
 def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:

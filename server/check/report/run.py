@@ -112,6 +112,7 @@ class CheckRun:
                 findings.append(document.finding_dict(f, cwd, pdict["path"]))
             for h in document.hot_spans(job.heat)[: document.MAX_HOTSPOTS]:
                 d = document.hotspot_dict(h, cwd, job.profile.num_steps)
+                d.update(document.path_figures(job.critical_path, h.site.span.path, h.site.span.line))
                 d["profile_path"] = pdict["path"]
                 hotspots.append(d)
         first = self.jobs[0] if self.jobs else None
