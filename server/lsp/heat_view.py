@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msprof_lsp.hints.line_counters import OpCounters
 from msprof_lsp.mapping.source.compare import LineChange
+from msprof_lsp.mapping.source.critical_path import LinePath
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
 from msprof_lsp.mapping.units import format_share, format_us
 
@@ -29,6 +30,7 @@ class HotLine:
     heat: LineHeat | None  # None: only the baseline had time here
     change: LineChange | None
     counters: list[OpCounters] = field(default_factory=list)  # PipeUtilization per operator, when recorded
+    path: LinePath | None = None  # its time on the steps' critical path (None: none, or no path)
 
     @property
     def per_step_us(self) -> float:
@@ -77,10 +79,18 @@ def top_op(ops: list[OpHeat]) -> str:
 def line_label(h: HotLine) -> str:
     parts = []
     if h.heat is not None:
-        parts.append(f"{top_op(h.heat.ops)} · {format_us(h.per_step_us)}/step · {format_share(h.share)} of step")
+        parts.append(f"{top_op(h.heat.ops)} · {format_us(h.per_step_us)}/step{on_path_text(h)} · "
+                     f"{format_share(h.share)} of step")
     if h.change is not None:
         parts.append(change_text(h.change))
     return " · ".join(parts)
+
+
+def on_path_text(h: HotLine) -> str:
+    """``, 1.9 ms on the critical path`` (its work kernels on the path, per analysed step)."""
+    if h.path is None or h.heat is None:
+        return ""
+    return f", {format_us(h.path.on_path_per_step_ns / 1000)} on the critical path"
 
 
 def function_label(f: FunctionHeat) -> str:
@@ -112,6 +122,10 @@ def _file_heat(ls: MsprofLanguageServer, path: str) -> FileHeat | None:
         cur = lm.line(lh.line)
         if cur is not None:
             lines[cur] = HotLine(cur, lh, None, counters.get(lh.line, []))
+    for old_line, lp in snap.path_lines.get(path, {}).items():
+        cur = lm.line(old_line)
+        if cur is not None and cur in lines:
+            lines[cur].path = lp
     for old_line, change in snap.changes.get(path, {}).items():
         cur = lm.line(old_line)
         if cur is None:

@@ -11,7 +11,7 @@ from lsprotocol import types
 from msprof_lsp.mapping.units import format_share, format_us
 
 from .convert import from_position, range_of
-from .heat_view import FileHeat, HotLine, change_text, file_heat, ops_at
+from .heat_view import FileHeat, HotLine, change_text, file_heat, on_path_text, ops_at
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -54,7 +54,7 @@ def _headline(hot: HotLine | None, heat: FileHeat, line: int) -> str:
         split = ""
         if h.fwd_ns or h.bwd_ns:
             split = f" (forward {format_us(h.fwd_ns / steps / 1000)}, backward {format_us(h.bwd_ns / steps / 1000)})"
-        return f"{format_us(hot.per_step_us)}/step · {format_share(hot.share)} of step{split}"
+        return f"{format_us(hot.per_step_us)}/step{on_path_text(hot)} · {format_share(hot.share)} of step{split}"
     for fn in heat.functions:
         if fn.line == line:
             f = fn.heat
@@ -72,6 +72,19 @@ def _plain_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[
     table = [columns, *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+
+
+def path_text(hot: HotLine) -> str:
+    """The line's share of its own time on the critical path and what bound it."""
+    lp = hot.path
+    assert lp is not None
+    text = f"Critical path: {format_share(lp.path_share)} of this line's own time is on it"
+    bound = lp.bound
+    if bound is not None:
+        text += f"; {bound.value}-bound ({format_us(lp.charged[bound] / 1000)}/step)"
+    if lp.waits:
+        text += "; waits: " + ", ".join(f"{name} {format_us(ns / 1000)}" for name, ns in lp.waits)
+    return text + "."
 
 
 def _markdown(headline: str, rows: list[tuple[str, ...]], extra: list[str], counters: Table = ((), [])) -> str:
@@ -107,6 +120,10 @@ def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | 
     extra: list[str] = []
     if hot is not None and hot.change is not None:
         extra.append(f"Baseline: {change_text(hot.change)}")
+    if hot is not None and hot.path is not None:
+        extra.append(path_text(hot))
+    elif heat.info is not None and heat.info.critical_path_unavailable and hot is not None and hot.heat is not None:
+        extra.append(f"Critical path: not computed: {heat.info.critical_path_unavailable}.")
     if not heat.info or not heat.info.has_call_stacks:
         extra.append("Anchored by operator and module names (the profile has no call stacks).")
     markdown = ls.caps.hover_markdown

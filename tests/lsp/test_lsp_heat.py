@@ -104,6 +104,13 @@ async def test_hover_table_on_a_hot_line(client: LanguageClient) -> None:
     assert float(conv[4].replace(",", "")) == pytest.approx(t.kernel_ns_by_type["Conv2D"] / steps / 1000, abs=0.06)
     assert int(conv[3]) == t.kernel_count_by_type["Conv2D"]
     assert conv[2] == "AI_CORE"
+    # its time on the critical path next to its total: "<total>/step, <on path> on the critical path"
+    head = md.splitlines()[0]
+    on = re.search(r"/step, ([\d,.]+) (µs|ms) on the critical path", head)
+    assert on is not None, head
+    on_us = float(on.group(1).replace(",", "")) * (1000 if on.group(2) == "ms" else 1)
+    assert 0 <= on_us <= per_step_us(head) + 0.05
+    assert re.search(r"Critical path: [\d.]+% of this line's own time is on it; (host|sync|bandwidth|compute)-bound", md)
     # a line without device time has no hover
     assert await client.text_document_hover_async(
         types.HoverParams(types.TextDocumentIdentifier(client.doc.uri), types.Position(0, 0))) is None

@@ -20,6 +20,7 @@ from msprof_lsp.hints.line_counters import OpCounters, line_counters
 from msprof_lsp.mapping.source.attribute import attribute, reanchor
 from msprof_lsp.mapping.profile.cluster import LoadResult
 from msprof_lsp.mapping.source.compare import compare
+from msprof_lsp.mapping.source.critical_path import critical_path, step_paths
 from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.source.heat import Attribution
@@ -97,6 +98,8 @@ class Engine:
             workspace.set_text(path, text)
         progress("Mapping device time to source lines", None)
         attribution = attribute(loaded.profile, workspace)
+        progress("Finding the critical path of the steps", None)
+        step_paths(loaded.profile)  # once per load, kept with the profile: edits only re-attribute it
         # commit only once everything succeeded: a failed reload keeps the previous analysis
         self.loaded, self.workspace, self.attribution, self.job = loaded, workspace, attribution, job
         self.settings = settings
@@ -215,6 +218,9 @@ class Engine:
         for lh in heat.lines:
             snap.lines.setdefault(lh.path, []).append(lh)
         snap.counters = self._line_counters()
+        cp = critical_path(profile, self.attribution)  # the paths are the load's; lines follow the edits
+        for lp in cp.lines:
+            snap.path_lines.setdefault(lp.path, {})[lp.line] = lp
         for fh in heat.functions:
             snap.functions.setdefault(fh.path, []).append(fh)
         for sh in heat.spans:
@@ -246,6 +252,7 @@ class Engine:
             issues=tuple(str(i) for i in profile.issues),
             unmapped_files=tuple(heat.unmapped_files),
             notes=tuple(heat.notes),
+            critical_path_unavailable=cp.unavailable,
         )
         return snap
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.line_counters import OpCounters
 from msprof_lsp.mapping.source.compare import Comparison, LineChange
+from msprof_lsp.mapping.source.critical_path import LinePath
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, SpanHeat
 
 from ...settings import Settings
@@ -42,6 +43,7 @@ class ProfileInfo:
     issues: tuple[str, ...] = ()
     unmapped_files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    critical_path_unavailable: str | None = None  # why the steps have no critical path
 
 
 @dataclass(slots=True)
@@ -61,6 +63,7 @@ class Snapshot:
     hotspots: list[SpanHeat] = field(default_factory=list)  # most time first, all files
     comparison: Comparison | None = None
     changes: dict[str, dict[int, LineChange]] = field(default_factory=dict)  # baseline, by path and line
+    path_lines: dict[str, dict[int, LinePath]] = field(default_factory=dict)  # critical path, by path and line
     # files served by another job than ``info``'s (a workspace with several jobs): its profile
     infos: dict[str, ProfileInfo] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
@@ -103,7 +106,7 @@ class Snapshot:
         return set(self.findings) | set(self.lines) | set(self.functions)
 
 
-_BY_PATH = ("findings", "texts", "lines", "counters", "functions", "spans", "changes")
+_BY_PATH = ("findings", "texts", "lines", "counters", "functions", "spans", "changes", "path_lines")
 
 
 def merge(generation: int, parts: Sequence[tuple[Any, Snapshot]], owner: Callable[[str], Any]) -> Snapshot:
