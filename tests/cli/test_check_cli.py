@@ -123,6 +123,14 @@ def test_json_critical_path(project, capsys):
         assert line["on_path_us"] <= line["total_us"] + 0.01
         if line["on_path_us"] > 0:
             assert (line["path"], line["line"]) in hot or len(hot) == 20
+        assert 0 <= line["path_share"] <= 1 and line["bound"] in {"host", "sync", "bandwidth", "compute"}
+        assert sum(line["charged_us"].values()) <= cp["total_us"] + 0.01
+    assert cp["unavailable"] is None
+    by_line = {(line["path"], line["line"]): line for line in cp["lines"]}
+    for h in doc["hotspots"]:  # each hotspot carries its line's time on the path
+        assert 0 <= h["on_path_us"] <= h["device_time_us"] + 0.01
+        if (h["path"], h["line"]) in by_line:
+            assert h["on_path_us"] == by_line[(h["path"], h["line"])]["on_path_us"]
 
 
 def test_output_file(project, tmp_path, capsys):

@@ -3,6 +3,8 @@ synthetic steps (tests/synth), and per-line on-path time through attribution."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from msprof_lsp.mapping.source.critical_path import Edge, SegmentKind, critical_path, longest_path, step_path
@@ -215,3 +217,46 @@ def test_task_before_its_launching_op_is_not_a_cycle():
         (SegmentKind.HOST, 100, "A"), (SegmentKind.HOST, 20, ""), (SegmentKind.WAIT, 30, "sync"),
         (SegmentKind.HOST, 320, ""), (SegmentKind.HOST, 100, "B")]
     assert sp.segments[2].call == 0  # the cudaDeviceSynchronize row it waited in
+
+
+def test_unavailable_says_why():
+    """No path is guessed: a capture without step markers, and kernels linked to no host op."""
+    from tests.conftest import shared_fixture
+
+    from msprof_lsp.mapping.profile.load import load_location, locate
+    from msprof_lsp.mapping.profile.model import StepsSource
+    from msprof_lsp.server.check.report.document import critical_path_dict, path_figures
+
+    alexnet = load_location(locate(shared_fixture("HolisticTraceAnalysis/critical_path/alexnet")), use_cache=False)
+    assert alexnet.meta.steps_source is StepsSource.CAPTURE
+    cp = critical_path(alexnet)
+    assert cp.steps == [] and "no step markers" in cp.unavailable
+    doc = critical_path_dict(cp, Path("/"))
+    assert doc["unavailable"] == cp.unavailable and doc["steps"] == [] and doc["total_us"] == 0.0
+    assert path_figures(cp, "/x.py", 1) == {"on_path_us": None, "critical_path_unavailable": cp.unavailable}
+    p = _profile(
+        {"name": ["A"], "start_ns": [0], "dur_ns": [100], "pid": [1], "tid": [1]},
+        {"name": ["k1"], "core": ["GPU"], "start_ns": [50], "dur_ns": [400],
+         "stream": [7], "device": [0], "step": [0], "host_op": [-1]},
+    )
+    assert "no flow events or correlation ids" in critical_path(p).unavailable
+
+
+def test_the_path_is_computed_once_per_profile(monkeypatch):
+    """Rules, lens and hover ask again and again (every edit re-attributes the lines): the paths are
+    kept with the profile and only computed again when its tables are replaced."""
+    from msprof_lsp.mapping.source import critical_path as cp_mod
+
+    p = _profile(
+        {"name": ["A"], "start_ns": [0], "dur_ns": [100], "pid": [1], "tid": [1]},
+        {"name": ["k1"], "core": ["GPU"], "start_ns": [50], "dur_ns": [400],
+         "stream": [7], "device": [0], "step": [0], "host_op": [0]},
+    )
+    calls = []
+    real = cp_mod._step_paths
+    monkeypatch.setattr(cp_mod, "_step_paths", lambda *a: calls.append(1) or real(*a))
+    first = cp_mod.step_paths(p)
+    assert cp_mod.step_paths(p) is first and critical_path(p).steps is first.steps and len(calls) == 1
+    p.kernels = p.kernels.copy()
+    cp_mod.step_paths(p)
+    assert len(calls) == 2

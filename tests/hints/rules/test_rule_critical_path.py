@@ -112,3 +112,40 @@ def test_no_path_no_finding(src):
     b.op("aten::relu", 100, 1000, stack=[frame(src, line_of(SOURCE, "torch.relu"), "step")])
     b.kernel("Relu", 900, 10)
     assert only(findings(b.build(), ["NPU251"], [src.parent], config=_cfg(0)), "NPU251") == []
+
+
+RESNET = "pytorch-kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+
+
+def test_real_resnet_copies_line_is_sync_bound_on_the_path():
+    """The tb_plugin ResNet-50 trace (6 steps, real): line 44's two pageable `.to(device)` copies
+    per step sit wholly on the critical path -- their time there equals their durations counted
+    from the trace with gzip/json -- and the stream synchronisation inside aten::copy_ binds it."""
+    import gzip
+    import json
+
+    from conftest import shared_fixture
+
+    from msprof_lsp.hints.context import RuleContext
+    from msprof_lsp.hints.engine import run_rules
+    from msprof_lsp.hints.registry import rule
+    from msprof_lsp.mapping.profile.cluster import load_profile
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
+
+    trace = shared_fixture(RESNET)
+    with gzip.open(trace, "rt", encoding="utf-8") as fh:
+        events = json.load(fh)["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    h2d_us = sum(e["dur"] for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("Memcpy HtoD")
+                 and any(a <= e["ts"] < b for a, b in steps))
+    profile = load_profile([trace], use_cache=False).profile
+    ws = SourceWorkspace([shared_fixture("pytorch-kineto-tb_plugin/workspace")])
+    ctx = RuleContext(profile, attribute(profile, ws), ws, RuleConfig(min_share=0.0))
+    lp = next(lp for lp in ctx.critical_path.lines if lp.line == 44)
+    assert len(ctx.critical_path.steps) == len(steps) == 6
+    assert lp.on_path_per_step_ns / 1000 == pytest.approx(h2d_us / 6, rel=1e-3)
+    assert 0.99 <= lp.path_share <= 1.0
+    (f,) = [f for f in run_rules(ctx, [rule("NPU251")]) if f.span.line == 44]
+    assert f.evidence["bound"] == "sync" and f.evidence["see"] == "NPU108"
+    assert f.evidence["waits"][0]["name"] == "cudaStreamSynchronize in aten::copy_"
