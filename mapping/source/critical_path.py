@@ -185,7 +185,7 @@ def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, end: int) 
     np.cumsum(count, out=ptr[1:])
     indeg_a = np.bincount(dst, minlength=n)
     # edges in source order (k), so a node's edges are ptr[u] .. ptr[u] + count[u]
-    dst_k, w_k, ptr_l, count_l, indeg = dst[by_src].tolist(), w[by_src].tolist(), ptr.tolist(), count.tolist(), indeg_a.tolist()
+    dst_k, w_k, ptr_l, indeg = dst[by_src].tolist(), w[by_src].tolist(), ptr.tolist(), indeg_a.tolist()
     dist = [0] * n
     best_k = [-1] * n
     queue = deque(np.flatnonzero(indeg_a == 0).tolist())
@@ -193,18 +193,7 @@ def _longest(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, end: int) 
     while queue:
         u = pop()
         du = dist[u]
-        first = ptr_l[u]
-        if count_l[u] == 1:  # most nodes: one way on (a chain)
-            v = dst_k[first]
-            d = du + w_k[first]
-            if best_k[v] < 0 or d > dist[v]:
-                dist[v] = d
-                best_k[v] = first
-            indeg[v] -= 1
-            if not indeg[v]:
-                push(v)
-            continue
-        for k in range(first, first + count_l[u]):
+        for k in range(ptr_l[u], ptr_l[u + 1]):
             v = dst_k[k]
             d = du + w_k[k]
             if best_k[v] < 0 or d > dist[v]:
@@ -674,6 +663,11 @@ class _LineAcc:
         self.charged = {b: 0.0 for b in Bound}
         self.waits: dict[str, float] = {}
 
+    def wait(self, label: str, w: float) -> None:
+        """Path time this line's named wait cost (sync-bound)."""
+        self.charged[Bound.SYNC] += w
+        self.waits[label] = self.waits.get(label, 0.0) + w
+
 
 def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[LinePath]:
     """Per source line (of a kernel's or host op's site), per analysed step: its time on the path,
@@ -728,16 +722,14 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                     else:
                         a.charged[Bound.COMPUTE] += w
                 elif s.kind is SegmentKind.WAIT:  # a device wait task (EVENT_WAIT) of the line
-                    a.charged[Bound.SYNC] += w
-                    a.waits[s.name] = a.waits.get(s.name, 0.0) + w
+                    a.wait(s.name, w)
                 continue
             if s.kind is SegmentKind.HOST:
                 own = at(att.site_of_op(s.host_op)) if s.host_op >= 0 else None
                 if own is not None:
                     own.host_on += w
                 if after_sync is not None:
-                    after_sync[0].charged[Bound.SYNC] += w
-                    after_sync[0].waits[after_sync[1]] = after_sync[0].waits.get(after_sync[1], 0.0) + w
+                    after_sync[0].wait(after_sync[1], w)
                 elif own is not None:
                     own.charged[Bound.HOST] += w
                 continue
@@ -747,21 +739,17 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                 call = str(ev_names[s.call]) if s.call >= 0 else "synchronisation"
                 label = f"{call} in {h_names[s.host_op]}" if s.host_op >= 0 else call
                 if a is not None:
-                    a.charged[Bound.SYNC] += w
-                    a.waits[label] = a.waits.get(label, 0.0) + w
+                    a.wait(label, w)
                     after_sync = (a, label)
             elif s.name == Dependency.LAUNCH.value:
                 if after_sync is not None:
-                    after_sync[0].charged[Bound.SYNC] += w
-                    after_sync[0].waits[after_sync[1]] = after_sync[0].waits.get(after_sync[1], 0.0) + w
+                    after_sync[0].wait(after_sync[1], w)
                 elif nxt is not None and (a := at(att.site_of_kernel(nxt.kernel))) is not None:
                     a.charged[Bound.HOST] += w
             elif s.name == Dependency.EVENT.value and nxt is not None:
                 if (a := at(att.site_of_kernel(nxt.kernel))) is not None:
                     prev = next((x.name for x in reversed(segs[:j]) if x.kernel >= 0), "an event")
-                    label = f"{nxt.name} waits for {prev} (event)"
-                    a.charged[Bound.SYNC] += w
-                    a.waits[label] = a.waits.get(label, 0.0) + w
+                    a.wait(f"{nxt.name} waits for {prev} (event)", w)
     totals = {(lh.path, lh.line): lh.per_step_ns for lh in att.heat.lines}
     out = []
     for (path, line), a in acc.items():
