@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.mapping.units import format_us
 
 # A finding whose attributable time per step changed by at most this fraction of its baseline time
 # is "persisting": re-profiling the same code moves figures by a few percent (docs/numbers.md).
@@ -40,6 +41,14 @@ class FindingChange:
         f = self.after or self.before
         assert f is not None
         return f
+
+    def note(self) -> str:
+        """What the editor appends to the finding's message: its state and time per step on both
+        sides, e.g. "improved since the baseline: 1,436 → 312 µs/step"."""
+        if self.state is FindingState.NEW:
+            return "new since the baseline"
+        figures = " → ".join("—" if x is None else format_us(x.time_per_step_us) for x in (self.before, self.after))
+        return f"{self.state.value} since the baseline: {figures}/step"
 
 
 def line_text(path: str, line: int, cache: dict[str, list[str]]) -> str:
@@ -79,12 +88,14 @@ def _state(before: Finding, after: Finding, tolerance: float) -> FindingState:
     return FindingState.PERSISTING
 
 
-def classify(before: list[Finding], after: list[Finding], *, tolerance: float = TOLERANCE) -> list[FindingChange]:
+def classify(before: list[Finding], after: list[Finding], *, tolerance: float = TOLERANCE,
+             lines: dict[str, list[str]] | None = None) -> list[FindingChange]:
     """Every baseline finding as resolved / improved / persisting / regressed, then the new ones;
-    sorted by file, line and code of the finding shown."""
+    sorted by file, line and code of the finding shown. ``lines``: the analysed text of files
+    (an editor's open buffers), read from disk where missing."""
     # occurrence numbers follow source order on both sides
     before, after = sorted(before, key=Finding.sort_key), sorted(after, key=Finding.sort_key)
-    cache: dict[str, list[str]] = {}
+    cache: dict[str, list[str]] = dict(lines or {})
     now = dict(zip(place_keys(after, cache), after))
     matched: set[int] = set()
     out = []

@@ -20,6 +20,9 @@ CMD_SET_BASELINE = "msprof-lsp.setBaseline"  # [path: str | null]
 CMD_LINE_HEAT = "msprof-lsp.lineHeat"  # [uri: str] -> [{"line": 0-based, "share", "perStepUs", "label"}]
 CMD_SHOW_OPERATORS = "msprof-lsp.showOperators"  # code lens target: [uri, line 0-based] -> {"ops": [...]}
 CMD_REPORT_MODEL = "msprof-lsp.reportModel"  # [] -> the report model (server/check/report/model.py) or null
+# [] -> {"current": path | null}: the next new profile under the watched folders becomes the
+# current one and the current one its baseline (a recording is starting)
+CMD_ADOPT_NEW_PROFILE = "msprof-lsp.adoptNewProfile"
 
 SERVER_COMMANDS = (
     CMD_RELOAD,
@@ -29,6 +32,7 @@ SERVER_COMMANDS = (
     CMD_LINE_HEAT,
     CMD_SHOW_OPERATORS,
     CMD_REPORT_MODEL,
+    CMD_ADOPT_NEW_PROFILE,
 )
 PALETTE_COMMANDS = (CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE)
 """Commands a user runs from the VS Code palette (the client adds restart/showLogs itself)."""

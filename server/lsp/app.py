@@ -23,6 +23,7 @@ from pygls.lsp.server import LanguageServer
 
 from ..cli import version
 from ..protocol import (
+    CMD_ADOPT_NEW_PROFILE,
     CMD_LINE_HEAT,
     CMD_REPORT_MODEL,
     CMD_RELOAD,
@@ -186,6 +187,7 @@ def create_server() -> MsprofLanguageServer:
         (CMD_LINE_HEAT, commands.line_heat),
         (CMD_SHOW_OPERATORS, commands.show_operators),
         (CMD_REPORT_MODEL, commands.report_model),
+        (CMD_ADOPT_NEW_PROFILE, commands.adopt_new_profile),
     ):
         ls.command(name)(guarded(name=name)(handler))
     return ls

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from msprof_lsp.hints import suppress
+from msprof_lsp.hints.verify import FindingState
 
 from ..protocol import DIAGNOSTIC_SOURCE, FIX_ALL_KIND
 from . import diagnostics, payloads, record_action
@@ -150,7 +151,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                     make_action(ls, fix_title(code, fix.title), QUICKFIX, fix.changes, diagnostics_=[d],
                                 preferred=fix.safe, group=fix.group)
                 )
-            if doc is not None:
+            if doc is not None and found.state != FindingState.RESOLVED.value:  # nothing left to silence
                 sup = _suppression(ls, view, code, line0, d)
                 if sup is not None:
                     actions.append(sup)

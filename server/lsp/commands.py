@@ -23,6 +23,7 @@ from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
 from ..cli import version
 from .diagnostics import file_view, uri_for
 from .status_payload import to_json
+from .session.loading import state_counts
 from .heat_view import file_heat, line_label, ops_dicts, ops_at
 
 
@@ -91,10 +92,16 @@ async def set_baseline(ls, *args: Any) -> dict[str, Any]:
     cmp = snap.comparison if snap is not None else None
     return {
         "baseline": path,
+        "findings": state_counts(snap) if snap is not None else {},
         "stepTimeUs": round(cmp.before_step_us, 3) if cmp else None,
         "currentStepTimeUs": round(cmp.after_step_us, 3) if cmp else None,
         "changes": len(cmp.lines) if cmp else 0,
     }
+
+
+def adopt_new_profile(ls, *args: Any) -> dict[str, Any]:
+    """A recording starts: the next new profile becomes current, the current one its baseline."""
+    return {"current": ls.loader.adopt_next()}
 
 
 def line_heat(ls, *args: Any) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from msprof_lsp.hints.finding import Finding, Fix, Severity, TextEdit
+from msprof_lsp.hints.verify import FindingChange, FindingState
 from msprof_lsp.mapping.source.positions import col_from_units, col_to_units
 
 from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
@@ -188,9 +189,15 @@ def diagnostic(
     views: dict[str, FileView | None],
     caps: ClientCaps,
     generation: int,
+    change: FindingChange | None = None,
 ) -> types.Diagnostic | None:
     """The LSP diagnostic of anchored finding ``index`` of the file in ``view`` (None when its
-    lines were edited away). Its fixes stay offers until code actions are asked for."""
+    lines were edited away). Its fixes stay offers until code actions are asked for.
+
+    ``change``: its state against the baseline, said at the end of the message; a resolved one
+    (``f`` is the baseline's finding, ``index`` -1) is a hint that says so first and has no fixes.
+    """
+    resolved = change is not None and change.state is FindingState.RESOLVED
     span = f.span
     assert span is not None
     moved = view.linemap.lines(span.line, span.end_line)
@@ -198,7 +205,14 @@ def diagnostic(
         return None
     enc = caps.position_encoding
     rng = range_of(view.lines, moved[0], span.col, moved[1], span.end_col, enc)
-    data = DiagnosticData(f.code, view.uri, view.version, generation, moved[0], index, len(f.offers) + len(f.fixes))
+    fixes = 0 if resolved else len(f.offers) + len(f.fixes)
+    state = change.state.value if change is not None else ""
+    data = DiagnosticData(f.code, view.uri, view.version, generation, moved[0], index, fixes, state)
+    message = f.message
+    if resolved:
+        message = f"{change.note()}: {f.message}"  # type: ignore[union-attr]
+    elif change is not None:
+        message = f"{f.message.rstrip()} ({change.note()})"
     related: list[types.DiagnosticRelatedInformation] | None = None
     if caps.related_information and f.related:
         related = []
@@ -220,8 +234,8 @@ def diagnostic(
         related = related or None
     return types.Diagnostic(
         range=rng,
-        message=f.message,
-        severity=SEVERITY[f.severity],
+        message=message,
+        severity=SEVERITY[Severity.HINT if resolved else f.severity],
         code=f.code,
         code_description=types.CodeDescription(href=rule_doc_url(f.code)) if caps.code_description else None,
         source=DIAGNOSTIC_SOURCE,

@@ -88,15 +88,19 @@ def buffer_state(ls: MsprofLanguageServer, path: str) -> tuple[int, int] | tuple
 
 def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list[types.Diagnostic]]:
     snap = ls.snapshot
-    findings = snap.findings.get(path)
+    findings = snap.findings.get(path, [])
+    states = snap.states.get(path)
+    resolved = snap.resolved.get(path, [])
     views = Views(ls)
     view = views.get(path)
-    if view is None or not findings:
+    if view is None or not (findings or resolved):
         return view, []
     doc = ls.documents.by_path(path)
     out: list[types.Diagnostic] = []
-    for i, f in enumerate(findings):
-        d = diagnostic(f, i, view, views, ls.caps, snap.generation)  # type: ignore[arg-type]
+    shown = [(f, i, states[i] if states else None) for i, f in enumerate(findings)]
+    shown += [(c.finding, -1, c) for c in resolved]  # once each, where the code is now
+    for f, i, change in shown:
+        d = diagnostic(f, i, view, views, ls.caps, snap.generation, change)  # type: ignore[arg-type]
         if d is None:
             continue
         if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, view.lines, d):  # type: ignore[union-attr]

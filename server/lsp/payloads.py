@@ -26,7 +26,10 @@ class DiagnosticData:
     ``finding`` indexes the snapshot's findings of the file (generation ``generation``): its fix
     offers, expanded only when code actions are asked for. ``line`` is the diagnostic's first
     line (1-based) in the buffer version ``version`` (None: a file not open in the editor).
-    ``fixes`` counts the offers (the edits are not known before they are computed).
+    ``fixes`` counts the offers (the edits are not known before they are computed). ``state``:
+    with a baseline loaded, the finding's state against it (hints.verify.FindingState: new,
+    persisting, improved, regressed; resolved for a baseline finding gone now, whose ``finding``
+    is -1), else empty.
     """
 
     code: str
@@ -36,6 +39,7 @@ class DiagnosticData:
     line: int
     finding: int
     fixes: int = 0
+    state: str = ""
 
 
 @attrs.define(frozen=True)

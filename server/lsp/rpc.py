@@ -219,6 +219,16 @@ class Protocol(LanguageServerProtocol):
             return
         self.handle_message(message)
 
+    def _handle_response(self, msg_id: Any, result: Any | None = None, error: Any | None = None) -> None:
+        """A response the server stopped waiting for (``asyncio.wait_for`` gave up on a slow
+        client and cancelled the future) is dropped; pygls would raise out of the read loop."""
+        future = self._request_futures.get(msg_id)
+        if future is not None and future.done():
+            self._request_futures.pop(msg_id, None)
+            log.info("a late response to request %s was dropped", msg_id)
+            return
+        super()._handle_response(msg_id, result, error)
+
     def structure(self, data: dict[str, Any]) -> Any:
         """The typed message (the type by method, or by the request a response answers)."""
         converter = self._converter

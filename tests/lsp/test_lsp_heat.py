@@ -212,6 +212,19 @@ async def test_baseline_before_and_after(client: LanguageClient, tmp_path_factor
         hover = await client.text_document_hover_async(
             types.HoverParams(types.TextDocumentIdentifier(client.doc.uri), types.Position(line - 1, 20)))
         assert "Baseline: " in hover.contents.value
+        # per finding: the hot-line finding on the conv line got faster; the ReLU -> Dropout pairs did not change
+        diags = await S.wait_diagnostics(client, client.profile, client.doc.uri,
+                                         lambda ds: ds and all((d.data or {}).get("state") for d in ds),
+                                         what="diagnostics with their baseline state")
+        states = {(str(d.code), d.range.start.line + 1): d for d in diags}
+        hot = states[(S.HOT, line)]
+        assert hot.data["state"] == "improved" and "(improved since the baseline: " in hot.message
+        figures = re.search(r"([\d,.]+) µs → ([\d,.]+) µs/step\)$", hot.message)
+        assert float(figures.group(1).replace(",", "")) > float(figures.group(2).replace(",", ""))
+        assert {d.data["state"] for (code, _), d in states.items() if code == S.PAIR} == {"persisting"}
+        # the counts cover every file of the job (train.py too): one improved, the rest unchanged
+        assert result["findings"]["improved"] == 1 and set(result["findings"]) == {"improved", "persisting"}
+        assert sum(result["findings"].values()) >= len(diags)
     finally:
         cleared = await command(client, "msprof-lsp.setBaseline", None)
     assert cleared["baseline"] is None

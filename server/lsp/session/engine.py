@@ -26,6 +26,8 @@ from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.locations import Progress, no_progress
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
+from msprof_lsp.hints.finding import Finding
+from msprof_lsp.hints.verify import FindingChange, FindingState, classify
 
 from ... import pipeline
 from ...check.report.model import MODEL_VERSION, ReportModel, job_model
@@ -196,6 +198,20 @@ class Engine:
                                      line_counters(self.loaded.profile, self.attribution, thresholds))
         return held[2]
 
+    def _classify(self, findings: list[Finding]) -> list[FindingChange]:
+        """The baseline's findings (its profile against the current source) against ``findings``,
+        by the one classifier --check uses, on the texts the analysis saw (open buffers)."""
+        assert self.baseline is not None and self.workspace is not None
+        b = self.baseline
+        before = pipeline.findings_for(b.loaded.profile, b.attribution, self.workspace, self.settings, fixes=False)
+        lines: dict[str, list[str]] = {}
+        for f in (*before, *findings):
+            if f.span is not None and f.span.path not in lines:
+                text = self._text(f.span.path)
+                if text is not None:
+                    lines[f.span.path] = text.splitlines()
+        return classify(before, findings, lines=lines)
+
     def snapshot(self) -> Snapshot:
         assert self.loaded is not None and self.attribution is not None and self.workspace is not None
         self.generation += 1
@@ -206,11 +222,21 @@ class Engine:
                                           cluster=self.loaded.cluster)
         snap = Snapshot(generation=self.generation, settings=self.settings, num_steps=max(heat.num_steps, 1))
         wanted: set[str] = set()
+        states: dict[int, FindingChange] = {}
+        if self.baseline is not None:
+            snap.finding_changes = self._classify(findings)
+            states = {id(c.after): c for c in snap.finding_changes if c.after is not None}
+            for c in snap.finding_changes:
+                if c.state is FindingState.RESOLVED and c.finding.span is not None:
+                    snap.resolved.setdefault(c.finding.span.path, []).append(c)
+                    wanted.add(c.finding.span.path)
         for f in findings:
             if f.span is None:
                 snap.profile_findings.append(f)
                 continue
             snap.findings.setdefault(f.span.path, []).append(f)
+            if states:
+                snap.states.setdefault(f.span.path, []).append(states[id(f)])
             wanted.add(f.span.path)
             wanted.update(r.span.path for r in f.related)
             wanted.update(o.path for o in f.offers)

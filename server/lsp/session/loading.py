@@ -9,6 +9,7 @@ server keeps serving. Edits are folded into debounced refreshes (re-anchoring + 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lsprotocol import types
 
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
+from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 
@@ -37,6 +39,12 @@ RELOAD_DELAY_S = 1.0  # profile files still being written: wait for the writer t
 _UNSET: Any = object()
 
 
+def state_counts(snap: Snapshot) -> dict[str, int]:
+    """How many findings are in each state against the baseline (hints.verify order)."""
+    counts = Counter(c.state for c in snap.finding_changes)
+    return {s.value: counts[s] for s in FindingState if counts[s]}
+
+
 class Loader:
     def __init__(self, ls: MsprofLanguageServer) -> None:
         self.ls = ls
@@ -53,6 +61,8 @@ class Loader:
         self._problems_shown: set[str] = set()
         self._waiters: list[asyncio.Future[None]] = []
         self.loading = False
+        # msprof-lsp.adoptNewProfile: (the profile current then,) until another one is loaded
+        self.adopting: tuple[str | None] | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -154,8 +164,34 @@ class Loader:
         self.apply(snap, versions)
         self._announce(snap)
         self.notify_status(ProfileState.LOADED)
+        await self._adopted(snap)
         self._follow_open_file()
         return True
+
+    def adopt_next(self) -> str | None:
+        """The next new profile found under the workspace becomes current and the current one
+        (returned; None when there is none) its baseline. A profile chosen with selectProfile is
+        dropped so discovery finds the new one; the ``profile`` setting still wins."""
+        current = self.ls.snapshot.info.path if self.ls.snapshot.info is not None else None
+        self.adopting = (current,)
+        self.explicit, self.explicit_rank = None, None
+        return current
+
+    async def _adopted(self, snap: Snapshot) -> None:
+        if self.adopting is None or snap.info is None or snap.info.path == self.adopting[0]:
+            return
+        (old,), self.adopting = self.adopting, None
+        if old is None:
+            return  # the first recording: nothing to compare with
+        try:
+            after = await self.set_baseline(old)
+        except ProfileError as exc:
+            self._message(types.MessageType.Error, f"msprof-lsp: cannot read the baseline profile: {exc}")
+            return
+        counts = state_counts(after) if after is not None else {}
+        summary = ", ".join(f"{n} {state}" for state, n in counts.items()) or "no findings on either side"
+        self._message(types.MessageType.Info, f"msprof-lsp: new profile {snap.info.path}, compared with the previous "
+                      f"one {old}: {summary}")
 
     def _follow_open_file(self) -> None:
         """Files opened while loading may belong to jobs the load did not hold: add them."""

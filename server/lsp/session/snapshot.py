@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.line_counters import OpCounters
+from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison, LineChange
 from msprof_lsp.mapping.source.critical_path import LinePath
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, SpanHeat
@@ -64,6 +65,11 @@ class Snapshot:
     comparison: Comparison | None = None
     changes: dict[str, dict[int, LineChange]] = field(default_factory=dict)  # baseline, by path and line
     path_lines: dict[str, dict[int, LinePath]] = field(default_factory=dict)  # critical path, by path and line
+    # with a baseline: each finding's state (parallel to ``findings[path]``), and the baseline's
+    # findings resolved since, at the line their code is on now
+    states: dict[str, list[FindingChange]] = field(default_factory=dict)
+    resolved: dict[str, list[FindingChange]] = field(default_factory=dict)
+    finding_changes: list[FindingChange] = field(default_factory=list)  # the primary job's, all of them
     # files served by another job than ``info``'s (a workspace with several jobs): its profile
     infos: dict[str, ProfileInfo] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
@@ -106,7 +112,7 @@ class Snapshot:
         return set(self.findings) | set(self.lines) | set(self.functions)
 
 
-_BY_PATH = ("findings", "texts", "lines", "counters", "functions", "spans", "changes", "path_lines")
+_BY_PATH = ("findings", "texts", "lines", "counters", "functions", "spans", "changes", "path_lines", "states", "resolved")
 
 
 def merge(generation: int, parts: Sequence[tuple[Any, Snapshot]], owner: Callable[[str], Any]) -> Snapshot:
@@ -117,7 +123,7 @@ def merge(generation: int, parts: Sequence[tuple[Any, Snapshot]], owner: Callabl
     if not rest:
         return replace(first, generation=generation)
     out = Snapshot(generation=generation, settings=first.settings, info=first.info, num_steps=first.num_steps,
-                   comparison=first.comparison)
+                   comparison=first.comparison, finding_changes=first.finding_changes)
     for job, part in parts:
         def mine(path: str, job: Any = job) -> bool:
             o = owner(path)

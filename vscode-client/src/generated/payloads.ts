@@ -28,7 +28,7 @@ export interface Analysed {
   documents: AnalysedDocument[];
 }
 
-/** Which finding a diagnostic shows, and for which text. ``finding`` indexes the snapshot's findings of the file (generation ``generation``): its fix offers, expanded only when code actions are asked for. ``line`` is the diagnostic's first line (1-based) in the buffer version ``version`` (None: a file not open in the editor). ``fixes`` counts the offers (the edits are not known before they are computed). */
+/** Which finding a diagnostic shows, and for which text. ``finding`` indexes the snapshot's findings of the file (generation ``generation``): its fix offers, expanded only when code actions are asked for. ``line`` is the diagnostic's first line (1-based) in the buffer version ``version`` (None: a file not open in the editor). ``fixes`` counts the offers (the edits are not known before they are computed). ``state``: with a baseline loaded, the finding's state against it (hints.verify.FindingState: new, persisting, improved, regressed; resolved for a baseline finding gone now, whose ``finding`` is -1), else empty. */
 export interface DiagnosticData {
   code: string;
   uri: string;
@@ -37,6 +37,7 @@ export interface DiagnosticData {
   line: number;
   finding: number;
   fixes?: number;
+  state?: string;
 }
 
 /** One text edit in client units: 0-based lines, characters in the negotiated encoding. */
