@@ -22,11 +22,12 @@ from msprof_lsp.server.settings import SETTINGS
 
 CLIENT = Path(__file__).resolve().parents[1] / "vscode-client"
 PREFIX = "msprof-lsp."
-CLIENT_ONLY_SETTINGS = {"interpreter", "trace.server", "gutterHeat", "showNotifications"}
-CLIENT_ONLY_COMMANDS = {"msprof-lsp.restart", "msprof-lsp.showLogs", "msprof-lsp.refreshHotspots", "msprof-lsp.showProfile"}
-# Referenced by the walkthrough, declared by the branch that implements it (loop: the record
-# command). Once declared in package.json the entry is no longer needed here.
-PENDING_COMMANDS = {"msprof-lsp.recordProfile"}
+CLIENT_ONLY_SETTINGS = {"interpreter", "trace.server", "gutterHeat", "showNotifications", "recordCommand"}
+CLIENT_ONLY_COMMANDS = {"msprof-lsp.restart", "msprof-lsp.showLogs", "msprof-lsp.refreshHotspots", "msprof-lsp.showProfile",
+                        "msprof-lsp.recordProfile"}
+# Referenced by the walkthrough, declared by the branch that implements it. Once declared in
+# package.json the entry is no longer needed here (the loop branch declared msprof-lsp.recordProfile).
+PENDING_COMMANDS: set[str] = set()
 # Built-in VS Code commands the walkthrough and the views' welcome text link to.
 BUILTIN_COMMANDS = {"editor.action.quickFix", "workbench.actions.view.problems", "workbench.action.openWalkthrough"}
 

@@ -108,6 +108,12 @@ class DataloaderInput(Rule):
 
     def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict) -> Finding:
         workers = ctx.thresholds.dataloader_workers
+        # a profile recorded with worker processes already has the workers fix: offering it again
+        # would also read as "fixed in the source since this profile was recorded", which is false
+        recorded_with_workers = bool(evidence["worker_processes"])
+
+        def tune(span: Span, path: str) -> list[tuple]:
+            return [] if recorded_with_workers else [(fx.tune_dataloader, span, path, {"workers": workers})]
         for r in rows[:8]:
             place = sq.op_place(ctx, int(r))
             if place is None:
@@ -119,7 +125,7 @@ class DataloaderInput(Rule):
             index = place.index
             related = [Related(ctor, f"the DataLoader is built here: {sq.text(index, ctor)}")] if ctor else []
             cands = []
-            if ctor is not None:
+            if ctor is not None and not recorded_with_workers:
                 cands.append((fx.tune_dataloader, ctor, index.path, {"workers": workers}))
             cands.append((fx.non_blocking_copies, loop_span, index.path, {}))
             return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall, evidence=evidence,
@@ -132,13 +138,11 @@ class DataloaderInput(Rule):
                      if b is not None and call.stmt.line <= b.span.line <= call.stmt.end_line]
             if len(loops) == 1:
                 loop_span = loops[0].header
-                fixes = sq.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
-                                      (fx.non_blocking_copies, loop_span, index.path, {}))
+                fixes = sq.fixes(ctx, *tune(call.span, index.path), (fx.non_blocking_copies, loop_span, index.path, {}))
                 related = [Related(call.span, f"the DataLoader is built here: {sq.text(index, call.span)}")]
                 return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall,
                                    evidence=evidence, confidence=Confidence.INFERRED, related=related, fixes=fixes)
-            fixes = sq.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
-                                  (fx.non_blocking_copies, call.span, index.path, {}))
+            fixes = sq.fixes(ctx, *tune(call.span, index.path), (fx.non_blocking_copies, call.span, index.path, {}))
             return ctx.finding(self, span=call.span, message=message, total_ns=total, wall=wall, evidence=evidence,
                                confidence=Confidence.INFERRED, fixes=fixes)
         conf = Confidence.MODULE if len(rows) else Confidence.INFERRED

@@ -36,7 +36,7 @@ export const VIEW_HOTSPOTS = "msprof-lsp.hotspots";
 export const NOTIFY_PROFILE_STATUS = "msprof-lsp/profileStatus";
 
 /** Settings the client reads itself; every other `msprof-lsp.*` setting belongs to the server. */
-export const CLIENT_ONLY_SETTINGS: readonly string[] = ["interpreter", "trace.server", "gutterHeat", "showNotifications"];
+export const CLIENT_ONLY_SETTINGS: readonly string[] = ["interpreter", "trace.server", "gutterHeat", "showNotifications", "recordCommand"];
 
 /** Context key set while the server runs (enables the server commands in the palette). */
 export const CONTEXT_SERVER_RUNNING = "msprof-lsp.serverRunning";

@@ -40,6 +40,7 @@ import { chooseInterpreter, describeInterpreter, type Interpreter, runImportChec
 import { openSource } from "./open";
 import { ProfilePanel, registerProfilePanel } from "./profilePanel";
 import { onPythonInterpreterChange, pythonExtensionCommand } from "./pythonExtension";
+import { CMD_ADOPT_NEW_PROFILE, CMD_RECORD_PROFILE, RECORD_SETTING, recordProfile } from "./record";
 import { answerConfiguration, type ConfigurationItem, classifyChange, type ManifestLike, serverSettingKeys, serverSettings, shouldNotify } from "./settings";
 import {
   type MenuAction,
@@ -63,6 +64,7 @@ class Extension implements vscode.Disposable {
   private readonly keys: string[];
   private readonly disposables: vscode.Disposable[] = [];
   private client: LanguageClient | undefined;
+  private interpreter: Interpreter | undefined;
   private profile: ProfileStatus | undefined;
   private lastProfileError = "";
   private queue: Promise<void> = Promise.resolve();
@@ -99,6 +101,7 @@ class Extension implements vscode.Disposable {
       commands.registerCommand(CMD_RESTART, () => this.restart()),
       commands.registerCommand(CMD_SHOW_LOGS, () => this.log.show()),
       commands.registerCommand(CMD_STATUS_MENU, () => this.statusMenu()),
+      commands.registerCommand(CMD_RECORD_PROFILE, () => this.record()),
       workspace.onDidChangeConfiguration((event) => this.onConfigurationChange(event)),
       window.onDidChangeVisibleTextEditors(() => this.refreshHeat()),
       workspace.onDidSaveTextDocument((doc) => {
@@ -198,6 +201,7 @@ class Extension implements vscode.Disposable {
     const platform = process.platform;
     const interpreter = await this.interpreter();
     this.log.info(`Python interpreter (${interpreter.source}): ${describeInterpreter(interpreter, platform)}`);
+    this.interpreter = interpreter;
     const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath });
     if (!check.ok) {
       this.log.error(check.message + (check.detail ? `\n${check.detail}` : ""));
@@ -228,6 +232,25 @@ class Extension implements vscode.Disposable {
     });
     this.client = client;
     await client.start();
+  }
+
+  private async record(): Promise<void> {
+    const editor = vscode.window.activeTextEditor;
+    const doc = editor?.document;
+    const outcome = await recordProfile({
+      template: this.config(doc?.uri).get<string>(RECORD_SETTING),
+      vars: {
+        interpreter: this.interpreter ?? chooseInterpreter({ platform: process.platform }),
+        file: doc?.uri.scheme === "file" ? doc.uri.fsPath : undefined,
+        workspaceFolder: this.folder()?.uri.fsPath,
+        platform: process.platform,
+      },
+      save: async () => doc?.save(),
+      adopt: () => this.serverCommand(CMD_ADOPT_NEW_PROFILE, []),
+      createTerminal: (options) => vscode.window.createTerminal(options),
+      notify: (kind, text) => void this.notify(kind, text),
+    });
+    if ("ran" in outcome) this.log.info(`Recording: ${outcome.ran} (${outcome.baseline ? `baseline ${outcome.baseline}` : "no baseline"})`);
   }
 
   private async offerFix(message: string, install: string | undefined): Promise<void> {

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { FakeVscode, fakeEditor, installFakeVscode } from "./fakeVscode";
@@ -163,6 +163,19 @@ describe("client <-> server over stdio", { skip: PYTHON ? false : "needs a POSIX
     await fake.commands.get("msprof-lsp.setBaseline")!();
     const seen = await until("setBaseline", () => readRecord()?.setBaseline);
     assert.deepEqual(seen, [[null]]);
+  });
+
+  test("Record a profile: adoptNewProfile first, then the command in a terminal with MSPROF_LSP_PROFILE=1", async () => {
+    let saved = 0;
+    fake.editors[0].document.save = async () => (saved++, true);
+    await fake.commands.get("msprof-lsp.recordProfile")!();
+    assert.deepEqual(await until("adoptNewProfile", () => readRecord()?.adoptNewProfile), [[]]);
+    assert.equal(saved, 1);
+    const terminal = fake.terminals.at(-1)!;
+    assert.equal(terminal.options.name, "msprof-lsp: record");
+    assert.deepEqual(terminal.options.env, { MSPROF_LSP_PROFILE: "1" });
+    // the default `${python} ${file}`: the interpreter that runs the server, and the active file
+    assert.deepEqual(terminal.sent, [`${join(dirname(launches), "python")} ${model}`]);
   });
 
   test("a settings change is re-sent as didChangeConfiguration with the flat object", async () => {

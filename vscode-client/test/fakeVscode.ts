@@ -56,6 +56,7 @@ export interface FakeDocument {
   uri: { fsPath: string; scheme: string; toString(): string };
   languageId: string;
   lineCount: number;
+  save?(): Promise<boolean>;
 }
 
 export interface FakeEditor {
@@ -104,6 +105,8 @@ export class FakeVscode {
   statusItems: FakeStatusItem[] = [];
   logLines: string[] = [];
   quickPicks: { items: { label: string }[]; title?: string }[] = [];
+  /** Terminals created (record.ts), with what was sent to each. */
+  terminals: { options: { name?: string; cwd?: string; env?: Record<string, string> }; sent: string[] }[] = [];
   /** The row a quick pick "picks"; undefined = dismissed. */
   pick: (items: { label: string }[]) => { label: string } | undefined = () => undefined;
   /** The action a notification "clicks"; undefined = dismissed. */
@@ -336,6 +339,14 @@ export class FakeVscode {
               };
               self.panels.push(panel);
               return panel;
+            },
+            get activeTextEditor() {
+              return self.editors[0];
+            },
+            createTerminal: (options: { name?: string; cwd?: string; env?: Record<string, string> }) => {
+              const terminal = { options, sent: [] as string[] };
+              self.terminals.push(terminal);
+              return { show() {}, sendText: (text: string) => terminal.sent.push(text), dispose() {} };
             },
             onDidChangeVisibleTextEditors: event(),
             onDidChangeActiveTextEditor: event(),

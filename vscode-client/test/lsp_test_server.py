@@ -87,6 +87,13 @@ def set_baseline(ls: LanguageServer, path) -> None:
     save()
 
 
+@server.command("msprof-lsp.adoptNewProfile")
+def adopt_new_profile(ls: LanguageServer) -> dict:
+    record.setdefault("adoptNewProfile", []).append([])
+    save()
+    return {"current": "/prof/run_ascend_pt"}
+
+
 @server.command("msprof-lsp.reloadProfile")
 def reload_profile(ls: LanguageServer) -> None:
     return None

@@ -24,11 +24,11 @@ LOOP = "for step, (x, y) in enumerate(loader):"
 HEADER = LOOP[:-1]  # the loop header span ends before the colon
 
 
-def _run(dl_ms: float, gap_ms: float = 0.5, copy_us: float = 20.0):
+def _run(dl_ms: float, gap_ms: float = 0.5, copy_us: float = 20.0, workers: int = 0):
     lin = L.linear(32, 1024, 64, mm_us=60.0)
     items = [
         UserCall(L.DATALOADER_NEXT + loop(LOOP),
-                 (Launch(L.dataloader(dl_ms, batch=32, sample_shape=(1024,)).op),), label="dataloader"),
+                 (Launch(L.dataloader(dl_ms, batch=32, sample_shape=(1024,), workers=workers).op),), label="dataloader"),
         UserCall(loop('x, y = x.to("npu"), y.to("npu")'),
                  (L.to_device((32, 1024), nbytes=32 * 1024 * 4, copy_us=copy_us),), label="h2d"),
         UserCall(fwd("x = self.drop(self.act(self.fc1(x)))"), (Launch(lin.op, lin.frames),), label="fc1"),
@@ -64,6 +64,16 @@ def test_fires_anchored_on_the_loop_with_the_construction_related(tmp_path):
     assert "DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)" in new
     _, new = applied(f, "non_blocking")
     assert 'x, y = x.to("npu", non_blocking=True), y.to("npu", non_blocking=True)' in new
+
+
+def test_recorded_with_workers_offers_no_workers_fix(tmp_path):
+    # the run already had worker processes: writing them again changes nothing, and the fix being
+    # "in the source" must not make a profile recorded after it read as one that predates it
+    a = analyse(_run(12.0, workers=4), tmp_path)
+    [f] = a.run("NPU104")
+    assert "worker processes: the NPU waits for the next batch." in f.message
+    assert f.evidence["worker_processes"] is True and "fixed_in_source" not in f.evidence
+    assert [x.title for x in f.fixes] == [x.title for x in f.fixes if "non_blocking" in x.title] != []
 
 
 def test_absolute_limit_just_below_and_at(tmp_path):
