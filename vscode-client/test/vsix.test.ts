@@ -18,6 +18,7 @@ import {
   CMD_SHOW_LOGS,
   CMD_SHOW_PROFILE,
 } from "../src/constants";
+import { CMD_RECORD_PROFILE } from "../src/record";
 import { FakeVscode, installFakeVscode } from "./fakeVscode";
 import { readZip } from "./zip";
 
@@ -56,12 +57,12 @@ describe("the packaged .vsix", () => {
     assert.equal(source.devDependencies["@types/vscode"], packaged.engines.vscode.replace(/^\^/, ""));
     assert.ok(packaged.activationEvents.includes("onLanguage:python"));
     // A workspace must not pick the program we run unless it is trusted.
-    assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter"]);
+    assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter", "msprof-lsp.recordCommand"]);
   });
 
   test("every command and every setting is contributed", () => {
     const commands = packaged.contributes.commands.map((c: { command: string }) => c.command).sort();
-    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS, CMD_REFRESH_HOTSPOTS, CMD_SHOW_PROFILE].sort());
+    assert.deepEqual(commands, [CMD_RELOAD, CMD_SELECT_PROFILE, CMD_SHOW_HOTSPOTS, CMD_SET_BASELINE, CMD_RESTART, CMD_SHOW_LOGS, CMD_REFRESH_HOTSPOTS, CMD_SHOW_PROFILE, CMD_RECORD_PROFILE].sort());
     const props = packaged.contributes.configuration.properties;
     assert.deepEqual(Object.keys(props), Object.keys(source.contributes.configuration.properties));
     for (const key of CLIENT_ONLY_SETTINGS) assert.ok(`msprof-lsp.${key}` in props, key);
