@@ -232,6 +232,39 @@ async def test_baseline_before_and_after(client: LanguageClient, tmp_path_factor
     assert "→" not in lens.command.title
 
 
+async def test_baseline_findings_gone_now_are_resolved_hints(client: LanguageClient, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests.synth.sample_runs import CnnKnobs, cnn_runs
+    from tests.synth.write_text import write_torch_npu_text
+
+    rank = S.status_value(client.status, "rank")
+    slow = {"fc_mm_us": 400.0}  # the baseline run: fc layers slow enough to be hot lines
+    root = write_torch_npu_text(cnn_runs(S.SAMPLES / "cnn_classifier", CnnKnobs(**slow))[rank],
+                                tmp_path_factory.mktemp("slow_fc"))
+    before = S.truth_shares(S.cnn_truth(rank, **slow))
+    now = S.truth_shares(client.truth)
+    gone = {line for (name, line), share in before.items()
+            if name == "model.py" and share >= 0.05 and now.get((name, line), 0.0) < 0.05}
+    assert gone  # the run description makes some lines hot only in the baseline
+    result = await command(client, "msprof-lsp.setBaseline", str(root))
+    try:
+        assert result["findings"].get("resolved", 0) >= len(gone)
+        diags = await S.wait_diagnostics(client, client.profile, client.doc.uri,
+                                         lambda ds: any((d.data or {}).get("state") == "resolved" for d in ds),
+                                         what="resolved baseline findings")
+        resolved = [d for d in diags if d.data["state"] == "resolved"]
+        assert {d.range.start.line + 1 for d in resolved if d.code == S.HOT} == gone  # once each, where the code is
+        for d in resolved:
+            assert d.severity == types.DiagnosticSeverity.Hint and d.message.startswith("resolved since the baseline: ")
+            assert d.data["finding"] == -1 and d.data.get("fixes", 0) == 0 and "→ —/step: " in d.message  # 0 is left out
+        d = resolved[0]
+        actions = await client.text_document_code_action_async(types.CodeActionParams(
+            types.TextDocumentIdentifier(client.doc.uri), d.range, types.CodeActionContext(
+                diagnostics=[d], only=[types.CodeActionKind.QuickFix.value])))
+        assert not actions  # no fix and nothing to silence for what is gone
+    finally:
+        await command(client, "msprof-lsp.setBaseline", None)
+
+
 # -- a client that negotiates UTF-8 and reads only plain text ---------------------------------------
 
 
