@@ -77,6 +77,15 @@ def cnn_workspace(dst: Path, *, profile: bool = True) -> Path:
     return dst
 
 
+def train_workspace(dst: Path, train: str) -> Path:
+    """The CNN sample's model and data with a training script of the test's own, no profile."""
+    dst.mkdir(parents=True)
+    for name in ("model.py", "data.py"):
+        shutil.copy2(SAMPLES / "cnn_classifier" / name, dst / name)
+    (dst / "train.py").write_text(train, encoding="utf-8")
+    return dst
+
+
 def init_options(tmp: Path, *, only_test_rules: bool = True, **extra: Any) -> dict[str, Any]:
     """A private cache, and only the test rules: the catalog's rules (when they land on main) would
     add their own findings to the expected sets."""

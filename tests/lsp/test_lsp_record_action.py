@@ -4,7 +4,6 @@ request after applying it offers nothing."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,12 +25,7 @@ REWRITE = types.CodeActionKind.RefactorRewrite.value
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("record") / "ws"
-    root.mkdir()
-    for name in ("model.py", "data.py"):
-        shutil.copy2(S.SAMPLES / "cnn_classifier" / name, root / name)
-    (root / "train.py").write_text(TRAIN, encoding="utf-8")
-    return root
+    return S.train_workspace(tmp_path_factory.mktemp("record") / "ws", TRAIN)
 
 
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=S.SERVER_COMMAND), params=S.PROFILES)

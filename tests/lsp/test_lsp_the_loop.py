@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,12 +43,7 @@ FIGURES = re.compile(r"([\d,.]+ (?:µs|ms)|—) → ([\d,.]+ (?:µs|ms)|—)/ste
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("loop") / "ws"
-    root.mkdir()
-    for name in ("model.py", "data.py"):
-        shutil.copy2(S.SAMPLES / "cnn_classifier" / name, root / name)
-    (root / "train.py").write_text(TRAIN.replace("SyntheticImages", "BlurredImages"), encoding="utf-8")
-    return root
+    return S.train_workspace(tmp_path_factory.mktemp("loop") / "ws", TRAIN.replace("SyntheticImages", "BlurredImages"))
 
 
 # Neovim 0.7 has no dynamic file-watch registration: the server polls, as it does for such clients
