@@ -64,7 +64,6 @@ class Extension implements vscode.Disposable {
   private readonly keys: string[];
   private readonly disposables: vscode.Disposable[] = [];
   private client: LanguageClient | undefined;
-  private interpreter: Interpreter | undefined;
   private profile: ProfileStatus | undefined;
   private lastProfileError = "";
   private queue: Promise<void> = Promise.resolve();
@@ -201,7 +200,6 @@ class Extension implements vscode.Disposable {
     const platform = process.platform;
     const interpreter = await this.interpreter();
     this.log.info(`Python interpreter (${interpreter.source}): ${describeInterpreter(interpreter, platform)}`);
-    this.interpreter = interpreter;
     const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath });
     if (!check.ok) {
       this.log.error(check.message + (check.detail ? `\n${check.detail}` : ""));
@@ -240,7 +238,7 @@ class Extension implements vscode.Disposable {
     const outcome = await recordProfile({
       template: this.config(doc?.uri).get<string>(RECORD_SETTING),
       vars: {
-        interpreter: this.interpreter ?? chooseInterpreter({ platform: process.platform }),
+        interpreter: await this.interpreter(),
         file: doc?.uri.scheme === "file" ? doc.uri.fsPath : undefined,
         workspaceFolder: this.folder()?.uri.fsPath,
         platform: process.platform,
