@@ -110,13 +110,13 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     assert PROFILE_ENV in doc.text
     await asyncio.to_thread(_record, root)  # the client keeps answering the server meanwhile
     (first,) = _traces(root)
-    await S.wait_until(lambda: _loaded(client), 60, "the first recording loaded")
+    await S.wait_until(lambda: _loaded(client), 240, "the first recording loaded")
 
     # 2. the DataLoader finding, fixed with its code action
     def npu104(ds: list[types.Diagnostic]) -> list[types.Diagnostic]:
         return [d for d in ds if d.code == "NPU104"]
 
-    diags = await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: npu104(d), 30, what="NPU104")
+    diags = await S.wait_diagnostics(client, client.profile, doc.uri, lambda d: npu104(d), 120, what="NPU104")
     (stall,) = npu104(diags)
     assert "single process" in stall.message and (stall.data or {}).get("state", "") == ""  # no baseline yet
     fixes = await _actions(client, doc, stall.range, [stall], [types.CodeActionKind.QuickFix.value])
@@ -130,10 +130,10 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     assert Path(adopted["current"]) == first.resolve()
     await asyncio.to_thread(_record, root)  # the client keeps answering the server meanwhile
     second = next(p for p in _traces(root) if p != first)
-    await S.wait_until(lambda: _loaded(client, not_path=adopted["current"]), 60, "the second recording loaded")
+    await S.wait_until(lambda: _loaded(client, not_path=adopted["current"]), 240, "the second recording loaded")
     diags = await S.wait_diagnostics(
         client, client.profile, doc.uri,
-        lambda ds: any((d.data or {}).get("state") in ("resolved", "improved") for d in npu104(ds)), 30,
+        lambda ds: any((d.data or {}).get("state") in ("resolved", "improved") for d in npu104(ds)), 120,
         what="NPU104 compared with the baseline")
 
     # 4. the same comparison headless: --check --baseline (JSON), the producer-independent side
