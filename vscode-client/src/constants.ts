@@ -49,4 +49,9 @@ export const SERVER_MODULE = "msprof_lsp.server";
  * site-packages). tests/test_no_workspace_imports.py reads this line to start the server the same way.
  */
 export const PYTHON_FLAGS: readonly string[] = ["-I"];
-export const PIP_DISTRIBUTION = "msprof-lsp";
+/** The distribution as pip and importlib.metadata name it. */
+export const DISTRIBUTION = "msprof-lsp";
+/** pyproject.toml's requires-python floor (test/vsix.test.ts keeps the two equal). */
+export const MIN_PYTHON: readonly [number, number] = [3, 10];
+/** Folder of the .vsix that holds the product's wheel (scripts/bundle_wheel.py writes it). */
+export const BUNDLED_DIR = "bundled";

@@ -36,6 +36,7 @@ import {
 import { debounce, type Debounced } from "./debounce";
 import { gutterIconDataUri, HEAT_BUCKETS, heatMarks, type LineHeat, parseLineHeat } from "./heat";
 import { hotspotItems, operatorItems, parseHotspots } from "./hotspots";
+import { findBundledWheel, installManagedEnvironment, installTarget, readyEnvironment } from "./bootstrap";
 import { chooseInterpreter, describeInterpreter, type Interpreter, runImportCheck, serverLaunch } from "./interpreter";
 import { openSource } from "./open";
 import { ProfilePanel, registerProfilePanel } from "./profilePanel";
@@ -73,8 +74,13 @@ class Extension implements vscode.Disposable {
   private readonly refreshHeat: Debounced;
   private readonly hotspots = new HotspotsProvider({ request: (command, args) => this.quietRequest(command, args) });
   private readonly profilePanel: ProfilePanel;
+  private readonly extensionDir: string;
+  /** Where the extension's own environment lives; VS Code's global storage only. */
+  private readonly storageDir: string | undefined;
 
   constructor(context: vscode.ExtensionContext) {
+    this.extensionDir = context.extensionUri.fsPath;
+    this.storageDir = context.globalStorageUri?.fsPath;
     this.log = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
     this.statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
     this.statusItem.name = "msprof-lsp profile";
@@ -198,10 +204,16 @@ class Extension implements vscode.Disposable {
     const folder = this.folder();
     this.showStatus(serverStatusView("starting"));
     const platform = process.platform;
-    const interpreter = await this.interpreter();
+    let interpreter = await this.interpreter();
     this.log.info(`Python interpreter (${interpreter.source}): ${describeInterpreter(interpreter, platform)}`);
-    const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath });
-    if (!check.ok) {
+    const check = await runImportCheck(interpreter, { platform, cwd: folder?.uri.fsPath, installTarget: installTarget(this.extensionDir) });
+    const wheel = findBundledWheel(this.extensionDir);
+    if (!check.ok && check.reason === "missing-package" && interpreter.source !== "setting" && wheel && this.storageDir) {
+      // No installation and no setting naming one: the extension's own environment.
+      const managed = await this.managedEnvironment(interpreter, wheel, this.storageDir);
+      if (!managed) return;
+      interpreter = managed;
+    } else if (!check.ok) {
       this.log.error(check.message + (check.detail ? `\n${check.detail}` : ""));
       this.showStatus(serverStatusView("failed", check.message));
       void this.offerFix(check.message, check.installCommand);
@@ -249,6 +261,36 @@ class Extension implements vscode.Disposable {
       notify: (kind, text) => void this.notify(kind, text),
     });
     if ("ran" in outcome) this.log.info(`Recording: ${outcome.ran} (${outcome.baseline ? `baseline ${outcome.baseline}` : "no baseline"})`);
+  }
+
+  /** The managed environment, installed first (with a progress notification) when needed. */
+  private async managedEnvironment(base: Interpreter, wheel: { path: string; version: string }, storageDir: string): Promise<Interpreter | undefined> {
+    const platform = process.platform;
+    const ready = await readyEnvironment(storageDir, wheel, { platform });
+    if (ready) {
+      this.log.info(`Using the extension's own environment: ${ready.command}`);
+      return ready;
+    }
+    this.log.info(`${describeInterpreter(base, platform)} lacks msprof-lsp: installing ${wheel.path} into the extension's own environment under ${storageDir}`);
+    this.showStatus(serverStatusView("starting"));
+    const result = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: "msprof-lsp: installing the server", cancellable: false },
+      (progress) =>
+        installManagedEnvironment({
+          base,
+          wheel,
+          storageDir,
+          platform,
+          env: process.env,
+          log: (line) => this.log.info(line),
+          progress: (message) => progress.report({ message }),
+        }),
+    );
+    if (result.ok) return result.interpreter;
+    this.log.error(result.message + (result.detail ? `\n${result.detail}` : ""));
+    this.showStatus(serverStatusView("failed", result.message));
+    void this.offerFix(result.message, result.manualCommand);
+    return undefined;
   }
 
   private async offerFix(message: string, install: string | undefined): Promise<void> {

@@ -3,9 +3,10 @@
 
 import { execFile } from "node:child_process";
 
-import { PIP_DISTRIBUTION, PYTHON_FLAGS, SERVER_MODULE } from "./constants";
+import { PYTHON_FLAGS, SERVER_MODULE } from "./constants";
 
-export type InterpreterSource = "setting" | "python-extension" | "default";
+/** `managed`: the extension's own environment under its global storage (bootstrap.ts). */
+export type InterpreterSource = "setting" | "python-extension" | "default" | "managed";
 
 export interface Interpreter {
   /** Executable to spawn. */
@@ -75,9 +76,10 @@ export function describeInterpreter(interp: Interpreter, platform: string): stri
   return commandLine([interp.command, ...interp.args], platform);
 }
 
-/** The exact command that installs the server for this interpreter. */
-export function installCommand(interp: Interpreter, platform: string): string {
-  return commandLine([interp.command, ...interp.args, "-m", "pip", "install", PIP_DISTRIBUTION], platform);
+/** The exact command that installs the server for this interpreter from `target`: the wheel the
+ * .vsix carries, or a clone of the repository (no package index has msprof-lsp). */
+export function installCommand(interp: Interpreter, platform: string, target: string): string {
+  return commandLine([interp.command, ...interp.args, "-m", "pip", "install", target], platform);
 }
 
 export interface Launch {
@@ -123,10 +125,12 @@ function lastLines(text: string, count: number): string {
   return text.trim().split(/\r?\n/).slice(-count).join("\n");
 }
 
-/** Turn the result of `<python> -c "import msprof_lsp.server"` into what the user sees. */
-export function classifyImportCheck(interp: Interpreter, outcome: CheckOutcome, platform: string): CheckResult {
+/** Turn the result of `<python> -c "import msprof_lsp.server"` into what the user sees;
+ * `target` is what pip should install (installTarget in bootstrap.ts), if there is one. */
+export function classifyImportCheck(interp: Interpreter, outcome: CheckOutcome, platform: string, target?: string): CheckResult {
   const shown = describeInterpreter(interp, platform);
-  const install = installCommand(interp, platform);
+  const install = target ? installCommand(interp, platform, target) : undefined;
+  const howTo = install ? `Install it with: ${install}` : "Install it from a clone of the msprof-lsp repository: <python> -m pip install <clone>";
   if (outcome.spawnError) {
     const why = outcome.spawnError.code === "ENOENT" ? "was not found" : `could not be started (${outcome.spawnError.message})`;
     return {
@@ -152,7 +156,9 @@ export function classifyImportCheck(interp: Interpreter, outcome: CheckOutcome, 
     return {
       ok: false,
       reason: "missing-package",
-      message: `msprof-lsp is not installed for ${shown}. Install it with: ${install} (into that environment itself: the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)`,
+      message:
+        `msprof-lsp is not installed for ${shown}. ${howTo} (into that environment itself: the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)` +
+        (interp.source === "setting" ? `, or clear "msprof-lsp.interpreter" to let the extension install its own environment` : ""),
       installCommand: install,
       detail,
     };
@@ -161,7 +167,7 @@ export function classifyImportCheck(interp: Interpreter, outcome: CheckOutcome, 
   return {
     ok: false,
     reason: "broken",
-    message: `msprof-lsp is installed for ${shown} but fails to import (${cause}). Reinstall it with: ${install}`,
+    message: `msprof-lsp is installed for ${shown} but fails to import (${cause}). Re${howTo.charAt(0).toLowerCase()}${howTo.slice(1)}`,
     installCommand: install,
     detail,
   };
@@ -170,7 +176,7 @@ export function classifyImportCheck(interp: Interpreter, outcome: CheckOutcome, 
 /** Run the import check; never rejects. */
 export function runImportCheck(
   interp: Interpreter,
-  options: { platform: string; cwd?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv },
+  options: { platform: string; cwd?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv; installTarget?: string },
 ): Promise<CheckResult> {
   const launch = importCheckLaunch(interp);
   return new Promise((resolve) => {
@@ -190,7 +196,7 @@ export function runImportCheck(
             timedOut: Boolean(err?.killed),
           };
         }
-        resolve(classifyImportCheck(interp, outcome, options.platform));
+        resolve(classifyImportCheck(interp, outcome, options.platform, options.installTarget));
       },
     );
   });

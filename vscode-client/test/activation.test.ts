@@ -1,9 +1,10 @@
 // Loads the real bundle (dist/extension.js) against the fake vscode module and drives activation
-// with an interpreter that lacks the package: the path every first-time user without
-// `pip install msprof-lsp` takes.
+// with an interpreter, named by the setting, that lacks the package: the extension does not touch
+// an environment the user chose, it tells the exact command (bootstrap.test.ts covers the path
+// without the setting, where the extension installs its own environment).
 
 import assert from "node:assert/strict";
-import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -57,13 +58,17 @@ describe("activation with a Python that lacks msprof-lsp", { skip: POSIX ? false
     bundle.activate(context());
     await until("the copied command", () => fake.clipboard.length > 0);
 
-    const expected = `${python} -m pip install msprof-lsp`;
+    // The wheel the build bundles (scripts/bundle_wheel.py), named by pyproject.toml's version.
+    const version = /^version = "([^"]+)"/m.exec(readFileSync(join(ROOT, "..", "pyproject.toml"), "utf8"))![1];
+    const wheel = join(ROOT, "bundled", `msprof_lsp-${version}-py3-none-any.whl`);
+    assert.ok(existsSync(wheel), `${wheel} missing: npm run wheel builds it`);
+    const expected = `${python} -m pip install ${wheel}`;
     const errors = fake.messages.filter((m) => m.kind === "error");
     assert.equal(errors.length, 1);
     assert.equal(
       errors[0].text,
       `msprof-lsp is not installed for ${python}. Install it with: ${expected} (into that environment itself: ` +
-        "the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)",
+        'the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched), or clear "msprof-lsp.interpreter" to let the extension install its own environment',
     );
     assert.deepEqual(errors[0].actions, ["Copy command", "Choose interpreter", "Show logs"]);
     assert.deepEqual(fake.clipboard, [expected]);

@@ -109,6 +109,10 @@ export class FakeVscode {
   terminals: { options: { name?: string; cwd?: string; env?: Record<string, string> }; sent: string[] }[] = [];
   /** The row a quick pick "picks"; undefined = dismissed. */
   pick: (items: { label: string }[]) => { label: string } | undefined = () => undefined;
+  /** Progress notifications: title and every message reported. */
+  progress: { title?: string; messages: string[] }[] = [];
+  /** What the language client's diagnostic collections hold, by URI string. */
+  diagnostics = new Map<string, { message: string; code?: unknown; range: { start: { line: number } } }[]>();
   /** The action a notification "clicks"; undefined = dismissed. */
   answer: (message: Message) => string | undefined = () => undefined;
 
@@ -170,6 +174,48 @@ export class FakeVscode {
       dispose() {
         this.listeners = [];
       }
+    }
+    class CancellationTokenSource {
+      private readonly emitter = new EventEmitter<void>();
+      readonly token = { isCancellationRequested: false, onCancellationRequested: this.emitter.event };
+      cancel() {
+        if (this.token.isCancellationRequested) return;
+        this.token.isCancellationRequested = true;
+        this.emitter.fire();
+      }
+      dispose() {
+        this.emitter.dispose();
+      }
+    }
+    class CodeActionKind {
+      static readonly Empty = new CodeActionKind("");
+      static readonly QuickFix = new CodeActionKind("quickfix");
+      static readonly Refactor = new CodeActionKind("refactor");
+      static readonly RefactorExtract = new CodeActionKind("refactor.extract");
+      static readonly RefactorInline = new CodeActionKind("refactor.inline");
+      static readonly RefactorRewrite = new CodeActionKind("refactor.rewrite");
+      static readonly Source = new CodeActionKind("source");
+      static readonly SourceOrganizeImports = new CodeActionKind("source.organizeImports");
+      static readonly SourceFixAll = new CodeActionKind("source.fixAll");
+      constructor(readonly value: string) {}
+      append(part: string) {
+        return new CodeActionKind(this.value ? `${this.value}.${part}` : part);
+      }
+      contains(other: CodeActionKind) {
+        return this.value === "" || other.value === this.value || other.value.startsWith(`${this.value}.`);
+      }
+      intersects(other: CodeActionKind) {
+        return this.contains(other) || other.contains(this);
+      }
+    }
+    class Diagnostic {
+      code: unknown;
+      source: unknown;
+      constructor(
+        readonly range: Range,
+        readonly message: string,
+        readonly severity: number = 0,
+      ) {}
     }
     class ThemeColor {
       constructor(readonly id: string) {}
@@ -251,10 +297,37 @@ export class FakeVscode {
           },
           "tasks",
         ),
+        CancellationTokenSource,
+        CodeActionKind,
+        Diagnostic,
+        DiagnosticSeverity: { Error: 0, Warning: 1, Information: 2, Hint: 3 },
         StatusBarAlignment: { Left: 1, Right: 2 },
         OverviewRulerLane: { Left: 1, Center: 2, Right: 4, Full: 7 },
         QuickPickItemKind: { Separator: -1, Default: 0 },
         TextEditorRevealType: { Default: 0, InCenter: 1, InCenterIfOutsideViewport: 2, AtTop: 3 },
+        ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
+        languages: lenient(
+          {
+            createDiagnosticCollection: (name: string) =>
+              lenient(
+                {
+                  name,
+                  set: (uri: { toString(): string }, diags: never[] | undefined) => {
+                    if (diags) self.diagnostics.set(uri.toString(), diags);
+                    else self.diagnostics.delete(uri.toString());
+                  },
+                  delete: (uri: { toString(): string }) => self.diagnostics.delete(uri.toString()),
+                  get: (uri: { toString(): string }) => self.diagnostics.get(uri.toString()),
+                  has: (uri: { toString(): string }) => self.diagnostics.has(uri.toString()),
+                  clear: () => self.diagnostics.clear(),
+                  forEach() {},
+                  dispose() {},
+                },
+                "DiagnosticCollection",
+              ),
+          },
+          "languages",
+        ),
         window: lenient(
           {
             createOutputChannel: () =>
@@ -290,6 +363,13 @@ export class FakeVscode {
               return Promise.resolve(self.pick(items));
             },
             showOpenDialog: () => Promise.resolve(undefined),
+            withProgress: <R>(options: { title?: string }, task: (progress: { report(value: { message?: string }): void }, token: unknown) => Promise<R>) => {
+              const entry = { title: options.title, messages: [] as string[] };
+              self.progress.push(entry);
+              const token = { isCancellationRequested: false, onCancellationRequested: event() };
+              return task({ report: (value) => void (value.message && entry.messages.push(value.message)) }, token);
+            },
+            tabGroups: { all: [], onDidChangeTabs: event() },
             get visibleTextEditors() {
               return self.editors;
             },

@@ -68,20 +68,20 @@ describe("chooseInterpreter: setting > Python extension > python3", () => {
 describe("install command text", () => {
   test("plain paths stay unquoted", () => {
     const interp: Interpreter = { command: "/usr/bin/python3", args: [], source: "default" };
-    assert.equal(installCommand(interp, "linux"), "/usr/bin/python3 -m pip install msprof-lsp");
+    assert.equal(installCommand(interp, "linux", "/ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl"), "/usr/bin/python3 -m pip install /ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl");
   });
 
   test("paths with spaces are quoted for the platform's shell", () => {
     const linux: Interpreter = { command: "/home/a b/venv/bin/python", args: [], source: "setting" };
-    assert.equal(installCommand(linux, "linux"), "'/home/a b/venv/bin/python' -m pip install msprof-lsp");
+    assert.equal(installCommand(linux, "linux", "/src/msprof lsp"), "'/home/a b/venv/bin/python' -m pip install '/src/msprof lsp'");
     const win: Interpreter = { command: "C:\\Program Files\\Python311\\python.exe", args: [], source: "setting" };
-    assert.equal(installCommand(win, "win32"), '"C:\\Program Files\\Python311\\python.exe" -m pip install msprof-lsp');
+    assert.equal(installCommand(win, "win32", "C:\\src\\msprof-lsp"), '"C:\\Program Files\\Python311\\python.exe" -m pip install C:\\src\\msprof-lsp');
     assert.equal(quoteArg("it's", "linux"), `'it'\\''s'`);
   });
 
   test("prefix arguments of the Python extension are part of the command", () => {
     const conda: Interpreter = { command: "conda", args: ["run", "-n", "npu env", "python"], source: "python-extension" };
-    assert.equal(installCommand(conda, "linux"), "conda run -n 'npu env' python -m pip install msprof-lsp");
+    assert.equal(installCommand(conda, "linux", "/ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl"), "conda run -n 'npu env' python -m pip install /ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl");
   });
 });
 
@@ -92,18 +92,27 @@ describe("classifyImportCheck", () => {
     assert.deepEqual(classifyImportCheck(interp, { exitCode: 0, stderr: "" }, "linux"), { ok: true });
   });
 
-  test("a missing package gives the exact install command", () => {
+  test("a missing package gives the exact install command for the bundled wheel", () => {
     const stderr = "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError: No module named 'msprof_lsp'\n";
-    const result = classifyImportCheck(interp, { exitCode: 1, stderr }, "linux");
+    const result = classifyImportCheck(interp, { exitCode: 1, stderr }, "linux", "/ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl");
     assert.equal(result.ok, false);
     if (result.ok) return;
     assert.equal(result.reason, "missing-package");
-    assert.equal(result.installCommand, "/venv/bin/python -m pip install msprof-lsp");
+    assert.equal(result.installCommand, "/venv/bin/python -m pip install /ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl");
     assert.equal(
       result.message,
-      "msprof-lsp is not installed for /venv/bin/python. Install it with: /venv/bin/python -m pip install msprof-lsp " +
-        "(into that environment itself: the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched)",
+      "msprof-lsp is not installed for /venv/bin/python. Install it with: /venv/bin/python -m pip install /ext/bundled/msprof_lsp-0.1.0-py3-none-any.whl " +
+        "(into that environment itself: the server starts isolated, with -I, so user site-packages and PYTHONPATH are not searched), " +
+        'or clear "msprof-lsp.interpreter" to let the extension install its own environment',
     );
+  });
+
+  test("without a wheel or a checkout there is no command to copy, only where to get one", () => {
+    const stderr = "ModuleNotFoundError: No module named 'msprof_lsp'\n";
+    const result = classifyImportCheck({ ...interp, source: "default" }, { exitCode: 1, stderr }, "linux");
+    assert.ok(!result.ok && result.reason === "missing-package" && result.installCommand === undefined);
+    assert.ok(!result.ok && result.message.includes("from a clone of the msprof-lsp repository"), !result.ok ? result.message : "");
+    assert.ok(!result.ok && !result.message.includes("msprof-lsp.interpreter"));
   });
 
   test("a broken dependency is not reported as a missing package", () => {
@@ -126,10 +135,10 @@ describe("runImportCheck with real interpreters", { skip: POSIX ? false : "POSIX
   test("a Python without the package -> missing-package", async () => {
     // -S: no site-packages, -I: no user site or cwd, so msprof_lsp cannot be found.
     const interp: Interpreter = { command: "python3", args: ["-I", "-S"], source: "setting" };
-    const result = await runImportCheck(interp, { platform: process.platform });
+    const result = await runImportCheck(interp, { platform: process.platform, installTarget: "/src/msprof-lsp" });
     assert.ok(!result.ok, "expected the import to fail");
     assert.equal(result.reason, "missing-package");
-    assert.equal(result.installCommand, "python3 -I -S -m pip install msprof-lsp");
+    assert.equal(result.installCommand, "python3 -I -S -m pip install /src/msprof-lsp");
   });
 
   test("a package whose own import fails -> broken, not missing", async () => {

@@ -17,6 +17,7 @@ import {
   CMD_SHOW_HOTSPOTS,
   CMD_SHOW_LOGS,
   CMD_SHOW_PROFILE,
+  MIN_PYTHON,
 } from "../src/constants";
 import { CMD_RECORD_PROFILE } from "../src/record";
 import { FakeVscode, installFakeVscode } from "./fakeVscode";
@@ -47,6 +48,23 @@ describe("the packaged .vsix", () => {
     assert.ok(names.some((n) => /^extension\/license(\.txt)?$/i.test(n)));
     const stray = names.filter((n) => /^extension\/(src|test|out|node_modules|scripts)\//.test(n) || n.endsWith(".ts") || n.endsWith(".map"));
     assert.deepEqual(stray, []);
+  });
+
+  test("carries the product's wheel, of pyproject.toml's version, with the server inside", () => {
+    const pyproject = readFileSync(join(ROOT, "..", "pyproject.toml"), "utf8");
+    const version = /^version = "([^"]+)"/m.exec(pyproject)![1];
+    const bundled = [...files.keys()].filter((n) => n.startsWith("extension/bundled/"));
+    assert.deepEqual(bundled, [`extension/bundled/msprof_lsp-${version}-py3-none-any.whl`]);
+    const wheel = readZip(files.get(bundled[0])!);
+    const metadata = wheel.get(`msprof_lsp-${version}.dist-info/METADATA`)!.toString("utf8");
+    assert.ok(metadata.split(/\r?\n/).includes(`Version: ${version}`), metadata.slice(0, 300));
+    for (const module of ["msprof_lsp/server/__main__.py", "msprof_lsp/mapping/__init__.py", "msprof_lsp/hints/__init__.py"]) {
+      assert.ok(wheel.has(module), `${module} missing from the wheel`);
+    }
+    assert.deepEqual([...wheel.keys()].filter((n) => !n.startsWith("msprof_lsp/") && !n.startsWith(`msprof_lsp-${version}.dist-info/`)), []);
+    // The first-start install refuses older Pythons with the same floor as the wheel.
+    const floor = /^requires-python = ">=(\d+)\.(\d+)"/m.exec(pyproject)!;
+    assert.deepEqual([Number(floor[1]), Number(floor[2])], [...MIN_PYTHON]);
   });
 
   test("manifest: main, engines.vscode, activation on Python files", () => {
