@@ -189,7 +189,8 @@ def test_the_plain_entry_point_serves(tmp_path: Path) -> None:
     assert init["serverInfo"]["name"] == "msprof-lsp"
     assert set(init["capabilities"]["executeCommandProvider"]["commands"]) == {
         "msprof-lsp.reloadProfile", "msprof-lsp.selectProfile", "msprof-lsp.showHotspots",
-        "msprof-lsp.setBaseline", "msprof-lsp.lineHeat", "msprof-lsp.showOperators", "msprof-lsp.reportModel"}
+        "msprof-lsp.setBaseline", "msprof-lsp.lineHeat", "msprof-lsp.showOperators", "msprof-lsp.reportModel",
+        "msprof-lsp.adoptNewProfile"}
     hover = next(f for f in frames if f.get("id") == 2)["result"]
     assert "Conv2D" in hover["contents"]["value"]
 
