@@ -236,7 +236,6 @@ class Extension implements vscode.Disposable {
         this.clearHeat();
         void this.hotspots.profileChanged(undefined);
         void this.profilePanel.profileChanged(undefined);
-    void this.profilePanel.profileChanged(undefined);
         this.showStatus(serverStatusView("stopped"));
       }
     });
