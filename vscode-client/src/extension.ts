@@ -77,6 +77,8 @@ class Extension implements vscode.Disposable {
   private readonly extensionDir: string;
   /** Where the extension's own environment lives; VS Code's global storage only. */
   private readonly storageDir: string | undefined;
+  /** The Python the running server was started with (the extension's own environment after a first-start install). */
+  private serverInterpreter: Interpreter | undefined;
 
   constructor(context: vscode.ExtensionContext) {
     this.extensionDir = context.extensionUri.fsPath;
@@ -117,7 +119,7 @@ class Extension implements vscode.Disposable {
       commands.registerCommand(CMD_OPEN_SOURCE, openSource),
       ...registerHotspotsView(this.hotspots),
       ...registerProfilePanel(this.profilePanel),
-      ...registerCheckTasks(() => this.interpreter()),
+      ...registerCheckTasks(async () => this.serverInterpreter ?? this.interpreter()),
     );
     void onPythonInterpreterChange(() => {
       if (!this.config().get<string>("interpreter")) this.restartSoon();
@@ -219,6 +221,7 @@ class Extension implements vscode.Disposable {
       void this.offerFix(check.message, check.installCommand);
       return;
     }
+    this.serverInterpreter = interpreter;
     const launch = serverLaunch(interpreter);
     const serverOptions: ServerOptions = {
       command: launch.command,
