@@ -83,8 +83,6 @@ def _codes(*spans: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-COUNTERS = "counter-driven kernel rules (vector/cube bound, block dim, AI Core frequency, bandwidth contention) are another branch's work, not on this one"
-
 CATEGORIES: tuple[Category, ...] = (
     Category(SUMMARY, ()),  # matched by the step time, not by a rule
     Category("Environment Variable Issues", _codes("NPU241-NPU247")),
@@ -102,12 +100,12 @@ CATEGORIES: tuple[Category, ...] = (
     Category("Conjectured GC Analysis", _codes("NPU230")),
     Category("Synchronize Stream Issues", _codes("NPU108")),
     Category("Memory Operator Issues", _codes("NPU109")),
-    Category("Vector Operator Perf Analysis", (), COUNTERS),
-    Category("Cube Operator Perf Analysis", (), COUNTERS),
-    Category("FA Operator Perf Analysis", (), COUNTERS),
-    Category("Block Dim Issues", (), COUNTERS),
-    Category("AI Core Frequency Issues", (), COUNTERS),
-    Category("Bandwidth Contention Analysis", (), COUNTERS),
+    Category("Vector Operator Perf Analysis", _codes("NPU206")),
+    Category("Cube Operator Perf Analysis", _codes("NPU206")),
+    Category("FA Operator Perf Analysis", _codes("NPU206")),
+    Category("Block Dim Issues", _codes("NPU209")),
+    Category("AI Core Frequency Issues", _codes("NPU218")),
+    Category("Bandwidth Contention Analysis", _codes("NPU219")),
     Category("SyncBatchNorm Issues", (), "no rule yet: SyncBatchNorm is a model choice, not a line-level fix; not seen in any profile we have"),
     Category("Communication Retransmission Analysis", (), "a cluster-network fault (RDMA retransmits), not a property of the training code"),
 )
