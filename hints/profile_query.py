@@ -11,6 +11,8 @@ The source side (where in the user's code) is :mod:`.source_query`.
 
 from __future__ import annotations
 
+from enum import Enum
+
 import re
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -518,3 +520,20 @@ def small_packets(ops: Iterable[CommOp], *, sdma_mb: float, rdma_mb: float) -> d
         e["small_bytes_ratio"] = e["small_bytes"] / e["bytes"] if e["bytes"] else 0.0
     return {k: v for k, v in out.items() if v["packets"]}
 
+
+# The advisor's names: its tune-ops file, its AOE command (job type 2: operator tuning) and the
+# number of operators it lists (OPERATOR_OUT_TOPK).
+TUNE_OPS_FILE = "operator_tuning_file.cfg"
+AOE_DUMP = "./aoe_dump"
+AOE_COMMAND = f"aoe --job_type=2 --model_path={AOE_DUMP} --tune_ops_file={TUNE_OPS_FILE}"
+TUNE_TOPK = 10
+
+
+class Bound(str, Enum):
+    """What limits a kernel, from its busiest pipe."""
+
+    COMPUTE = "compute-bound"  # mac (cube) or vec above the threshold
+    MEMORY = "memory-bound"  # an mte pipe above the threshold
+    SCALAR = "scalar-bound"
+    NONE = "no-bound"
+    NO_DATA = "no counters"

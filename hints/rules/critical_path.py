@@ -51,7 +51,9 @@ class CriticalPathBound(Rule):
     thresholds = ("criticalPathMinPercent",)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        if ctx.attribution is None:
+        # Path time is charged to lines through recorded stacks; on a stackless capture the lines
+        # come from anchoring by name and shape, too coarse to say which line is on the path.
+        if ctx.attribution is None or not ctx.profile.has_call_stacks:
             return
         cp = ctx.critical_path
         if cp.unavailable is not None or not cp.lines:

@@ -29,22 +29,8 @@ from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
-# The advisor's names: its tune-ops file, its AOE command (job type 2: operator tuning) and the
-# number of operators it lists (OPERATOR_OUT_TOPK).
-TUNE_OPS_FILE = "operator_tuning_file.cfg"
-AOE_DUMP = "./aoe_dump"
-AOE_COMMAND = f"aoe --job_type=2 --model_path={AOE_DUMP} --tune_ops_file={TUNE_OPS_FILE}"
-TUNE_TOPK = 10
-
-
-class Bound(str, Enum):
-    """What limits a kernel, from its busiest pipe."""
-
-    COMPUTE = "compute-bound"  # mac (cube) or vec above the threshold
-    MEMORY = "memory-bound"  # an mte pipe above the threshold
-    SCALAR = "scalar-bound"
-    NONE = "no-bound"
-    NO_DATA = "no counters"
+TUNE_OPS_FILE, AOE_DUMP, AOE_COMMAND, Bound = pq.TUNE_OPS_FILE, pq.AOE_DUMP, pq.AOE_COMMAND, pq.Bound
+TUNE_TOPK = pq.TUNE_TOPK
 
 
 def classify(ratios: pd.DataFrame, limit: float) -> list[Bound]:

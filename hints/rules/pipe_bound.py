@@ -36,6 +36,8 @@ import pandas as pd
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.profile_query import AOE_COMMAND, Bound
+from msprof_lsp.mapping.profile.shapes import io_bytes
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.profile.shapes import parse_shapes
@@ -43,8 +45,6 @@ from msprof_lsp.mapping.profile.timemodel import KernelClass
 from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
-from .kernel_bound import AOE_COMMAND, Bound
-from .shapes import io_bytes
 
 # The advisor also checks a Vector OpType whose kernels last 1 s in all, whatever their share.
 VECTOR_MIN_TOTAL_NS = 1_000_000_000

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.profile.shapes import Shape, numel, parse_shapes
+from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, _dtype_bytes, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
@@ -33,11 +33,6 @@ from ..finding import Finding, Related
 from ..registry import Rule, register
 from .. import profile_query as pq
 
-DTYPE_BYTES = {
-    "DT_BF16": 2, "BF16": 2, "FLOAT16": 2, "DT_FLOAT16": 2, "FLOAT": 4, "DT_FLOAT": 4, "FLOAT32": 4,
-    "INT8": 1, "UINT8": 1, "BOOL": 1, "DT_BOOL": 1, "INT32": 4, "DT_INT32": 4, "INT64": 8, "DT_INT64": 8,
-    "DOUBLE": 8, "INT16": 2,
-}
 MATMUL = re.compile(r"matmul", re.I)
 FLASH = re.compile(r"^FlashAttentionScore", re.I)
 HALF_TYPES = re.compile(r"Half|BFloat16", re.I)
@@ -137,17 +132,6 @@ class CubeShapeAlignment(Rule):
                                confidence=Confidence.MODULE, related=related)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
                            confidence=site.confidence, related=related)
-
-
-def _dtype_bytes(types: str, n: int) -> list[int]:
-    parts = [t.strip().upper() for t in types.split(";")] if types else []
-    return [DTYPE_BYTES.get(parts[i], 2) if i < len(parts) else 2 for i in range(n)]
-
-
-def io_bytes(shapes: list[Shape | None], types: str) -> int:
-    """Bytes of the tensors of one side of a kernel (its shapes and dtypes; 2 B where unknown)."""
-    sizes = _dtype_bytes(types, len(shapes))
-    return sum(numel(s) * b for s, b in zip(shapes, sizes) if s is not None)
 
 
 def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:

@@ -51,3 +51,21 @@ def numel(shape: Shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+DTYPE_BYTES = {
+    "DT_BF16": 2, "BF16": 2, "FLOAT16": 2, "DT_FLOAT16": 2, "FLOAT": 4, "DT_FLOAT": 4, "FLOAT32": 4,
+    "INT8": 1, "UINT8": 1, "BOOL": 1, "DT_BOOL": 1, "INT32": 4, "DT_INT32": 4, "INT64": 8, "DT_INT64": 8,
+    "DOUBLE": 8, "INT16": 2,
+}
+
+
+def _dtype_bytes(types: str, n: int) -> list[int]:
+    parts = [t.strip().upper() for t in types.split(";")] if types else []
+    return [DTYPE_BYTES.get(parts[i], 2) if i < len(parts) else 2 for i in range(n)]
+
+
+def io_bytes(shapes: list[Shape | None], types: str) -> int:
+    """Bytes of the tensors of one side of a kernel (its shapes and dtypes; 2 B where unknown)."""
+    sizes = _dtype_bytes(types, len(shapes))
+    return sum(numel(s) * b for s, b in zip(shapes, sizes) if s is not None)

@@ -25,7 +25,7 @@ from msprof_lsp.server.cli import CheckArgs
 from .jobs import Form, Job
 
 Key = tuple[str, str, int]  # (code, file name, line)
-UNSCORED = ("NPU9", "NPU24")
+UNSCORED = ("NPU9", "NPU24", "NPU251", "NPU209")  # NPU251 needs recorded stacks; NPU209 needs the core count only msprof info.json writes
 
 
 @dataclass(frozen=True, slots=True)
