@@ -106,7 +106,7 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                 JobReport(
                     profile=a.profile,
                     heat=a.attribution.heat,
-                    critical_path=critical_path(a.profile, a.attribution),  # the rules computed its paths
+                    critical_path=critical_path(a.profile, a.attribution) if args.format == "json" else None,  # only JSON prints it; memoized per profile, so NPU251's run is reused
                     findings=a.findings,
                     cluster=a.loaded.cluster,
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
