@@ -21,7 +21,7 @@ from msprof_lsp.mapping.source.heat import Attribution
 
 from . import profile_query as pq
 from .config import Thresholds
-from .rules.kernel_bound import classify
+from .profile_query import classify_bound
 
 MAX_ROWS = 12  # per line, most time first
 
@@ -75,7 +75,7 @@ def line_counters(profile: Profile, attribution: Attribution, thresholds: Thresh
     out: dict[str, dict[int, list[OpCounters]]] = {}
     for (path, line, t, core, bwd), g in frame.groupby(["path", "line", "type", "core", "backward"], sort=False):
         means = g[pipes].mean()
-        bound = classify(pd.DataFrame([means.to_numpy()], columns=pipes), limit)[0]
+        bound = classify_bound(pd.DataFrame([means.to_numpy()], columns=pipes), limit)[0]
         top = g.groupby("name", sort=False)["dur"].sum().idxmax()
         row = OpCounters(str(t), str(top), str(core), str(g["cls"].iloc[0]), bool(bwd), len(g), int(g["dur"].sum()),
                          tuple((p, round(float(means[p]), 3)) for p in pipes), bound.value)

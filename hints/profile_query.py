@@ -537,3 +537,23 @@ class Bound(str, Enum):
     SCALAR = "scalar-bound"
     NONE = "no-bound"
     NO_DATA = "no counters"
+
+
+def classify_bound(ratios: pd.DataFrame, limit: float) -> list[Bound]:
+    """A ``Bound`` per row: the class of the busiest pipe above ``limit`` (a ratio in [0, 1]).
+    A list, not a numpy array: numpy turns a str-valued enum into its ``str()``."""
+    if not len(ratios.columns):
+        return [Bound.NO_DATA] * len(ratios)
+    vals = ratios.to_numpy(np.float64)
+    pipes = list(ratios.columns)
+    busiest, top = vals.argmax(axis=1), vals.max(axis=1)
+    out: list[Bound] = []
+    for i, t in zip(busiest.tolist(), top.tolist()):
+        if t <= 0:
+            out.append(Bound.NO_DATA)
+        elif t <= limit:
+            out.append(Bound.NONE)
+        else:
+            pipe = pipes[i]
+            out.append(Bound.COMPUTE if pipe in COMPUTE_PIPES else Bound.MEMORY if pipe in MEMORY_PIPES else Bound.SCALAR)
+    return out

@@ -29,30 +29,6 @@ from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
-TUNE_OPS_FILE, AOE_DUMP, AOE_COMMAND, Bound = pq.TUNE_OPS_FILE, pq.AOE_DUMP, pq.AOE_COMMAND, pq.Bound
-TUNE_TOPK = pq.TUNE_TOPK
-
-
-def classify(ratios: pd.DataFrame, limit: float) -> list[Bound]:
-    """A ``Bound`` per row: the class of the busiest pipe above ``limit`` (a ratio in [0, 1]).
-    A list, not a numpy array: numpy turns a str-valued enum into its ``str()``."""
-    if not len(ratios.columns):
-        return [Bound.NO_DATA] * len(ratios)
-    vals = ratios.to_numpy(np.float64)
-    pipes = list(ratios.columns)
-    busiest, top = vals.argmax(axis=1), vals.max(axis=1)
-    out: list[Bound] = []
-    for i, t in zip(busiest.tolist(), top.tolist()):
-        if t <= 0:
-            out.append(Bound.NO_DATA)
-        elif t <= limit:
-            out.append(Bound.NONE)
-        else:
-            pipe = pipes[i]
-            out.append(Bound.COMPUTE if pipe in pq.COMPUTE_PIPES else Bound.MEMORY if pipe in pq.MEMORY_PIPES else Bound.SCALAR)
-    return out
-
-
 @register
 class OperatorNoBound(Rule):
     code = "NPU202"
@@ -74,10 +50,10 @@ class OperatorNoBound(Rule):
         if ratios is None:
             return
         limit = float(ctx.thresholds.pipe_bound_percent) / 100
-        bound = classify(ratios, limit)
+        bound = pq.classify_bound(ratios, limit)
         compute = timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
         dur = k["dur_ns"].to_numpy(np.int64)
-        sel = compute & np.array([b is Bound.NONE for b in bound], dtype=bool) & (dur >= float(ctx.thresholds.no_bound_min_us) * 1000)
+        sel = compute & np.array([b is pq.Bound.NONE for b in bound], dtype=bool) & (dur >= float(ctx.thresholds.no_bound_min_us) * 1000)
         positions = np.flatnonzero(sel)
         if not len(positions):
             return
@@ -96,7 +72,7 @@ class OperatorNoBound(Rule):
             type=("type", "first"), count=("dur_ns", "size"), total=("dur_ns", "sum"), longest=("dur_ns", "max"),
             **{p: (p, "mean") for p in ratios.columns},
         ).sort_values("total", ascending=False)
-        tune = [str(n) for n in by_name.index[:TUNE_TOPK]]
+        tune = [str(n) for n in by_name.index[:pq.TUNE_TOPK]]
         busiest = max(float(ratios.to_numpy().max()), 0.0)
         evidence = {
             "kernels": {
@@ -104,7 +80,7 @@ class OperatorNoBound(Rule):
                     "type": str(r["type"]), "count": int(r["count"]), "total_us": pq.format_ns_us(r["total"]),
                     "longest_us": pq.format_ns_us(r["longest"]),
                     "ratios": {p: round(float(r[p]), 3) for p in ratios.columns},
-                    "bound": Bound.NONE.value,
+                    "bound": pq.Bound.NONE.value,
                 }
                 for n, r in by_name.head(8).iterrows()
             },
@@ -112,10 +88,10 @@ class OperatorNoBound(Rule):
             "busiest_ratio": round(busiest, 3),
             "threshold_ratio": limit,
             "threshold_us": float(ctx.thresholds.no_bound_min_us),
-            "aoe_command": AOE_COMMAND,
-            "tune_ops_file": TUNE_OPS_FILE,
+            "aoe_command": pq.AOE_COMMAND,
+            "tune_ops_file": pq.TUNE_OPS_FILE,
             "tune_ops": json.dumps({"tune_ops_name": tune}),
-            "dump": f'torch_npu.npu.set_aoe("{AOE_DUMP}") before the model runs',
+            "dump": f'torch_npu.npu.set_aoe("{pq.AOE_DUMP}") before the model runs',
         }
         states = {s.lower() for s in pq.strs(sub["op_state"]) if s}
         if states == {"dynamic"}:
@@ -130,6 +106,6 @@ class OperatorNoBound(Rule):
             unit="kernel" if count == 1 else "kernels",
             qualifier=f"busiest pipe {busiest:.0%} ≤ {limit:.0%}",
             diagnosis=f"{', '.join(dict.fromkeys(str(t) for t in by_name['type']))} keep no pipe busy: tiling-bound",
-            fix=f"Tune these ops with AOE: {AOE_COMMAND}",
+            fix=f"Tune these ops with AOE: {pq.AOE_COMMAND}",
         )
         return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)

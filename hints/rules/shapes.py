@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, _dtype_bytes, io_bytes, numel, parse_shapes
+from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend

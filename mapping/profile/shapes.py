@@ -60,12 +60,12 @@ DTYPE_BYTES = {
 }
 
 
-def _dtype_bytes(types: str, n: int) -> list[int]:
+def dtype_bytes(types: str, n: int) -> list[int]:
     parts = [t.strip().upper() for t in types.split(";")] if types else []
     return [DTYPE_BYTES.get(parts[i], 2) if i < len(parts) else 2 for i in range(n)]
 
 
 def io_bytes(shapes: list[Shape | None], types: str) -> int:
     """Bytes of the tensors of one side of a kernel (its shapes and dtypes; 2 B where unknown)."""
-    sizes = _dtype_bytes(types, len(shapes))
+    sizes = dtype_bytes(types, len(shapes))
     return sum(numel(s) * b for s, b in zip(shapes, sizes) if s is not None)

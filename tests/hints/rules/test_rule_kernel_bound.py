@@ -17,7 +17,7 @@ from rulekit import ProfileBuilder, findings, frame, line_of, only
 
 from msprof_lsp.hints import profile_query as pq
 from msprof_lsp.hints.config import RuleConfig, Thresholds
-from msprof_lsp.hints.rules.kernel_bound import AOE_COMMAND, Bound, classify
+from msprof_lsp.hints.profile_query import AOE_COMMAND, Bound, classify_bound as classify
 from msprof_lsp.mapping.profile.cluster import load_profile
 from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
 from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
