@@ -300,7 +300,7 @@ class Session:
 
     @property
     def attribution(self) -> Attribution | None:
-        engine = self.engines.get(self._primary) if self._primary is not None else None
+        engine = self.primary()
         return engine.attribution if engine is not None else None
 
     def held(self) -> list[JobChoice]:
@@ -398,7 +398,7 @@ class Session:
 
     def set_baseline(self, path: Path | None, use_cache: bool = True) -> Snapshot | None:
         """The baseline compares against the primary job."""
-        engine = self.engines.get(self._primary) if self._primary is not None else None
+        engine = self.primary()
         if engine is None:
             return None
         snap = engine.set_baseline(path, use_cache)
