@@ -29,9 +29,6 @@ if __name__ == "__main__":
 
 
 def main(argv: list[str] | None = None) -> int:
-    from msprof_lsp.mapping.children import install
-
-    install()  # every child process from here on starts isolated, however we were started
     from .cli import DEBUG_ENV, UsageError, debug_enabled, parse, version
 
     try:
@@ -47,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(snippet(Flavour(ns.snippet_flavour or "npu")), end="")
         return 0
+    from msprof_lsp.mapping.children import install
+
+    install()  # every child process from here on starts isolated, however we were started
     if ns.check:
         from .check.command import run_check
 

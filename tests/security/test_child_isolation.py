@@ -167,3 +167,37 @@ def test_no_child_process_by_any_other_route(tmp_path: Path) -> None:
     assert_two_rank_check(proc)
     assert "AUDIT []" in proc.stderr, proc.stderr[-2000:]
     assert planted(markers) == []
+
+
+POOL = textwrap.dedent("""
+    import multiprocessing, os, sys
+    from concurrent.futures import ProcessPoolExecutor
+    from msprof_lsp.mapping import children
+
+    def where(_):
+        return os.getcwd(), sys.flags.isolated
+
+    if __name__ == "__main__":
+        children.install()  # as main() does
+        with children.isolated_children():
+            pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context(sys.argv[1]))
+        with pool:
+            with children.isolated_children():
+                futures = [pool.submit(where, i) for i in range(2)]
+            print(sorted({f.result() for f in futures}), os.getcwd() == sys.argv[2])
+""")
+
+
+@pytest.mark.parametrize("method", [m for m in ("forkserver", "spawn") if m in __import__("multiprocessing").get_all_start_methods()])
+def test_pool_workers_run_isolated_from_the_stdlib_folder(tmp_path: Path, method: str) -> None:
+    """forkserver (Linux) and spawn (macOS, Windows): each worker runs under ``-I`` from the stdlib
+    folder, the workspace's ``multiprocessing/`` and ``concurrent/`` unseen, and the parent gets its
+    cwd back."""
+    ws, markers = hostile_repo(tmp_path)
+    driver = tmp_path / "driver" / "pool.py"
+    driver.parent.mkdir()
+    driver.write_text(POOL, encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(driver), method, str(ws)], cwd=ws, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.strip() == f"{[(children.SAFE_CWD, 1)]} True", proc.stderr[-2000:]
+    assert planted(markers) == []
