@@ -143,16 +143,15 @@ def test_every_multiprocessing_child_gets_minus_I_and_a_safe_cwd(tmp_path: Path,
 
 
 AUDIT = textwrap.dedent("""
-    import sys
+    import atexit, sys
     seen = []
     ROUTES = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
               "os.forkpty", "pty.spawn", "os.startfile")
-    sys.addaudithook(lambda event, args: seen.append((event, repr(args)[:200])) if event in ROUTES else None)
     from msprof_lsp.server.__main__ import main
     if __name__ == "__main__":  # workers run this file again as __mp_main__
-        code = main(sys.argv[1:])
-        print("AUDIT", seen, file=sys.stderr)
-        sys.exit(code)
+        sys.addaudithook(lambda event, args: seen.append((event, repr(args)[:200])) if event in ROUTES else None)
+        atexit.register(lambda: print("AUDIT", seen, file=sys.stderr, flush=True))
+        sys.exit(main(sys.argv[1:]))
 """)
 
 
@@ -200,4 +199,21 @@ def test_pool_workers_run_isolated_from_the_stdlib_folder(tmp_path: Path, method
     proc = subprocess.run([sys.executable, str(driver), method, str(ws)], cwd=ws, capture_output=True, text=True,
                           timeout=120)
     assert proc.stdout.strip() == f"{[(children.SAFE_CWD, 1)]} True", proc.stderr[-2000:]
+    assert planted(markers) == []
+
+
+def test_lsp_session_starts_no_child_process_by_any_other_route(tmp_path: Path) -> None:
+    """The same audit over a language-server session that loads the 2-rank profile."""
+    ws, markers = hostile_repo(tmp_path)
+    audit = tmp_path / "audit" / "run.py"
+    audit.parent.mkdir()
+    audit.write_text(AUDIT, encoding="utf-8")
+
+    def then(send, received):  # noqa: ANN001, ANN202
+        S.wait_bytes(received, b'"state": "loaded"', timeout=180)
+
+    frames, errs = S.raw_session([sys.executable, str(audit), "--stdio"], ws, tmp_path, then, cwd=ws,
+                                 init={"cacheDir": str(tmp_path / "cache")})
+    assert any(f.get("method") == "msprof-lsp/profileStatus" and f["params"]["ranks"] == [0, 1] for f in frames)
+    assert "AUDIT []" in errs.decode(errors="replace"), errs.decode(errors="replace")[-2000:]
     assert planted(markers) == []
