@@ -217,3 +217,42 @@ def test_lsp_session_starts_no_child_process_by_any_other_route(tmp_path: Path) 
     assert any(f.get("method") == "msprof-lsp/profileStatus" and f["params"]["ranks"] == [0, 1] for f in frames)
     assert "AUDIT []" in errs.decode(errors="replace"), errs.decode(errors="replace")[-2000:]
     assert planted(markers) == []
+
+
+# Where the product may touch process creation at all: the home for isolated starts, and the pool
+# that starts its children inside it.
+PROCESS_MODULES = {"subprocess", "multiprocessing", "concurrent.futures.process", "pty", "pexpect"}
+PROCESS_CALLS = {"system", "popen", "fork", "forkpty", "execv", "execve", "execvp", "execvpe", "execl", "execle",
+                 "execlp", "execlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle", "spawnlp",
+                 "spawnlpe", "posix_spawn", "posix_spawnp", "startfile"}
+ALLOWED = {"mapping/children.py", "mapping/profile/cluster.py"}
+
+
+def test_process_starts_live_only_in_the_isolated_home() -> None:
+    """A static guard: no product module but mapping/children.py and the pool (which starts its
+    children inside ``isolated_children()``) imports a process-starting module, ProcessPoolExecutor,
+    or calls ``os.system``/``exec*``/``spawn*``/``fork``."""
+    import ast
+
+    repo = Path(__file__).parents[2]
+    offenders: list[str] = []
+    for folder in ("mapping", "hints", "server"):
+        for path in sorted((repo / folder).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
+            if rel in ALLOWED:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if any(n in PROCESS_MODULES or n.split(".")[0] in PROCESS_MODULES or n.endswith("ProcessPoolExecutor")
+                       for n in names):
+                    offenders.append(f"{rel}:{node.lineno} imports {names}")
+                if (isinstance(node, ast.Attribute) and node.attr in PROCESS_CALLS
+                        and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                    offenders.append(f"{rel}:{node.lineno} os.{node.attr}")
+    assert offenders == []
+    cluster = (repo / "mapping/profile/cluster.py").read_text(encoding="utf-8")
+    assert cluster.count("with isolated_children():") == 2  # around the pool's constructor and its submits
