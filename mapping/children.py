@@ -29,10 +29,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-# The standard library's own folder: nothing there shadows the standard library, and it is never
-# a workspace. Children start here; they are handed absolute paths only.
-# (The filesystem root where that folder is missing, as in some frozen builds.)
-SAFE_CWD: str = next((p for p in (sysconfig.get_path("stdlib"),) if p and os.path.isdir(p)), os.path.abspath(os.sep))
+
+
+def _safe_cwd() -> str:
+    """The standard library's own folder: nothing there shadows the standard library, and it is
+    never a workspace (the filesystem root where that folder is missing, as in frozen builds)."""
+    stdlib = sysconfig.get_path("stdlib")
+    return stdlib if stdlib and os.path.isdir(stdlib) else os.path.abspath(os.sep)
+
+
+# Children start here; they are handed absolute paths only.
+SAFE_CWD: str = _safe_cwd()
 
 ISOLATED_FLAG = "-I"
 
@@ -46,7 +53,7 @@ _ORIGINAL_SPAWNV_PASSFDS: Callable[..., int] | None = None
 def isolated_argv(args: Sequence[Any]) -> list[Any]:
     """``[python, *flags, ...]`` with ``-I`` right after the interpreter (once)."""
     argv = list(args)
-    if not argv:
+    if not argv or getattr(sys, "frozen", False):  # a frozen program takes no interpreter flags
         return argv
     flags = argv[1:argv.index("-c")] if "-c" in argv else argv[1:]
     if ISOLATED_FLAG in flags:
