@@ -1,8 +1,31 @@
-"""``msprof-lsp`` entry point: the language server on stdio, or ``--check`` headless."""
+"""``msprof-lsp`` entry point: the language server on stdio, or ``--check`` headless.
 
-from __future__ import annotations
+No ``from __future__`` import here and nothing but ``sys``/``os`` (loaded with the interpreter)
+before :func:`_drop_cwd_from_sys_path` has run: each import would look in the cwd first when
+started as ``python -m msprof_lsp.server``.
+"""
 
+import os
 import sys
+
+
+def _drop_cwd_from_sys_path() -> None:
+    """Remove the entry ``python -m`` put first on sys.path for the cwd (often a repository with
+    its own ``numpy.py`` or ``json.py``): nothing is imported from there, here or in the pool's
+    workers, which copy our sys.path. Not for the console script, whose first entry is its own
+    folder (and Python already leaves the cwd out under ``-I``/``-P``)."""
+    if not sys.path or sys.flags.isolated or getattr(sys.flags, "safe_path", False):
+        return
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    if sys.path[0] == "" or (cwd is not None and os.path.abspath(sys.path[0]) == cwd):
+        del sys.path[0]
+
+
+if __name__ == "__main__":
+    _drop_cwd_from_sys_path()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(snippet(Flavour(ns.snippet_flavour or "npu")), end="")
         return 0
+    from msprof_lsp.mapping.children import install
+
+    install()  # every child process from here on starts isolated, however we were started
     if ns.check:
         from .check.command import run_check
 

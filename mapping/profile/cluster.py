@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sysconfig
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +21,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.children import isolated_children
 from msprof_lsp.mapping.profile import codec
 from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
@@ -141,28 +139,6 @@ def _load_one(
         return None, (str(location.path), f"cannot hand the loaded rank back: {exc}", None)
 
 
-_CWD_LOCK = threading.Lock()
-
-
-@contextmanager
-def _workers_start_outside_the_workspace() -> Iterator[None]:
-    """Worker interpreters (forkserver, spawn) are started with ``python -c``, which puts their
-    cwd first on sys.path, and they inherit our cwd -- often the workspace, whose ``numpy.py`` or
-    ``multiprocessing/`` would then be imported there. Start them from the standard library's own
-    folder (nothing to shadow there); the workers get absolute paths only."""
-    with _CWD_LOCK:
-        try:
-            here: str | None = os.getcwd()
-        except OSError:  # the cwd was removed: nothing to return to
-            here = None
-        os.chdir(sysconfig.get_path("stdlib"))
-        try:
-            yield
-        finally:
-            if here is not None:
-                os.chdir(here)
-
-
 def _pool_context() -> multiprocessing.context.BaseContext:
     # The language server runs threads; fork()ing a threaded process can deadlock a child, so
     # use forkserver where the platform has it (a clean server process forks the workers).
@@ -187,9 +163,13 @@ def _load_ranks(
     profiles: dict[int, Profile] = {}
     failures: list[tuple[ProfileLocation, ProfileError]] = []
     progress(f"Loading {n} ranks ({workers} processes)", 0.0)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        # Every worker (and the forkserver) is started inside submit().
-        with _workers_start_outside_the_workspace():
+    # The pool's constructor makes semaphores (which start the resource tracker) and submit()
+    # starts the forkserver and the workers: all of them isolated and outside the workspace
+    # (mapping.children); the workers get absolute paths only.
+    with isolated_children():
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
+    with pool:
+        with isolated_children():
             pending: dict[Future, ProfileLocation] = {
                 pool.submit(_load_one, replace(loc, path=Path(loc.path).absolute()), use_cache,
                             None if cache_dir is None else cache_dir.absolute()): loc

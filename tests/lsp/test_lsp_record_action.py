@@ -54,8 +54,10 @@ async def test_record_action_without_a_profile(client: LanguageClient) -> None:
     (action,) = await _actions(client, doc, loop0, only=[REWRITE])
     assert action.title == f"msprof: {TITLE}" and action.kind == REWRITE
     assert await _actions(client, doc, loop0, only=[types.CodeActionKind.QuickFix.value]) == []
+    assert action.command is None  # an edit only: the server never runs the script (docs/security.md)
     if action.edit is None:
         action = await client.code_action_resolve_async(action)
+    assert action.command is None
     edits, _version = S.edits_for(action.edit, doc.uri)
     new = S.apply_text_edits(doc.text, edits)
     assert new == insert_profiler(TRAIN, loop0 + 1, path=str(client.root / "train.py")).new_source

@@ -41,7 +41,7 @@ import { chooseInterpreter, describeInterpreter, type Interpreter, runImportChec
 import { openSource } from "./open";
 import { ProfilePanel, registerProfilePanel } from "./profilePanel";
 import { onPythonInterpreterChange, pythonExtensionCommand } from "./pythonExtension";
-import { CMD_ADOPT_NEW_PROFILE, CMD_RECORD_PROFILE, RECORD_SETTING, recordProfile } from "./record";
+import { CMD_ADOPT_NEW_PROFILE, CMD_MANAGE_TRUST, CMD_RECORD_PROFILE, MANAGE_TRUST, RECORD_SETTING, recordProfile } from "./record";
 import { answerConfiguration, type ConfigurationItem, classifyChange, type ManifestLike, serverSettingKeys, serverSettings, shouldNotify } from "./settings";
 import {
   type MenuAction,
@@ -250,6 +250,10 @@ class Extension implements vscode.Disposable {
     const editor = vscode.window.activeTextEditor;
     const doc = editor?.document;
     const outcome = await recordProfile({
+      trusted: vscode.workspace.isTrusted,
+      offerTrust: async (text) => {
+        if ((await this.notify("error", text, MANAGE_TRUST)) === MANAGE_TRUST) await vscode.commands.executeCommand(CMD_MANAGE_TRUST);
+      },
       template: this.config(doc?.uri).get<string>(RECORD_SETTING),
       vars: {
         interpreter: await this.interpreter(),

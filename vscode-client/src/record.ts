@@ -1,6 +1,7 @@
 // "msprof-lsp: Record a profile": run the user's training command in a terminal with the variable
 // the record action's profiling block reads, after telling the server that a recording starts
 // (msprof-lsp.adoptNewProfile: the next new profile becomes current, the current one its baseline).
+// It runs the workspace's code, so only on the user's request and only in a trusted workspace.
 // Plain module: the extension passes in the editor calls it needs, so tests drive it without VS Code.
 
 import { type Interpreter, commandLine, quoteArg } from "./interpreter";
@@ -13,6 +14,11 @@ export const PROFILE_ENV = "MSPROF_LSP_PROFILE";
 export const RECORD_SETTING = "recordCommand";
 export const DEFAULT_RECORD_COMMAND = "${python} ${file}";
 export const TERMINAL_NAME = "msprof-lsp: record";
+/** VS Code's own command that opens the Workspace Trust editor. */
+export const CMD_MANAGE_TRUST = "workbench.trust.manage";
+export const MANAGE_TRUST = "Manage Workspace Trust";
+export const UNTRUSTED_MESSAGE =
+  "msprof-lsp: this workspace is not trusted, so Record a profile will not run its training script. Trust the workspace to record.";
 
 export interface RecordVars {
   interpreter: Interpreter;
@@ -55,6 +61,10 @@ export interface TerminalLike {
 }
 
 export interface RecordDeps {
+  /** vscode.workspace.isTrusted: recording runs the workspace's own code, so only in a trusted one. */
+  trusted: boolean;
+  /** Show the refusal with a "Manage Workspace Trust" action (and open that editor if taken). */
+  offerTrust(text: string): Promise<unknown>;
   template: string | undefined;
   vars: RecordVars;
   /** Save the active file (the script runs from disk). */
@@ -67,8 +77,15 @@ export interface RecordDeps {
 
 export type RecordOutcome = { ran: string; baseline: string | null } | { error: string };
 
-/** Save, tell the server, run the command in a fresh terminal with the variable set. */
+/**
+ * Save, tell the server, run the command in a fresh terminal with the variable set. In an
+ * untrusted workspace nothing at all: no save, no server command, no terminal.
+ */
 export async function recordProfile(deps: RecordDeps): Promise<RecordOutcome> {
+  if (!deps.trusted) {
+    await deps.offerTrust(UNTRUSTED_MESSAGE);
+    return { error: UNTRUSTED_MESSAGE };
+  }
   const line = recordCommandLine(deps.template, deps.vars);
   if ("error" in line) {
     deps.notify("error", line.error);

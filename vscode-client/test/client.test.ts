@@ -178,6 +178,29 @@ describe("client <-> server over stdio", { skip: PYTHON ? false : "needs a POSIX
     assert.deepEqual(terminal.sent, [`${join(dirname(launches), "python")} ${model}`]);
   });
 
+  test("Record a profile in an untrusted workspace: refused, offers Manage Workspace Trust, runs nothing", async () => {
+    const terminals = fake.terminals.length;
+    const asked = (readRecord()?.adoptNewProfile ?? []).length;
+    let saved = 0;
+    fake.editors[0].document.save = async () => (saved++, true);
+    fake.trusted = false;
+    fake.answer = (m) => m.actions.find((a) => a === "Manage Workspace Trust");
+    try {
+      await fake.commands.get("msprof-lsp.recordProfile")!();
+    } finally {
+      fake.trusted = true;
+      fake.answer = () => undefined;
+    }
+    const refusal = fake.messages.at(-1)!;
+    assert.equal(refusal.kind, "error");
+    assert.match(refusal.text, /not trusted/);
+    assert.deepEqual(refusal.actions, ["Manage Workspace Trust"]);
+    assert.ok(fake.executed.some((e) => e.command === "workbench.trust.manage"));
+    assert.equal(fake.terminals.length, terminals);
+    assert.equal(saved, 0);
+    assert.equal((readRecord()?.adoptNewProfile ?? []).length, asked);
+  });
+
   test("a settings change is re-sent as didChangeConfiguration with the flat object", async () => {
     fake.settings.minShare = 0.1;
     // What VS Code does on a settings edit: fire onDidChangeConfiguration for our section.

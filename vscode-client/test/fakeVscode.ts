@@ -113,6 +113,8 @@ export class FakeVscode {
   progress: { title?: string; messages: string[] }[] = [];
   /** What the language client's diagnostic collections hold, by URI string. */
   diagnostics = new Map<string, { message: string; code?: unknown; range: { start: { line: number } } }[]>();
+  /** vscode.workspace.isTrusted. */
+  trusted = true;
   /** The action a notification "clicks"; undefined = dismissed. */
   answer: (message: Message) => string | undefined = () => undefined;
 
@@ -437,6 +439,9 @@ export class FakeVscode {
           {
             get workspaceFolders() {
               return self.workspaceFolders;
+            },
+            get isTrusted() {
+              return self.trusted;
             },
             get textDocuments() {
               return self.editors.map((e) => e.document);

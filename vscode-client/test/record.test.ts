@@ -14,6 +14,7 @@ import {
   PROFILE_ENV,
   type RecordDeps,
   TERMINAL_NAME,
+  UNTRUSTED_MESSAGE,
   recordCommandLine,
   recordProfile,
 } from "../src/record";
@@ -48,6 +49,8 @@ describe("recordCommandLine", () => {
 
 function deps(overrides: Partial<RecordDeps>, log: string[]): RecordDeps {
   return {
+    trusted: true,
+    offerTrust: async (text) => log.push(`trust ${text}`),
     template: undefined,
     vars: { interpreter: PY, file: "/w/train.py", workspaceFolder: "/w", platform: "linux" },
     save: async () => log.push("save"),
@@ -90,6 +93,14 @@ describe("recordProfile", () => {
     const outcome = await recordProfile(deps({ adopt: async () => undefined }, log));
     assert.ok("error" in outcome);
     assert.ok(!log.some((l) => l.startsWith("terminal")));
+  });
+
+  test("an untrusted workspace: refused with the offer to manage trust; nothing saved, asked or run", async () => {
+    const log: string[] = [];
+    const outcome = await recordProfile(deps({ trusted: false }, log));
+    assert.deepEqual(outcome, { error: UNTRUSTED_MESSAGE });
+    assert.deepEqual(log, [`trust ${UNTRUSTED_MESSAGE}`]);
+    assert.match(UNTRUSTED_MESSAGE, /not trusted.*Trust the workspace/);
   });
 
   test("no file open: nothing saved or sent", async () => {
