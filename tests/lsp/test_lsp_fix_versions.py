@@ -5,6 +5,7 @@
   action obtained before the change is refused at resolve time.
 * Right after a fix is applied (didChange with its edit), asking again at the same place with the
   new version does not offer the same fix on top of itself (a duplicated line).
+* After many incremental edits, one whole-document change still gets its diagnostics published.
 
 Three client profiles: VS Code (pull diagnostics, resolve, versioned documentChanges), Neovim 0.7
 (push, resolve, plain ``changes``), Emacs/eglot 29.1 (push, edits inline).
@@ -13,6 +14,7 @@ Three client profiles: VS Code (pull diagnostics, resolve, versioned documentCha
 from __future__ import annotations
 
 import ast
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -173,5 +175,56 @@ async def test_applied_fix_is_not_offered_again_before_the_reanalysis(client: La
         if client.profile != "neovim@v0.7":
             assert version == doc.version
         ast.parse(S.apply_text_edits(doc.text, edits))
+    finally:
+        doc.close()
+
+
+# -- (c) a whole-document change after many incremental ones ------------------------------------
+
+
+async def workspace_ids(client: LanguageClient) -> list[types.PreviousResultId]:
+    report = await client.workspace_diagnostic_async(types.WorkspaceDiagnosticParams(previous_result_ids=[]))
+    return [types.PreviousResultId(uri=i.uri, value=i.result_id) for i in report.items if i.result_id]
+
+
+async def test_full_change_after_many_incremental_edits_is_published(client: LanguageClient) -> None:
+    doc, diags = await open_model(client)
+    try:
+        want = S.keyed(diags)
+        for i in range(200):
+            doc.edit(0, 0, 0, 0, f"# typed {i}\n")  # line starts only
+        for _ in range(200):  # and taken out again, one by one
+            doc.edit(0, 0, 1, 0, "")
+        assert S.keyed(await S.wait_diagnostics(
+            client, client.profile, doc.uri, lambda ds: all(x.data["version"] == doc.version for x in ds) and ds,
+            HANG_S, "the diagnostics after the incremental edits")) == want
+        await S.wait_analysed(client, doc, HANG_S)
+
+        # one whole-document change: two lines on top, every finding two lines down
+        doc.replace_all("# a\n# b\n" + doc.text)
+        moved = {(c, l0 + 2, a, l1 + 2, b) for c, l0, a, l1, b in want}
+        await S.wait_diagnostics(
+            client, client.profile, doc.uri,
+            lambda ds: S.keyed(ds) == moved and all(x.data["version"] == doc.version for x in ds),
+            HANG_S, "the diagnostics of the whole-document change")
+        await S.wait_analysed(client, doc, HANG_S)  # and its analysis lands too
+
+        # a whole-document change the analysis cannot take (an unfinished line: no parse, no new
+        # analysis): its diagnostics, followed to their lines, are still reported for it at once
+        parked = None
+        if S.is_pull(client.profile):  # a workspace pull that has nothing new waits for a change
+            parked = asyncio.ensure_future(client.workspace_diagnostic_async(
+                types.WorkspaceDiagnosticParams(previous_result_ids=await workspace_ids(client))))
+            await asyncio.sleep(0.2)
+            assert not parked.done()
+        doc.replace_all(doc.text + "x = (\n")
+        await S.wait_diagnostics(
+            client, client.profile, doc.uri,
+            lambda ds: S.keyed(ds) == moved and all(x.data["version"] == doc.version for x in ds),
+            HANG_S, "the diagnostics of the unparsable change")
+        if parked is not None:
+            report = await asyncio.wait_for(parked, 20)  # the park is 60 s: only a fix answers in time
+            (item,) = [i for i in report.items if i.uri == doc.uri]
+            assert item.kind == "full" and item.version == doc.version and S.keyed(item.items) == moved
     finally:
         doc.close()
