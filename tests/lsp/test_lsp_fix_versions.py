@@ -136,6 +136,22 @@ async def test_fix_for_a_closed_file_changed_on_disk_is_not_computed_on_the_old_
         path.write_text(original, encoding="utf-8")
 
 
+async def test_fix_for_a_closed_file_is_refused_once_the_file_is_opened(client: LanguageClient) -> None:
+    if not deferred(client):
+        return  # edits inline: nothing is resolved later
+    uri = (client.root / "model.py").as_uri()
+    hot = next(d for d in await closed_file_diagnostics(client, uri) if d.code == S.HOT)
+    (mark,) = [a for a in await code_actions(client, uri, [hot], only=[types.CodeActionKind.QuickFix])
+               if "Mark the hot line" in a.title]
+    doc = S.Doc(client, client.root / "model.py", "# typed before saving\n" + (client.root / "model.py").read_text())
+    try:  # computed on the disk text; the buffer is another text: an unversioned edit would land on it
+        with pytest.raises(JsonRpcException) as info:
+            await client.code_action_resolve_async(mark)
+        assert "opened in the editor" in str(info.value)
+    finally:
+        doc.close()
+
+
 # -- (b) a fix just applied is not offered again on top of itself --------------------------------
 
 
