@@ -79,9 +79,9 @@ def analysis_is_current(ls: MsprofLanguageServer, doc: OpenDocument) -> bool:
     snap = ls.snapshot
     if doc.path is None or doc.linemap is None or doc.base_generation != snap.generation or not doc.linemap.is_identity:
         return False
-    path = doc.path
-    return snap.derived(("analysed is buffer", path, doc.opened_seq, doc.version),
-                        lambda: snap.texts.get(path) == doc.text)
+    # compared each time, not cached by version: a client that repeats a version number must not
+    # get an edit for the text that version had before (one string comparison per request)
+    return snap.texts.get(doc.path) == doc.text
 
 
 def disk_matches_analysis(ls: MsprofLanguageServer, path: str) -> bool:
