@@ -8,6 +8,13 @@ mapped onto the buffer as it is now. A diagnostic published for an older version
 an older snapshot is followed to its line now (the buffer keeps line maps of recent versions) and
 matched to the current diagnostic of that code there; if there is none, it gets no fix. Clients
 with ``codeAction/resolve`` for ``edit`` get the actions without edits first.
+
+Fix edits are made on the analysed text, so a fix is offered only for files whose text the client
+has is that text (diagnostics.FixViews): an open buffer whose current version was analysed (edits
+carry that version), a closed file unchanged on disk since the analysis (edits carry its stamp).
+Right after a fix is applied, the buffer's new version is not analysed yet: no fix (the applied
+one would be offered again on top of itself) until the re-analysis lands. "Disable for this
+line" is computed on the buffer as it is now and is offered throughout.
 """
 
 from __future__ import annotations
@@ -78,9 +85,10 @@ def _data(d: types.Diagnostic) -> DiagnosticData | None:
     return payloads.load(d.data, DiagnosticData)
 
 
-def _fixes_of(ls: MsprofLanguageServer, view: FileView, data: DiagnosticData) -> list[FixData]:
-    """The finding's offers expanded, in client units for the files as they are now."""
-    views = diagnostics.Views(ls)
+def _fixes_of(ls: MsprofLanguageServer, views: diagnostics.FixViews, view: FileView,
+              data: DiagnosticData) -> list[FixData]:
+    """The finding's offers expanded, in client units for the files as they are now (none when a
+    file they edit is not as analysed)."""
     out = []
     for fix in fixes_of(ls, view.path, data.finding):
         p = fix_payload(fix, {e.path: views.get(e.path) for e in fix.edits}, ls.caps.position_encoding)
@@ -118,6 +126,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
     path = diagnostics.doc_path(ls, uri)
     only = [str(k) for k in params.context.only] if params.context.only else None
     view, current = diagnostics.compute(ls, path)
+    fix_views = diagnostics.FixViews(ls)  # one disk read per closed file per request
     actions: list[types.CodeAction] = []
     if view is not None and wanted(QUICKFIX, only):
         for d in params.context.diagnostics:
@@ -146,7 +155,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                 if now is None or found is None:
                     continue
                 line0 = now.range.start.line
-            for fix in _fixes_of(ls, view, found):
+            for fix in _fixes_of(ls, fix_views, view, found):
                 actions.append(
                     make_action(ls, fix_title(code, fix.title), QUICKFIX, fix.changes, diagnostics_=[d],
                                 preferred=fix.safe, group=fix.group)
@@ -161,20 +170,21 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
         if rec is not None:
             actions.append(rec)
     if view is not None and wanted(FIX_ALL_KIND, only):
-        fix_all = _fix_all(ls, view, current)
+        fix_all = _fix_all(ls, fix_views, view, current)
         if fix_all is not None:
             actions.append(fix_all)
     return actions
 
 
-def _fix_all(ls: MsprofLanguageServer, view: FileView, current: list[types.Diagnostic]) -> types.CodeAction | None:
+def _fix_all(ls: MsprofLanguageServer, views: diagnostics.FixViews, view: FileView,
+             current: list[types.Diagnostic]) -> types.CodeAction | None:
     safe: list[list[ChangeData]] = []
     groups: set[str] = set()
     for d in current:
         data = _data(d)
         if data is None or not data.fixes:
             continue
-        for fix in _fixes_of(ls, view, data):
+        for fix in _fixes_of(ls, views, view, data):
             if not fix.safe or (fix.group and fix.group in groups):
                 continue  # alternatives of one construct: the first (preferred) one only
             if fix.group:

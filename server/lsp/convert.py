@@ -41,6 +41,7 @@ class FileView:
     version: int | None  # None: not open in the editor
     lines: Sequence[str]
     linemap: LineMap
+    stamp: str = ""  # a closed file: text_stamp of the text ``lines`` come from (fix edits carry it)
 
 
 # -- positions -----------------------------------------------------------------------------------
@@ -88,7 +89,7 @@ def fix_payload(fix: Fix, views: dict[str, FileView | None], encoding: str) -> F
         moved = view.linemap.untouched(e.line, e.end_line)
         if moved is None:
             return None
-        change = per_file.setdefault(view.uri, ChangeData(view.uri, view.version))
+        change = per_file.setdefault(view.uri, ChangeData(view.uri, view.version, stamp=view.stamp))
         change.edits.append(_edit(view.lines, moved[0], e.col, moved[1], e.end_col, e.new_text, encoding))
     if not per_file:
         return None
@@ -144,7 +145,7 @@ def merge_changes(groups: Sequence[Sequence[ChangeData]]) -> tuple[list[ChangeDa
             skipped += 1
             continue
         for c in changes:
-            merged.setdefault(c.uri, ChangeData(c.uri, c.version)).edits.extend(c.edits)
+            merged.setdefault(c.uri, ChangeData(c.uri, c.version, stamp=c.stamp)).edits.extend(c.edits)
         for uri, span in new:
             taken[uri].add(span)
     return list(merged.values()), skipped

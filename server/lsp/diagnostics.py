@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from msprof_lsp.hints import suppress
+from msprof_lsp.mapping.profile import safe_io
 
 from . import payloads
 from .convert import FileView, diagnostic
@@ -50,6 +51,57 @@ def file_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
     if lines is None:
         return None
     return FileView(uri_of(path), path, None, lines, LineMap.identity())
+
+
+class FixViews(Views):
+    """FileView per path for computing fixes: a file's view only when the text the client has is
+    the text the analysis saw (fix edits are made on that text), else None (no fix offered).
+
+    An open buffer qualifies once the analysis of its current version has landed: a buffer edited
+    since (a fix just applied, a keystroke) gets no fixes until its re-analysis, so a fix is never
+    offered again on top of itself. A closed file is re-read from disk (through safe_io; only files
+    the analysis read, so inside the workspace) and qualifies only when it is unchanged since.
+    """
+
+    def get(self, path: str) -> FileView | None:
+        if path not in self._cache:
+            self._cache[path] = fix_view(self.ls, path)
+        return self._cache[path]
+
+
+def text_stamp(text: str) -> str:
+    """A short content id of a text (which text a closed file's fix edits were computed on)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def analysis_is_current(ls: MsprofLanguageServer, doc: OpenDocument) -> bool:
+    """Whether the current snapshot analysed exactly the buffer's text at its current version."""
+    snap = ls.snapshot
+    if doc.path is None or doc.linemap is None or doc.base_generation != snap.generation or not doc.linemap.is_identity:
+        return False
+    # compared each time, not cached by version: a client that repeats a version number must not
+    # get an edit for the text that version had before (one string comparison per request)
+    return snap.texts.get(doc.path) == doc.text
+
+
+def disk_matches_analysis(ls: MsprofLanguageServer, path: str) -> bool:
+    """Whether a file not open in the editor still holds the text the analysis saw."""
+    analysed = ls.snapshot.texts.get(path)
+    if analysed is None:
+        return False  # never read by the analysis: not a workspace file we may read
+    return safe_io.read_source_text(path) == analysed
+
+
+def fix_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
+    doc = ls.documents.by_path(path)
+    if doc is not None:
+        return file_view(ls, path) if analysis_is_current(ls, doc) else None
+    if not disk_matches_analysis(ls, path):
+        return None  # changed on disk since the analysis (or unreadable): edits would land on other text
+    view = file_view(ls, path)
+    if view is not None:
+        view.stamp = text_stamp(ls.snapshot.texts[path])
+    return view
 
 
 def doc_path(ls: MsprofLanguageServer, uri: str) -> str | None:

@@ -55,11 +55,14 @@ class EditData:
 
 @attrs.define(frozen=True)
 class ChangeData:
-    """The edits of one file, for the buffer version they were computed on."""
+    """The edits of one file, for the buffer version they were computed on; a file not open in the
+    editor (``version`` None) names the text they were computed on by ``stamp``
+    (diagnostics.text_stamp), so a resolve after the file changed on disk is refused."""
 
     uri: str
     version: int | None
     edits: list[EditData] = attrs.field(factory=list)
+    stamp: str = ""
 
 
 @attrs.define(frozen=True)

@@ -2,7 +2,9 @@
 
 Registered only when the client declares pull support (lifecycle.py); such clients get no pushes.
 A workspace pull whose files all match the client's previous result ids is parked until the
-next analysis (or a timeout), so a client that re-asks right away does not spin.
+next analysis or the next buffer change (or a timeout), so a client that re-asks right away does
+not spin, and an edit that brings no analysis (a text that does not parse yet) is still reported
+at once with its version, not after the timeout.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ async def workspace_diagnostic(ls: MsprofLanguageServer, params: types.Workspace
     items, changed = _workspace_items(ls, previous)
     if previous and not changed:
         try:
-            await asyncio.wait_for(ls.loader.next_snapshot(), PARK_S)
+            await asyncio.wait_for(ls.loader.next_change(), PARK_S)
         except asyncio.TimeoutError:
             pass
         items, _ = _workspace_items(ls, previous)

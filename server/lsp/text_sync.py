@@ -24,6 +24,7 @@ def did_open(ls: MsprofLanguageServer, params: types.DidOpenTextDocumentParams) 
     if doc.path and analysed is not None and analysed != item.text:
         ls.loader.mark_dirty(doc.path, item.text)
     ls.publisher.schedule(item.uri, 0.0)
+    ls.loader.wake()  # a parked workspace pull reports the opened file now
     ls.loader.announce_analysed([doc])  # when the analysis already saw this text
     if doc.path:  # served by its own job, loaded now if no file of that job was open yet
         spawn(ls, ls.loader.follow([doc.path]), f"loading the job of {doc.path}")
@@ -39,6 +40,7 @@ def did_change(ls: MsprofLanguageServer, params: types.DidChangeTextDocumentPara
     if doc.path:
         ls.loader.mark_dirty(doc.path, text)
     ls.publisher.schedule(uri)
+    ls.loader.wake()  # a parked workspace pull reports the new version now, analysed or not
 
 
 def _steps(changes: list) -> LineMap | None:  # type: ignore[type-arg]
@@ -57,6 +59,7 @@ def did_close(ls: MsprofLanguageServer, params: types.DidCloseTextDocumentParams
     uri = params.text_document.uri
     doc = ls.documents.close(uri)
     ls.publisher.forget(uri)
+    ls.loader.wake()
     if doc is not None and doc.path:
         if doc.path in ls.snapshot.paths():
             ls.loader.mark_dirty(doc.path, None)  # back to the file on disk

@@ -11,7 +11,7 @@ from lsprotocol import types
 from msprof_lsp.hints import suppress
 from msprof_lsp.hints.finding import Fix, TextEdit
 from msprof_lsp.server.lsp import code_action, payloads
-from msprof_lsp.server.lsp.convert import fix_payload
+from msprof_lsp.server.lsp.convert import FileView, fix_payload
 from msprof_lsp.server.lsp.payloads import ChangeData, CodeActionData, DiagnosticData, EditData, FixData
 from msprof_lsp.server.lsp.session.linemap import LineMap
 
@@ -38,9 +38,9 @@ def test_fix_all_takes_one_fix_per_group(monkeypatch):
     b = _fix("the other way", 7, "y\n", group="NPU101/pair@5")  # no textual overlap with a
     c = _fix("unrelated", 9, "z\n")
     by_finding = {0: [a, b], 1: [c]}
-    monkeypatch.setattr(code_action, "_fixes_of", lambda ls, view, data: by_finding[data.finding])
+    monkeypatch.setattr(code_action, "_fixes_of", lambda ls, views, view, data: by_finding[data.finding])
     for resolve in (True, False):
-        action = code_action._fix_all(_ls(resolve), _view(), [_diag(4, 0), _diag(9, 1)])
+        action = code_action._fix_all(_ls(resolve), None, _view(), [_diag(4, 0), _diag(9, 1)])
         assert action.title == "msprof: apply 2 safe fixes"
         edits = action.data["changes"][0]["edits"] if resolve else action.edit.document_changes[0].edits
         texts = [e["newText"] if resolve else e.new_text for e in edits]
@@ -56,7 +56,7 @@ def test_code_action_data_carries_the_group_and_the_payload_keeps_it():
         assert back.group == "NPU220/optimizer@90" and (back.changes == _fix("t", 1, "x").changes if resolve else back.changes is None)
     plain = code_action.make_action(_ls(False), "t", "quickfix", _fix("t", 1, "x").changes)
     assert plain.data is None
-    view = SimpleNamespace(uri=URI, version=3, lines=["a = 1", "b = 2"], linemap=LineMap.identity())
+    view = FileView(URI, "/ws/train.py", 3, ["a = 1", "b = 2"], LineMap.identity())
     fix = Fix("t", False, (TextEdit("/ws/train.py", 1, 0, 1, 1, "c"),), "NPU220/optimizer@1")
     assert fix_payload(fix, {"/ws/train.py": view}, "utf-16").group == "NPU220/optimizer@1"
     assert fix_payload(Fix("t", False, fix.edits), {"/ws/train.py": view}, "utf-16").group == ""
@@ -74,8 +74,8 @@ def test_payloads_that_are_not_ours_read_back_as_absent():
 DOC = ['"""Train a model.', "", 'More words."""', "", "import os", 'os.environ["X"] = "1"']
 
 
-def _view() -> SimpleNamespace:
-    return SimpleNamespace(uri=URI, path="/ws/train.py", version=5, lines=DOC, linemap=LineMap.identity())
+def _view() -> FileView:
+    return FileView(URI, "/ws/train.py", 5, DOC, LineMap.identity())
 
 
 def test_a_finding_at_the_file_start_gets_a_file_suppression_after_the_docstring():

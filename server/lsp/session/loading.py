@@ -70,10 +70,19 @@ class Loader:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.ls.worker, fn, *args)
 
-    def next_snapshot(self) -> asyncio.Future[None]:
+    def next_change(self) -> asyncio.Future[None]:
+        """Resolved by the next snapshot or the next buffer change (open, edit, close): either
+        changes what a diagnostics report says (a parked workspace pull answers then)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         return fut
+
+    def wake(self) -> None:
+        """Resolve every ``next_change`` waiter."""
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     def notify_status(self, state: ProfileState, message: str = "") -> None:
         self.status = ProfileStatus.of(state, self.ls.snapshot.info, str(self.explicit) if self.explicit else "", message)
@@ -352,10 +361,7 @@ class Loader:
         ls.publisher.publish_all()
         ls.refresh_views()
         self.announce_analysed(ls.documents.all())
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        self.wake()
 
     def announce_analysed(self, docs: list[OpenDocument]) -> None:
         """Say which open documents the current analysis saw as they are now (its diagnostics

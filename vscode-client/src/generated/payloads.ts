@@ -49,11 +49,12 @@ export interface EditData {
   newText: string;
 }
 
-/** The edits of one file, for the buffer version they were computed on. */
+/** The edits of one file, for the buffer version they were computed on; a file not open in the editor (``version`` None) names the text they were computed on by ``stamp`` (diagnostics.text_stamp), so a resolve after the file changed on disk is refused. */
 export interface ChangeData {
   uri: string;
   version: number | null;
   edits?: EditData[];
+  stamp?: string;
 }
 
 /** A computed fix in client units (what a code action applies). */
