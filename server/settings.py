@@ -254,15 +254,15 @@ def apply(
 def _inside(value: str, base_dir: str, roots: Sequence[Path]) -> str:
     """``value`` (relative to ``base_dir``) resolved, symlinks followed; ValueError when that is
     not inside one of ``roots`` (themselves resolved)."""
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        if not base_dir:
-            raise ValueError(f"{_short(value)} is relative and there is no folder to resolve it against")
-        p = Path(base_dir) / p
     try:
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            if not base_dir:
+                raise ValueError(f"{_short(value)} is relative and there is no folder to resolve it against")
+            p = Path(base_dir) / p
         real = p.resolve()
-        homes = [Path(r).resolve() for r in roots]
-    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, an unreadable folder
+        homes = list(dict.fromkeys(Path(r).resolve() for r in roots))  # the checked path often is the pyproject's folder
+    except (OSError, RuntimeError) as exc:  # a symlink loop, an unknown ~user, an unreadable folder
         raise ValueError(f"{_short(value)} cannot be resolved ({exc})") from None
     if not any(real == h or h in real.parents for h in homes):
         where = ", ".join(str(h) for h in homes) or "no workspace root"

@@ -112,6 +112,7 @@ def test_profile_slash_is_ignored_and_nothing_outside_is_walked(tmp_path: Path, 
     pyproject = repo / "pyproject.toml"
     (line,) = [x for x in r.err.splitlines() if "'profile'" in x]
     assert str(pyproject) in line and "outside the workspace" in line and "keeping ''" in line
+    assert line.count(str(repo)) == 2  # the file, and the root once (the checked path is the same folder)
     assert "Traceback" not in r.err
     assert str(repo) in listed and _outside(listed, repo) == []
     assert _profiles_of(r.out) and all(p.startswith(str(repo)) for p in _profiles_of(r.out))
@@ -287,3 +288,16 @@ def test_depth_scan_skips_strings_and_comments() -> None:
 def test_real_pyprojects_pass_the_config_limits() -> None:
     for p in [REPO / "pyproject.toml", *REPO.glob("samples/*/pyproject.toml")]:
         assert isinstance(safe_io.read_toml(p), dict)
+
+
+@pytest.mark.parametrize("value", ["~/prof", "~no-such-user-here/prof", "loop/x"], ids=["home", "unknown-user", "symlink-loop"])
+def test_paths_that_leave_or_cannot_be_resolved_are_one_warning(tmp_path: Path, value: str) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "loop").symlink_to(repo / "loop")
+    p = repo / "pyproject.toml"
+    p.write_text(f'[tool.msprof-lsp]\nprofile = "{value}"\n', encoding="utf-8")
+    settings, warnings = from_pyproject(Settings(), p)
+    (w,) = warnings
+    assert str(p) in w and "'profile'" in w and settings.profile == ""
+    assert w.count(str(repo)) <= 2  # the root is named once (the file once)
