@@ -312,7 +312,7 @@ def from_pyproject(
     try:
         data = safe_io.read_toml(pyproject)
     except ProfileError as exc:
-        return settings, [f"cannot read [tool.msprof-lsp]: {exc}; using the defaults"]
+        return settings, [f"{pyproject}: cannot read [tool.msprof-lsp]: {exc.message}; using the defaults"]
     tool = data.get("tool")
     if tool is None:
         return settings, []
