@@ -2,7 +2,11 @@
 pyproject.toml -> LSP initializationOptions / workspace/configuration -> command-line flags.
 
 A pyproject.toml belongs to the repository, which may be hostile: settings that name a place to
-write (``cacheDir``, ``user_only`` below) are ignored there with a warning naming the file.
+write (``cacheDir``, ``user_only`` below) are ignored there with a warning naming the file, and
+the places it may name to read (``profile``, ``baseline``, the local side of ``pathMappings``) must
+resolve, symlinks followed, inside the workspace roots, else they are ignored the same way. The
+file itself is read through ``safe_io.read_toml`` (size and nesting limits). What the user gives
+(command-line flags, editor settings) is not confined.
 
 The annotated ``Settings`` fields (and the rule ``Thresholds`` they compose) are the single source
 of truth: ``SETTINGS`` reads them, and the validation below, the docs table and the VS Code manifest
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,11 +29,17 @@ from msgspec import Meta
 
 from msprof_lsp.hints.config import DEFAULT_MIN_SHARE, RuleConfig, SettingSpec, Thresholds, setting_specs
 from msprof_lsp.hints.finding import Severity
+from msprof_lsp.mapping.errors import ProfileError
+from msprof_lsp.mapping.profile import safe_io
 
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+# Values quoted in warnings are cut short: a setting may hold a megabyte or nest hundreds deep.
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel = 3
+
+
+def _short(value: Any) -> str:
+    return _SHORT.repr(value)
 
 
 _PATH_MAPPING_SCHEMA = {
@@ -109,7 +121,7 @@ def _as_str_list(value: Any) -> tuple[str, ...]:
 def _path_text(value: str, what: str) -> str:
     """A path as text: no NUL (no file system takes one, and Path operations raise on it)."""
     if "\0" in value:
-        raise ValueError(f"{what} {value!r} contains a NUL character")
+        raise ValueError(f"{what} {_short(value)} contains a NUL character")
     return value
 
 
@@ -117,13 +129,13 @@ def parse_path_mapping(value: Any) -> tuple[str, str]:
     if isinstance(value, str):
         remote, sep, local = value.partition("=")
         if not sep or not remote or not local:
-            raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL")
+            raise ValueError(f"path mapping {_short(value)} is not REMOTE=LOCAL")
         return _path_text(remote, "path mapping"), _path_text(local, "path mapping")
     if isinstance(value, dict):
         far, near = value.get("remote", value.get("from")), value.get("local", value.get("to"))
         if isinstance(far, str) and isinstance(near, str) and far and near:
             return _path_text(far, "path mapping"), _path_text(near, "path mapping")
-    raise ValueError(f"path mapping {value!r} is not REMOTE=LOCAL or {{remote, local}}")
+    raise ValueError(f"path mapping {_short(value)} is not REMOTE=LOCAL or {{remote, local}}")
 
 
 def _number(spec: SettingSpec, value: Any) -> int | float:
@@ -160,6 +172,8 @@ def _convert(spec: SettingSpec, value: Any) -> Any:
         return _as_str_list(value)
     if base == tuple[tuple[str, str], ...]:
         if isinstance(value, dict):  # {"remote": "local", ...}
+            if not all(isinstance(v, str) for v in value.values()):
+                raise ValueError("expected {\"remote\": \"local\", ...} with string values")
             return tuple(parse_path_mapping(f"{k}={v}") for k, v in value.items())
         if not isinstance(value, (list, tuple)):
             raise ValueError("expected a list of REMOTE=LOCAL entries")
@@ -167,7 +181,13 @@ def _convert(spec: SettingSpec, value: Any) -> Any:
     if base == dict[str, Severity]:
         if not isinstance(value, dict):
             raise ValueError("expected an object mapping rule codes to severities")
-        return {str(code): Severity.parse(str(sev)) for code, sev in value.items()}
+        out = {}
+        for code, sev in value.items():
+            try:
+                out[str(code)] = Severity.parse(sev)
+            except (ValueError, AttributeError):  # not a severity name, or not text at all
+                raise ValueError(f"severity {_short(sev)} for {_short(code)}: expected error, warning, info or hint") from None
+        return out
     if base is bool:
         if not isinstance(value, bool):
             raise ValueError("expected true or false")
@@ -188,12 +208,14 @@ def _convert(spec: SettingSpec, value: Any) -> Any:
 
 
 def apply(
-    settings: Settings, values: dict[str, Any] | None, origin: str, *, workspace: bool = False
+    settings: Settings, values: dict[str, Any] | None, origin: str, *, workspace: bool = False,
+    roots: Sequence[Path] = (),
 ) -> tuple[Settings, list[str]]:
     """Overlay camelCase (or kebab-case) ``values`` on ``settings``; return warnings for bad keys.
 
     ``workspace``: the values come from the workspace (a repository's pyproject.toml), which may be
-    hostile, so user-only settings (write locations) are ignored with a warning.
+    hostile, so user-only settings (write locations) are ignored with a warning, and the paths it
+    names to read must resolve inside ``roots`` (see ``confine``).
     """
     warnings: list[str] = []
     if not values:
@@ -205,7 +227,7 @@ def apply(
     for raw_key, value in values.items():
         spec = _BY_KEY.get(raw_key) if isinstance(raw_key, str) else None
         if spec is None:
-            warnings.append(f"{origin}: unknown setting {raw_key!r} (ignored)")
+            warnings.append(f"{origin}: unknown setting {_short(raw_key)} (ignored)")
             continue
         if workspace and spec.user_only:
             warnings.append(
@@ -215,8 +237,10 @@ def apply(
             continue
         try:
             converted = _convert(spec, value)
+            if workspace:
+                converted = confine(spec, converted, settings.base_dir, roots)
         except (ValueError, TypeError) as exc:
-            warnings.append(f"{origin}: setting {raw_key!r}: {exc}; keeping {_current(settings, spec)!r}")
+            warnings.append(f"{origin}: setting {_short(raw_key)}: {exc}; keeping {_short(_current(settings, spec))}")
             continue
         if spec.group is None:
             top[spec.name] = converted
@@ -225,6 +249,39 @@ def apply(
     for group, fields_ in nested.items():
         top[group] = replace(getattr(settings, group), **fields_)
     return replace(settings, **top), warnings
+
+
+def _inside(value: str, base_dir: str, roots: Sequence[Path]) -> str:
+    """``value`` (relative to ``base_dir``) resolved, symlinks followed; ValueError when that is
+    not inside one of ``roots`` (themselves resolved)."""
+    try:
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            if not base_dir:
+                raise ValueError(f"{_short(value)} is relative and there is no folder to resolve it against")
+            p = Path(base_dir) / p
+        real = p.resolve()
+        homes = list(dict.fromkeys(Path(r).resolve() for r in roots))  # the checked path often is the pyproject's folder
+    except (OSError, RuntimeError) as exc:  # a symlink loop, an unknown ~user, an unreadable folder
+        raise ValueError(f"{_short(value)} cannot be resolved ({exc})") from None
+    if not any(real == h or h in real.parents for h in homes):
+        where = ", ".join(str(h) for h in homes) or "no workspace root"
+        raise ValueError(f"{_short(value)} resolves to {real}, outside the workspace ({where}); a repository "
+                         "may only name files inside it (the command line and the editor's settings may name any)")
+    return str(real)
+
+
+def confine(spec: SettingSpec, value: Any, base_dir: str, roots: Sequence[Path]) -> Any:
+    """A workspace's value for a setting that names a place to read, made absolute and checked to
+    lie inside ``roots``: ``profile = "/"`` would have ``--check`` walk the whole file system and
+    ``baseline = "/other/project/prof"`` read another project's profile. The local side of each
+    path mapping is checked the same way (the workspace also refuses to follow it outside).
+    ValueError (the caller's warning) when it does not."""
+    if spec.name == "path_mappings":
+        return tuple((remote, _inside(local, base_dir, roots)) for remote, local in value)
+    if spec.path and isinstance(value, str) and value:
+        return _inside(value, base_dir, roots)
+    return value
 
 
 def _current(settings: Settings, spec: SettingSpec) -> Any:
@@ -243,12 +300,19 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def from_pyproject(settings: Settings, pyproject: Path) -> tuple[Settings, list[str]]:
-    """Overlay ``[tool.msprof-lsp]`` of a pyproject.toml; relative paths resolve against its folder."""
+def from_pyproject(
+    settings: Settings, pyproject: Path, roots: Sequence[Path] | None = None
+) -> tuple[Settings, list[str]]:
+    """Overlay ``[tool.msprof-lsp]`` of a pyproject.toml; relative paths resolve against its folder.
+
+    The file is the repository's: it is read within the config limits (``safe_io.read_toml``), and
+    the paths it names to read must lie inside ``roots`` (default: the folder holding it). Any
+    problem is a warning naming the file; the run goes on with the defaults.
+    """
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return settings, [f"{pyproject}: cannot read [tool.msprof-lsp]: {exc}"]
+        data = safe_io.read_toml(pyproject)
+    except ProfileError as exc:
+        return settings, [f"{pyproject}: cannot read [tool.msprof-lsp]: {exc.message}; using the defaults"]
     tool = data.get("tool")
     if tool is None:
         return settings, []
@@ -258,4 +322,5 @@ def from_pyproject(settings: Settings, pyproject: Path) -> tuple[Settings, list[
     if table is None:
         return settings, []
     settings = replace(settings, base_dir=str(pyproject.parent))
-    return apply(settings, table, f"{pyproject} [tool.msprof-lsp]", workspace=True)
+    homes = list(roots) if roots is not None else [pyproject.parent]
+    return apply(settings, table, f"{pyproject} [tool.msprof-lsp]", workspace=True, roots=homes)

@@ -52,6 +52,8 @@ class Limit(enum.Enum):
     SOURCE_DEPTH = "bracket depth"
     SOURCE_CHAIN = "operator chain"
     SOURCE_WORK = "parse work"
+    CONFIG_SIZE = "config file size"
+    CONFIG_DEPTH = "TOML nesting depth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,8 @@ class Limits:
     source_depth: int = 100  # brackets open at once (CPython's own parser stops at 200)
     source_chain: int = 500  # operators chained in one expression without a bracket
     source_work: int = 4_000_000  # sum over chains of length squared (libcst's cost grows so)
+    config_bytes: int = 1 * MiB  # a pyproject.toml (real ones are a few KiB)
+    config_depth: int = 32  # brackets open + dotted key parts in a TOML file (real ones: under 8)
 
 
 LIMITS = Limits()
@@ -471,6 +475,101 @@ def check_source(text: str, limits: Limits = LIMITS) -> SourceRejected | None:
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return None  # the parser reports the syntax error itself, on a prefix tokenize accepted
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# TOML (a repository's pyproject.toml)
+
+# The tokens that matter for nesting: string openers (their bodies are skipped whole), comments,
+# brackets, the dots of dotted keys and what ends a key.
+_TOML_TOKEN = re.compile(r"""\"\"\"|'''|["'#\[\]{}.=,\n]""")
+_TOML_STRING_END = {  # unrolled loops: linear, no backtracking
+    '"': re.compile(r'[^"\\\n]*(?:\\.[^"\\\n]*)*"'),
+    "'": re.compile(r"[^'\n]*'"),
+    '"""': re.compile(r'[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""{1,3}', re.S),
+    "'''": re.compile(r"[^']*(?:'(?!'')[^']*)*'''{1,3}"),
+}
+
+
+def _line_end(text: str, pos: int) -> int:
+    nl = text.find("\n", pos)
+    return len(text) if nl < 0 else nl
+
+
+def toml_depth(text: str, limit: int) -> int:
+    """The deepest nesting in a TOML text: open brackets plus the parts of the dotted key being
+    read. The scan stops at the first point past ``limit``.
+
+    tomllib recurses once per open bracket (about 450 of them exhaust Python's recursion limit)
+    and spends quadratic time and memory on a dotted key (10,000 parts: 8 s and 600 MB; 100,000:
+    killed), so the text is measured before the parser sees it. Strings and comments are
+    skipped.
+    """
+    depth = parts = deepest = 0
+    pos = 0
+    while (m := _TOML_TOKEN.search(text, pos)) is not None:
+        tok = m.group()
+        pos = m.end()
+        if tok in _TOML_STRING_END:
+            end = _TOML_STRING_END[tok].match(text, pos)
+            if end is not None:
+                pos = end.end()
+            elif len(tok) == 3:
+                break  # a multi-line string open to the end: the parser stops there too
+            else:
+                pos = _line_end(text, pos)  # a one-line string open to the line end
+            continue
+        if tok == "#":
+            pos = _line_end(text, pos)
+            continue
+        if tok in "[{":
+            depth += 1
+            parts = 0
+        elif tok in "]}":
+            depth = max(depth - 1, 0)
+            parts = 0
+        elif tok == ".":
+            parts += 1  # a float's one dot counts too: harmless, the limit is far above it
+        else:  # = , or a newline: the key (or the value) ends
+            parts = 0
+        deepest = max(deepest, depth + parts)
+        if deepest > limit:
+            break
+    return deepest
+
+
+def read_toml(path: str | Path, limits: Limits = LIMITS) -> dict:
+    """A repository's TOML file (pyproject.toml) parsed within the config limits: a regular file of
+    at most ``config_bytes``, UTF-8, nested at most ``config_depth`` deep. ProfileError naming the
+    file (and the limit) for anything else; never RecursionError, MemoryError or a whole read of
+    an oversized file (the size is checked on the open descriptor before a byte is read)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    with open_regular(path) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if size > limits.config_bytes:
+                raise LimitExceeded(path, Limit.CONFIG_SIZE, f"{size:,} bytes, at most {limits.config_bytes:,}")
+            data = f.read(limits.config_bytes + 1)
+        except OSError as exc:
+            raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > limits.config_bytes:  # grew after the check
+        raise LimitExceeded(path, Limit.CONFIG_SIZE, f"more than {limits.config_bytes:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if toml_depth(text, limits.config_depth) > limits.config_depth:
+        raise LimitExceeded(path, Limit.CONFIG_DEPTH, f"nested more than {limits.config_depth} levels deep")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(path, f"not valid TOML: {exc}") from None
+    except RecursionError:  # the scan above keeps this out of reach; still never a traceback
+        raise LimitExceeded(path, Limit.CONFIG_DEPTH, "nested deeper than the TOML parser allows") from None
 
 
 def read_source_text(path: str | Path, limits: Limits = LIMITS) -> str | None:

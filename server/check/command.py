@@ -34,12 +34,13 @@ class CheckFailed(Exception):
 
 
 def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
-    """defaults -> nearest pyproject.toml [tool.msprof-lsp] (never a write location) -> command-line flags."""
+    """defaults -> nearest pyproject.toml [tool.msprof-lsp] (never a write location; the paths it
+    names to read lie inside the checked path or the pyproject's folder) -> command-line flags."""
     settings = Settings(base_dir=str(Path.cwd()))
     pyproject = find_pyproject(path.resolve())
     warnings: list[str] = []
     if pyproject is not None:
-        settings, warnings = from_pyproject(settings, pyproject)
+        settings, warnings = from_pyproject(settings, pyproject, roots=[pyproject.parent, path.resolve()])
     flags: dict[str, object] = {}
     if args.select is not None:
         flags["select"] = args.select

@@ -27,15 +27,17 @@ RULE_FIELDS = frozenset({"select", "ignore", "severity", "min_share", "threshold
 VIEW_FIELDS = frozenset({"code_lens", "inlay_hints"})
 
 
-def base_settings(folder: Path | None) -> tuple[Settings, list[str]]:
-    """Defaults, then the folder's own pyproject.toml."""
+def base_settings(folder: Path | None, roots: list[Path] | None = None) -> tuple[Settings, list[str]]:
+    """Defaults, then the folder's own pyproject.toml; the paths it names to read must lie inside
+    ``roots`` (the workspace folders; default: ``folder``). The client's settings are the user's
+    and are not confined."""
     settings = Settings(base_dir=str(folder) if folder else "")
     if folder is None:
         return settings, []
     pyproject = folder / "pyproject.toml"
-    if not pyproject.is_file():
+    if not pyproject.exists():  # not is_file(): a FIFO or a device there gets its warning from the reader
         return settings, []
-    return from_pyproject(settings, pyproject)
+    return from_pyproject(settings, pyproject, roots=roots if roots else [folder])
 
 
 def client_values(raw: Any, *, pushed: bool = False) -> dict[str, Any] | None:
@@ -73,7 +75,7 @@ async def pull(ls: MsprofLanguageServer) -> Any:
 
 
 async def resolve(ls: MsprofLanguageServer, *, ask_client: bool = True) -> tuple[Settings, list[str]]:
-    settings, warnings = base_settings(ls.primary_folder())
+    settings, warnings = base_settings(ls.primary_folder(), ls.folders())
     if ls.client_settings is not None:
         settings, more = apply(settings, ls.client_settings, "initializationOptions" if not ls.settings_pushed
                                else "didChangeConfiguration")
