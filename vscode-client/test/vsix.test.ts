@@ -75,7 +75,7 @@ describe("the packaged .vsix", () => {
     assert.equal(source.devDependencies["@types/vscode"], packaged.engines.vscode.replace(/^\^/, ""));
     assert.ok(packaged.activationEvents.includes("onLanguage:python"));
     // A workspace must not pick the program we run unless it is trusted.
-    assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter", "msprof-lsp.recordCommand"]);
+    assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter", "msprof-lsp.recordCommand", "msprof-lsp.profile", "msprof-lsp.baseline", "msprof-lsp.pathMappings"]);
   });
 
   test("every command and every setting is contributed", () => {
