@@ -31,6 +31,7 @@ KINDS = {
 }
 HOSTILE = "Conv" + "".join(KINDS.values())  # every kind in one op name
 SHORT = "TD\x1b]0;t\x07\x1b[2J"  # short enough to be listed whole among a hotspot's operators
+BACKWARD = "CBI\x1b[2J\u202e"  # the conv line's costliest kernel: its code lens names it
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 _OUR_SGR = re.compile(r"\x1b\[[0-9;]*m")  # the text report's own colours (--color always)
@@ -69,7 +70,8 @@ def _rename_cells(path: Path, old: str, new: str) -> int:
 
 def hostile_cnn_workspace(ws: Path) -> Path:
     """The CNN sample (sources and both ranks' torch_npu profiles) in ``ws`` with every Conv2D
-    kernel type renamed to ``HOSTILE`` and every TransData to ``SHORT``."""
+    kernel type renamed to ``HOSTILE``, every TransData to ``SHORT`` and Conv2DBackpropInput to
+    ``BACKWARD``."""
     ws.mkdir(parents=True)
     for f in CNN.glob("*.py"):
         shutil.copy2(f, ws / f.name)
@@ -77,4 +79,5 @@ def hostile_cnn_workspace(ws: Path) -> Path:
     tables = list((ws / "npu_profile").rglob("kernel_details.csv"))
     assert sum(_rename_cells(p, "Conv2D", HOSTILE) for p in tables)
     assert sum(_rename_cells(p, "TransData", SHORT) for p in tables)
+    assert sum(_rename_cells(p, "Conv2DBackpropInput", BACKWARD) for p in tables)
     return ws
