@@ -225,3 +225,30 @@ def test_hover_has_no_live_link_image_or_html(kind: str) -> None:
         elif line.startswith("Critical path"):
             assert live_markdown(line) == [], line
     assert "evil\\.example" in value  # shown, as text
+
+
+# -- the language server's messages --------------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for the server: records what it would send in window/showMessage and logMessage."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def window_log_message(self, params) -> None:  # noqa: ANN001
+        self.sent.append(params.message)
+
+    def window_show_message(self, params) -> None:  # noqa: ANN001
+        self.sent.append(params.message)
+
+
+def test_settings_warnings_and_internal_errors_show_controls() -> None:
+    from msprof_lsp.server.lsp import configuration, guard
+
+    ls = _Recorder()
+    configuration.warn(ls, [f"pyproject.toml: select: unknown code {HOSTILE!s}"])  # a value quoted from the file
+    guard.report(ls, "textDocument/hover", ValueError(f"bad name {HOSTILE}"))
+    assert len(ls.sent) == 3
+    assert raw_controls("\n".join(ls.sent)) == []
+    assert all("\\x1b]0;pwned\\x07" in m for m in ls.sent)
