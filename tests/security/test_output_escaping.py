@@ -252,3 +252,33 @@ def test_settings_warnings_and_internal_errors_show_controls() -> None:
     assert len(ls.sent) == 3
     assert raw_controls("\n".join(ls.sent)) == []
     assert all("\\x1b]0;pwned\\x07" in m for m in ls.sent)
+
+
+def test_lsp_load_progress_shows_controls() -> None:
+    import asyncio
+
+    from msprof_lsp.server.lsp.progress import LoadProgress
+
+    class Progress:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+            self.tokens: dict[str, object] = {}
+
+        def report(self, token, value) -> None:  # noqa: ANN001
+            self.sent.append(value.message)
+
+        def end(self, token, value) -> None:  # noqa: ANN001
+            self.sent.append(value.message)
+
+    class Server:
+        work_done_progress = Progress()
+
+    async def run() -> list[str]:
+        p = LoadProgress(Server(), "loading")
+        p.token = "t"  # as after begin() on a client that takes progress
+        p._report(f"reading {HOSTILE}", 0.5)
+        p.end(f"loaded {HOSTILE}")
+        return Server.work_done_progress.sent
+
+    sent = asyncio.run(run())
+    assert len(sent) == 2 and raw_controls("\n".join(sent)) == []
