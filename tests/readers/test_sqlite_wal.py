@@ -217,3 +217,22 @@ def test_real_db_export_with_a_pending_wal(tmp_path: Path) -> None:
         assert _folder_state(work) == before
     finally:
         writer.close()
+
+
+def test_the_cache_key_covers_the_pending_wal(tmp_path: Path) -> None:
+    # The profiler appends to the -wal, not the .db: a key on the .db alone would serve old rows.
+    from msprof_lsp.mapping.profile import cache
+    from msprof_lsp.mapping.profile.locations import ProfileLocation
+    from msprof_lsp.mapping.profile.model import ProfileKind
+
+    db, writer = _pending(tmp_path, live=True)
+    assert writer is not None
+    try:
+        location = ProfileLocation(ProfileKind.TORCH_NPU_DB, db)
+        before = cache.fingerprint(location)
+        assert any(s.path.endswith(".db-wal") for s in before)
+        writer.execute("INSERT INTO STRING_IDS VALUES (4, 'd')")
+        writer.commit()
+        assert cache.fingerprint(location) != before
+    finally:
+        writer.close()
