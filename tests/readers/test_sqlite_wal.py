@@ -236,3 +236,18 @@ def test_the_cache_key_covers_the_pending_wal(tmp_path: Path) -> None:
         assert cache.fingerprint(location) != before
     finally:
         writer.close()
+
+
+def test_no_room_for_the_copy_is_one_error_naming_the_file(tmp_path: Path, monkeypatch) -> None:
+    db, _ = _pending(tmp_path, live=False)
+
+    def full(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sqlite_db, "_copy_bounded", full)
+    with pytest.raises(ProfileError) as exc:
+        SqliteDb(db)
+    assert str(exc.value).startswith(str(db)) and "No space left on device" in str(exc.value)
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    with pytest.raises(ProfileError):
+        SqliteDb(db)

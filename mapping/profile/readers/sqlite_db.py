@@ -119,12 +119,14 @@ class SqliteDb:
         target, immutable = path, wal_mode and not pending
         if pending:
             # SQLite would create or update "-shm" beside the profile: read a private copy instead.
-            self._private = Path(tempfile.mkdtemp(prefix="msprof-lsp-wal-"))
-            self._cleanup = weakref.finalize(self, shutil.rmtree, self._private, True)
             try:
+                self._private = Path(tempfile.mkdtemp(prefix="msprof-lsp-wal-"))
+                self._cleanup = weakref.finalize(self, shutil.rmtree, self._private, True)
                 target = _private_copy(path, self._private)
-            except BaseException:
-                self._cleanup()
+            except BaseException as exc:
+                self._remove_copy()
+                if isinstance(exc, OSError):  # no temporary folder, or a full disk
+                    raise ProfileError(path, f"cannot copy it with its pending -wal to read it: {exc.strerror or exc}") from None
                 raise
         try:
             self._con = sqlite3.connect(
