@@ -251,3 +251,36 @@ def test_no_room_for_the_copy_is_one_error_naming_the_file(tmp_path: Path, monke
     monkeypatch.setattr(tempfile, "mkdtemp", full)
     with pytest.raises(ProfileError):
         SqliteDb(db)
+
+
+def _tree_state(root: Path) -> dict[str, tuple[int, int, str]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_check_on_a_db_export_with_a_pending_wal_writes_nothing_beside_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    # The real torch_npu DB export as a crashed profiler leaves it: the .db and a non-empty -wal.
+    from msprof_lsp.server.__main__ import main
+
+    src = shared_fixture(REAL_DB).parents[1]
+    run = tmp_path / "ws" / src.name
+    shutil.copytree(src, run, ignore=shutil.ignore_patterns("*-shm", "*-wal"))
+    db = run / "ASCEND_PROFILER_OUTPUT" / Path(REAL_DB).name
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.copyfile(db, scratch / db.name)
+    writer = sqlite3.connect(scratch / db.name)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("INSERT INTO TASK SELECT * FROM TASK LIMIT 1")
+    writer.commit()
+    for name in (db.name, db.name + "-wal"):
+        shutil.copyfile(scratch / name, db.parent / name)
+    writer.close()
+    before = _tree_state(run)
+    assert before[f"ASCEND_PROFILER_OUTPUT/{db.name}-wal"][0] > 0
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    code = main(["--check", str(run), "--format", "json", "--fail-on", "never"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert _tree_state(run) == before
