@@ -104,7 +104,8 @@ def _private_copy(path: Path, folder: Path, limits: safe_io.Limits = safe_io.LIM
             raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
         if before == after:  # neither file moved while it was copied: the pair is one state
             return dst
-    raise ProfileError(path, "database is still being written (it changed while it was copied); retry when the profiler has finished")
+    raise ProfileError(path, "database is still being written (it changed while it was copied); "
+                             "retry when the profiler has finished")
 
 
 class SqliteDb:
@@ -126,7 +127,8 @@ class SqliteDb:
             except BaseException as exc:
                 self._remove_copy()
                 if isinstance(exc, OSError):  # no temporary folder, or a full disk
-                    raise ProfileError(path, f"cannot copy it with its pending -wal to read it: {exc.strerror or exc}") from None
+                    why = exc.strerror or exc
+                    raise ProfileError(path, f"cannot copy it with its pending -wal to read it: {why}") from None
                 raise
         try:
             self._con = sqlite3.connect(

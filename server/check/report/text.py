@@ -136,7 +136,8 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     code = visible(f.code)
     prefix = f"  {where:>7} {f.severity.value.ljust(_SEV_WIDTH)} {code:<6} "
     indent = len(prefix)
-    body = textwrap.wrap(visible(" ".join(f.message.split())), width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
+    message = visible(" ".join(f.message.split()))
+    body = textwrap.wrap(message, width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
     lines = [f"  {where:>7} {sev} {style(code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
     for fix in f.fixes[:2]:
         lines += [style(x, _DIM) for x in _wrap(f"fix: {visible(document.fix_label(fix))}", indent)]
