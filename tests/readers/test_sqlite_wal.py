@@ -284,3 +284,16 @@ def test_check_on_a_db_export_with_a_pending_wal_writes_nothing_beside_it(tmp_pa
     out, err = capsys.readouterr()
     assert code == 0, err
     assert _tree_state(run) == before
+
+
+def test_a_link_to_a_db_with_a_pending_wal(tmp_path: Path) -> None:
+    # SQLite opens the link's target, whose log lies beside the target, not beside the link.
+    db, _ = _pending(tmp_path, live=False)
+    link = tmp_path / "elsewhere" / "linked.db"
+    link.parent.mkdir()
+    link.symlink_to(db)
+    before = _folder_state(db.parent)
+    with SqliteDb(link) as con:
+        assert con._private is not None
+        assert con.query("SELECT count(*) FROM STRING_IDS")[0][0] == 3
+    assert _folder_state(db.parent) == before and [p.name for p in link.parent.iterdir()] == ["linked.db"]

@@ -65,7 +65,9 @@ def _wal_state(path: Path) -> tuple[bool, bool]:
 
 
 def _wal_of(path: Path) -> Path:
-    return path.with_name(path.name + "-wal")
+    """The log SQLite would use: beside the file a link points to (the connection opens that one)."""
+    real = path.resolve()
+    return real.with_name(real.name + "-wal")
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -88,7 +90,8 @@ def _copy_bounded(src: Path, dst: Path, budget: int) -> int:
 def _private_copy(path: Path, folder: Path, limits: safe_io.Limits = safe_io.LIMITS) -> Path:
     """``path`` and its ``-wal`` copied into ``folder``: a consistent pair, or ProfileError."""
     wal = _wal_of(path)
-    dst, dst_wal = folder / path.name, folder / wal.name
+    dst = folder / path.name
+    dst_wal = folder / (dst.name + "-wal")  # the name SQLite looks for beside the copy
     for _ in range(COPY_ATTEMPTS):
         for p in (dst, dst_wal):
             p.unlink(missing_ok=True)
