@@ -30,11 +30,12 @@ if __name__ == "__main__":
 
 def main(argv: list[str] | None = None) -> int:
     from .cli import DEBUG_ENV, UsageError, debug_enabled, parse, version
+    from .escape import visible
 
     try:
         ns, args = parse(argv)
     except UsageError as exc:
-        print(f"msprof-lsp: error: {exc} (see msprof-lsp --help)", file=sys.stderr)
+        print(f"msprof-lsp: error: {visible(exc)} (see msprof-lsp --help)", file=sys.stderr)
         return 2
     if ns.version:
         print(f"msprof-lsp {version()}")
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             from msprof_lsp.mapping.profile.safe_io import describe_unexpected
 
-            print(f"msprof-lsp: {describe_unexpected(exc)} (set {DEBUG_ENV}=1 for a traceback, and please report it)",
+            print(f"msprof-lsp: {visible(describe_unexpected(exc))} (set {DEBUG_ENV}=1 for a traceback, and please report it)",
                   file=sys.stderr)
             return 2
     from .lsp.app import serve

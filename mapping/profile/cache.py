@@ -79,7 +79,11 @@ def input_files(location: ProfileLocation) -> list[Path]:
             # The DB reader also reads analysis.db beside it and the run root's profiler_info.
             from msprof_lsp.mapping.profile.readers.torch_npu_db import companion_files
 
-            return [root, *companion_files(location)]
+            files = [root, *companion_files(location)]
+            # A pending write-ahead log holds rows the reader sees (sqlite_db reads it from a
+            # private copy) while the .db itself keeps its size and mtime: the log is an input too
+            # (fingerprint skips it while it does not exist).
+            return files + [p.with_name(p.name + "-wal") for p in files if p.suffix == ".db"]
         return [root]
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):

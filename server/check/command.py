@@ -26,6 +26,7 @@ from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, html, sarif, text
 from .report.run import CheckRun, JobReport, merge_repeated
+from ..escape import json_text, visible
 from ..settings import Settings, apply, find_pyproject, from_pyproject
 
 
@@ -54,7 +55,7 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
         flags["cacheDir"] = args.cache_dir
     settings, more = apply(settings, flags, "command line")
     for w in warnings + more:
-        print(f"msprof-lsp: warning: {w}", file=warn)
+        print(f"msprof-lsp: warning: {visible(w)}", file=warn)
     return settings
 
 
@@ -76,7 +77,7 @@ def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
     if len(jobs) < 2:
         return
     for i, job in enumerate(jobs, 1):
-        print(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}", file=warn)
+        print(visible(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}"), file=warn)
 
 
 def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
@@ -135,10 +136,11 @@ def exit_status(run: CheckRun, args: CheckArgs) -> int:
 
 
 def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
+    # JSON and SARIF keep names as data (json_text only spells the controls as \u escapes)
     if args.format == "json":
-        return json.dumps(run.to_document(), indent=2, ensure_ascii=False) + "\n"
+        return json_text(json.dumps(run.to_document(), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "sarif":
-        return json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False) + "\n"
+        return json_text(json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "github":
         return github.render(run)
     if args.format == "html":
@@ -163,7 +165,7 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
         if bar:
             bar.clear()
         hint = f"; {HOW_TO_RECORD}" if isinstance(exc, NoProfileFound) else ""
-        print(f"msprof-lsp: error: {exc}{hint}", file=stderr)
+        print(f"msprof-lsp: error: {visible(exc)}{hint}", file=stderr)  # names a file: may hold controls
         return 2
     finally:
         if bar:
@@ -172,7 +174,7 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
         try:
             Path(args.output).write_text(report, encoding="utf-8")
         except OSError as exc:
-            print(f"msprof-lsp: error: {args.output}: cannot write: {exc.strerror}", file=stderr)
+            print(visible(f"msprof-lsp: error: {args.output}: cannot write: {exc.strerror}"), file=stderr)
             return 2
     else:
         stdout.write(report)

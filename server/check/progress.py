@@ -6,6 +6,8 @@ import sys
 import time
 from typing import TextIO
 
+from msprof_lsp.server.escape import visible
+
 
 class ProgressLine:
     """Callable matching ``mapping.locations.Progress``; redraws at most ~10 times a second."""
@@ -21,6 +23,7 @@ class ProgressLine:
         if now - self._last < 0.1 and fraction not in (0.0, 1.0):
             return
         self._last = now
+        message = visible(message)  # a profile's file name: its controls must not reach the terminal
         if fraction is None:
             text = message
         else:

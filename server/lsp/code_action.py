@@ -26,6 +26,7 @@ from lsprotocol import types
 
 from msprof_lsp.hints import suppress
 from msprof_lsp.hints.verify import FindingState
+from msprof_lsp.server.escape import visible
 
 from ..protocol import DIAGNOSTIC_SOURCE, FIX_ALL_KIND
 from . import diagnostics, payloads, record_action
@@ -61,7 +62,7 @@ def make_action(
     group: str = "",
 ) -> types.CodeAction:
     action = types.CodeAction(
-        title=title,
+        title=visible(title),  # fix titles may name ops from the profile: plain text, controls shown
         kind=kind,
         diagnostics=diagnostics_,
         is_preferred=True if preferred else None,

@@ -18,6 +18,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from msprof_lsp.mapping.errors import ProfileError
+from msprof_lsp.server.escape import visible
 
 from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
 from ..cli import version
@@ -87,7 +88,7 @@ async def set_baseline(ls, *args: Any) -> dict[str, Any]:
         snap = await ls.loader.set_baseline(path)
     except ProfileError as exc:
         text = f"msprof-lsp: cannot read the baseline profile: {exc}"
-        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=text))
+        ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=visible(text)))
         return {"baseline": None, "error": text}
     cmp = snap.comparison if snap is not None else None
     return {

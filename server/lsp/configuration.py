@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from msprof_lsp.server.escape import visible
+
 from ..protocol import SETTINGS_SECTION
 from ..settings import SETTING_KEYS, Settings, apply, from_pyproject
 
@@ -97,6 +99,6 @@ def warn(ls: MsprofLanguageServer, warnings: list[str]) -> None:
     """Invalid settings: one message (the values fell back to the previous layer)."""
     if not warnings:
         return
-    text = "msprof-lsp settings: " + "; ".join(warnings)
+    text = visible("msprof-lsp settings: " + "; ".join(warnings))  # values quoted from a pyproject.toml
     ls.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=text))
     ls.window_show_message(types.ShowMessageParams(type=types.MessageType.Warning, message=text))

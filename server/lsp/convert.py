@@ -17,6 +17,7 @@ from lsprotocol import types
 from msprof_lsp.hints.finding import Finding, Fix, Severity, TextEdit
 from msprof_lsp.hints.verify import FindingChange, FindingState
 from msprof_lsp.mapping.source.positions import col_from_units, col_to_units
+from msprof_lsp.server.escape import visible
 
 from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
 from . import payloads
@@ -229,13 +230,13 @@ def diagnostic(
                     location=types.Location(
                         uri=rv.uri, range=range_of(rv.lines, rm[0], r.span.col, rm[1], r.span.end_col, enc)
                     ),
-                    message=r.message,
+                    message=visible(r.message),
                 )
             )
         related = related or None
     return types.Diagnostic(
         range=rng,
-        message=message,
+        message=visible(message),  # names ops and paths from the profile: controls shown as text
         severity=SEVERITY[Severity.HINT if resolved else f.severity],
         code=f.code,
         code_description=types.CodeDescription(href=rule_doc_url(f.code)) if caps.code_description else None,

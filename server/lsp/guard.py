@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from msprof_lsp.server.escape import visible
+
 from ..cli import debug_enabled
 
 log = logging.getLogger("msprof_lsp.server")
@@ -31,7 +33,7 @@ def report(ls: Any, where: str, exc: BaseException) -> None:
         ls.window_log_message(
             types.LogMessageParams(
                 type=types.MessageType.Error,
-                message=f"msprof-lsp: {where} failed: {type(exc).__name__}: {exc} (the server keeps running)",
+                message=visible(f"msprof-lsp: {where} failed: {type(exc).__name__}: {exc} (the server keeps running)"),
             )
         )
     except Exception:  # noqa: BLE001 - the transport may be gone; stderr has it

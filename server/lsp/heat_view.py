@@ -14,6 +14,7 @@ from msprof_lsp.mapping.source.compare import LineChange
 from msprof_lsp.mapping.source.critical_path import LinePath
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, OpHeat, merge_ops
 from msprof_lsp.mapping.units import format_share, format_us
+from msprof_lsp.server.escape import visible
 
 from .convert import FileView
 from .diagnostics import buffer_state, file_view
@@ -73,7 +74,7 @@ def top_op(ops: list[OpHeat]) -> str:
     if not ops:
         return "host time"
     op = ops[0]
-    return op.type or op.name
+    return visible(op.type or op.name)  # a lens title or inlay label: plain text, controls shown
 
 
 def line_label(h: HotLine) -> str:
@@ -94,7 +95,7 @@ def on_path_text(h: HotLine) -> str:
 
 
 def function_label(f: FunctionHeat) -> str:
-    return f"{f.function} · {format_us(f.per_step_ns / 1000)}/step · {format_share(f.share)} of step"
+    return f"{visible(f.function)} · {format_us(f.per_step_ns / 1000)}/step · {format_share(f.share)} of step"
 
 
 def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = False) -> FileHeat | None:

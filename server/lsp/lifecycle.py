@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from msprof_lsp.server.escape import visible
+
 from . import configuration, pull, watch
 from .capabilities import resolve as resolve_caps
 from .guard import guarded, spawn
@@ -80,7 +82,7 @@ async def did_change_configuration(ls: MsprofLanguageServer, params: types.DidCh
             await ls.loader.set_baseline(str(target) if target else None)
         except Exception as exc:  # noqa: BLE001 - a bad baseline is a message, never a crash
             ls.window_show_message(types.ShowMessageParams(
-                type=types.MessageType.Error, message=f"msprof-lsp: cannot read the baseline profile: {exc}"))
+                type=types.MessageType.Error, message=visible(f"msprof-lsp: cannot read the baseline profile: {exc}")))
         ls.loader.follow_baseline_setting()
     if changed & configuration.RULE_FIELDS:
         await ls.loader.reconfigure()

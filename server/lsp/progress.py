@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from msprof_lsp.server.escape import visible
+
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
 
@@ -60,12 +62,12 @@ class LoadProgress:
         if fraction is not None:
             self._pct = max(self._pct, min(100, int(fraction * 100)))
             pct = self._pct
-        self.ls.work_done_progress.report(self.token, types.WorkDoneProgressReport(message=message, percentage=pct))
+        self.ls.work_done_progress.report(self.token, types.WorkDoneProgressReport(message=visible(message), percentage=pct))
 
     def end(self, message: str) -> None:
         if self.token is None:
             return
         # reports queued from the worker thread run before this (same loop, FIFO), then the end
         token, self.token = self.token, None
-        self.ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+        self.ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=visible(message)))  # names profile files
         self.ls.work_done_progress.tokens.pop(token, None)

@@ -1,11 +1,19 @@
 """Read-only access to the profilers' SQLite exports (torch_npu DB export, msprof ``--type=db``).
 
-The file is opened through a ``mode=ro`` URI (no journal, no schema upgrade). A WAL-mode file
-(torch_npu writes its DB export so) would still get ``-wal``/``-shm`` files created beside it by a
-read-only open, and fails to open where they cannot be created; when no write-ahead log is pending
-(no ``-wal`` file or an empty one) it is opened ``immutable``, so nothing is written next to it. A
-non-empty ``-wal`` means the profiler is still writing (or crashed before a checkpoint): that data
-lives in the log, so the file is opened plainly read-only, and SQLite may create ``-shm``. Every sqlite failure becomes a ProfileError naming the file: not a database,
+Nothing is ever written beside a profile. The file is opened through a ``mode=ro`` URI (no journal,
+no schema upgrade). A WAL-mode file (torch_npu writes its DB export so) would still get
+``-wal``/``-shm`` files created or modified beside it by a read-only open, so:
+
+* with no write-ahead log pending (no ``-wal`` file, or an empty one) it is opened ``immutable``:
+  SQLite then touches no other file;
+* a non-empty ``-wal`` means the profiler is still writing (or crashed before a checkpoint), and its
+  committed rows live only in the log. The file and its log are copied into a private temporary
+  folder (at most ``wal_copy_bytes`` together, read through ``safe_io``) and the copy is opened:
+  SQLite builds its ``-shm`` index there, the rows in the log are read, and the folder is removed
+  when the database is closed. A file that changes while it is copied is copied again, then
+  refused as "still being written".
+
+Every sqlite failure becomes a ProfileError naming the file: not a database,
 truncated/corrupt, locked by the profiler that is still writing it. Tables and columns are looked
 up by name, so newer versions with extra tables or columns read the same, and a missing optional
 table reads as an empty frame.
@@ -13,7 +21,11 @@ table reads as an empty frame.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import tempfile
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,15 +43,72 @@ LOCK_TIMEOUT_S = 2.0
 """How long to wait for a writer's lock before giving up with "still being written"."""
 
 
-def _settled_wal(path: Path) -> bool:
-    """A WAL-mode file (header bytes 18-19 = 2) with no pending log next to it."""
+COPY_ATTEMPTS = 3
+"""Copies of a pending-WAL file tried before it is reported as still being written."""
+_COPY_CHUNK = 1 << 20
+
+
+def _wal_state(path: Path) -> tuple[bool, bool]:
+    """(WAL mode: header bytes 18-19 = 2, a non-empty ``-wal`` file beside it)."""
     try:
         with path.open("rb") as fh:
             header = fh.read(20)
-        wal = path.with_name(path.name + "-wal")
-        return header[18:20] == b"\x02\x02" and (not wal.exists() or wal.stat().st_size == 0)
     except OSError:
-        return False
+        return False, False
+    if header[18:20] != b"\x02\x02":
+        return False, False
+    wal = _wal_of(path)
+    try:
+        return True, wal.stat().st_size > 0
+    except OSError:  # no -wal file (or unreadable): nothing pending that we could read
+        return True, False
+
+
+def _wal_of(path: Path) -> Path:
+    """The log SQLite would use: beside the file a link points to (the connection opens that one)."""
+    real = path.resolve()
+    return real.with_name(real.name + "-wal")
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _copy_bounded(src: Path, dst: Path, budget: int) -> int:
+    """Copy a regular file through safe_io, refusing it past ``budget`` bytes; the bytes copied."""
+    done = 0
+    with safe_io.open_regular(src, budget) as fin, dst.open("xb") as fout:
+        while chunk := fin.read(_COPY_CHUNK):
+            done += len(chunk)
+            if done > budget:  # the file grew past the limit while it was copied
+                raise safe_io.LimitExceeded(src, safe_io.Limit.FILE_SIZE, f"more than {budget:,} bytes (with its -wal)")
+            fout.write(chunk)
+    return done
+
+
+def _private_copy(path: Path, folder: Path, limits: safe_io.Limits = safe_io.LIMITS) -> Path:
+    """``path`` and its ``-wal`` copied into ``folder``: a consistent pair, or ProfileError."""
+    wal = _wal_of(path)
+    dst = folder / path.name
+    dst_wal = folder / (dst.name + "-wal")  # the name SQLite looks for beside the copy
+    for _ in range(COPY_ATTEMPTS):
+        for p in (dst, dst_wal):
+            p.unlink(missing_ok=True)
+        try:
+            before = (_stamp(path), _stamp(wal))
+        except OSError as exc:
+            raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
+        used = _copy_bounded(path, dst, limits.wal_copy_bytes)
+        _copy_bounded(wal, dst_wal, limits.wal_copy_bytes - used)
+        try:
+            after = (_stamp(path), _stamp(wal))
+        except OSError as exc:
+            raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
+        if before == after:  # neither file moved while it was copied: the pair is one state
+            return dst
+    raise ProfileError(path, "database is still being written (it changed while it was copied); "
+                             "retry when the profiler has finished")
 
 
 class SqliteDb:
@@ -48,13 +117,30 @@ class SqliteDb:
     def __init__(self, path: Path) -> None:
         self.path = path
         _check_header(path)
+        self._private: Path | None = None  # the temporary folder of a pending-WAL copy
+        self._cleanup: weakref.finalize | None = None
+        wal_mode, pending = _wal_state(path)
+        target, immutable = path, wal_mode and not pending
+        if pending:
+            # SQLite would create or update "-shm" beside the profile: read a private copy instead.
+            try:
+                self._private = Path(tempfile.mkdtemp(prefix="msprof-lsp-wal-"))
+                self._cleanup = weakref.finalize(self, shutil.rmtree, self._private, True)
+                target = _private_copy(path, self._private)
+            except BaseException as exc:
+                self._remove_copy()
+                if isinstance(exc, OSError):  # no temporary folder, or a full disk
+                    why = exc.strerror or exc
+                    raise ProfileError(path, f"cannot copy it with its pending -wal to read it: {why}") from None
+                raise
         try:
             self._con = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro{'&immutable=1' if _settled_wal(path) else ''}",
+                f"{target.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}",
                 uri=True, timeout=LOCK_TIMEOUT_S,
                 isolation_level=None,
             )
         except sqlite3.Error as exc:
+            self._remove_copy()
             raise _error(path, exc) from None
         # Damaged pages can hold invalid UTF-8 in any text cell: replaced, never a decode error.
         self._con.text_factory = _text
@@ -70,6 +156,7 @@ class SqliteDb:
                     self.tables[name] = cols
         except ProfileError:
             self._con.close()
+            self._remove_copy()
             raise
         self._strings: pd.Series | None = None
 
@@ -80,6 +167,11 @@ class SqliteDb:
         except sqlite3.Error:
             pass
         self._con.close()
+        self._remove_copy()
+
+    def _remove_copy(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup()  # runs once; also at exit or collection if close() is never called
 
     def __enter__(self) -> SqliteDb:
         return self

@@ -1,8 +1,15 @@
-"""GitHub Actions workflow-command annotations (``::warning file=…,line=…::message``)."""
+"""GitHub Actions workflow-command annotations (``::warning file=…,line=…::message``).
+
+The runner reads a workflow command from the start of any line of the job's output, so profile
+text must never start a line: each field goes through ``visible`` (a newline, CR or other control
+in an op name or path is shown as ``\x0a``-style text) and then GitHub's own escapes (``%``, CR,
+LF; ``:`` and ``,`` in properties). The only line breaks are the ones between annotations.
+"""
 
 from __future__ import annotations
 
 from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.server.escape import visible
 
 from . import document
 from .run import CheckRun
@@ -11,6 +18,8 @@ _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO:
 
 
 def _escape_data(text: str) -> str:
+    # visible() first: after it no CR/LF is left; GitHub's own escapes keep working on our text.
+    text = visible(text)
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
@@ -30,10 +39,10 @@ def annotation(f: Finding, run: CheckRun) -> str:
             f"endColumn={s.end_col + 1}",
         ]
     props.append(f"title={_escape_property(f'{f.code} {f.name}')}")
-    message = f.message
-    if f.fixes:
-        message += "\nFix: " + "; ".join(document.fix_label(x) for x in f.fixes)
-    return f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape_data(message)}"
+    message = _escape_data(" ".join(f.message.split()))
+    if f.fixes:  # the one line break we write inside a message, as GitHub's own %0A
+        message += "%0AFix: " + _escape_data("; ".join(document.fix_label(x) for x in f.fixes))
+    return f"::{_COMMAND[f.severity]} {','.join(props)}::{message}"
 
 
 def render(run: CheckRun) -> str:

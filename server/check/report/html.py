@@ -8,6 +8,8 @@ import html
 import secrets
 from importlib import resources
 
+from msprof_lsp.server.escape import json_text, visible
+
 from . import model
 from .run import CheckRun
 
@@ -28,8 +30,10 @@ def report_model(run: CheckRun) -> model.ReportModel:
 
 def model_json(m: model.ReportModel) -> str:
     """The model as JSON safe inside a <script type="application/json"> element: "<" is written
-    as its JSON escape, so no "</script>" or "<!--" can end or alter the element."""
-    return model.encode(m).decode("utf-8").replace("<", "\\u003c")
+    as its JSON escape, so no "</script>" or "<!--" can end or alter the element; so are the
+    controls, bidi and separator characters JSON leaves raw (DEL, C1, U+2028 …): the page's bytes
+    hold none, and the renderer (textContent only) still gets the names exactly as recorded."""
+    return json_text(model.encode(m).decode("utf-8").replace("<", "\\u003c"))
 
 
 def page(m: model.ReportModel) -> str:
@@ -43,7 +47,7 @@ def page(m: model.ReportModel) -> str:
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>msprof-lsp report: {html.escape(first)}</title>\n"
+        f"<title>msprof-lsp report: {html.escape(visible(first))}</title>\n"
         f"<style nonce=\"{nonce}\">\n{css}</style>\n</head>\n<body>\n"
         f"<div id=\"{ROOT_ELEMENT_ID}\"></div>\n"
         f"<script type=\"application/json\" id=\"{MODEL_ELEMENT_ID}\">{model_json(m)}</script>\n"

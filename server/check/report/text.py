@@ -3,6 +3,10 @@ then the top hotspots and a summary line. Fits an 80-column terminal, except tha
 broken or cut: a path longer than the line is printed whole (the terminal wraps it) so it can be
 pasted back into ``--profile``. Colour only when asked.
 
+Every string that came from a profile or the workspace (paths, messages, op names, source text,
+load notes) goes through ``visible`` where it enters a line, so a control character in it is
+shown as ``\x1b``-style text and never reaches the terminal — with colour or without.
+
 ``--format concise`` is the same findings one line each (``path:line:col: severity CODE message``),
 for editors' problem matchers and grep: a matcher reads a line at a time and cannot follow the
 grouped layout's wrapped messages.
@@ -19,6 +23,7 @@ from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profile_breakdown
 from msprof_lsp.mapping.units import format_share, format_us
+from msprof_lsp.server.escape import visible
 
 from . import document
 from .run import CheckRun, JobReport
@@ -50,12 +55,17 @@ def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
                          break_long_words=False) or [pad]
 
 
+def _path(path, run: CheckRun) -> str:  # noqa: ANN001 - str | PathLike
+    """A profile or source path as printed: relative to the cwd, controls shown, never emitted."""
+    return visible(document.rel_path(path, run.cwd))
+
+
 def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     p = job.profile
     meta = p.meta
     step_ns, source = p.step_time()
     title = f"{meta.kind.value} profile"
-    path = document.rel_path(meta.path, run.cwd)
+    path = _path(meta.path, run)
     if len(title) + 1 + len(path) <= WIDTH:
         lines = [style(f"{title} {path}", _BOLD)]
     else:  # long run-directory names: the whole path on its own line, never cut
@@ -92,7 +102,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
     if not p.has_call_stacks:
         lines += _wrap("no Python call stacks in this profile: locations are approximate", 2)
     for issue in p.issues[:5]:
-        lines += _wrap(f"note: {issue}", 2)
+        lines += _wrap(f"note: {visible(issue)}", 2)
     if len(p.issues) > 5:
         lines.append(f"  note: … and {len(p.issues) - 5} more load notes")
     if source == "capture length":
@@ -123,12 +133,14 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     s = f.span
     where = f"{s.line}:{s.col + 1}" if s else "-"
     sev = style(f.severity.value.ljust(_SEV_WIDTH), _COLORS[f.severity])
-    prefix = f"  {where:>7} {f.severity.value.ljust(_SEV_WIDTH)} {f.code:<6} "
+    code = visible(f.code)
+    prefix = f"  {where:>7} {f.severity.value.ljust(_SEV_WIDTH)} {code:<6} "
     indent = len(prefix)
-    body = textwrap.wrap(f.message, width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
-    lines = [f"  {where:>7} {sev} {style(f.code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
+    message = visible(" ".join(f.message.split()))
+    body = textwrap.wrap(message, width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
+    lines = [f"  {where:>7} {sev} {style(code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
     for fix in f.fixes[:2]:
-        lines += [style(x, _DIM) for x in _wrap(f"fix: {document.fix_label(fix)}", indent)]
+        lines += [style(x, _DIM) for x in _wrap(f"fix: {visible(document.fix_label(fix))}", indent)]
     if len(f.fixes) > 2:
         lines.append(style(" " * indent + f"… and {len(f.fixes) - 2} more fixes", _DIM))
     return lines
@@ -138,7 +150,7 @@ def findings_by_file(findings: Iterable[Finding], run: CheckRun, style: _Style) 
     out: list[str] = []
     by_file: dict[str, list[Finding]] = {}
     for f in sorted(findings, key=Finding.sort_key):
-        key = document.rel_path(f.span.path, run.cwd) if f.span else "(profile)"
+        key = _path(f.span.path, run) if f.span else "(profile)"
         by_file.setdefault(key, []).append(f)
     for path, items in by_file.items():
         out.append(style(path, _BOLD))
@@ -166,14 +178,14 @@ def hotspots(job: JobReport, run: CheckRun) -> list[str]:
     out = [f"Hotspots ({what} time per step)", "   share    time/step  location / top operators"]
     for h in spans:
         span = h.site.span
-        loc = f"{document.rel_path(span.path, run.cwd)}:{span.line}"
+        loc = f"{_path(span.path, run)}:{span.line}"
         if h.site.confidence is Confidence.INFERRED:
             loc += "  (inferred: no call stack)"  # ranked with the others, marked
         out.append(f"  {format_share(h.share):>6} {format_us(h.per_step_ns / 1000):>12}  {loc}")
-        code = " ".join(h.site.call_text.split())
+        code = visible(" ".join(h.site.call_text.split()))
         if code:
             out.append(f"{'':23}{textwrap.shorten(code, WIDTH - 23, placeholder='…')}")
-        ops = ", ".join(f"{name} ×{count}" for name, count in _ops_by_type(h.ops)[:3])
+        ops = ", ".join(f"{visible(name)} ×{count}" for name, count in _ops_by_type(h.ops)[:3])
         if ops:
             out.append(f"{'':23}{textwrap.shorten(ops, WIDTH - 23, placeholder='…')}")
     return out
@@ -186,14 +198,14 @@ def baseline(job: JobReport, run: CheckRun) -> list[str]:
     ratio = cmp.step_ratio
     change = f" ({ratio * 100:+.1f}%)" if ratio is not None else ""
     out = [
-        f"Compared with {document.rel_path(cmp.baseline_path, run.cwd)}:",
+        f"Compared with {_path(cmp.baseline_path, run)}:",
         f"  step time {format_us(cmp.before_step_us)} → {format_us(cmp.after_step_us)}{change}",
     ]
     for title, items in (("improved", cmp.improved()), ("regressed", cmp.regressed())):
         for c in items[:5]:
             r = f" ({c.ratio * 100:+.0f}%)" if c.ratio is not None else " (new)"
             out.append(
-                f"  {title:9} {document.rel_path(c.path, run.cwd)}:{c.line}: "
+                f"  {title:9} {_path(c.path, run)}:{c.line}: "
                 f"{format_us(c.before_us)} → {format_us(c.after_us)}/step{r}"
             )
     if job.finding_changes:
@@ -201,9 +213,9 @@ def baseline(job: JobReport, run: CheckRun) -> list[str]:
         out.append("  findings: " + ", ".join(f"{counts[s]} {s.value}" for s in FindingState if counts[s]))
         for c in job.finding_changes:
             f = c.finding
-            place = f"{document.rel_path(f.span.path, run.cwd)}:{f.span.line}" if f.span else "(profile)"
+            place = f"{_path(f.span.path, run)}:{f.span.line}" if f.span else "(profile)"
             figures = " → ".join("—" if x is None else f"{format_us(x.time_per_step_us)}/step" for x in (c.before, c.after))
-            out.append(f"  {c.state.value:10} {c.code} {place}: {figures}")
+            out.append(f"  {c.state.value:10} {visible(c.code)} {place}: {figures}")
     return out
 
 
@@ -233,10 +245,11 @@ def render(run: CheckRun, *, color: bool = False) -> str:
 
 def concise_line(f: Finding, run: CheckRun) -> str:
     """``path:line:col: severity CODE message``; a finding about the profile itself has no place."""
-    message = " ".join(f.message.split())
+    message = visible(" ".join(f.message.split()))
+    code = visible(f.code)
     if f.span is None:
-        return f"(profile): {f.severity.value} {f.code} {message}"
-    return f"{document.rel_path(f.span.path, run.cwd)}:{f.span.line}:{f.span.col + 1}: {f.severity.value} {f.code} {message}"
+        return f"(profile): {f.severity.value} {code} {message}"
+    return f"{_path(f.span.path, run)}:{f.span.line}:{f.span.col + 1}: {f.severity.value} {code} {message}"
 
 
 def render_concise(run: CheckRun) -> str:

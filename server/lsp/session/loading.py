@@ -20,6 +20,7 @@ from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
+from msprof_lsp.server.escape import visible
 
 from ...protocol import NOTIFY_ANALYSED, NOTIFY_PROFILE_STATUS
 from .engine import LoadRequest
@@ -85,14 +86,16 @@ class Loader:
                 fut.set_result(None)
 
     def notify_status(self, state: ProfileState, message: str = "") -> None:
-        self.status = ProfileStatus.of(state, self.ls.snapshot.info, str(self.explicit) if self.explicit else "", message)
+        # load messages name profile files: controls shown as text (status bar, messages, log)
+        self.status = ProfileStatus.of(state, self.ls.snapshot.info, str(self.explicit) if self.explicit else "",
+                                       visible(message))
         self.ls.protocol.notify(NOTIFY_PROFILE_STATUS, to_json(self.status))
 
     def _message(self, kind: types.MessageType, text: str) -> None:
-        self.ls.window_show_message(types.ShowMessageParams(type=kind, message=text))
+        self.ls.window_show_message(types.ShowMessageParams(type=kind, message=visible(text)))
 
     def _log(self, kind: types.MessageType, text: str) -> None:
-        self.ls.window_log_message(types.LogMessageParams(type=kind, message=text))
+        self.ls.window_log_message(types.LogMessageParams(type=kind, message=visible(text)))
 
     # -- what to load ------------------------------------------------------------------------
 
