@@ -94,24 +94,25 @@ def decode(body: bytes) -> Any:
                           rid=scan_top_level_id(body)) from None
     except ValueError as exc:
         raise Undecodable(f"the body is not JSON ({str(exc)[:120]})") from None
-    if deeper_than(value, MAX_DEPTH):
+    # the brackets in the body bound its depth: most messages need no walk at all
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and deeper_than(value, MAX_DEPTH):
         rid = echo_id(value.get("id")) if isinstance(value, dict) else None
         raise Undecodable(f"the message nests deeper than {MAX_DEPTH} levels", too_deep=True, rid=rid)
     return value
 
 
 def deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests more than ``limit`` containers deep (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return False
+    """Whether ``value`` nests more than ``limit`` containers deep (level by level: no recursion,
+    one list comprehension per container)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    for _ in range(limit):
+        below: list[Any] = []
+        for item in level:
+            below += [c for c in (item.values() if isinstance(item, dict) else item) if isinstance(c, (dict, list))]
+        if not below:
+            return False
+        level = below
+    return bool(level)
 
 
 # Strings (an unterminated one runs to the end, in one match: no rescan from every quote),
