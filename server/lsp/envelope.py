@@ -123,40 +123,48 @@ _TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\Z)|[][{}]+|[:,]', re.DOTALL)
 def scan_top_level_id(body: bytes) -> int | str | float | None:
     """The ``"id"`` member of a top-level object, read without decoding the (too deep) rest.
 
-    Tracks only the bracket depth; a scalar value at depth 1 is decoded on its own. Returns None
-    when the body is no balanced object or has no readable id.
+    Tracks only the bracket depth; the scalar value of ``"id"`` at depth 1 is decoded on its own
+    (the last one, as a JSON decoder keeps). Returns None when the body is no balanced object or
+    has no readable id. One pass of the token regex; the loop body is a few comparisons.
     """
     if len(body) > ID_SCAN_LIMIT or not body.lstrip().startswith(b"{"):
         return None
-    depth, last_string, key, value_at = 0, b"", None, -1
-    found: Any = None
+    depth, last_key, value_at, in_id = 0, (0, 0), -1, False
+    raw_id: bytes | None = None
     end = len(body.rstrip())
     for m in _TOKEN.finditer(body):
-        tok, first = m.group(), m.group()[:1]
-        at_top = depth == 1
-        if first == b'"':
-            if at_top and value_at >= 0:  # a string value
-                if key == "id":
-                    found = _scalar(tok)
-                value_at = -1
-            elif at_top:
-                last_string = tok
-        elif first in b"[{":
-            value_at = -1 if at_top else value_at  # a container value: no id there
-            depth += _net_depth(tok)
-        elif first == b":":
-            if at_top:
-                key, value_at = _scalar(last_string), m.end()
-        else:  # "," or a run starting with a closer: the end of a scalar value at the top level
-            if at_top and value_at >= 0:
-                if key == "id":
-                    found = _scalar(body[value_at:m.start()])
-                value_at = -1
-            if first != b",":
-                depth += _net_depth(tok)
-        if depth < 0 or (depth == 0 and m.end() < end):
+        start, stop = m.span()
+        c = body[start]
+        if depth == 1:
+            if c == _QUOTE:
+                if value_at >= 0:  # a string value
+                    if in_id:
+                        raw_id = body[start:stop]
+                    value_at = -1
+                else:
+                    last_key = (start, stop)
+                continue
+            if c == _COLON:
+                key = body[last_key[0]:last_key[1]]
+                in_id = key == b'"id"' or (b"\\" in key and _scalar(key) == "id")  # an escaped "id"
+                value_at = stop
+                continue
+            if value_at >= 0 and c in _ENDS:  # the end of a scalar value
+                if in_id:
+                    raw_id = body[value_at:start]
+            value_at = -1
+        if c == _COMMA or c == _COLON or c == _QUOTE:
+            continue
+        depth += _net_depth(body[start:stop])
+        if depth < 0 or (depth == 0 and stop < end):
             return None  # more closers than openers, or bytes after the object
-    return echo_id(found) if depth == 0 else None
+    if depth != 0 or raw_id is None:
+        return None
+    return echo_id(_scalar(raw_id))
+
+
+_QUOTE, _COLON, _COMMA = ord('"'), ord(":"), ord(",")
+_ENDS = frozenset(b",]}")
 
 
 def _net_depth(run: bytes) -> int:

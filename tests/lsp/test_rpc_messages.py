@@ -375,6 +375,8 @@ def test_an_internal_error_while_handling_a_message_is_one_answer_not_the_end(pr
     (b'{"id": 5} {"id": 6}', None),
     (b'{"p": [[{"id": 1}], []], "id": 7, "q": [{}]}', 7),
     (b'{"id": "\\"}"}', '"}'),
+    (b'{"\\u0069d": 4, "a": [[]]}', 4),  # an escaped key
+    (b'{"id": 4, "id": "b"}', "b"),  # the last one, as the decoder keeps
 ])
 def test_the_id_of_a_message_too_deep_to_decode_is_read_by_a_scan(body: bytes, rid: Any) -> None:
     assert envelope.scan_top_level_id(body) == rid
