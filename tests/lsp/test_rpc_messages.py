@@ -248,6 +248,10 @@ def test_before_initialize_requests_are_refused_and_notifications_dropped(tmp_pa
             "uri": uri, "languageId": "python", "version": 1, "text": "x = 1\n"}}})
         server.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
         assert server.response(2, 10)["error"]["code"] == NOT_INITIALIZED
+        # the reporters' killers, before initialize: the session still starts
+        for data, _ in (_cases(uri)[k] for k in ("cancel-id-array", "cancel-id-object", "reply-id-object",
+                                                  "params-deep", "batch", "nan-id")):
+            server.send_bytes(data)
         init = server.initialize(root, {"cacheDir": str(tmp_path / "cache")}, rid=3)
         assert init is not None and "capabilities" in init["result"]
         server.send({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {"capabilities": {}}})
