@@ -53,6 +53,7 @@ from pygls.io_ import StdoutWriter
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage
 
+from . import guard
 from .envelope import Envelope, Invalid, Kind, Undecodable, classify, decode, lsp_id
 
 if TYPE_CHECKING:
@@ -248,9 +249,7 @@ class Protocol(LanguageServerProtocol):
         except (BrokenPipeError, SystemExit):
             raise  # the client is gone / ``exit``
         except Exception as exc:  # noqa: BLE001 - no message may end the session
-            from .guard import report
-
-            report(self._server, "handling a client message", exc)
+            guard.report(self._server, "handling a client message", exc)
             rid = None
             try:
                 data = json.loads(body)

@@ -361,6 +361,11 @@ def test_an_internal_error_while_handling_a_message_is_one_answer_not_the_end(pr
     _receive(protocol, id=8, method="shutdown")
     (answer,) = [m for m in protocol.capture.messages() if m.get("id") == 8]
     assert answer["error"]["code"] == -32603
+    logged = [m["params"]["message"] for m in protocol.capture.messages() if m.get("method") == "window/logMessage"]
+    assert len(logged) == 1 and "RuntimeError: a bug" in logged[0]
+    monkeypatch.undo()
+    _receive(protocol, id=9, method="shutdown")  # the next message is handled as usual
+    assert [m for m in protocol.capture.messages() if m.get("id") == 9] == [{"jsonrpc": "2.0", "id": 9, "result": None}]
 
 
 # -- the envelope functions ---------------------------------------------------------------------
