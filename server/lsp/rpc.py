@@ -9,9 +9,17 @@ request whose params do not structure into the method's type without answering i
   cannot hold a raw CR LF, and ``Content-Length: 12`` is no JSON token), so finding one inside a
   body proves the frame was short; the stream continues from there without waiting for bytes the
   client will never send.
-* :class:`Protocol` answers every request: ill-typed params get ``InvalidParams`` (-32602) naming the
-  field, a malformed message with an id gets ``InvalidRequest`` (-32600), requests after
-  ``shutdown`` get ``InvalidRequest``; a bad notification or reply is one log line.
+* :class:`Protocol` answers or ignores any well-formed frame, whatever its ids and params, as
+  JSON-RPC 2.0 and the LSP say (envelope.py sorts each frame first): not JSON gets Parse error
+  (-32700, id null); a frame nesting deeper than ``envelope.MAX_DEPTH`` gets Invalid Request
+  (-32600) with its id when a scan can read it; a message that is no request, notification or
+  reply gets -32600 (with its id when it is a JSON-RPC id, else null; a broken reply is never
+  answered); a batch gets an array of -32600 errors; a request before ``initialize`` gets
+  ServerNotInitialized (-32002), after ``shutdown`` or with an id already in progress -32600, for
+  a method without a request handler Method not found (-32601), with ill-typed params Invalid
+  params (-32602) naming the field. A notification or reply that cannot be used is one log line;
+  ``$/cancelRequest`` touches only a client request in progress, a reply only a future of a
+  request this server sent.
 
 Each problem is ONE line in the client's log (``window/logMessage``); nothing here prints a traceback.
 """
@@ -24,15 +32,29 @@ import logging
 import os
 import re
 import threading
+import uuid
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Optional, Union
 
+import attrs
 import cattrs
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcParseError
+from lsprotocol.types import CANCEL_REQUEST
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+    JsonRpcInvalidRequest,
+    JsonRpcMethodNotFound,
+    JsonRpcParseError,
+    JsonRpcServerNotInitialized,
+)
 from pygls.io_ import StdoutWriter
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage
+
+from . import guard
+from .envelope import Envelope, Invalid, Kind, Undecodable, classify, decode, lsp_id
 
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
@@ -171,16 +193,6 @@ class FrameReader:
         self._skipped, self._why, self._prefix = 0, "", b""
 
 
-def _message_id(data: Any) -> int | str | None:
-    """The id of a request we can answer (JSON-RPC ids are strings or integers)."""
-    if not isinstance(data, dict):
-        return None
-    rid = data.get("id")
-    if isinstance(rid, bool) or not isinstance(rid, (int, str)):
-        return None
-    return rid
-
-
 def describe(exc: BaseException) -> str:
     """What did not fit, field by field (cattrs knows the path)."""
     if isinstance(exc, cattrs.BaseValidationError):
@@ -191,33 +203,230 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _strict_int_or_str(value: Any, _: Any) -> int | str:
+    if lsp_id(value) is None:
+        raise ValueError(f"expected an integer or a string, got {_short(value, 40)}")
+    return value  # type: ignore[no-any-return]
+
+
+def _optional_int_or_str(value: Any, typ: Any) -> int | str | None:
+    return None if value is None else _strict_int_or_str(value, typ)
+
+
 class Protocol(LanguageServerProtocol):
-    """pygls' language server protocol with one entry point per frame that answers every request."""
+    """pygls' language server protocol with one entry point per frame that answers every request.
+
+    Every frame is sorted by :func:`envelope.classify` before pygls sees it, so pygls only ever
+    handles a message whose id is an LSP id, whose method has a handler of the right kind (request
+    or notification) and whose params structure into the method's type.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # ids of the requests this server sent: only a reply with one of them may settle a future
+        # (``_request_futures`` also holds the client's requests in progress, whose futures a
+        # forged reply or a cancel of the wrong kind must never touch)
+        self._outgoing: set[int | str] = set()
+        self._initialize_seen = False
+        # lsprotocol structures ``int | str`` (request ids in $/cancelRequest, progress tokens,
+        # diagnostic codes) by passing any JSON value through: an array there reached a dict
+        # lookup and ended the process. Held to what the LSP says, it is an invalid-params error.
+        self._converter.register_structure_hook(Union[int, str], _strict_int_or_str)
+        self._converter.register_structure_hook(Optional[Union[int, str]], _optional_int_or_str)
+
+    # -- one frame ---------------------------------------------------------------------------------
 
     def receive(self, body: bytes) -> None:
+        """Answer or ignore one frame; nothing the client sends ends the loop (the last-resort
+        guard reports an internal error in one line and answers the request with -32603)."""
         try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            self.note(f"a frame that is not JSON ({len(body):,} bytes: {type(exc).__name__}) was ignored")
-            self._reply_error(None, JsonRpcParseError("the message is not valid JSON"))
+            self._receive(body)
+        except (BrokenPipeError, SystemExit):
+            raise  # the client is gone / ``exit``
+        except Exception as exc:  # noqa: BLE001 - no message may end the session
+            guard.report(self._server, "handling a client message", exc)
+            rid = None
+            try:
+                data = json.loads(body)
+                env = classify(data)
+                rid = env.rid if isinstance(env, Envelope) and env.kind is Kind.REQUEST else None
+            except (ValueError, RecursionError):
+                pass
+            if rid is not None:
+                self._reply_error(rid, JsonRpcInternalError(f"internal error: {type(exc).__name__}"))
+
+    def _receive(self, body: bytes) -> None:
+        try:
+            data = decode(body)
+        except Undecodable as bad:
+            if bad.too_deep and bad.rid is not None:
+                self.note(f"a message with id {_short(bad.rid)} was refused: {bad.reason}")
+                self._reply_error(bad.rid, JsonRpcInvalidRequest(bad.reason))
+            else:
+                self.note(f"a frame that is not JSON ({len(body):,} bytes: {bad.reason}) was ignored")
+                self._reply_error(None, JsonRpcParseError(f"the message is not valid JSON: {bad.reason}"))
             return
-        rid = _message_id(data)
-        if not isinstance(data, dict) or data.get("jsonrpc") != self.VERSION or not _valid_envelope(data):
-            what = data.get("method") if isinstance(data, dict) else type(data).__name__
-            self.note(f"a message that is not JSON-RPC 2.0 ({str(what)[:80]}) was ignored")
-            if rid is not None and isinstance(data.get("method"), str):  # type: ignore[union-attr]
-                self._reply_error(rid, JsonRpcInvalidRequest("not a JSON-RPC 2.0 request"))
+        if isinstance(data, list):
+            self._batch(data)
             return
-        method = data.get("method")
-        if method is not None and "id" in data and self._shutdown and method != types.EXIT:
-            self._reply_error(rid, JsonRpcInvalidRequest(f"{method}: the server is shutting down"))
+        env = classify(data)
+        if isinstance(env, Invalid):
+            self._invalid(env)
+        elif env.kind is Kind.REQUEST:
+            self._request(data, env.method, env.rid)  # type: ignore[arg-type]
+        elif env.kind is Kind.NOTIFICATION:
+            self._notification(data, env.method)
+        else:
+            self._reply(data, env.rid)  # type: ignore[arg-type]
+
+    def _invalid(self, env: Invalid) -> None:
+        if env.rid is not None and env.rid in self._outgoing:  # a broken reply to one of ours
+            self._fail_outgoing(env.rid, env.reason)
+            return
+        if env.answer:
+            self.note(f"an invalid message was answered with an error: {env.reason}")
+            self._reply_error(env.echo, JsonRpcInvalidRequest(env.reason))
+        else:
+            self.note(f"an invalid reply was ignored: {env.reason}")
+
+    def _batch(self, items: list[Any]) -> None:
+        """LSP has no batches. Per JSON-RPC 2.0 the answer to a batch is an array: each request in
+        it gets an Invalid Request error with its id; notifications and replies in it are not run;
+        an empty batch is one Invalid Request error."""
+        if not items:
+            self.note("an empty batch (a JSON array) was answered with an error")
+            self._reply_error(None, JsonRpcInvalidRequest("an empty batch"))
+            return
+        why = "batches are not supported by the Language Server Protocol: send one message per frame"
+        answers = []
+        for item in items:
+            env = classify(item)
+            if isinstance(env, Envelope) and env.kind is Kind.REQUEST:
+                answers.append(self._error_message(env.rid, JsonRpcInvalidRequest(why)))
+            elif isinstance(env, Invalid) and env.answer:
+                answers.append(self._error_message(env.echo, JsonRpcInvalidRequest(env.reason)))
+        self.note(f"a batch (a JSON array of {len(items):,}) was refused: {len(answers):,} answered with an error, none run")
+        if answers:
+            self._send_data(answers)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _request(self, data: dict[str, Any], method: str, rid: int | str) -> None:
+        if rid in self._request_futures:
+            self.note(f"{_short(method)} request {_short(rid)}: its id is in use by a request in progress")
+            self._reply_error(rid, JsonRpcInvalidRequest(f"the id {_short(rid)} is in use by a request in progress"))
+            return
+        if self._shutdown:
+            self._reply_error(rid, JsonRpcInvalidRequest(f"{_short(method)}: the server is shutting down"))
+            return
+        if method == types.INITIALIZE and self._initialize_seen:
+            self.note(f"a second initialize request ({_short(rid)}) was refused")
+            self._reply_error(rid, JsonRpcInvalidRequest("initialize may only be sent once"))
+            return
+        if method != types.INITIALIZE and not self._initialize_seen:
+            self.note(f"{_short(method)} request {_short(rid)} before initialize was refused")
+            self._reply_error(rid, JsonRpcServerNotInitialized(f"{_short(method)}: the server is not initialized"))
+            return
+        if not self._handles(method, Kind.REQUEST):
+            # routine for a client probing optional methods: stderr at INFO, not the client's log
+            self.note(f"{_short(method)} request {_short(rid)}: no such method", level=logging.INFO)
+            self._reply_error(rid, JsonRpcMethodNotFound(f"{_short(method)}: no such request"))
             return
         try:
             message = self.structure(data)
         except Exception as exc:  # noqa: BLE001 - every structure failure is the client's input
-            self._unstructurable(data, rid, exc)
+            self.note(f"{_short(method)} request {_short(rid)} with invalid params answered with an error: "
+                      f"{describe(exc)}", level=logging.INFO)
+            self._reply_error(rid, JsonRpcInvalidParams(f"{_short(method)}: invalid params: {describe(exc)}"))
+            return
+        if method == types.INITIALIZE:
+            self._initialize_seen = True
+        self.handle_message(message)
+
+    def _handles(self, method: str, kind: Kind) -> bool:
+        """A handler exists and the LSP defines ``method`` as that kind of message (a request
+        named like a notification, ``initialized`` with an id, is no such method)."""
+        if method not in self.fm.builtin_features and method not in self.fm.features:
+            return False
+        typ = self.get_message_type(method)
+        if typ is None:
+            return True
+        is_request = any(f.name == "id" for f in attrs.fields(typ))
+        return is_request == (kind is Kind.REQUEST)
+
+    # -- notifications -----------------------------------------------------------------------------
+
+    def _notification(self, data: dict[str, Any], method: str) -> None:
+        if method == CANCEL_REQUEST:
+            self._cancel(data.get("params"))
+            return
+        if self._shutdown and method != types.EXIT:
+            log.info("%s after shutdown ignored", _short(method))
+            return
+        if not self._initialize_seen and method != types.EXIT:
+            self.note(f"{_short(method)} notification before initialize was ignored")
+            return
+        if not self._handles(method, Kind.NOTIFICATION):
+            if self.get_message_type(method) is not None and self._handles(method, Kind.REQUEST):
+                self.note(f"{_short(method)} is a request: sent without an id, it was ignored")
+            else:  # "$/" ones may be ignored by the LSP; others are optional features we lack
+                log.info("a %s notification (no handler) was ignored", _short(method))
+            return
+        try:
+            message = self.structure(data)
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"{_short(method)} notification with invalid params ignored: {describe(exc)}")
             return
         self.handle_message(message)
+
+    def _cancel(self, params: Any) -> None:
+        """``$/cancelRequest``: only a client request in progress can be cancelled (a cancel of a
+        finished one is routine; one of our own requests' ids is no business of the client's)."""
+        rid = lsp_id(params.get("id")) if isinstance(params, dict) else None
+        if rid is None:
+            shown = _short(params.get("id")) if isinstance(params, dict) else _short(params)
+            self.note(f"$/cancelRequest with an id that is no integer or string ({shown}) was ignored")
+            return
+        future = self._request_futures.get(rid)
+        if future is None or rid in self._outgoing:
+            log.debug("a cancel of %r, no request in progress", rid)
+            return
+        if future.cancel():  # the done callback answers it with RequestCancelled
+            log.info("request %r cancelled", rid)
+
+    # -- replies -----------------------------------------------------------------------------------
+
+    def send_request(self, method: str, params: Any | None = None, callback: Any = None,
+                     msg_id: Any = None) -> Any:
+        msg_id = str(uuid.uuid4()) if msg_id is None else msg_id
+        self._outgoing.add(msg_id)
+        return super().send_request(method, params, callback, msg_id)
+
+    def _reply(self, data: dict[str, Any], rid: int | str) -> None:
+        if rid not in self._outgoing:
+            self.note(f"a reply to {_short(rid)}, no request of this server, was ignored", level=logging.INFO)
+            return
+        try:
+            message = self.structure(data)
+        except Exception as exc:  # noqa: BLE001
+            self._fail_outgoing(rid, describe(exc))
+            return
+        self._outgoing.discard(rid)
+        self.handle_message(message)
+
+    def _fail_outgoing(self, rid: int | str, detail: str) -> None:
+        """A broken reply to one of our requests fails its future instead of leaving it hanging."""
+        self._outgoing.discard(rid)
+        self._result_types.pop(rid, None)
+        future = self._request_futures.pop(rid, None)
+        if future is not None and not future.done():
+            future.set_exception(JsonRpcInvalidParams(f"invalid reply: {detail}"))
+        self.note(f"an invalid reply to request {_short(rid)} was ignored: {detail}")
 
     def _handle_response(self, msg_id: Any, result: Any | None = None, error: Any | None = None) -> None:
         """A response the server stopped waiting for (``asyncio.wait_for`` gave up on a slow
@@ -228,6 +437,8 @@ class Protocol(LanguageServerProtocol):
             log.info("a late response to request %s was dropped", msg_id)
             return
         super()._handle_response(msg_id, result, error)
+
+    # -- typing and answering ----------------------------------------------------------------------
 
     def structure(self, data: dict[str, Any]) -> Any:
         """The typed message (the type by method, or by the request a response answers)."""
@@ -243,32 +454,21 @@ class Protocol(LanguageServerProtocol):
     def structure_message(self, data: dict[str, Any]) -> Any:  # pygls' hook, kept consistent
         return self.structure(data) if "jsonrpc" in data else data
 
-    def _unstructurable(self, data: dict[str, Any], rid: int | str | None, exc: BaseException) -> None:
-        method = data.get("method")
-        detail = describe(exc)
-        if method is not None and rid is not None:
-            self._reply_error(rid, JsonRpcInvalidParams(f"{method}: invalid params: {detail}"))
-            self.note(f"{method} request {rid!r} with invalid params answered with an error: {detail}", level=logging.INFO)
-        elif method is not None:
-            self.note(f"{method} notification with invalid params ignored: {detail}")
-        else:  # a reply to one of our requests: fail the waiting future instead of leaving it hanging
-            future = self._request_futures.pop(rid, None) if rid is not None else None
-            if future is not None and not future.done():
-                future.set_exception(JsonRpcInvalidParams(f"invalid reply: {detail}"))
-            self.note(f"an invalid reply to request {rid!r} was ignored: {detail}")
-
-    def _reply_error(self, rid: int | str | None, error: JsonRpcException) -> None:
+    def _error_message(self, rid: int | str | float | None, error: JsonRpcException) -> dict[str, Any]:
         # a plain dict: the typed message would leave out ``"id": null``, which JSON-RPC requires
         # when the id could not be read
-        self._send_data({"jsonrpc": self.VERSION, "id": rid,
-                         "error": self._converter.unstructure(error.to_response_error())})
+        return {"jsonrpc": self.VERSION, "id": rid, "error": self._converter.unstructure(error.to_response_error())}
+
+    def _reply_error(self, rid: int | str | float | None, error: JsonRpcException) -> None:
+        self._send_data(self._error_message(rid, error))
 
     def damaged(self, damage: Damage) -> None:
         self.note(f"skipped {damage.skipped:,} bytes of stdin ({damage.reason}); resynchronised at the next header")
         rid = None
         if damage.prefix:
             try:
-                rid = _message_id(json.loads(damage.prefix))
+                data = json.loads(damage.prefix)
+                rid = lsp_id(data.get("id")) if isinstance(data, dict) and "method" in data else None
             except (ValueError, RecursionError):
                 rid = None
         if rid is not None:
@@ -282,17 +482,10 @@ class Protocol(LanguageServerProtocol):
         try:
             self.notify(types.WINDOW_LOG_MESSAGE, types.LogMessageParams(
                 type=types.MessageType.Warning, message=f"msprof-lsp: {text}"))
+        except BrokenPipeError:
+            raise
         except Exception:  # noqa: BLE001 - the transport may be gone; stderr has it
             pass
-
-
-def _valid_envelope(data: dict[str, Any]) -> bool:
-    method = data.get("method")
-    if method is not None and not isinstance(method, str):
-        return False
-    if "id" in data and method is not None and _message_id(data) is None:
-        return False
-    return method is not None or "id" in data
 
 
 def _pump(stream: IO[bytes], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes]) -> None:

@@ -456,6 +456,10 @@ class RawServer:
         return b"".join(self._err)
 
     def frames(self) -> list[dict[str, Any]]:
+        """The messages received (a batch answer, a JSON array, is in ``bodies`` only)."""
+        return [f for f in self.bodies() if isinstance(f, dict)]
+
+    def bodies(self) -> list[Any]:
         return parse_frames(self.output, partial=True)
 
     def wait(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 20.0, what: str = "a frame") -> dict[str, Any]:

@@ -73,7 +73,7 @@ def test_ill_typed_params_get_invalid_params(server: S.RawServer) -> None:
         12: ("textDocument/codeLens", {"textDocument": 42}, "text_document"),
         13: ("workspace/executeCommand", {"arguments": []}, "command"),
         14: ("codeAction/resolve", {"kind": "quickfix", "isPreferred": True}, "title"),
-        15: ("textDocument/hover", 5, "params"),
+        15: ("textDocument/hover", [5], "params"),  # a number is -32600: test_rpc_messages.py
         16: ("textDocument/codeAction", {"textDocument": doc, "range": {"start": {"line": "a", "character": 0},
                                                                         "end": None}, "context": {}}, "range"),
     }
