@@ -10,8 +10,8 @@ decompressed-size limit and count the bytes the reader inflated before it refuse
 from __future__ import annotations
 
 import gzip
-import io
-import os
+import json
+import zlib
 import sys
 import tracemalloc
 from collections.abc import Callable
@@ -193,3 +193,145 @@ def test_event_waits_find_the_other_streams_record():
     assert len(set(g.src[event].tolist())) == 1
     rec_node = int(g.src[event][0])
     assert g.time[rec_node] == 45  # stream 2's record ends at 40 + 5
+
+
+# ---------------------------------------------------------------------------------------------
+# gzip: the limits are checked while inflating, into one buffer
+
+
+def _text(n: int, seed: int = 7) -> bytes:
+    """``n`` bytes of JSON-like event lines that compress about 5x, as traces do (far under the
+    200:1 ratio rule): a fixed template with random digits in its numbers."""
+    line = np.frombuffer(b'{"ph": "X", "cat": "kernel", "ts": 000000, "dur": 00},\n', dtype=np.uint8)
+    holes = np.flatnonzero(line == ord("0"))
+    rows = -(-n // len(line))
+    block = np.tile(line, (rows, 1))
+    block[:, holes] = np.random.default_rng(seed).integers(0, 10, (rows, len(holes)), dtype=np.uint8) + ord("0")
+    return block.tobytes()[:n]
+
+
+class _Counting:
+    """Wraps a zlib decompressor and counts every byte it inflates."""
+
+    inflated = 0
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self._inner = inner
+
+    def decompress(self, data, max_length=0):  # noqa: ANN001, ANN201
+        out = self._inner.decompress(data, max_length)
+        _Counting.inflated += len(out)
+        return out
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._inner, name)
+
+
+@pytest.fixture
+def count_inflated(monkeypatch):
+    real = zlib.decompressobj
+    monkeypatch.setattr(zlib, "decompressobj", lambda *a, **k: _Counting(real(*a, **k)))
+    _Counting.inflated = 0
+    return _Counting
+
+
+def test_gzip_bomb_refused_as_the_limit_is_crossed(tmp_path, count_inflated):
+    """A gzip inflating to 3x the (configured) decompressed-size limit is refused with the limit
+    and the file named, having inflated one byte past the limit, and never holding more than
+    the limit and one chunk."""
+    limit = 8 * safe_io.MiB
+    path = tmp_path / "bomb.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(_text(3 * limit), 1))
+    small = safe_io.Limits(whole_file_bytes=limit)
+    tracemalloc.start()
+    try:
+        with pytest.raises(safe_io.LimitExceeded) as err:
+            safe_io.read_maybe_gzip(path, small)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert err.value.limit is safe_io.Limit.INFLATED_SIZE
+    assert str(path) in str(err.value) and "decompressed size" in str(err.value)
+    assert count_inflated.inflated <= limit + 1  # the old reader went on to the end of a 4 MiB block
+    assert peak <= limit + 2 * safe_io.INFLATE_CHUNK + safe_io.MiB
+
+
+def test_gzip_ratio_rule_while_inflating(tmp_path, count_inflated):
+    """Past the ratio floor, output more than 200x the input read so far is refused at once."""
+    path = tmp_path / "zeros.json.gz"
+    path.write_bytes(gzip.compress(b" " * (40 * safe_io.MiB), 9))
+    small = safe_io.Limits(ratio_floor_bytes=4 * safe_io.MiB)
+    with pytest.raises(safe_io.LimitExceeded) as err:
+        safe_io.read_maybe_gzip(path, small)
+    assert err.value.limit is safe_io.Limit.INFLATE_RATIO and str(path) in str(err.value)
+    assert count_inflated.inflated <= small.ratio_floor_bytes + safe_io.INFLATE_CHUNK
+
+
+def test_gzip_inflates_into_one_buffer(tmp_path):
+    """A trace inflates into one buffer sized from the gzip trailer: no list of chunks joined, no
+    final copy (the old reader held a growing bytearray and then its bytes copy: twice the size)."""
+    text = _text(24 * safe_io.MiB)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text, 1))
+    tracemalloc.start()
+    try:
+        data = safe_io.read_maybe_gzip(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert data == text
+    assert peak <= len(text) + 3 * safe_io.INFLATE_CHUNK + safe_io.MiB  # the chunk, zlib's own blocks, input
+
+
+def test_gzip_members_padding_truncation_and_damage(tmp_path):
+    """Concatenated members inflate to the concatenation (zero padding between them is allowed);
+    a cut stream and a wrong checksum are refused naming the file."""
+    a, b = _text(100_000, 1), _text(300_000, 2)
+    path = tmp_path / "m.json.gz"
+    path.write_bytes(gzip.compress(a) + b"\0" * 16 + gzip.compress(b))
+    assert safe_io.read_maybe_gzip(path) == a + b
+    whole = gzip.compress(a)
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(safe_io.ProfileError, match="ends early") as err:
+        safe_io.read_maybe_gzip(path)
+    assert str(path) in str(err.value)
+    damaged = bytearray(whole)
+    damaged[-6] ^= 0xFF  # the CRC-32 in the trailer
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(safe_io.ProfileError, match="corrupt gzip data"):
+        safe_io.read_maybe_gzip(path)
+    path.write_bytes(whole + b"garbage")
+    with pytest.raises(safe_io.ProfileError, match="corrupt gzip data"):
+        safe_io.read_maybe_gzip(path)
+
+
+def test_plain_file_read_into_one_buffer(tmp_path):
+    text = _text(1_000_000)
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    assert safe_io.read_maybe_gzip(path) == text
+    with pytest.raises(safe_io.LimitExceeded) as err:
+        safe_io.read_maybe_gzip(path, safe_io.Limits(whole_file_bytes=999_999))
+    assert err.value.limit is safe_io.Limit.FILE_SIZE
+
+
+# ---------------------------------------------------------------------------------------------
+# Kineto: the JSON text is not held while the profile is built
+
+
+def test_kineto_buffer_released_before_the_tables_are_built(tmp_path):
+    """The decoder's undecoded arg lists are views into the whole JSON text; once the events are
+    bucketed none is left, so the text's buffer is free while the tables are built (a bytearray
+    with a view into it cannot be resized: that is the check)."""
+    from msprof_lsp.mapping.profile.readers import kineto
+    from msprof_lsp.mapping.profile.readers.kineto_json import decode
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
+          "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}}
+    data = bytearray(b'{"traceEvents": [' + b",".join([json.dumps(op).encode()] * 50) + b"]}")
+    trace = decode(tmp_path / "t.json", data)
+    assert len(trace.events) == 50 and trace.events[0].args.input_dims
+    buckets = kineto._Buckets(trace.events)
+    trace.events = []
+    data.extend(b" ")  # BufferError while any event still viewed the text
+    assert [kineto._ArgText().dims(e.args.input_dims) for e in buckets.host[:1]] == ["2,3;3,4"]
