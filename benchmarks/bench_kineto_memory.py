@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ChildFailed, measure_child, report_usage
+from _common import ChildFailed, report_usage
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE_REV = "5b23080"  # before the reader freed the JSON text early and gzip inflated in place (issue 22)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import zlib
 import sys
 import tracemalloc
+import zlib
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -335,3 +334,39 @@ def test_kineto_buffer_released_before_the_tables_are_built(tmp_path):
     trace.events = []
     data.extend(b" ")  # BufferError while any event still viewed the text
     assert [kineto._ArgText().dims(e.args.input_dims) for e in buckets.host[:1]] == ["2,3;3,4"]
+
+
+def test_event_sources_match_the_scan_back_they_replace():
+    """On random record/wait mixes (few devices, streams and end times, so ties abound), the
+    sorted lookup picks what scanning back from the latest record not after each wait picked."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        end = rng.integers(0, 12, n)
+        dev, stream = rng.integers(0, 3, n), rng.integers(0, 3, n)
+        is_rec = rng.random(n) < 0.5
+        rec, waits = np.flatnonzero(is_rec), np.flatnonzero(~is_rec)
+        if not len(rec) or not len(waits):
+            continue
+        o = np.argsort(end[rec], kind="stable")
+        rec_sorted, rec_end = rec[o].tolist(), end[rec][o]
+        want = []
+        for r in waits.tolist():
+            j = int(np.searchsorted(rec_end, end[r], side="right")) - 1
+            while j >= 0 and (dev[rec_sorted[j]] != dev[r] or stream[rec_sorted[j]] == stream[r]):
+                j -= 1
+            if j >= 0:
+                want.append((rec_sorted[j], r))
+        src, dst = cp_mod._event_sources(rec, waits, end, dev, stream)
+        assert list(zip(src.tolist(), dst.tolist())) == want
+
+
+def test_count_le_is_a_search_in_each_block():
+    rng = np.random.default_rng(5)
+    major = np.sort(rng.integers(0, 6, 300))
+    minor = np.concatenate([np.sort(rng.integers(0, 50, int((major == m).sum()))) for m in range(6)])
+    q_major, q_minor = rng.integers(0, 7, 500), rng.integers(-1, 52, 500)
+    first = np.searchsorted(major, np.arange(8))
+    want = [int(first[a] + np.searchsorted(minor[first[a]:first[a + 1]], b, side="right"))
+            for a, b in zip(q_major.tolist(), q_minor.tolist())]
+    assert cp_mod._count_le(major, minor, q_major, q_minor).tolist() == want
