@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
         t_now = best(fresh, args.repeat)
         t_kept = best(lambda: current.critical_path(profile), args.repeat)
-        old, new = as_rows(base.critical_path(profile)), as_rows(current.critical_path(profile))
+        profile.derived.memos.clear()  # both revisions keep their paths under one memo name
+        old = as_rows(base.critical_path(profile))
+        profile.derived.memos.clear()
+        new = as_rows(current.critical_path(profile))
     print(f"{args.trace.name}: {len(profile.kernels):,} kernels, {len(profile.host_ops):,} host ops, "
           f"{len(profile.host_events):,} runtime calls, {len(new)} steps analysed")
     print(f"baseline ({args.baseline_rev}) {t_base:8.3f} s")
