@@ -327,10 +327,14 @@ def test_kineto_buffer_released_before_the_tables_are_built(tmp_path):
 
     op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0,
           "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}}
-    data = bytearray(b'{"traceEvents": [' + b",".join([json.dumps(op).encode()] * 50) + b"]}")
+    flow = {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 1, "pid": 1, "tid": 1, "ts": 1.0,
+            "args": {"Input Dims": [[1]]}}
+    data = bytearray(b'{"traceEvents": [' + b",".join([json.dumps(op).encode()] * 50 + [json.dumps(flow).encode()])
+                     + b"]}")
     trace = decode(tmp_path / "t.json", data)
-    assert len(trace.events) == 50 and trace.events[0].args.input_dims
+    assert len(trace.events) == 51 and trace.events[0].args.input_dims
     buckets = kineto._Buckets(trace.events)
+    assert len(buckets.flows) == 1
     trace.events = []
     data.extend(b" ")  # BufferError while any event still viewed the text
     assert [kineto._ArgText().dims(e.args.input_dims) for e in buckets.host[:1]] == ["2,3;3,4"]

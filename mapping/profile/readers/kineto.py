@@ -302,6 +302,8 @@ class _Buckets:
                 pid, tid = _number(e.pid), _number(e.tid)
                 if pid is not None and tid is not None:
                     e.pid, e.tid = pid, tid
+                    if e.args is not None:
+                        own.args(e.args)
                     flows.append(e)
             # "M" metadata, "i" instants, counters: nothing the model holds.
 
