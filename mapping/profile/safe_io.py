@@ -14,7 +14,6 @@ still be reported as one line naming that file (``file_of``).
 from __future__ import annotations
 
 import enum
-import gzip
 import io
 import os
 import re
@@ -210,42 +209,116 @@ def read_head(path: str | Path, n: int) -> bytes:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+INFLATE_CHUNK = 1 * MiB  # inflated bytes produced per step, checked before they are kept
+_READ_CHUNK = 256 * 1024  # compressed bytes read per step
 
 
-def read_maybe_gzip(path: str | Path, limits: Limits = LIMITS) -> bytes:
-    """The bytes of a file, inflated when it is gzip (by magic bytes), within the size limits."""
+def read_maybe_gzip(path: str | Path, limits: Limits = LIMITS) -> bytearray:
+    """The bytes of a file, inflated when it is gzip (by magic bytes), within the size limits.
+
+    One buffer, filled in place: a plain file is read into a buffer of its size; a gzip stream is
+    inflated chunk by chunk into a buffer sized from its trailer (when the trailer is plausible),
+    each chunk counted against the limits *before* it is kept, so a bomb stops one byte past the
+    limit and memory never holds more than the limit. The buffer is returned as is (no final
+    copy: the decoders read a bytearray as they read bytes).
+    """
     path = Path(path)
     with open_regular(path, limits.whole_file_bytes) as f:
         if f.read(2) != GZIP_MAGIC:
             f.seek(0)
-            data = f.read(min(os.fstat(f.fileno()).st_size, limits.whole_file_bytes) + 1)
-            if len(data) > limits.whole_file_bytes:
-                raise LimitExceeded(path, Limit.FILE_SIZE, f"more than {limits.whole_file_bytes:,} bytes")
-            return data
+            return _read_into(path, f, limits.whole_file_bytes)
         f.seek(0)
-        out = bytearray()
+        buf = bytearray(_size_hint(f, limits))
+        n = 0
         for block in inflate(path, f, limits):
-            out += block
-    return bytes(out)
+            room = len(buf) - n
+            if room >= len(block):
+                buf[n:n + len(block)] = block
+            else:  # past the hint: append (a realloc in place, not a copy beside the buffer)
+                view = memoryview(block)
+                if room > 0:
+                    buf[n:] = view[:room]
+                buf += view[max(room, 0):]
+                view.release()
+            n += len(block)
+        del buf[n:]  # a trailer that promised more (a multi-member file, damage): give it back
+    return buf
 
 
-def inflate(path: str | Path, f: BinaryIO, limits: Limits = LIMITS) -> Iterator[bytes]:
-    """The inflated blocks of the gzip stream ``f``, counted against the limits as they come.
-
-    A small file that would inflate to gigabytes stops at the limit instead of after it; past
-    ``ratio_floor_bytes`` the output may not outgrow the input more than ``inflate_ratio`` times
-    (JSON traces compress 5-30x). ProfileError for a truncated or corrupt stream.
-    """
-    inflated = 0
+def _read_into(path: Path, f: BinaryIO, max_bytes: int) -> bytearray:
+    size = min(os.fstat(f.fileno()).st_size, max_bytes)
+    buf = bytearray(size + 1)  # one byte more: a file that grew past the limit since the open shows
+    view = memoryview(buf)
+    n = 0
     try:
-        with gzip.GzipFile(fileobj=f, mode="rb") as g:
-            while block := g.read(4 * MiB):
+        while n < len(buf) and (k := f.readinto(view[n:])):
+            n += k
+    except OSError as exc:
+        raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        view.release()
+    if n > max_bytes:
+        raise LimitExceeded(path, Limit.FILE_SIZE, f"more than {max_bytes:,} bytes")
+    del buf[n:]
+    return buf
+
+
+def _size_hint(f: BinaryIO, limits: Limits) -> int:
+    """The inflated size a gzip file's trailer (ISIZE: the last member's size mod 2**32) gives,
+    when it is plausible for a JSON trace (at most 64x the compressed size and within the limit);
+    else 0 and the buffer grows as the data comes. Only a hint: the limits count what inflates."""
+    size = os.fstat(f.fileno()).st_size
+    if size < 18:  # header + trailer
+        return 0
+    f.seek(size - 4)
+    isize = int.from_bytes(f.read(4), "little")
+    f.seek(0)
+    return isize if size <= isize <= min(64 * size + MiB, limits.whole_file_bytes) else 0
+
+
+def inflate(path: str | Path, f: BinaryIO, limits: Limits = LIMITS, chunk: int = INFLATE_CHUNK) -> Iterator[bytes]:
+    """The inflated blocks (at most ``chunk`` bytes each) of the gzip stream ``f``, concatenated
+    members included, each counted against the limits before it is handed out.
+
+    A small file that would inflate to gigabytes stops at the limit instead of after it: no block
+    goes past ``whole_file_bytes`` + 1, so the refusal comes with at most the limit inflated. Past
+    ``ratio_floor_bytes`` the output may not outgrow the input read so far more than
+    ``inflate_ratio`` times (JSON traces compress 5-30x). ProfileError for a truncated or corrupt
+    stream. zlib directly (not GzipFile): half the time per byte, same checks (the trailer's
+    CRC-32 and length are verified by zlib itself).
+    """
+    path = Path(path)
+    inflated = 0
+    compressed = 0
+    pending = b""  # compressed input not yet given to the decompressor
+    z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    member_started = False
+    try:
+        while True:
+            if not pending:
+                pending = f.read(_READ_CHUNK)
+                compressed += len(pending)
+                if not pending:
+                    if member_started and not z.eof:
+                        raise EOFError
+                    return
+            if z.eof:  # a member ended: another may follow (zero padding is allowed between)
+                pending = pending.lstrip(b"\0")
+                if not pending:
+                    continue
+                z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                member_started = False
+            member_started = True
+            room = limits.whole_file_bytes + 1 - inflated  # never inflate more than one byte past it
+            block = z.decompress(pending, min(chunk, room))
+            pending = z.unconsumed_tail or z.unused_data
+            if block:
                 inflated += len(block)
-                _check_inflated(Path(path), inflated, f.tell(), limits)
+                _check_inflated(path, inflated, compressed - len(pending), limits)
                 yield block
     except EOFError:
         raise ProfileError(path, "the gzip stream ends early (truncated, or still being written)") from None
-    except (gzip.BadGzipFile, zlib.error) as exc:
+    except zlib.error as exc:
         raise ProfileError(path, f"corrupt gzip data: {exc}") from None
     except OSError as exc:
         raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None

@@ -390,6 +390,9 @@ def _walk_thread(item: list[int], is_start: list[bool], row: list[int]) -> tuple
     state_top = [-1] * n
     stack: list[int] = []
     ops: list[int] = []  # the open items that are host ops, in push order
+    # an item closing below the top is marked closed and popped once it surfaces: removing it
+    # where it is would cost the stack's depth per item (quadratic when many overlap)
+    closed: set[int] = set()
     for j in range(n):
         i = item[j]
         if is_start[j]:
@@ -397,18 +400,52 @@ def _walk_thread(item: list[int], is_start: list[bool], row: list[int]) -> tuple
             if row[i] >= 0:
                 ops.append(i)
         else:
-            if stack[-1] == i:
+            closed.add(i)
+            while stack and stack[-1] in closed:
                 stack.pop()
-            else:
-                stack.remove(i)
-            if row[i] >= 0:
-                if ops[-1] == i:
-                    ops.pop()
-                else:
-                    ops.remove(i)
+            while ops and ops[-1] in closed:
+                ops.pop()
         state_top[j] = stack[-1] if stack else -1
         state_op[j] = row[ops[-1]] if ops else -1
     return state_op, state_top
+
+
+def _count_le(major: np.ndarray, minor: np.ndarray, q_major: np.ndarray, q_minor: np.ndarray) -> np.ndarray:
+    """Per query pair, how many of the (major, minor) pairs -- sorted by major, then minor -- are
+    not after it; a searchsorted of each query in its own major's block, for all blocks at once."""
+    n = len(major)
+    kind = np.concatenate([np.zeros(n, np.int8), np.ones(len(q_major), np.int8)])
+    o = np.lexsort((kind, np.concatenate([minor, q_minor]), np.concatenate([major, q_major])))
+    is_q = kind[o] == 1
+    before = np.cumsum(~is_q)
+    out = np.empty(len(q_major), dtype=np.int64)
+    out[o[is_q] - n] = before[is_q]
+    return out
+
+
+def _event_sources(rec: np.ndarray, waits: np.ndarray, end: np.ndarray, dev: np.ndarray,
+                   stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per wait task (kernels rows), the record task it waited for: of its device and another
+    stream, the one that ended last at or before it did (of equal ends, the later row). Returns
+    (records, their waits), in ``waits`` order, for the waits that have one.
+
+    Records sorted by (device, end): a wait's candidate is the last one not after it in its
+    device's block; when that one is on the wait's own stream, the answer is the last record
+    before that run of its stream began. No scan back through records, whatever the mix."""
+    o = np.lexsort((end[rec], dev[rec]))  # stable: equal ends keep row order
+    r_rows, r_dev, r_end, r_stream = rec[o], dev[rec][o], end[rec][o], stream[rec][o]
+    m = len(r_rows)
+    run_head = np.ones(m, dtype=bool)
+    run_head[1:] = (r_dev[1:] != r_dev[:-1]) | (r_stream[1:] != r_stream[:-1])
+    other = np.maximum.accumulate(np.where(run_head, np.arange(m), 0)) - 1  # before the run began
+    w_dev, w_stream = dev[waits], stream[waits]
+    j = _count_le(r_dev, r_end, w_dev, end[waits]) - 1
+    jc = np.maximum(j, 0)
+    j = np.where((j >= 0) & (r_dev[jc] == w_dev), j, -1)
+    j = np.where((j >= 0) & (r_stream[np.maximum(j, 0)] == w_stream), other[np.maximum(j, 0)], j)
+    jc = np.maximum(j, 0)
+    ok = (j >= 0) & (r_dev[jc] == w_dev) & (r_stream[jc] != w_stream)
+    return r_rows[j[ok]], waits[ok]
 
 
 def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> tuple[_Graph, int] | None:
@@ -461,9 +498,10 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     op_top = np.where(k >= 0, op_top_sub[np.maximum(k, 0)] if len(op_pts) else -1, -1)
     s_op = np.where(op_top >= 0, i_row[np.maximum(op_top, 0)], -1)
     t_first = np.searchsorted(p_thread, np.arange(len(uniq) + 1))  # each thread's first point
+    rows = i_row.tolist()
     for th in np.unique(p_thread[~p_start][~nested]).tolist():  # items that overlap without nesting
         a, b = int(t_first[th]), int(t_first[th + 1])
-        s_op[a:b], top[a:b] = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), i_row.tolist())
+        s_op[a:b], top[a:b] = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), rows)
     s_sync = (top >= 0) & i_sync[np.maximum(top, 0)]
     # from each point to the next on its thread: waiting for the device inside a sync call, else
     # the innermost open op's self time (runtime calls count as their op's)
@@ -495,13 +533,9 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
         hit = np.flatnonzero(rows[pos] == ops)
         if len(hit):
             lo, hi = firsts[pos[hit]], lasts[pos[hit]]
-            th = p_thread[lo]
-            j = np.empty(len(hit), dtype=np.int64)
-            for x in np.unique(th).tolist():
-                sel = th == x
-                a = int(t_first[x])
-                block = p_time[a:int(t_first[x + 1])]
-                j[sel] = a + np.searchsorted(block, k_start[order[hit[sel]]], side="right") - 1
+            # the last point of the op's thread not after the task's start (points are in
+            # (thread, time) order; one merged search for all threads at once)
+            j = _count_le(p_thread, p_time, p_thread[lo], k_start[order[hit]]) - 1
             src = np.clip(j, lo, hi)
             # a task that starts before the op that launched it began (clock skew, a wrong link)
             # would put a cycle in the graph: its launch is left out and counted
@@ -518,18 +552,9 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     rec = k_in[t.k_record[k_in]]
     waits = k_in[t.k_wait[k_in]]
     if len(rec) and len(waits):
-        o = np.argsort(k_end[rec], kind="stable")
-        rec_sorted, rec_end = rec[o].tolist(), k_end[rec][o]
-        src_l, dst_l = [], []
-        for r in waits.tolist():
-            j = int(np.searchsorted(rec_end, k_end[r], side="right")) - 1
-            while j >= 0 and (dev[rec_sorted[j]] != dev[r] or stream[rec_sorted[j]] == stream[r]):
-                j -= 1
-            if j >= 0:
-                src_l.append(rec_sorted[j])
-                dst_l.append(r)
-        if src_l:
-            edges.add(b_node[k_pos(np.array(src_l))], b_node[k_pos(np.array(dst_l))], _WAIT, dep=_EVENT)
+        src_r, dst_r = _event_sources(rec, waits, k_end, dev, stream)
+        if len(src_r):
+            edges.add(b_node[k_pos(src_r)], b_node[k_pos(dst_r)], _WAIT, dep=_EVENT)
 
     # -- host synchronisation: the sync call ends after the device work it waited for ---------
     if len(sync_ends) and nk:
@@ -703,6 +728,7 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                 if (a := at(att.sites[i])) is not None:
                     a.own += ns / n
         segs = p.segments
+        nxt_of, prev_name = _kernel_neighbours(segs)
         after_sync: tuple[_LineAcc, str] | None = None  # the host relaunching after a sync call
         for j, s in enumerate(segs):
             w = s.weight_ns / n
@@ -733,7 +759,7 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                 elif own is not None:
                     own.charged[Bound.HOST] += w
                 continue
-            nxt = next((x for x in segs[j + 1:] if x.kernel >= 0), None)
+            nxt = nxt_of[j]
             if s.name == Dependency.SYNC.value:
                 a = at(att.site_of_op(s.host_op)) if s.host_op >= 0 else None
                 call = str(ev_names[s.call]) if s.call >= 0 else "synchronisation"
@@ -748,7 +774,7 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                     a.charged[Bound.HOST] += w
             elif s.name == Dependency.EVENT.value and nxt is not None:
                 if (a := at(att.site_of_kernel(nxt.kernel))) is not None:
-                    prev = next((x.name for x in reversed(segs[:j]) if x.kernel >= 0), "an event")
+                    prev = prev_name[j]
                     a.wait(f"{nxt.name} waits for {prev} (event)", w)
     totals = {(lh.path, lh.line): lh.per_step_ns for lh in att.heat.lines}
     out = []
@@ -762,6 +788,26 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                             {b: v for b, v in a.charged.items()}, waits, a.copies))
     out.sort(key=lambda lp: (-(lp.on_path_per_step_ns + lp.host_on_path_per_step_ns), lp.path, lp.line))
     return out
+
+
+def _kernel_neighbours(segs: list[Segment]) -> tuple[list[Segment | None], list[str]]:
+    """Per segment: the first device segment after it (None: none), and the name of the last one
+    before it ("an event": none). One pass each way: searching from every segment would make a
+    path of n segments cost n squared (a stream of unlinked tasks puts thousands of waits on it)."""
+    n = len(segs)
+    nxt: list[Segment | None] = [None] * n
+    prev = ["an event"] * n
+    after: Segment | None = None
+    for j in range(n - 1, -1, -1):
+        nxt[j] = after
+        if segs[j].kernel >= 0:
+            after = segs[j]
+    before = "an event"
+    for j, s in enumerate(segs):
+        prev[j] = before
+        if s.kernel >= 0:
+            before = s.name
+    return nxt, prev
 
 
 def _sum_by(codes: np.ndarray, values: np.ndarray) -> tuple[list[int], list[int]]:

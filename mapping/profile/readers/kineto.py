@@ -211,6 +211,34 @@ def _number(value: int | str) -> int | None:
     return None
 
 
+class _OwnRaw:
+    """Gives the kept events' undecoded arg lists (``msgspec.Raw``) buffers of their own.
+
+    A Raw from the decoder is a view into the whole JSON text, so one of them kept the file's
+    buffer alive while the profile was built (1x the file, more than the tables). Each distinct
+    text is copied once and shared, which also drops the per-event Raw objects."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, msgspec.Raw] = {}
+
+    def _own(self, raw: msgspec.Raw) -> msgspec.Raw:
+        key = bytes(raw)
+        held = self._seen.get(key)
+        if held is None:
+            held = self._seen[key] = msgspec.Raw(key)
+        return held
+
+    def args(self, a: Any) -> None:
+        if a.input_dims:
+            a.input_dims = self._own(a.input_dims)
+        if a.input_types:
+            a.input_types = self._own(a.input_types)
+        if a.concrete_inputs:
+            a.concrete_inputs = self._own(a.concrete_inputs)
+
+
 class _Buckets:
     """The trace's events sorted into what the model needs, in one pass.
 
@@ -232,9 +260,12 @@ class _Buckets:
         host, python, kernels, runtime, flows, found = (
             self.host, self.python, self.kernels, self.runtime, self.flows, self.found,
         )
+        own = _OwnRaw()
         for e in events:
             ph = e.ph
             if ph == "X":
+                if e.args is not None:
+                    own.args(e.args)
                 written = cat = e.cat
                 if type(e.pid) is not int or type(e.tid) is not int:
                     pid, tid = _number(e.pid), _number(e.tid)
@@ -271,6 +302,8 @@ class _Buckets:
                 pid, tid = _number(e.pid), _number(e.tid)
                 if pid is not None and tid is not None:
                     e.pid, e.tid = pid, tid
+                    if e.args is not None:
+                        own.args(e.args)
                     flows.append(e)
             # "M" metadata, "i" instants, counters: nothing the model holds.
 

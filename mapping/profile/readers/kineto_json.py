@@ -106,9 +106,9 @@ class KinetoFile:
     size: int = 0  # decoded JSON bytes
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path) -> bytearray:
     """The JSON text of the file, gunzipped when it is gzip (by magic bytes, not by name), within
-    the size limits of mapping.safe_io."""
+    the size limits of mapping.safe_io (one buffer, never copied)."""
     return safe_io.read_maybe_gzip(path)
 
 
@@ -147,7 +147,7 @@ def _first_byte(data: bytes) -> bytes:
     return data[end : end + 1]
 
 
-def decode(path: Path, data: bytes) -> KinetoFile:
+def decode(path: Path, data: bytes | bytearray) -> KinetoFile:
     """Decode the JSON text of a Kineto trace; ProfileError for anything that is not one."""
     first = _first_byte(data)
     if not first:
@@ -159,7 +159,10 @@ def decode(path: Path, data: bytes) -> KinetoFile:
             "(a torch_npu trace_view.json? open its *_ascend_pt directory as a torch_npu profile)",
         )
     if data[:3] == b"\xef\xbb\xbf":
-        data = data[3:]
+        if isinstance(data, bytearray):
+            data[:3] = b"   "  # JSON whitespace in place of the BOM: slicing it off would copy the file
+        else:
+            data = data[3:]
     safe_io.check_json(path, data)
     try:
         top = msgspec.json.decode(data, type=_TraceFile)
@@ -173,7 +176,7 @@ def decode(path: Path, data: bytes) -> KinetoFile:
     return KinetoFile(path, top.traceEvents, top.baseTimeNanoseconds, meta, [], len(data))
 
 
-def _decode_leniently(path: Path, data: bytes) -> KinetoFile:
+def _decode_leniently(path: Path, data: bytes | bytearray) -> KinetoFile:
     """Second pass for files whose events do not all fit the typed decode."""
     try:
         obj = msgspec.json.decode(data)
