@@ -83,6 +83,18 @@ def float_of(value: object) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def scaled_int64(value: object, scale: float) -> int | None:
+    """``round(value * scale)`` as an int64 (ms or µs floats to ns), None when ``value`` is no
+    finite number or the product leaves int64 (a REAL of 1e300 in a DB, "1e999" cast to inf)."""
+    f = float_of(value)
+    if f is None:
+        return None
+    product = f * scale
+    if not math.isfinite(product) or not -(2.0**63) <= product < 2.0**63:
+        return None
+    return round(product)
+
+
 def fit_int64_in_place(value: object, replace: Callable[[int], object] | None = None) -> int:
     """Replace, inside JSON-like ``value`` (dicts and lists, any depth), each int beyond int64
     by ``replace(int)`` (default: its decimal text); returns how many were replaced.
@@ -128,4 +140,4 @@ def shown(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["fit_int64_in_place", "float_of", "int64_of", "shown"]
+__all__ = ["fit_int64_in_place", "float_of", "int64_of", "scaled_int64", "shown"]

@@ -248,3 +248,75 @@ def test_a_bug_in_an_optional_reader_names_that_file(tmp_path):
     with pytest.raises(OverflowError) as info:
         optional(wanted, [], reader)
     assert safe_io.file_of(info.value) == str(wanted)
+
+
+# ---------------------------------------------------------------------------------------------
+# The DB export (written by tests/synth, then one value changed with SQL)
+
+
+def db_copy(tmp_path: Path) -> Path:
+    from dataclasses import replace as dc_replace
+
+    from tests.synth.sample_runs import CnnKnobs, cnn_runs
+    from tests.synth.write_db import write_torch_npu_db
+
+    (run,) = cnn_runs(REPO / "samples" / "cnn_classifier", dc_replace(CnnKnobs(), ranks=1))
+    return write_torch_npu_db(run, tmp_path / "prof")
+
+
+def db_update(root: Path, name: str, sql: str) -> Path:
+    import sqlite3
+
+    path = next(root.rglob(name))
+    con = sqlite3.connect(path)
+    try:
+        table = sql.split('"')[1] if '"' in sql else None
+        if table == "StepTraceTime":  # the column's exact spelling varies: fill it in
+            col = next(r[1] for r in con.execute('PRAGMA table_info("StepTraceTime")') if r[1].lower().startswith("computing"))
+            sql = sql.replace("{computing}", col)
+        con.execute(sql)
+        con.commit()
+    finally:
+        con.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "sql", "words"),
+    [
+        ("ascend_pytorch_profiler_0.db", "UPDATE RANK_DEVICE_MAP SET rankId = '\u00b2'", "RANK_DEVICE_MAP rankId"),
+        ("ascend_pytorch_profiler_0.db", "UPDATE RANK_DEVICE_MAP SET deviceId = '" + TWENTY_NINES + "'",
+         "RANK_DEVICE_MAP deviceId"),
+        ("ascend_pytorch_profiler_0.db", "UPDATE STEP_TIME SET id = 'step' || '" + "9" * 30 + "'", "STEP_TIME"),
+        ("analysis.db", 'UPDATE "StepTraceTime" SET "{computing}" = 1e300', "StepTraceTime"),
+        ("analysis.db", "UPDATE \"StepTraceTime\" SET \"{computing}\" = '1e999'", "StepTraceTime"),
+    ],
+)
+def test_db_values_out_of_range_are_skipped_with_a_notice(tmp_path, capsys, name, sql, words):
+    root = db_copy(tmp_path)
+    path = db_update(root, name, sql)
+    code, issues, err = check(tmp_path / "prof", capsys)
+    assert_noticed(code, issues, err, path, words)
+
+
+def test_trace_view_module_and_device_numbers_beyond_int64(tmp_path, capsys):
+    (run,) = npu_copy(tmp_path)
+    path = run / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    trace = json.loads(path.read_text())
+    events = trace if isinstance(trace, list) else trace["traceEvents"]
+    first = next(e for e in events if e.get("ph") == "X")
+    events.append({**first, "name": "nn.Module: Linear_" + "9" * 30, "cat": "python_function"})
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_labels":
+            e["args"] = {"labels": "NPU " + TWENTY_NINES}
+    path.write_text(json.dumps(trace))
+    code, _, err = check(tmp_path, capsys)
+    assert code != 2 and "internal error" not in err, err
+
+
+def test_profiler_info_file_name_rank_beyond_int64(tmp_path, capsys):
+    (run,) = npu_copy(tmp_path)
+    info = next(run.glob("profiler_info_*.json"))
+    info.rename(info.with_name(f"profiler_info_{'9' * 30}.json"))
+    code, _, err = check(tmp_path, capsys)
+    assert code != 2 and "internal error" not in err, err

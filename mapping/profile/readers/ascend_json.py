@@ -133,7 +133,7 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
         issues.append(Issue(where, f"rank_id {shown(info.get('rank_id'))} is not an integer in int64 range; "
                                    "ignored"))
     m = _RANK_FILE_RE.match(path.name)
-    file_rank = int(m.group(1)) if m else None
+    file_rank = _rank_of(m.group(1)) if m else None
     if rank is None:
         rank = file_rank
     elif file_rank is not None and file_rank != rank:

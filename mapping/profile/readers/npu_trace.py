@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.linking import (
     assign_modules,
@@ -90,7 +91,8 @@ class _Processes:
 
     def device(self, pid: int) -> int:
         m = _NPU_LABEL_RE.match(self.labels.get(pid, "").strip())
-        return int(m.group(1)) if m and m.group(1) else -1
+        n = int64_of(m.group(1)) if m and m.group(1) else None  # "NPU 2²"-like labels: no device
+        return -1 if n is None or n < 0 else n
 
 
 def _processes(ev: TraceEvents) -> _Processes:
@@ -226,6 +228,12 @@ def _host_ops(ev: TraceEvents, X: np.ndarray, stacks: StackTable) -> tuple[np.nd
     return op_rows, host_ops
 
 
+def _module_k(text: str) -> int:
+    """The instance number of "nn.Module: Linear_3"; -1 for one past int64 (30 digits)."""
+    k = int64_of(text)
+    return -1 if k is None else k
+
+
 def _modules(ev: TraceEvents, X: np.ndarray, host_ops: pd.DataFrame) -> pd.DataFrame:
     """python_function "nn.Module: <Class>_<k>" slices; each host op gets its innermost module."""
     py_rows = np.flatnonzero(X & (ev.cat == ev.code("python_function")))
@@ -236,7 +244,7 @@ def _modules(ev: TraceEvents, X: np.ndarray, host_ops: pd.DataFrame) -> pd.DataF
         MODULE_SCHEMA,
         {
             "cls": [m.group("cls") if m else "" for m in parsed],
-            "k": [int(m.group("k")) if m else -1 for m in parsed],
+            "k": [_module_k(m.group("k")) if m else -1 for m in parsed],
             "start_ns": ev.ts_ns[mod_rows],
             "dur_ns": np.maximum(ev.dur_ns[mod_rows], 0),
             "pid": _ints(ev.pid[mod_rows]),

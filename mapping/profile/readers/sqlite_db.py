@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import ProfileError
 
@@ -228,15 +229,13 @@ class SqliteDb:
 
 
 def _is_int_text(v: str) -> bool:
-    return v.isdigit()
+    return v.isascii() and v.isdigit()  # "²" passes str.isdigit() alone, then int() raises
 
 
 def _as_int(v: object) -> int:
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return -1
+    """A STRING_IDS key, -1 (no string) for anything else: "²", 30 digits, NaN, 1e999."""
+    n = int64_of(v, integral_floats=False)
+    return -1 if n is None else n
 
 
 def _text(raw: bytes) -> str:
