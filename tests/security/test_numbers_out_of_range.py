@@ -320,3 +320,23 @@ def test_profiler_info_file_name_rank_beyond_int64(tmp_path, capsys):
     info.rename(info.with_name(f"profiler_info_{'9' * 30}.json"))
     code, _, err = check(tmp_path, capsys)
     assert code != 2 and "internal error" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("81920,4096;8192,512", [(81920, 4096), (8192, 512)]),
+        (" 3 , 4 ", [(3, 4)]),
+        (f"2,{2**63 - 1}", [(2, 2**63 - 1)]),
+        (f"2,{2**63}", [None]),
+        ("2," + "9" * 400, [None]),
+        ("9" * 5000, [None]),
+        ("2," + SUPERSCRIPT_TWO, [None]),
+        ("\u0663,4", [None]),
+        ("1_0,2", [None]),
+    ],
+)
+def test_shapes_with_dims_beyond_int64_are_no_shape(text, expected):
+    from msprof_lsp.mapping.profile.shapes import parse_shapes
+
+    assert parse_shapes(text) == expected
