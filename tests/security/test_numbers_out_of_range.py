@@ -274,7 +274,7 @@ def db_update(root: Path, name: str, sql: str) -> Path:
         if table == "StepTraceTime":  # the column's exact spelling varies: fill it in
             col = next(r[1] for r in con.execute('PRAGMA table_info("StepTraceTime")') if r[1].lower().startswith("computing"))
             sql = sql.replace("{computing}", col)
-        con.execute(sql)
+        con.executescript(sql)
         con.commit()
     finally:
         con.close()
@@ -288,6 +288,8 @@ def db_update(root: Path, name: str, sql: str) -> Path:
         ("ascend_pytorch_profiler_0.db", "UPDATE RANK_DEVICE_MAP SET deviceId = '" + TWENTY_NINES + "'",
          "RANK_DEVICE_MAP deviceId"),
         ("ascend_pytorch_profiler_0.db", "UPDATE STEP_TIME SET id = 'step' || '" + "9" * 30 + "'", "STEP_TIME"),
+        ("ascend_pytorch_profiler_0.db", "CREATE TABLE AICORE_FREQ (timestampNs INTEGER, freq INTEGER); "
+         "INSERT INTO AICORE_FREQ VALUES (1753948800000000000, 1800), (1753948800000000001, '1e999')", "AICORE_FREQ"),
         ("analysis.db", 'UPDATE "StepTraceTime" SET "{computing}" = 1e300', "StepTraceTime"),
         ("analysis.db", "UPDATE \"StepTraceTime\" SET \"{computing}\" = '1e999'", "StepTraceTime"),
     ],

@@ -212,8 +212,14 @@ def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> No
 
 def _read_db_meta(db: SqliteDb, meta: ProfileMeta, issues: list[Issue]) -> None:
     if db.has("AICORE_FREQ") and db.column("AICORE_FREQ", "timestampNs") and db.column("AICORE_FREQ", "freq"):
-        samples = sorted([int(t), int(f)] for t, f in db.query('SELECT timestampNs, freq FROM "AICORE_FREQ"')
-                         if isinstance(t, int) and isinstance(f, (int, float)) and f > 0)
+        rows = db.query('SELECT timestampNs, freq FROM "AICORE_FREQ"')
+        # a freq of inf (a REAL cast from '1e999') or 1e300 is no clock: int() of it raised
+        mhz = [scaled_int64(f, 1) if isinstance(f, (int, float)) else None for _, f in rows]
+        samples = sorted([t, m] for (t, _), m in zip(rows, mhz) if isinstance(t, int) and m is not None and m > 0)
+        unreadable = sum(m is None and f is not None for (_, f), m in zip(rows, mhz))
+        if unreadable:
+            issues.append(Issue(str(db.path), f"AICORE_FREQ: {unreadable} freq value(s) that are no finite number "
+                                              "in int64 range; skipped"))
         if samples:
             meta.extra[AICORE_FREQ_KEY] = samples
     if db.has("META_DATA") and db.column("META_DATA", "name") and db.column("META_DATA", "value"):
