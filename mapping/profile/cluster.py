@@ -254,26 +254,34 @@ def summarize(
     ranks: list[RankSummary] = []
     for r in sorted(profiles):
         p = profiles[r]
-        step_ns = float(p.step_time_ns)
-        comm_ns = comm_not_overlapped_per_step(p)
-        breakdown = profile_breakdown(p)
-        computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
-        ranks.append(
-            RankSummary(
-                rank=r,
-                path=str(locations[r].path) if r in locations else p.meta.path,
-                step_time_ns=step_ns,
-                comm_not_overlapped_ns=comm_ns,
-                comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
-                computing_ns=-1.0 if computing is None else float(computing),
-                free_ns=-1.0 if free is None else float(free),
-                breakdown=breakdown,
-                link_totals=link_transfers(p.comm_ops),
-                links=comm_links(p, r),
-            )
-        )
+        where = str(locations[r].path) if r in locations else p.meta.path
+        try:
+            ranks.append(_rank_summary(r, p, where))
+        except Exception as exc:
+            # A bug, computed in this process from a rank the workers read: the one-line report
+            # names that rank's profile, not whichever file this thread opened last.
+            raise safe_io.mark(exc, where)
     slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
     return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=slowest if rank is None else rank)
+
+
+def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
+    step_ns = float(p.step_time_ns)
+    comm_ns = comm_not_overlapped_per_step(p)
+    breakdown = profile_breakdown(p)
+    computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
+    return RankSummary(
+        rank=r,
+        path=where,
+        step_time_ns=step_ns,
+        comm_not_overlapped_ns=comm_ns,
+        comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
+        computing_ns=-1.0 if computing is None else float(computing),
+        free_ns=-1.0 if free is None else float(free),
+        breakdown=breakdown,
+        link_totals=link_transfers(p.comm_ops),
+        links=comm_links(p, r),
+    )
 
 
 _TOTAL_KEY = "-total@"  # "allreduce-total@<group>": the op type's sum over its ops (top1/middle/... are ranks)

@@ -342,3 +342,19 @@ def test_shapes_with_dims_beyond_int64_are_no_shape(text, expected):
     from msprof_lsp.mapping.profile.shapes import parse_shapes
 
     assert parse_shapes(text) == expected
+
+
+def test_a_bug_in_the_cluster_summary_names_the_rank(tmp_path, monkeypatch):
+    from msprof_lsp.mapping.profile.model import Profile, ProfileMeta
+
+    def explode(profile, rank=None):
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(cluster, "comm_links", explode)
+    where = tmp_path / "rank1"
+    loc = ProfileLocation(ProfileKind.TORCH_NPU, where, 1, where, True)
+    profile = Profile(meta=ProfileMeta(kind=ProfileKind.TORCH_NPU, path=str(where)))
+    safe_io.note_reading(tmp_path / "some" / "other.json")  # what this thread read last
+    with pytest.raises(OverflowError) as info:
+        cluster.summarize({1: profile}, {1: loc})
+    assert safe_io.describe_unexpected(info.value).startswith(f"internal error while reading {where}: ")
