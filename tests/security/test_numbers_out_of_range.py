@@ -358,3 +358,27 @@ def test_a_bug_in_the_cluster_summary_names_the_rank(tmp_path, monkeypatch):
     with pytest.raises(OverflowError) as info:
         cluster.summarize({1: profile}, {1: loc})
     assert safe_io.describe_unexpected(info.value).startswith(f"internal error while reading {where}: ")
+
+
+def test_a_rank_the_codec_cannot_carry_is_left_out_naming_it(tmp_path, monkeypatch):
+    from msprof_lsp.mapping.profile.model import Profile, ProfileMeta
+
+    where = tmp_path / "rank1"
+    loaded = Profile(meta=ProfileMeta(kind=ProfileKind.TORCH_NPU, path=str(where)))
+    loaded.meta.extra["start_info"] = {"x": 2**70}  # as if a reader had kept it without fitting it
+    monkeypatch.setattr(cluster, "load_location", lambda location, **_: loaded)
+    loc = ProfileLocation(ProfileKind.TORCH_NPU, where, 1, where, True)
+    payload, error = cluster._load_one(loc, False, None)  # raised OverflowError (no file) before
+    assert payload is None and error is not None
+    assert error[0] == str(where) and "cannot hand the loaded rank back" in error[1]
+
+
+def test_trace_json_ids_in_unicode_digits_are_names():
+    from msprof_lsp.mapping.profile.readers import trace_json
+
+    pool = trace_json._Pool()
+    names: dict[int, str] = {}
+    assert trace_json._one_int("42", pool, names) == 42
+    for text in (SUPERSCRIPT_TWO, "\u0663", "1_0", str(2**63)):
+        n = trace_json._one_int(text, pool, names)
+        assert n < -1 and names[n] == text
