@@ -290,6 +290,9 @@ def db_update(root: Path, name: str, sql: str) -> Path:
         ("ascend_pytorch_profiler_0.db", "UPDATE STEP_TIME SET id = 'step' || '" + "9" * 30 + "'", "STEP_TIME"),
         ("ascend_pytorch_profiler_0.db", "CREATE TABLE AICORE_FREQ (timestampNs INTEGER, freq INTEGER); "
          "INSERT INTO AICORE_FREQ VALUES (1753948800000000000, 1800), (1753948800000000001, '1e999')", "AICORE_FREQ"),
+        ("ascend_pytorch_profiler_0.db", "ALTER TABLE STRING_IDS RENAME TO S0; "
+         "CREATE TABLE STRING_IDS (id TEXT, value TEXT); INSERT INTO STRING_IDS SELECT id, value FROM S0; "
+         "DROP TABLE S0; INSERT INTO STRING_IDS VALUES ('\u00b2', 'x'), ('" + TWENTY_NINES + "', 'y')", "STRING_IDS"),
         ("analysis.db", 'UPDATE "StepTraceTime" SET "{computing}" = 1e300', "StepTraceTime"),
         ("analysis.db", "UPDATE \"StepTraceTime\" SET \"{computing}\" = '1e999'", "StepTraceTime"),
     ],

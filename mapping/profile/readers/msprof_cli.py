@@ -486,6 +486,9 @@ def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress:
     with SqliteDb(lay.db) as db:
         profile.meta.files.append(str(lay.db))
         cann = read_cann(db, device_hint=profile.meta.device_id if profile.meta.device_id is not None else -1)
+        if db.unreadable_string_ids:
+            issues.append(Issue(str(lay.db), f"STRING_IDS: {db.unreadable_string_ids} row(s) whose id is no integer "
+                                             "in int64 range; left out"))
     issues.extend(cann.issues)
     kernels = cann.kernels
     if not profile.steps:

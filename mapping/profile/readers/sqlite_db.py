@@ -73,6 +73,7 @@ class SqliteDb:
             self._con.close()
             raise
         self._strings: pd.Series | None = None
+        self.unreadable_string_ids = 0  # STRING_IDS rows whose id is no integer (left out)
 
     def close(self) -> None:
         try:
@@ -201,7 +202,12 @@ class SqliteDb:
         """STRING_IDS as a Series id → value (empty when the table is missing)."""
         if self._strings is None:
             rows = self.query("SELECT id, value FROM STRING_IDS") if self.has("STRING_IDS") else []
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            keys = [int64_of(r[0], integral_floats=False) for r in rows]
+            if None in keys:  # an id of 'abc', '²' or 1e20 (a table made without INTEGER PRIMARY KEY)
+                self.unreadable_string_ids = keys.count(None)  # no int reference can name it: left out
+                rows = [r for r, k in zip(rows, keys) if k is not None]
+                keys = [k for k in keys if k is not None]
+            ids = np.fromiter(keys, dtype=np.int64, count=len(rows))
             values = np.array([r[1] if r[1] is not None else "" for r in rows], dtype=object)
             s = pd.Series(values, index=ids, dtype=object)
             self._strings = s[~s.index.duplicated(keep="first")]

@@ -147,6 +147,9 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
         fw = _read_framework(db, stacks, issues)
         steps = _read_steps(db, fw.host_ops, issues)
         host_events = _host_events(db, cann.host_events, fw)
+        if db.unreadable_string_ids:
+            issues.append(Issue(str(db_path), f"STRING_IDS: {db.unreadable_string_ids} row(s) whose id is no integer "
+                                              "in int64 range; left out"))
 
     profile = Profile(meta=meta)
     profile.stacks = stacks.stacks
