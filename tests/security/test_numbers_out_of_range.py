@@ -385,3 +385,15 @@ def test_trace_json_ids_in_unicode_digits_are_names():
     for text in (SUPERSCRIPT_TWO, "\u0663", "1_0", str(2**63)):
         n = trace_json._one_int(text, pool, names)
         assert n < -1 and names[n] == text
+
+
+@pytest.mark.parametrize("number", ["9" * 30, "\u0663"])
+def test_kineto_profiler_step_number_beyond_int64_makes_no_step(tmp_path, capsys, number):
+    trace = json.loads(gzip.decompress(KINETO_SAMPLE.read_bytes()))
+    step = next(e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    step["name"] = "ProfilerStep#" + number
+    out = tmp_path / "kineto" / KINETO_SAMPLE.name
+    out.parent.mkdir()
+    out.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    code, issues, err = check(out.parent, capsys)
+    assert_noticed(code, issues, err, out, "ProfilerStep op(s) whose number is no ASCII integer in int64 range")

@@ -424,7 +424,7 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             )
         )
 
-    steps = profiler_steps(names, h_start, h_end)
+    steps = profiler_steps(names, h_start, h_end, issues, str(path))
 
     # -- runtime calls and kernels --------------------------------------------------------------
     rt = buckets.runtime

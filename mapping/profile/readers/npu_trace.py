@@ -150,7 +150,9 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
 
     op_rows, host_ops = _host_ops(ev, X, stacks)
     h_start = host_ops["start_ns"].to_numpy(np.int64)
-    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64))
+    issues: list[Issue] = []
+    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64),
+                           issues, ev.path)
     modules = _modules(ev, X, host_ops)
     k_rows, kernels = _kernels(ev, X, procs)
     counts["kernels"] = len(kernels)
@@ -170,7 +172,6 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     counts["fwdbwd"], counts["fwdbwd_by_sequence"] = _link_fwdbwd(ev, host_ops, op_key, depth)
     overlap = _overlap(ev, X, procs)
 
-    issues: list[Issue] = []
     untimed = int((ev.ts_ns[np.concatenate([op_rows, k_rows])] < 0).sum())
     if untimed:
         issues.append(Issue(ev.path, f"{untimed} ops/kernels have no usable 'ts'; they cannot be linked"))

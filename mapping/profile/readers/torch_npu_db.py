@@ -501,7 +501,8 @@ def _read_steps(db: SqliteDb, host_ops: pd.DataFrame, issues: list[Issue]) -> li
                                               "number in int64 range; skipped"))
     if not steps and len(host_ops):  # older exports: ProfilerStep#N ops
         start = host_ops["start_ns"].to_numpy(np.int64)
-        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64))
+        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64),
+                              issues, str(db.path))
     steps.sort(key=lambda s: s.start_ns)
     return steps
 
