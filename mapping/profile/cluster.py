@@ -22,9 +22,10 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.children import isolated_children
-from msprof_lsp.mapping.profile import codec
+from msprof_lsp.mapping.profile import codec, safe_io
 from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
+from msprof_lsp.mapping.numbers import float_of, int64_of
 from msprof_lsp.mapping.profile.cache import default_cache_dir
 from msprof_lsp.mapping.profile.jobs import discover_jobs
 from msprof_lsp.mapping.profile.load import load_location
@@ -133,10 +134,29 @@ def _load_one(
         profile = load_location(location, use_cache=use_cache, cache_dir=cache_dir)
     except ProfileError as exc:
         return None, (exc.path, exc.message, exc.line)
+    except Exception as exc:  # noqa: BLE001 - a bug: re-raised in the parent, naming this rank's file
+        raise RankCrashed(safe_io.file_of(exc) or str(location.path), f"{type(exc).__name__}: {exc}") from None
     try:
         return bytearray().join(codec.encode(profile)), None
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:  # OverflowError: an int past int64
         return None, (str(location.path), f"cannot hand the loaded rank back: {exc}", None)
+
+
+class RankCrashed(Exception):
+    """An unexpected exception in a rank worker, carried to the parent with the file it was
+    reading (the worker's thread-local record of it does not cross the process boundary), so
+    the one-line report still names that rank's file."""
+
+    def __init__(self, path: str, text: str) -> None:
+        super().__init__(path, text)
+        self.msprof_file = path  # what safe_io.file_of reads
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __reduce__(self):  # pickled by the pool: rebuild from both fields
+        return (RankCrashed, (self.msprof_file, self.text))
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:
@@ -214,26 +234,34 @@ def summarize(
     ranks: list[RankSummary] = []
     for r in sorted(profiles):
         p = profiles[r]
-        step_ns = float(p.step_time_ns)
-        comm_ns = comm_not_overlapped_per_step(p)
-        breakdown = profile_breakdown(p)
-        computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
-        ranks.append(
-            RankSummary(
-                rank=r,
-                path=str(locations[r].path) if r in locations else p.meta.path,
-                step_time_ns=step_ns,
-                comm_not_overlapped_ns=comm_ns,
-                comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
-                computing_ns=-1.0 if computing is None else float(computing),
-                free_ns=-1.0 if free is None else float(free),
-                breakdown=breakdown,
-                link_totals=link_transfers(p.comm_ops),
-                links=comm_links(p, r),
-            )
-        )
+        where = str(locations[r].path) if r in locations else p.meta.path
+        try:
+            ranks.append(_rank_summary(r, p, where))
+        except Exception as exc:
+            # A bug, computed in this process from a rank the workers read: the one-line report
+            # names that rank's profile, not whichever file this thread opened last.
+            raise safe_io.mark(exc, where)
     slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
     return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=slowest if rank is None else rank)
+
+
+def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
+    step_ns = float(p.step_time_ns)
+    comm_ns = comm_not_overlapped_per_step(p)
+    breakdown = profile_breakdown(p)
+    computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
+    return RankSummary(
+        rank=r,
+        path=where,
+        step_time_ns=step_ns,
+        comm_not_overlapped_ns=comm_ns,
+        comm_share=comm_ns / step_ns if step_ns > 0 else 0.0,
+        computing_ns=-1.0 if computing is None else float(computing),
+        free_ns=-1.0 if free is None else float(free),
+        breakdown=breakdown,
+        link_totals=link_transfers(p.comm_ops),
+        links=comm_links(p, r),
+    )
 
 
 _TOTAL_KEY = "-total@"  # "allreduce-total@<group>": the op type's sum over its ops (top1/middle/... are ranks)
@@ -257,23 +285,21 @@ def comm_links(profile: Profile, rank: int | None = None) -> list[CommLink]:
                 if _TOTAL_KEY not in str(op) or not isinstance(links, dict):
                     continue
                 for key, fig in links.items():
-                    src, _, dst = str(key).partition("-")
-                    if not (src.isdigit() and dst.isdigit()) or not isinstance(fig, dict):
+                    text_src, _, text_dst = str(key).partition("-")
+                    src, dst = int64_of(text_src), int64_of(text_dst)  # "²-1" or 30 digits: no link
+                    if src is None or dst is None or src < 0 or dst < 0 or not isinstance(fig, dict):
                         continue
-                    if rank is not None and int(src) != rank:
+                    if rank is not None and src != rank:
                         continue
-                    acc = sums.setdefault((int(src), int(dst)), [0.0, 0.0])
+                    acc = sums.setdefault((src, dst), [0.0, 0.0])
                     acc[0] += _number(fig.get("Transit Time(ms)"))
                     acc[1] += _number(fig.get("Transit Size(MB)"))
     return [CommLink(src=s, dst=d, transit_ms=t, size_mb=m, steps=steps) for (s, d), (t, m) in sorted(sums.items())]
 
 
 def _number(value: object) -> float:
-    try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0.0
-    return v if np.isfinite(v) and v > 0 else 0.0
+    v = float_of(value)  # 10**400 or "²" count as nothing, not an OverflowError in the summary
+    return v if v is not None and v > 0 else 0.0
 
 
 def comm_not_overlapped_per_step(profile: Profile) -> float:
@@ -319,9 +345,8 @@ def link_transfers(ops: Sequence[CommOp]) -> dict[str, tuple[float, float]]:
             info = op.bandwidth.get(link)
             if not isinstance(info, dict):
                 continue
-            try:
-                mb, ms = float(info.get("Transit Size(MB)", 0) or 0), float(info.get("Transit Time(ms)", 0) or 0)
-            except (TypeError, ValueError):
+            mb, ms = float_of(info.get("Transit Size(MB)", 0) or 0), float_of(info.get("Transit Time(ms)", 0) or 0)
+            if mb is None or ms is None:  # NaN, 1e999, a 400-digit int: the link is not counted
                 continue
             e = out.setdefault(group, [0.0, 0.0])
             e[0] += mb

@@ -8,6 +8,8 @@ opaque frames: they carry module names the no-stack anchoring can use.
 from __future__ import annotations
 
 import re
+
+from msprof_lsp.mapping.numbers import int64_of
 from dataclasses import dataclass
 
 _FRAME_RE = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\):\s?(?P<func>.*)$")
@@ -32,7 +34,8 @@ class Frame:
     def module(self) -> tuple[str, int] | None:
         """``("Linear", 0)`` for an ``nn.Module: Linear_0`` entry, else None."""
         m = _MODULE_RE.match(self.raw)
-        return (m.group("cls"), int(m.group("k"))) if m else None
+        k = int64_of(m.group("k")) if m else None  # "Linear_" + 30 digits names no instance
+        return (m.group("cls"), k) if m and k is not None else None
 
 
 Stack = tuple[Frame, ...]

@@ -7,6 +7,7 @@ from pathlib import Path
 from msprof_lsp.mapping.profile import cache, safe_io
 from msprof_lsp.mapping.profile.discover import find_all
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
+from msprof_lsp.mapping.numbers import fit_int64_in_place
 from msprof_lsp.mapping.profile.locations import Progress, ProfileLocation, no_progress
 from msprof_lsp.mapping.profile.model import Profile
 from msprof_lsp.mapping.profile.readers.registry import reader_for
@@ -38,6 +39,10 @@ def load_location(
         raise ProfileError(exc.filename or location.path, f"cannot read: {exc.strerror or exc}") from None
     except Exception as exc:
         raise safe_io.mark(exc)  # a bug, but its one-line report still names the file being read
+    # Metadata kept as written may hold 2**64 or a 400-digit number: as text, it still fits the
+    # cache and the rank workers' codec (int64) instead of failing the run far from the file.
+    fit_int64_in_place(profile.meta.extra)
+    fit_int64_in_place(profile.meta.parallel_groups)
     if use_cache:
         profile_breakdown(profile)  # every analysis asks for it: compute it once, into the entry
         cache.store(location, profile, stamps, cache_dir)

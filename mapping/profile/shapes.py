@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from msprof_lsp.mapping.units import INT64_MAX, INT64_MIN
+
 Shape = tuple[int, ...]
 
 _MISSING = frozenset({"", "N/A", "NULL"})
@@ -33,11 +35,20 @@ def parse_shapes(text: str) -> list[Shape | None]:
         if not entry:
             out.append(None)
             continue
-        try:
-            out.append(tuple(int(d) for d in entry.split(",")))
-        except ValueError:
-            out.append(None)
+        out.append(_dims(entry))
     return out
+
+
+def _dims(entry: str) -> Shape | None:
+    """One tensor's dims; None unless every dim is an ASCII integer in int64 ("²", "1_0", 400
+    digits and symbolic dims are no computable shape)."""
+    if not entry.isascii() or "_" in entry:
+        return None
+    try:
+        dims = tuple(int(d) for d in entry.split(","))  # the fast path (rules parse many shapes)
+    except ValueError:
+        return None
+    return dims if INT64_MIN <= min(dims) and max(dims) <= INT64_MAX else None
 
 
 def format_shapes(shapes: Iterable[Shape | None]) -> str:

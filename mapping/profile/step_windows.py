@@ -15,21 +15,34 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from msprof_lsp.mapping.errors import Issue
+from msprof_lsp.mapping.numbers import int64_of, shown
 from msprof_lsp.mapping.profile.model import Profile, Step
 from msprof_lsp.mapping.units import NS_PER_US, format_us
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def profiler_steps(names: Sequence[str], starts: np.ndarray, ends: np.ndarray) -> list[Step]:
+def profiler_steps(
+    names: Sequence[str], starts: np.ndarray, ends: np.ndarray, issues: list[Issue] | None = None, where: str = ""
+) -> list[Step]:
     """Steps from torch.profiler's ``ProfilerStep#N`` host ops (name, start and end per op), sorted
-    by start, then number; an op with a missing (negative) start makes no step."""
+    by start, then number; an op with a missing (negative) start makes no step, nor one whose N
+    is no ASCII int64 ("ProfilerStep#" + 30 digits: said in ``issues`` when given)."""
     steps = []
+    bad: list[str] = []
     for i, name in enumerate(names):
         if name.startswith("ProfilerStep#"):
             m = _PROFILER_STEP.match(name)
             if m and starts[i] >= 0:
-                steps.append(Step(int(m.group(1)), int(starts[i]), int(ends[i])))
+                num = int64_of(m.group(1))
+                if num is None:
+                    bad.append(name)
+                    continue
+                steps.append(Step(num, int(starts[i]), int(ends[i])))
+    if bad and issues is not None:
+        issues.append(Issue(where, f"{len(bad)} ProfilerStep op(s) whose number is no ASCII integer in int64 range "
+                                   f"(first: {shown(bad[0])}) make no step"))
     steps.sort(key=lambda s: (s.start_ns, s.id))
     return steps
 

@@ -74,7 +74,9 @@ def structure(data: bytes, rnd: random.Random) -> bytes:
     return data[:c] + data[a:b] + data[c:]  # a slice copied elsewhere
 
 
-_DIGITS = (b"9" * 400, b"1e308", b"-1e308", b"-1", b"0", b"NaN", b"Infinity", b"1" * 5000, b"18446744073709551616")
+_DIGITS = (b"9" * 400, b"1e308", b"-1e308", b"-1", b"0", b"NaN", b"Infinity", b"1" * 5000, b"18446744073709551616",
+           # issue 22: int64 + 1 as text, "²" (isdigit() yes, int() no), Arabic-Indic 3, inf as text
+           b"9223372036854775808", "\u00b2".encode(), "\u0663".encode(), b"1e999")
 
 
 def numbers(data: bytes, rnd: random.Random) -> bytes:

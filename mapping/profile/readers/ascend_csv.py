@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue
+from msprof_lsp.mapping.numbers import int64_of, shown
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.model import (
     HOST_OP_SCHEMA,
@@ -285,10 +286,11 @@ def read_step_trace_time(path: Path) -> tuple[list[StepBreakdown], list[Issue]]:
             if d["type"][i] != "rank":
                 continue
             index = str(d["index"][i])
-            if not index.lstrip("-").isdigit():
-                issues.append(Issue(str(path), f"rank row with Index {index!r}; skipped", cols.line(i)))
+            rank = int64_of(index)  # "²" or 30 digits: no rank, skipped like any other text
+            if rank is None:
+                issues.append(Issue(str(path), f"rank row with Index {shown(index)}; skipped", cols.line(i)))
                 continue
-            device = int(index)
+            device = rank
         out.append(
             StepBreakdown(
                 step=int(d["step"][i]),
@@ -474,15 +476,29 @@ def read_memory_record(path: Path) -> tuple[pd.DataFrame, list[Issue]]:
 def _memory_table(path: Path, spec: list[Col], schema: dict) -> tuple[pd.DataFrame, list[Issue]]:
     cols = read_columns(open_csv(path), spec)
     columns = dict(cols.data)
+    issues = cols.issues
     if "device" not in columns and "device_type" in columns:
-        columns["device"] = _per_category(columns["device_type"], _device_of, np.int64)
-    return make_table(schema, columns, cols.length), cols.issues
+        types = columns["device_type"]
+        columns["device"] = _per_category(types, _device_of, np.int64)
+        bad = [t for t in types.categories if _device_of(t) == _BAD_DEVICE]
+        if bad:  # the rows stay (their sizes are good); only the device is unknown
+            columns["device"] = np.where(columns["device"] == _BAD_DEVICE, -1, columns["device"])
+            issues.append(Issue(str(path), f"Device Type {shown(bad[0])} is not an NPU index in int64 range"
+                                           f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}; "
+                                           "those rows have no device"))
+    return make_table(schema, columns, cols.length), issues
+
+
+_BAD_DEVICE = -2  # "NPU:" and a number out of range or not ASCII digits (reported, then -1)
 
 
 def _device_of(device_type: str) -> int:
-    """``"NPU:3"`` -> 3; CPU or anything else -> -1."""
+    """``"NPU:3"`` -> 3; CPU or anything else -> -1; "NPU:" with no usable index -> _BAD_DEVICE."""
     kind, _, index = device_type.partition(":")
-    return int(index) if kind.strip().upper() == "NPU" and index.strip().isdigit() else -1
+    if kind.strip().upper() != "NPU" or not index.strip():
+        return -1
+    n = int64_of(index)
+    return n if n is not None and n >= 0 else _BAD_DEVICE
 
 
 __all__ = [

@@ -11,6 +11,7 @@ ProfileError; odd values inside -> an Issue and the value skipped.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -19,8 +20,9 @@ from typing import Any
 
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.numbers import fit_int64_in_place, float_of, int64_of, shown
 from msprof_lsp.mapping.profile.model import CommOp, ProfileMeta
-from msprof_lsp.mapping.units import us_text_to_ns
+from msprof_lsp.mapping.units import INT64_MAX, INT64_MIN, us_text_to_ns
 
 _RANK_FILE_RE = re.compile(r"^profiler_info_(\d+)\.json$")
 _STEP_KEY_RE = re.compile(r"^step(\d*)$", re.IGNORECASE)
@@ -128,9 +130,10 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
 
     rank = _rank_of(info.get("rank_id"))
     if "rank_id" in info and rank is None and info.get("rank_id") not in (-1, "-1", None, ""):
-        issues.append(Issue(where, f"rank_id {info.get('rank_id')!r} is not an integer"))
+        issues.append(Issue(where, f"rank_id {shown(info.get('rank_id'))} is not an integer in int64 range; "
+                                   "ignored"))
     m = _RANK_FILE_RE.match(path.name)
-    file_rank = int(m.group(1)) if m else None
+    file_rank = _rank_of(m.group(1)) if m else None
     if rank is None:
         rank = file_rank
     elif file_rank is not None and file_rank != rank:
@@ -142,7 +145,8 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
     if isinstance(end, dict) and "collectionTimeEnd" in end:
         ns = _int(end["collectionTimeEnd"])
         if ns is None:
-            issues.append(Issue(where, f"end_info.collectionTimeEnd {end['collectionTimeEnd']!r} is not an integer"))
+            issues.append(Issue(where, f"end_info.collectionTimeEnd {shown(end['collectionTimeEnd'])} is not an "
+                                       "integer in int64 range; ignored"))
         else:
             meta.collection_end_ns = ns
         rest = {k: v for k, v in end.items() if k != "collectionTimeEnd"}
@@ -159,15 +163,8 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
-        return int(value.strip())
-    if isinstance(value, float) and value.is_integer():
-        return int(value)  # finite: is_integer() is False for inf and NaN
-    return None
+    """An int64 from JSON (int, digit text, integral float); "²", 400 digits, 2**64 are None."""
+    return int64_of(value)
 
 
 def _rank_of(value: Any) -> int | None:
@@ -265,7 +262,10 @@ def _read_step(
     where: str,
 ) -> None:
     digits = _STEP_KEY_RE.match(step_key).group(1)  # type: ignore[union-attr]
-    step_no = int(digits) if digits else -1
+    step_no = int64_of(digits) if digits else -1
+    if step_no is None:  # "step" + 30 digits: no step number the model can hold
+        issues.append(Issue(where, f"step key {shown(step_key)} is beyond int64; skipped"))
+        return
     if cluster_group is not None:
         # cluster layout: the op dicts sit right under the step, keyed by rank inside
         for op_key, per_rank in step.items():
@@ -340,7 +340,7 @@ def _us_ns(value: Any) -> int:
         return -1
     if isinstance(value, bool) or not isinstance(value, (int, Decimal, str)):
         raise ValueError(f"time {value!r} is not a number")
-    return us_text_to_ns(str(value)) if not isinstance(value, int) else value * 1000
+    return us_text_to_ns(str(value)) if not isinstance(value, int) else _in_int64(value * 1000, value)
 
 
 def _ms_ns(value: Any) -> int:
@@ -351,13 +351,22 @@ def _ms_ns(value: Any) -> int:
     ns = Decimal(value) * 1_000_000
     if not ns.is_finite():
         raise ValueError(f"duration {value!r} is not finite")
-    return int(ns.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    return _in_int64(int(ns.quantize(Decimal(1), rounding=ROUND_HALF_UP)), value)
+
+
+def _in_int64(ns: int, value: Any) -> int:
+    """``ns`` when it fits the model's int64 columns; else the op is skipped with a notice."""
+    if not INT64_MIN <= ns <= INT64_MAX:
+        raise ValueError(f"time {shown(value)} is out of range")
+    return ns
 
 
 def _plain(value: Any) -> Any:
     """Decimals back to floats, recursively (the bandwidth figures are ratios and sizes)."""
     if isinstance(value, Decimal):
         return float(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        return float_of(value)  # 2**64 bytes is a size, not an int64 column: float (None past 1e308)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -382,6 +391,11 @@ def read_communication_matrix(path: Path) -> tuple[dict[str, Any], list[Issue]]:
             out[key] = value
         else:
             issues.append(Issue(str(path), f"{key!r} is not an object; skipped"))
+    # A Transit Size of 2**64 is a (absurd) size, not an int64: kept as a float (None past
+    # 1e308), said once, so the rank still goes through the workers' codec and the summary.
+    big = fit_int64_in_place(out, float_of)
+    if big:
+        issues.append(Issue(str(path), f"{big} integer value(s) beyond int64 read as floats"))
     return out, issues
 
 
@@ -423,11 +437,10 @@ def read_msprof_info(path: Path) -> MsprofInfo:
         value = pick(key)
         if value is None or value == "":
             return None
-        try:
-            result = kind(float(value)) if kind is int else float(value)
-        except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf) of a 400-digit value
-            issues.append(Issue(str(path), f"{key} {value!r} is not a number; ignored"))
-            return None
+        f = float_of(value)  # "²", NaN, 1e999 and 400 digits are no number
+        result = f if kind is float or f is None else int64_of(math.trunc(f))
+        if result is None:
+            issues.append(Issue(str(path), f"{key} {shown(value)} is not a number in range; ignored"))
         return result
 
     dev_id = _int(device.get("id")) if device else None

@@ -10,6 +10,7 @@ from typing import TypeVar
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.profile.linking import resolve_kernel_links
 from msprof_lsp.mapping.profile.model import Profile
 from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
@@ -25,6 +26,10 @@ def optional(path: Path, issues: list[Issue], fn: Callable[[Path], tuple[T, list
     except ProfileError as exc:
         issues.append(Issue(exc.path, exc.message, exc.line))
         return None
+    except Exception as exc:
+        # A bug stays a bug (exit 2, one line), but it names this file even when the reader had
+        # opened another one last (the thread's record of the file being read would name that).
+        raise safe_io.mark(exc, path)
     issues.extend(more)
     return value
 

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.numbers import float_of, int64_of
 from msprof_lsp.mapping.units import us_text_to_ns
 from msprof_lsp.mapping.profile.readers.csv_text import CsvSource, header_key
 
@@ -438,17 +439,15 @@ def int_cell(value: str, missing: frozenset[str] = frozenset(), sentinels: bool 
     s = value.strip()
     if s in MISSING_TOKENS or s in missing:
         return -1
-    try:
-        n = int(s)
-    except ValueError:
-        try:
-            f = float(s)
-        except ValueError:
+    n = int64_of(s)
+    if n is None and sentinels and len(s) <= 20 and s.isascii() and s.isdigit() and int(s) < 2**64:
+        return -1  # 18446744073709551615 and kin: the producers' uint64 "no value"
+    if n is None:  # "3.0" from some writers is 3; "²", 2**64, 1e300, 1.5: unreadable (noticed)
+        f = float_of(s)
+        n = int64_of(f) if f is not None else None
+        if n is None:
             return None
-        if not f.is_integer():
-            return None
-        n = int(f)
-    if n >= SENTINEL_MIN and sentinels or not -(2**63) <= n < 2**63:
+    if n >= SENTINEL_MIN and sentinels:
         return -1
     return n
 

@@ -37,6 +37,7 @@ import pandas as pd
 
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.numbers import int64_of, shown
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
 from msprof_lsp.mapping.profile.model import (
@@ -203,11 +204,9 @@ def _number(value: int | str) -> int | None:
     """A pid/tid as an integer: the 2021 schema writes thread ids as text ("25738") and GPU
     streams as "stream 7"; names like "Spans" (the profiler's own rows) are None."""
     if type(value) is int:
-        return value
+        return value  # the decoder holds JSON numbers to int64 already
     if isinstance(value, str):
-        text = value.removeprefix("stream ").strip()
-        if text.removeprefix("-").isdigit():
-            return int(text)
+        return int64_of(value.removeprefix("stream "))
     return None
 
 
@@ -239,6 +238,12 @@ class _OwnRaw:
             a.concrete_inputs = self._own(a.concrete_inputs)
 
 
+def _is_named(value: int | str) -> bool:
+    """A pid/tid that is a name ("Spans") rather than a broken number ("²", 20 digits)."""
+    text = value.removeprefix("stream ").strip() if isinstance(value, str) else ""
+    return not any(c.isdigit() for c in text)
+
+
 class _Buckets:
     """The trace's events sorted into what the model needs, in one pass.
 
@@ -253,6 +258,8 @@ class _Buckets:
         self.runtime: list[Event] = []
         self.flows: list[Event] = []
         self.untimed = 0
+        self.bad_ids = 0  # events skipped for a pid/tid that is no int64 ("²", 20 digits)
+        self.first_bad_id = ""
         # complete ("X") events left out, per category as written (all of them when none is read)
         self.found: Counter[str] = Counter()
         self.old_schema = False  # some categories had their 2021 names
@@ -271,6 +278,10 @@ class _Buckets:
                     pid, tid = _number(e.pid), _number(e.tid)
                     if pid is None or tid is None:
                         found[written] += 1
+                        bad = e.pid if pid is None else e.tid
+                        if not _is_named(bad):  # a number out of range is said, not silent
+                            self.bad_ids += 1
+                            self.first_bad_id = self.first_bad_id or shown(bad)
                         continue  # "Spans"/"Traces" rows of the profiler itself
                     e.pid, e.tid = pid, tid
                 if e.ts is None:
@@ -446,7 +457,7 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             )
         )
 
-    steps = profiler_steps(names, h_start, h_end)
+    steps = profiler_steps(names, h_start, h_end, issues, str(path))
 
     # -- runtime calls and kernels --------------------------------------------------------------
     rt = buckets.runtime
@@ -493,6 +504,9 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     issues += buckets.notices(str(path))
     if buckets.untimed:
         issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
+    if buckets.bad_ids:
+        issues.append(Issue(str(path), f"skipped {buckets.bad_ids} event(s) whose pid/tid is not an integer "
+                                       f"in int64 range (first: {buckets.first_bad_id})"))
     if text.unreadable:
         issues.append(Issue(str(path), f"{text.unreadable} distinct shape/type argument list(s) are not "
                                        "readable JSON; those operators have no shapes"))
@@ -690,10 +704,7 @@ def _kernels(
 
 
 def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+    return int64_of(value)  # "²", 1e999 and 2**64 are unknown, not an exception or an overflow
 
 
 def _flag(value: Any) -> bool | None:
@@ -779,9 +790,9 @@ def _is_kineto_head(head: bytes) -> bool:
 def _rank_from_trace(path: Path, head: bytes, gz: bool) -> int | None:
     m = _DIST_RANK_RE.search(head)
     if m:
-        return as_rank(int(m.group(1)))
+        return as_rank(m.group(1).decode("ascii"))
     m = _DIST_RANK_RE.search(_tail(path, gz))
-    return as_rank(int(m.group(1))) if m else None
+    return as_rank(m.group(1).decode("ascii")) if m else None
 
 
 def _tail(path: Path, gz: bool) -> bytes:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import Issue, ProfileError
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.linking import resolve_kernel_links
 from msprof_lsp.mapping.profile.locations import Layout, ProfileLocation, Progress, no_progress
@@ -130,8 +131,9 @@ def _layout_of(root: Folder) -> MsprofLayout:
     lay.analyze = root.path / "analyze" if root.has_dir("analyze") else None
     dbs = sorted(Path(e.path) for e in root.entries if DB_RE.match(e.name))
     lay.db = dbs[-1] if dbs else None
-    device_dirs = sorted(
-        (int(m.group(1)), e.name) for e in root.entries if (m := _DEVICE_RE.match(e.name)) and is_dir(e)
+    device_dirs = sorted(  # device_<30 digits> is no device folder (int64_of: None)
+        (n, e.name) for e in root.entries
+        if (m := _DEVICE_RE.match(e.name)) and (n := int64_of(m.group(1))) is not None and is_dir(e)
     )
     lay.devices = [d for d, _ in device_dirs]
 
@@ -269,8 +271,8 @@ def _read_info(lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue]) -> Non
     if info.device_id is not None:
         meta.device_id = info.device_id
     rank = info.extra.get("rank_id", info.extra.get("rankId"))
-    if meta.rank is None and isinstance(rank, (int, str)) and str(rank).lstrip("-").isdigit() and int(rank) >= 0:
-        meta.rank = int(rank)
+    if meta.rank is None and as_rank(rank) is not None:  # "²" or 400 digits: no rank
+        meta.rank = as_rank(rank)
     for key in ("hostname", "platform", "version", "cann_version"):
         if key in info.extra:
             meta.extra.setdefault(f"host_{key}" if key in ("hostname", "platform") else key, info.extra[key])
@@ -484,6 +486,9 @@ def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress:
     with SqliteDb(lay.db) as db:
         profile.meta.files.append(str(lay.db))
         cann = read_cann(db, device_hint=profile.meta.device_id if profile.meta.device_id is not None else -1)
+        if db.unreadable_string_ids:
+            issues.append(Issue(str(lay.db), f"STRING_IDS: {db.unreadable_string_ids} row(s) whose id is no integer "
+                                             "in int64 range; left out"))
     issues.extend(cann.issues)
     kernels = cann.kernels
     if not profile.steps:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.linking import (
     assign_modules,
@@ -90,7 +91,8 @@ class _Processes:
 
     def device(self, pid: int) -> int:
         m = _NPU_LABEL_RE.match(self.labels.get(pid, "").strip())
-        return int(m.group(1)) if m and m.group(1) else -1
+        n = int64_of(m.group(1)) if m and m.group(1) else None  # "NPU 2²"-like labels: no device
+        return -1 if n is None or n < 0 else n
 
 
 def _processes(ev: TraceEvents) -> _Processes:
@@ -148,7 +150,9 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
 
     op_rows, host_ops = _host_ops(ev, X, stacks)
     h_start = host_ops["start_ns"].to_numpy(np.int64)
-    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64))
+    issues: list[Issue] = []
+    steps = profiler_steps(host_ops["name"].astype(str).tolist(), h_start, h_start + host_ops["dur_ns"].to_numpy(np.int64),
+                           issues, ev.path)
     modules = _modules(ev, X, host_ops)
     k_rows, kernels = _kernels(ev, X, procs)
     counts["kernels"] = len(kernels)
@@ -168,7 +172,6 @@ def tables_from_trace(ev: TraceEvents, stacks: StackTable) -> TraceTables:
     counts["fwdbwd"], counts["fwdbwd_by_sequence"] = _link_fwdbwd(ev, host_ops, op_key, depth)
     overlap = _overlap(ev, X, procs)
 
-    issues: list[Issue] = []
     untimed = int((ev.ts_ns[np.concatenate([op_rows, k_rows])] < 0).sum())
     if untimed:
         issues.append(Issue(ev.path, f"{untimed} ops/kernels have no usable 'ts'; they cannot be linked"))
@@ -226,6 +229,12 @@ def _host_ops(ev: TraceEvents, X: np.ndarray, stacks: StackTable) -> tuple[np.nd
     return op_rows, host_ops
 
 
+def _module_k(text: str) -> int:
+    """The instance number of "nn.Module: Linear_3"; -1 for one past int64 (30 digits)."""
+    k = int64_of(text)
+    return -1 if k is None else k
+
+
 def _modules(ev: TraceEvents, X: np.ndarray, host_ops: pd.DataFrame) -> pd.DataFrame:
     """python_function "nn.Module: <Class>_<k>" slices; each host op gets its innermost module."""
     py_rows = np.flatnonzero(X & (ev.cat == ev.code("python_function")))
@@ -236,7 +245,7 @@ def _modules(ev: TraceEvents, X: np.ndarray, host_ops: pd.DataFrame) -> pd.DataF
         MODULE_SCHEMA,
         {
             "cls": [m.group("cls") if m else "" for m in parsed],
-            "k": [int(m.group("k")) if m else -1 for m in parsed],
+            "k": [_module_k(m.group("k")) if m else -1 for m in parsed],
             "start_ns": ev.ts_ns[mod_rows],
             "dur_ns": np.maximum(ev.dur_ns[mod_rows], 0),
             "pid": _ints(ev.pid[mod_rows]),

@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import ProfileError
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.locations import Layout, Progress, ProfileLocation
 from msprof_lsp.mapping.profile.model import Profile, ProfileKind
 
@@ -172,24 +173,21 @@ def rank_from_names(path: Path) -> int | None:
     for part in (path.name, path.parent.name, path.parent.parent.name):
         m = _RANK_NAME_RE.search(part)
         if m:
-            return int(m.group(1))
+            return as_rank(m.group(1))  # "rank_" + 30 digits is no rank (int64 checked there)
     return None
 
 
 def as_rank(value: object) -> int | None:
     """A rank from a JSON value: int or digit string; negative (-1 = not distributed) is none."""
-    if isinstance(value, bool):
+    if not isinstance(value, (int, str)):  # 1.0 is no rank; bools are refused by int64_of
         return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        rank = int(value.strip())
-        return rank if rank >= 0 else None
-    return None
+    rank = int64_of(value)  # "²" and 400 digits are none, not an exception or an int64 overflow
+    return rank if rank is not None and rank >= 0 else None
 
 
 def int_or_zero(m: re.Match[str] | None) -> int:
-    return int(m.group(1)) if m else 0
+    """The number a name pattern captured (a time stamp), 0 when absent or beyond int64."""
+    return (int64_of(m.group(1)) or 0) if m else 0
 
 
 def is_dir(e: os.DirEntry[str]) -> bool:

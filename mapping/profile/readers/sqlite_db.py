@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import ProfileError
 
@@ -159,6 +160,7 @@ class SqliteDb:
             self._remove_copy()
             raise
         self._strings: pd.Series | None = None
+        self.unreadable_string_ids = 0  # STRING_IDS rows whose id is no integer (left out)
 
     def close(self) -> None:
         try:
@@ -292,7 +294,12 @@ class SqliteDb:
         """STRING_IDS as a Series id → value (empty when the table is missing)."""
         if self._strings is None:
             rows = self.query("SELECT id, value FROM STRING_IDS") if self.has("STRING_IDS") else []
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            keys = [int64_of(r[0], integral_floats=False) for r in rows]
+            if None in keys:  # an id of 'abc', '²' or 1e20 (a table made without INTEGER PRIMARY KEY)
+                self.unreadable_string_ids = keys.count(None)  # no int reference can name it: left out
+                rows = [r for r, k in zip(rows, keys) if k is not None]
+                keys = [k for k in keys if k is not None]
+            ids = np.fromiter(keys, dtype=np.int64, count=len(rows))
             values = np.array([r[1] if r[1] is not None else "" for r in rows], dtype=object)
             s = pd.Series(values, index=ids, dtype=object)
             self._strings = s[~s.index.duplicated(keep="first")]
@@ -320,15 +327,13 @@ class SqliteDb:
 
 
 def _is_int_text(v: str) -> bool:
-    return v.isdigit()
+    return v.isascii() and v.isdigit()  # "²" passes str.isdigit() alone, then int() raises
 
 
 def _as_int(v: object) -> int:
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return -1
+    """A STRING_IDS key, -1 (no string) for anything else: "²", 30 digits, NaN, 1e999."""
+    n = int64_of(v, integral_floats=False)
+    return -1 if n is None else n
 
 
 def _text(raw: bytes) -> str:

@@ -128,7 +128,7 @@ def run_facts(root: Folder, bare: bool) -> RunFacts:
             infos.append(Path(e.path))
             mtimes.append(mtime(e))
             if m.group(1) is not None:
-                rank = int(m.group(1))
+                rank = as_rank(m.group(1))  # profiler_info_<30 digits>.json names no rank
             elif rank is None:
                 rank = _rank_from_profiler_info(Path(e.path))
         elif e.name == METADATA and is_file(e):

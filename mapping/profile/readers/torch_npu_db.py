@@ -37,12 +37,14 @@ from msprof_lsp.mapping.profile.model import (
 )
 from msprof_lsp.mapping.profile.step_infer import steps_from_launches
 from msprof_lsp.mapping.profile.step_windows import profiler_steps, step_ids
-from msprof_lsp.mapping.units import ms_to_ns, us_to_ns
+from msprof_lsp.mapping.numbers import float_of, int64_of, scaled_int64, shown
 from msprof_lsp.mapping.profile.readers.ascend_json import read_env_variables, read_profiler_info, read_profiler_metadata
 from msprof_lsp.mapping.profile.readers.cann_db import api_type_names, read_cann
 from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
 from msprof_lsp.mapping.profile.readers.msprof_cli import DB_RE as MSPROF_DB_RE
-from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Reader, SeenFile, mtime, mtime_path, own_layout, rank_from_names
+from msprof_lsp.mapping.profile.readers.protocol import (
+    Candidate, Folder, Reader, SeenFile, as_rank, mtime, mtime_path, own_layout, rank_from_names,
+)
 from msprof_lsp.mapping.profile.readers.sqlite_db import SqliteDb
 from msprof_lsp.mapping.profile.readers.torch_npu import DB_NAME_RE, OUTPUT_DIR, has_text_outputs, root_name_ts, run_facts, run_folders
 
@@ -114,7 +116,7 @@ def probe_file(file: SeenFile) -> Candidate | None:
 
 def _name_rank(name: str) -> int | None:
     m = DB_NAME_RE.match(name)
-    return int(m.group(1)) if m and m.group(1) is not None else None
+    return as_rank(m.group(1)) if m and m.group(1) is not None else None  # 30 digits: no rank
 
 
 def read(location: ProfileLocation, progress: Progress) -> Profile:
@@ -143,8 +145,11 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
         progress("reading framework ops", 0.5)
         stacks = StackTable()
         fw = _read_framework(db, stacks, issues)
-        steps = _read_steps(db, fw.host_ops)
+        steps = _read_steps(db, fw.host_ops, issues)
         host_events = _host_events(db, cann.host_events, fw)
+        if db.unreadable_string_ids:
+            issues.append(Issue(str(db_path), f"STRING_IDS: {db.unreadable_string_ids} row(s) whose id is no integer "
+                                              "in int64 range; left out"))
 
     profile = Profile(meta=meta)
     profile.stacks = stacks.stacks
@@ -210,8 +215,14 @@ def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> No
 
 def _read_db_meta(db: SqliteDb, meta: ProfileMeta, issues: list[Issue]) -> None:
     if db.has("AICORE_FREQ") and db.column("AICORE_FREQ", "timestampNs") and db.column("AICORE_FREQ", "freq"):
-        samples = sorted([int(t), int(f)] for t, f in db.query('SELECT timestampNs, freq FROM "AICORE_FREQ"')
-                         if isinstance(t, int) and isinstance(f, (int, float)) and f > 0)
+        rows = db.query('SELECT timestampNs, freq FROM "AICORE_FREQ"')
+        # a freq of inf (a REAL cast from '1e999') or 1e300 is no clock: int() of it raised
+        mhz = [scaled_int64(f, 1) if isinstance(f, (int, float)) else None for _, f in rows]
+        samples = sorted([t, m] for (t, _), m in zip(rows, mhz) if isinstance(t, int) and m is not None and m > 0)
+        unreadable = sum(m is None and f is not None for (_, f), m in zip(rows, mhz))
+        if unreadable:
+            issues.append(Issue(str(db.path), f"AICORE_FREQ: {unreadable} freq value(s) that are no finite number "
+                                              "in int64 range; skipped"))
         if samples:
             meta.extra[AICORE_FREQ_KEY] = samples
     if db.has("META_DATA") and db.column("META_DATA", "name") and db.column("META_DATA", "value"):
@@ -239,6 +250,10 @@ def _read_db_meta(db: SqliteDb, meta: ProfileMeta, issues: list[Issue]) -> None:
             rec = dict(zip(cols, row))
             rank = _int_or_none(rec.get("rankId"))
             dev = _int_or_none(rec.get("deviceId"))
+            for key, got in (("rankId", rank), ("deviceId", dev)):
+                if got is None and rec.get(key) is not None:  # "²", 20 digits: ignored, and said
+                    issues.append(Issue(str(db.path), f"RANK_DEVICE_MAP {key} {shown(rec.get(key))} is not an "
+                                                      "integer in int64 range; ignored"))
             if rank is not None and rank >= 0 and meta.rank is None:
                 meta.rank = rank
             if dev is not None and dev >= 0:
@@ -349,7 +364,7 @@ def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _F
             MODULE_SCHEMA,
             {
                 "cls": [m.group("cls") for m in matches],  # type: ignore[union-attr]
-                "k": [int(m.group("k")) for m in matches],  # type: ignore[union-attr]
+                "k": [_module_k(m.group("k")) for m in matches],  # type: ignore[union-attr]
                 "start_ns": api["start_ns"].to_numpy()[rows],
                 "dur_ns": np.maximum(api["end_ns"].to_numpy()[rows] - api["start_ns"].to_numpy()[rows], 0),
                 "pid": pid[rows],
@@ -469,26 +484,38 @@ def _launching_ops(kernel_conn: np.ndarray, fw: _Framework) -> np.ndarray:
 # Steps
 
 
-def _read_steps(db: SqliteDb, host_ops: pd.DataFrame) -> list[Step]:
+def _read_steps(db: SqliteDb, host_ops: pd.DataFrame, issues: list[Issue]) -> list[Step]:
     steps: list[Step] = []
     if db.has("STEP_TIME"):
         st = db.frame("STEP_TIME", {"id": (("id",), _ANY), "start": (("startNs",), _INT), "end": (("endNs",), _INT)})
+        bad: list[object] = []
         for sid, s, e in zip(st["id"], st["start"], st["end"]):
             num = _step_number(sid)
+            if num < 0 and sid is not None and not (isinstance(sid, (int, np.integer)) and sid < 0):
+                bad.append(sid)  # "step" + 30 digits: the row is no step the model can number
+                continue
             if s >= 0 and e >= s:
                 steps.append(Step(num, int(s), int(e)))
+        if bad:
+            issues.append(Issue(str(db.path), f"STEP_TIME: {len(bad)} row(s) whose id {shown(bad[0])} is no step "
+                                              "number in int64 range; skipped"))
     if not steps and len(host_ops):  # older exports: ProfilerStep#N ops
         start = host_ops["start_ns"].to_numpy(np.int64)
-        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64))
+        return profiler_steps(host_ops["name"].astype(str).tolist(), start, start + host_ops["dur_ns"].to_numpy(np.int64),
+                              issues, str(db.path))
     steps.sort(key=lambda s: s.start_ns)
     return steps
 
 
 def _step_number(value: object) -> int:
+    """A step id from STEP_TIME/StepTraceTime: an integer, or the digits in "step3"; -1 when
+    there is none the model can hold ("step" + 30 digits, "²")."""
     if isinstance(value, (int, np.integer)):
-        return int(value)
+        n = int64_of(value)
+        return -1 if n is None else n
     m = _DIGITS_RE.search(str(value)) if value is not None else None
-    return int(m.group(1)) if m else -1
+    n = int64_of(m.group(1)) if m else None
+    return -1 if n is None else n
 
 
 def _assign_comm_steps(ops: list[CommOp], steps: list[Step]) -> list[CommOp]:
@@ -611,10 +638,16 @@ def _step_breakdown(st: pd.DataFrame, profile: Profile, issues: list[Issue], whe
     if unit == "ms":
         issues.append(Issue(where, "StepTraceTime values read as milliseconds (their magnitude matches the "
                                    "step durations in ms, not µs)"))
-    conv = ms_to_ns if unit == "ms" else us_to_ns
+
+    scale = 1_000_000 if unit == "ms" else 1000
+    unreadable = 0
 
     def ns(v: float) -> int:
-        return -1 if v is None or (isinstance(v, float) and np.isnan(v)) else conv(float(v))
+        nonlocal unreadable
+        out = scaled_int64(v, scale)  # inf, 1e300: absent (-1) and counted, not an OverflowError
+        if out is None and v is not None and not (isinstance(v, float) and np.isnan(v)):
+            unreadable += 1
+        return -1 if out is None else out
 
     out = []
     for r in st.itertuples(index=False):
@@ -633,6 +666,9 @@ def _step_breakdown(st: pd.DataFrame, profile: Profile, issues: list[Issue], whe
                 preparing_ns=ns(r.preparing),
             )
         )
+    if unreadable:
+        issues.append(Issue(where, f"StepTraceTime: {unreadable} value(s) out of range (inf, or beyond int64 ns); "
+                                   "read as absent"))
     return out
 
 
@@ -696,7 +732,7 @@ def _comm_from_analysis(db: SqliteDb) -> list[CommOp]:
                 group=group,
                 step=_step_number(r.step) if r.step not in (None, "") else -1,
                 kind=kind,
-                start_ns=us_to_ns(float(r.start)) if not np.isnan(r.start) else -1,
+                start_ns=_us(r.start),
                 elapse_ns=_ms(r.elapse),
                 transit_ns=_ms(r.transit),
                 wait_ns=_ms(r.wait),
@@ -744,23 +780,29 @@ def _clean(values: np.ndarray) -> np.ndarray:
     return out
 
 
+def _module_k(text: str) -> int:
+    """The instance number of "nn.Module: Linear_3"; -1 for one past int64 (30 digits)."""
+    k = int64_of(text)
+    return -1 if k is None else k
+
+
 def _int_or_none(v: object) -> int | None:
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return None
+    return int64_of(v, integral_floats=False)  # "²" and 30 digits are none, not a ValueError
 
 
 def _f(v: object) -> float:
-    try:
-        return float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return float("nan")
+    f = float_of(v)  # inf (a REAL cast from "1e999") and 10**400 read as no value
+    return float("nan") if f is None else f
+
+
+def _us(v: float) -> int:
+    ns = scaled_int64(v, 1000)
+    return -1 if ns is None else ns
 
 
 def _ms(v: float) -> int:
-    return -1 if v is None or np.isnan(v) else ms_to_ns(float(v))
+    ns = scaled_int64(v, 1_000_000)  # NaN, inf and 1e300 ms are no time (-1), not an overflow
+    return -1 if ns is None else ns
 
 
 def _num_key(v: float) -> str:

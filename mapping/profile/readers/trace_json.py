@@ -29,6 +29,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import Issue, ProfileError
 from msprof_lsp.mapping.profile.locations import Progress, no_progress
@@ -243,12 +244,9 @@ def _one_int(v: Any, pool: _Pool, synthetic: dict[int, str] | None) -> int:
     if isinstance(v, float):
         return int(v) if v == v and abs(v) < 2**63 else NO_INT
     text = str(v).strip()
-    try:
-        n = int(text)
-        if -(2**63) < n < 2**63:
-            return n
-    except ValueError:
-        pass
+    n = int64_of(text)  # ASCII digits only: "²", "٣" and "1_0" are names (synthetic ids), as 2**63 is
+    if n is not None and n != NO_INT:
+        return n
     return _synthetic(text, pool, synthetic)
 
 
