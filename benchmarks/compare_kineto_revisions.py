@@ -1,13 +1,14 @@
 """Kineto reader: the Profile of every trace given, current code against a baseline revision.
 
-    python benchmarks/compare_kineto_revisions.py [--baseline-rev 0350d32] PATH_OR_DIR...
+    python benchmarks/compare_kineto_revisions.py [--baseline-rev 0350d32] [--chunk-bytes N] PATH_OR_DIR...
 
 Each directory is searched for ``*.json`` / ``*.json.gz`` (``trace_view.json`` excepted). Every
 file is read by the whole Kineto reader in a fresh process per revision (the baseline from a
 ``git archive`` into a temporary folder, as bench_kineto_memory.py does), and the results are
 compared by content: each table's columns, dtypes and a hash of every value
 (``pandas.util.hash_pandas_object``), the stacks, steps, modules, meta and issues, or the one-line
-error. Exits 1 when any file differs. Written for issue 22 item 5 (the columnar batch decode).
+error. ``--chunk-bytes`` reads with the current code in blocks of that size instead of 4 MiB
+(small blocks put many cuts into every real trace). Exits 1 when any file differs. Written for issue 22 item 5 (the columnar batch decode).
 """
 
 from __future__ import annotations
@@ -37,13 +38,18 @@ def _fingerprint(value) -> object:
 
 
 def child(tree: str, paths: list[str]) -> None:
+    chunk = None
+    if tree.startswith("current:"):  # not "-:N", which argparse takes for an option
+        tree, chunk = "-", int(tree.split(":", 1)[1])
     if tree != "-":
         _use_tree(tree)
     from msprof_lsp.mapping.errors import ProfileError
     from msprof_lsp.mapping.profile.locations import ProfileLocation
     from msprof_lsp.mapping.profile.model import ProfileKind
-    from msprof_lsp.mapping.profile.readers import kineto
+    from msprof_lsp.mapping.profile.readers import kineto, kineto_json
 
+    if chunk:
+        kineto_json.CHUNK_BYTES = chunk
     assert tree == "-" or kineto.__file__.startswith(tree), kineto.__file__
     out = {}
     for path in paths:
@@ -64,6 +70,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", type=Path)
     ap.add_argument("--baseline-rev", default=BASELINE_REV)
+    ap.add_argument("--chunk-bytes", type=int, default=0)
     ap.add_argument("--child", nargs="+", metavar="TREE PATH")
     args = ap.parse_args()
     if args.child:
@@ -78,7 +85,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kineto_cmp_") as tmp:
         tree = str(archive(args.baseline_rev, Path(tmp)))
         results = []
-        for where in (tree, "-"):
+        for where in (tree, f"current:{args.chunk_bytes}" if args.chunk_bytes else "-"):
             proc = subprocess.run([sys.executable, __file__, "--child", where, *files], capture_output=True, text=True)
             if proc.returncode:
                 print(proc.stderr, file=sys.stderr)
