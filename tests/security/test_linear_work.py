@@ -407,3 +407,27 @@ def test_kineto_reader_peak_is_a_small_multiple_of_a_trace_of_small_events(tmp_p
         tracemalloc.stop()
     assert len(profile.host_ops) == 30_000 and len(profile.kernels) == 15_000
     assert peak <= 5 * size, f"peak {peak / size:.1f}x the file"
+
+
+def test_kineto_block_cut_inside_a_long_string_grows_geometrically(tmp_path, monkeypatch):
+    """A string full of "},{" offers a false cut every 3 bytes; a block cut inside it cannot parse
+    and grows. Grown cut by cut, a 1 MiB string meant ~350,000 decodes of a growing block
+    (quadratic: a hang); doubled, a few dozen cuts in all, and the events are read."""
+    from msprof_lsp.mapping.profile.readers import kineto_json
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0}
+    long = dict(op, args={"Call stack": "},{" * 350_000})
+    text = json.dumps({"traceEvents": [op] * 200 + [long] + [op] * 200}).encode()
+    cuts = 0
+    real_cut = kineto_json._cut_after
+
+    def counting(inner, pos):
+        nonlocal cuts
+        cuts += 1
+        return real_cut(inner, pos)
+
+    monkeypatch.setattr(kineto_json, "_cut_after", counting)
+    monkeypatch.setattr(kineto_json, "CHUNK_BYTES", 1000)
+    blocks = list(kineto_json.decode(tmp_path / "t.json", bytearray(text)).batches)
+    assert sum(map(len, blocks)) == 401
+    assert cuts <= 200, cuts  # ~40 blocks of 1000 bytes, plus ~11 doublings for the long event

@@ -200,7 +200,7 @@ def _batches(trace: KinetoFile, events: msgspec.Raw) -> Iterator[list[Event]]:
     """The events of ``traceEvents`` (the array's JSON text) in file order, a block at a time.
 
     A block ends at a ``},{``; one that falls inside a string or a nested value leaves the block
-    unbalanced, never valid JSON, so its decode fails and the block grows to the next cut. The
+    unbalanced, never valid JSON, so its decode fails and the block doubles (to the next cut). The
     top-level decode already checked the whole text, so no other syntax error can occur here.
     A block whose events do not all fit the typed decode is decoded again event by event,
     leniently; the count of skipped events and the first one (its index in the whole array) go
@@ -234,7 +234,9 @@ def _batches(trace: KinetoFile, events: msgspec.Raw) -> Iterator[list[Event]]:
                     raise safe_io.too_deep(trace.path) from None
                 if end >= size:
                     raise ProfileError(trace.path, "not valid JSON in 'traceEvents'")
-                end = _cut_after(inner, end + 1)
+                # Double the block: a string full of "},{" would otherwise cost one decode of the
+                # whole growing block per occurrence (quadratic); this way a few, linear in all.
+                end = _cut_after(inner, max(end + 1, start + 2 * (end - start)))
             del piece
             start = end
             while start < size and inner[start] in b" \t\r\n,":  # the comma left after the cut
