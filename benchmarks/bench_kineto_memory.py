@@ -3,9 +3,10 @@
     python benchmarks/bench_kineto_memory.py [--mb 60] [--small-events] [--no-gzip] [--baseline-rev 0350d32]
 
 Generates a trace of about ``--mb`` MB the way bench_kineto_decode.py does (the committed
-tiny_transformer sample repeated: ~290 bytes an event), or with ``--small-events`` one of ~93-byte
-events (CPU ops and kernels with a correlation, the shape of the 14x case in issue 22), gzips a copy, and reads each file with the whole Kineto reader
-in a fresh process (peak RSS is per process), once with the current code and once with the
+tiny_transformer sample repeated: ~300 bytes an event), or with ``--small-events`` one of ~93-byte
+events (CPU ops and kernels with a correlation, the shape of the 14x case in issue 22), gzips a
+copy, and reads each file with the whole Kineto reader in a fresh process (peak RSS is per
+process), once with the current code and once with the
 baseline revision's (``git archive`` into a temporary folder, imported instead of the editable
 install). Prints seconds, peak RSS, the peak less the interpreter's and the imports' (the reader's
 own), both as multiples of the JSON text's size, and the ratios current / baseline.

@@ -8,7 +8,8 @@ file is read by the whole Kineto reader in a fresh process per revision (the bas
 compared by content: each table's columns, dtypes and a hash of every value
 (``pandas.util.hash_pandas_object``), the stacks, steps, modules, meta and issues, or the one-line
 error. ``--chunk-bytes`` reads with the current code in blocks of that size instead of 4 MiB
-(small blocks put many cuts into every real trace). Exits 1 when any file differs. Written for issue 22 item 5 (the columnar batch decode).
+(small blocks put many cuts into every real trace). Exits 1 when any file differs. Written for
+issue 22 item 5 (the columnar batch decode).
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def main() -> int:
     for f in files:
         same = old[f] == new[f]
         differ += not same
-        what = "error" if "error" in new[f] else f"{new[f]['host_ops']['rows']} ops, {new[f]['kernels']['rows']} kernels"
+        got = new[f]
+        what = "error" if "error" in got else f"{got['host_ops']['rows']} ops, {got['kernels']['rows']} kernels"
         print(f"{'same' if same else 'DIFFERENT':9} {what:28} {f}")
         if not same:
             for key in sorted(set(old[f]) | set(new[f])):
