@@ -90,10 +90,11 @@ def run_one(name: str, path: Path) -> float:
 
         trace = decode(path, path.read_bytes())
         n = 0
-        for e in trace.events:
-            a = e.args
-            n += len(e.cat) + len(e.name)
-            _ = (e.ts, e.dur, e.pid, e.tid, a.external_id if a else -1, a.python_parent_id if a else None)
+        for batch in trace.batches:  # decoded a block at a time (issue 22 item 5)
+            for e in batch:
+                a = e.args
+                n += len(e.cat) + len(e.name)
+                _ = (e.ts, e.dur, e.pid, e.tid, a.external_id if a else -1, a.python_parent_id if a else None)
     elif name == "reader":
         from msprof_lsp.mapping.profile.locations import ProfileLocation
         from msprof_lsp.mapping.profile.model import ProfileKind

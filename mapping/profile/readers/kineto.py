@@ -19,6 +19,10 @@
 * no ``ProfilerStep#N``: one step, the capture's measured span, and one notice saying so;
   categories the reader does not know are counted in a notice, never dropped silently.
 
+Memory: ``traceEvents`` arrives in decoded blocks (kineto_json) and each block becomes columns
+(``_Rows``: pooled strings, numpy numbers) before the next is decoded, so the per-event structs
+of the whole trace never exist at once; the columns are dropped as each table is built.
+
 Times: ``ts`` is µs relative to ``baseTimeNanoseconds`` with 3 decimals; converted to integer
 epoch ns without going through ``ts * 1000`` in floating point (see ``_us_to_ns``).
 """
@@ -28,8 +32,9 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 import numpy as np
@@ -62,7 +67,7 @@ from msprof_lsp.mapping.profile.linking import (
 )
 from msprof_lsp.mapping.profile.step_infer import steps_from_launches
 from msprof_lsp.mapping.profile.step_windows import capture_step, no_step_markers_note, profiler_steps, step_ids
-from msprof_lsp.mapping.profile.readers.kineto_json import Event, KinetoFile, decode, read_bytes
+from msprof_lsp.mapping.profile.readers.kineto_json import Args, Event, KinetoFile, decode, read_bytes
 from msprof_lsp.mapping.profile.readers.kineto_stacks import PythonCalls, PythonTree
 from msprof_lsp.mapping.profile.readers.protocol import (
     SNIFF_BYTES,
@@ -210,32 +215,71 @@ def _number(value: int | str) -> int | None:
     return None
 
 
-class _OwnRaw:
-    """Gives the kept events' undecoded arg lists (``msgspec.Raw``) buffers of their own.
+_NO_ARGS = Args()  # an event without args reads as one with every arg at its default
 
-    A Raw from the decoder is a view into the whole JSON text, so one of them kept the file's
-    buffer alive while the profile was built (1x the file, more than the tables). Each distinct
-    text is copied once and shared, which also drops the per-event Raw objects."""
 
-    __slots__ = ("_seen",)
+class _Rows:
+    """The kept events of one kind as columns, filled one decoded batch at a time.
+
+    Strings (names, categories, arg texts) are shared through one pool, so a column holds a
+    pointer per event; numbers go into numpy arrays per batch, joined once by ``array``. This is
+    what lets the reader drop each batch's event objects (issue 22: ~600 bytes and 12 objects an
+    event when the whole trace was held as structs).
+    """
+
+    __slots__ = ("n", "biggest", "lists", "_arrays")
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, msgspec.Raw] = {}
+        self.n = 0
+        # the largest |ts| written with a fraction (see _times); per batch, which gives the same
+        # verdict (>= _EXACT_US_LIMIT or not) and the same value when it is one
+        self.biggest = 0.0
+        self.lists: dict[str, list[Any]] = {}
+        self._arrays: dict[str, list[np.ndarray]] = {}
 
-    def _own(self, raw: msgspec.Raw) -> msgspec.Raw:
-        key = bytes(raw)
-        held = self._seen.get(key)
-        if held is None:
-            held = self._seen[key] = msgspec.Raw(key)
-        return held
+    def __len__(self) -> int:
+        return self.n
 
-    def args(self, a: Any) -> None:
-        if a.input_dims:
-            a.input_dims = self._own(a.input_dims)
-        if a.input_types:
-            a.input_types = self._own(a.input_types)
-        if a.concrete_inputs:
-            a.concrete_inputs = self._own(a.concrete_inputs)
+    def add(self, events: list[Event], pool: dict[Any, Any], times: bool = True) -> list[Args]:
+        """Append the common columns of ``events``; returns their args (defaults for none)."""
+        n = len(events)
+        self.n += n
+        self.extend("name", [pool.setdefault(e.name, e.name) for e in events])
+        self.extend("cat", [pool.setdefault(e.cat, e.cat) for e in events])
+        self.put("pid", np.fromiter((e.pid for e in events), np.int64, n))
+        self.put("tid", np.fromiter((e.tid for e in events), np.int64, n))
+        ts = np.fromiter((e.ts for e in events), np.float64, n)
+        self.put("ts", ts)
+        if times:
+            self.put("dur", np.fromiter((e.dur or 0.0 for e in events), np.float64, n))
+            biggest = float(np.abs(ts).max()) if n else 0.0
+            if biggest >= _EXACT_US_LIMIT:
+                biggest = max((abs(e.ts) for e in events if type(e.ts) is float), default=0.0)  # type: ignore[arg-type]
+            self.biggest = max(self.biggest, biggest)
+        return [e.args if e.args is not None else _NO_ARGS for e in events]
+
+    def extend(self, key: str, values: list[Any]) -> None:
+        self.lists.setdefault(key, []).extend(values)
+
+    def put(self, key: str, values: np.ndarray) -> None:
+        self._arrays.setdefault(key, []).append(values)
+
+    def put_ints(self, key: str, values: list[int]) -> None:
+        self.put(key, np.asarray(values, dtype=np.int64) if values else np.empty(0, np.int64))
+
+    def release(self) -> None:
+        """Drop the columns once the tables hold what they carried (the count stays)."""
+        self.lists.clear()
+        self._arrays.clear()
+
+    def col(self, key: str) -> list[Any]:
+        return self.lists.get(key, [])
+
+    def array(self, key: str, dtype: Any = np.int64) -> np.ndarray:
+        parts = self._arrays.pop(key, [])  # joined once, then held whole
+        whole = np.concatenate(parts) if parts else np.empty(0, dtype)
+        self._arrays[key] = [whole]
+        return whole
 
 
 def _is_named(value: int | str) -> bool:
@@ -245,18 +289,19 @@ def _is_named(value: int | str) -> bool:
 
 
 class _Buckets:
-    """The trace's events sorted into what the model needs, in one pass.
+    """The trace's events sorted into what the model needs, in one pass over the batches.
 
-    Categories and ids are normalised to the current schema on the way (the events are the
-    reader's own by then), so everything after this sees one spelling.
+    Categories and ids are normalised to the current schema on the way, so everything after this
+    sees one spelling. Each batch's events are turned into columns (``_Rows``) and dropped.
     """
 
-    def __init__(self, events: list[Event]) -> None:
-        self.host: list[Event] = []
-        self.python: list[Event] = []
-        self.kernels: list[Event] = []
-        self.runtime: list[Event] = []
-        self.flows: list[Event] = []
+    def __init__(self, batches: Iterable[list[Event]]) -> None:
+        self.host = _Rows()
+        self.python = _Rows()
+        self.kernels = _Rows()
+        self.runtime = _Rows()
+        self.flows = _Rows()
+        self.text = _ArgText()  # host ops' shape/type lists, converted once per distinct text
         self.untimed = 0
         self.bad_ids = 0  # events skipped for a pid/tid that is no int64 ("²", 20 digits)
         self.first_bad_id = ""
@@ -264,15 +309,22 @@ class _Buckets:
         self.found: Counter[str] = Counter()
         self.old_schema = False  # some categories had their 2021 names
         self.unknown: Counter[str] = Counter()  # of those, categories the reader does not know
-        host, python, kernels, runtime, flows, found = (
-            self.host, self.python, self.kernels, self.runtime, self.flows, self.found,
-        )
-        own = _OwnRaw()
+        self._pool: dict[Any, Any] = {}
+        for batch in batches:
+            self._add(batch)
+            del batch
+        self._pool = {}
+
+    def _add(self, events: list[Event]) -> None:
+        host: list[Event] = []
+        python: list[Event] = []
+        kernels: list[Event] = []
+        runtime: list[Event] = []
+        flows: list[Event] = []
+        found = self.found
         for e in events:
             ph = e.ph
             if ph == "X":
-                if e.args is not None:
-                    own.args(e.args)
                 written = cat = e.cat
                 if type(e.pid) is not int or type(e.tid) is not int:
                     pid, tid = _number(e.pid), _number(e.tid)
@@ -313,14 +365,43 @@ class _Buckets:
                 pid, tid = _number(e.pid), _number(e.tid)
                 if pid is not None and tid is not None:
                     e.pid, e.tid = pid, tid
-                    if e.args is not None:
-                        own.args(e.args)
                     flows.append(e)
             # "M" metadata, "i" instants, counters: nothing the model holds.
+        pool, text = self._pool, self.text
+
+        args = self.host.add(host, pool)
+        self.host.put_ints("seq", [a.seq for a in args])
+        self.host.put_ints("fwd_thread", [a.fwd_thread for a in args])
+        self.host.put_ints("ext_id", [a.ext_id for a in args])
+        self.host.extend("dims", [text.dims(a.input_dims) if a.input_dims else "" for a in args])
+        self.host.extend("types", [text.types(a.input_types) if a.input_types else "" for a in args])
+        self.host.extend("concrete", [
+            pool.setdefault(t, t) if (t := text.json_text(a.concrete_inputs)) else "" for a in args
+        ])
+        self.host.extend("call_stack", [pool.setdefault(a.call_stack, a.call_stack) for a in args])
+
+        args = self.python.add(python, pool)
+        self.python.extend("python_id", [a.python_id for a in args])
+        self.python.extend("parent_id", [a.python_parent_id for a in args])
+
+        args = self.kernels.add(kernels, pool)
+        self.kernels.put_ints("device", [a.device for a in args])
+        self.kernels.put_ints("stream", [a.stream for a in args])
+        self.kernels.put_ints("ext_id", [a.ext_id for a in args])
+        self.kernels.put_ints("correlation", [a.correlation for a in args])
+        self.kernels.extend("collective", [pool.setdefault(a.collective, a.collective) for a in args])
+
+        args = self.runtime.add(runtime, pool)
+        self.runtime.put_ints("correlation", [a.correlation for a in args])
+        self.runtime.put_ints("ext_id", [a.ext_id for a in args])
+
+        self.flows.add(flows, pool, times=False)
+        self.flows.extend("ph", [pool.setdefault(e.ph, e.ph) for e in flows])
+        self.flows.extend("id", [e.id for e in flows])
 
     @property
     def read_any(self) -> bool:
-        return bool(self.host or self.kernels or self.runtime or self.python)
+        return bool(len(self.host) or len(self.kernels) or len(self.runtime) or len(self.python))
 
     def notices(self, path: str) -> list[Issue]:
         """Say what was not read: never a silent empty profile."""
@@ -337,31 +418,24 @@ class _Buckets:
         return []
 
 
-def _times(events: list[Event], base_ns: int) -> tuple[np.ndarray, np.ndarray, float]:
+def _times(rows: _Rows, base_ns: int) -> tuple[np.ndarray, np.ndarray, float]:
     """Start (epoch ns) and duration (ns) columns, and the largest |ts| written with a fraction.
 
     Only fractional values can lose nanoseconds: whole µs (JSON integers, what most traces with
     epoch-µs ``ts`` write) stay exact in a float64 up to 2**53.
     """
-    ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
-    dur = np.fromiter((e.dur or 0.0 for e in events), dtype=np.float64, count=len(events))
+    ts = rows.array("ts", np.float64)
+    dur = rows.array("dur", np.float64)
     start = _us_to_ns(ts) + base_ns
     dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
-    biggest = float(np.abs(ts).max()) if len(ts) else 0.0
-    if biggest >= _EXACT_US_LIMIT:
-        biggest = max((abs(e.ts) for e in events if type(e.ts) is float), default=0.0)  # type: ignore[arg-type]
-    return start, dur_ns, biggest
-
-
-def _ints(events: list[Event], attr: str) -> np.ndarray:
-    return np.fromiter((getattr(e, attr) for e in events), dtype=np.int64, count=len(events))
+    return start, dur_ns, rows.biggest
 
 
 def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     path = trace.path
     base = trace.base_time_ns
-    buckets = _Buckets(trace.events)
-    trace.events = []  # the buckets hold what is still needed
+    buckets = _Buckets(trace.batches)
+    trace.batches = ()  # decoded and dropped: the JSON text is free from here on
     issues: list[Issue] = list(trace.issues)
     stacks = StackTable()
     biggest_ts = 0.0
@@ -372,52 +446,44 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     biggest_ts = max(biggest_ts, big)
     tree = PythonTree(
         PythonCalls(
-            names=[e.name for e in py],
+            names=py.col("name"),
             start=py_start,
             end=py_start + py_dur,
-            pid=_ints(py, "pid"),
-            tid=_ints(py, "tid"),
-            python_id=[e.args.python_id if e.args else None for e in py],
-            parent_id=[e.args.python_parent_id if e.args else None for e in py],
+            pid=py.array("pid"),
+            tid=py.array("tid"),
+            python_id=py.col("python_id"),
+            parent_id=py.col("parent_id"),
         ),
         stacks,
     )
+    py.release()
 
     # -- host ops -------------------------------------------------------------------------------
     host = buckets.host
     h_start, h_dur, big = _times(host, base)
     biggest_ts = max(biggest_ts, big)
     order = np.lexsort((-h_dur, h_start))
-    host = [host[i] for i in order.tolist()]
+    pick = order.tolist()
     h_start, h_dur = h_start[order], h_dur[order]
-    h_pid, h_tid = _ints(host, "pid"), _ints(host, "tid")
+    h_pid, h_tid = host.array("pid")[order], host.array("tid")[order]
     h_end = h_start + h_dur
 
-    text = _ArgText()
+    text = buckets.text
     n_host = len(host)
-    seq = [-1] * n_host
-    fwd_thread = [-1] * n_host
-    ext_id = [-1] * n_host
-    dims = [""] * n_host
-    types = [""] * n_host
-    concrete = [""] * n_host
+    seq = host.array("seq")[order]
+    fwd_thread = host.array("fwd_thread")[order]
+    ext_id = host.array("ext_id")[order].tolist()
+
+    def ordered(key: str) -> list[Any]:
+        values = host.col(key)
+        return [values[i] for i in pick]
+
+    dims, types, concrete = ordered("dims"), ordered("types"), ordered("concrete")
     op_stack = [-1] * n_host
     has_call_stack = False
-    for i, e in enumerate(host):
-        a = e.args
-        if a is None:
-            continue
-        seq[i] = a.seq
-        fwd_thread[i] = a.fwd_thread
-        ext_id[i] = a.ext_id
-        if a.input_dims:
-            dims[i] = text.dims(a.input_dims)
-        if a.input_types:
-            types[i] = text.types(a.input_types)
-        if a.concrete_inputs:
-            concrete[i] = text.json_text(a.concrete_inputs)
-        if a.call_stack:
-            op_stack[i] = stacks.intern_text(a.call_stack)
+    for i, call_stack in enumerate(ordered("call_stack")):
+        if call_stack:
+            op_stack[i] = stacks.intern_text(call_stack)
             has_call_stack = True
 
     # Ops without a recorded Call stack: the stack of the deepest Python call around them.
@@ -426,12 +492,12 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
         if call >= 0 and op_stack[i] < 0:
             op_stack[i] = tree.stack_id(call)
 
-    names = [e.name for e in host]
+    names = ordered("name")
     host_ops = make_table(
         HOST_OP_SCHEMA,
         {
             "name": names,
-            "cat": [e.cat for e in host],
+            "cat": ordered("cat"),
             "start_ns": h_start,
             "dur_ns": h_dur,
             "pid": h_pid,
@@ -445,6 +511,9 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
         },
         n_host,
     )
+    # The table holds them now; what stays alive through the kernels is the profile's own.
+    del seq, fwd_thread, dims, types, concrete, op_stack, enclosing
+    host.release()
     assign_parents(host_ops)
     assign_modules(host_ops, tree.modules)
     unmatched_flows = _link_backward(host_ops, buckets.flows, base, names)
@@ -464,14 +533,15 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     r_start, r_dur, big = _times(rt, base)
     biggest_ts = max(biggest_ts, big)
     r_order = np.argsort(r_start, kind="stable")
-    rt = [rt[i] for i in r_order.tolist()]
+    r_pick = r_order.tolist()
     r_start, r_dur = r_start[r_order], r_dur[r_order]
-    r_pid, r_tid = _ints(rt, "pid"), _ints(rt, "tid")
+    r_pid, r_tid = rt.array("pid")[r_order], rt.array("tid")[r_order]
+    r_names, r_cats = rt.col("name"), rt.col("cat")
     host_events = make_table(
         HOST_EVENT_SCHEMA,
         {
-            "name": [e.name for e in rt],
-            "cat": [e.cat for e in rt],
+            "name": [r_names[i] for i in r_pick],
+            "cat": [r_cats[i] for i in r_pick],
             "start_ns": r_start,
             "dur_ns": r_dur,
             "pid": r_pid,
@@ -487,7 +557,9 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
 
     # -- steps: ProfilerStep#N ranges, else the iterations of a repeating launch sequence, else the
     # measured span of the whole capture ------------------------------------------------------------
-    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt, rt_op, steps)
+    rt_calls = _RuntimeCalls(rt.array("correlation")[r_order].tolist(), rt.array("ext_id")[r_order].tolist())
+    rt.release()
+    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt_calls, rt_op, steps)
     meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
     if not steps:
         capture = capture_step(
@@ -544,14 +616,15 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
     )
 
 
-def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names: list[str]) -> int:
+def _link_backward(host_ops: pd.DataFrame, flows: _Rows, base: int, names: list[str]) -> int:
     """Set ``host_ops.fwd_op`` of backward autograd nodes; returns the flows left unmatched.
 
     ``fwdbwd`` flows name the pair directly: ``s`` at the forward op's (pid, tid, ts), ``f`` at
     the backward node's. Traces without them fall back to equal sequence numbers (shared
     linking), which pick the same forward op torch would.
     """
-    fwdbwd = [f for f in flows if f.cat == "fwdbwd" and type(f.pid) is int and type(f.tid) is int]
+    # (the buckets keep only flows with integer pid and tid)
+    fwdbwd = [i for i, cat in enumerate(flows.col("cat")) if cat == "fwdbwd"]
     seq = host_ops["seq"].to_numpy()
     fwd_thread = host_ops["fwd_thread"].to_numpy()
     if not fwdbwd:
@@ -560,29 +633,27 @@ def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names:
         )
         link_backward_by_sequence(host_ops, forward=fwd_thread == 0, backward=(fwd_thread > 0) & node)
         return 0
-    f_start = _us_to_ns(np.fromiter((f.ts for f in fwdbwd), np.float64, len(fwdbwd))) + base
+    at = np.asarray(fwdbwd, dtype=np.int64)
+    f_start = _us_to_ns(flows.array("ts", np.float64)[at]) + base
     # At a shared (pid, tid, ts) the op carrying a sequence number wins (the flow sits on the
     # autograd op), then the deeper one.
     prefer = (seq >= 0).astype(np.int64) * (1 << 32) + host_ops["depth"].to_numpy()
     op_at = match_rows(
         [host_ops["pid"].to_numpy(), host_ops["tid"].to_numpy(), host_ops["start_ns"].to_numpy()],
-        [
-            np.fromiter((f.pid for f in fwdbwd), np.int64, len(fwdbwd)),
-            np.fromiter((f.tid for f in fwdbwd), np.int64, len(fwdbwd)),
-            f_start,
-        ],
+        [flows.array("pid")[at], flows.array("tid")[at], f_start],
         prefer=prefer,
     ).tolist()
     sources: dict[Any, int] = {}
     targets: list[tuple[Any, int]] = []
     unmatched = 0
-    for f, op in zip(fwdbwd, op_at):
+    ph, ids = flows.col("ph"), flows.col("id")
+    for i, op in zip(fwdbwd, op_at):
         if op < 0:
             unmatched += 1
-        elif f.ph == "s":
-            sources[f.id] = op
+        elif ph[i] == "s":
+            sources[ids[i]] = op
         else:
-            targets.append((f.id, op))
+            targets.append((ids[i], op))
     fwd_op = host_ops["fwd_op"].to_numpy().copy()
     for flow_id, op in targets:
         src = sources.get(flow_id, -1)
@@ -594,6 +665,14 @@ def _link_backward(host_ops: pd.DataFrame, flows: list[Event], base: int, names:
     return unmatched
 
 
+@dataclass(slots=True)
+class _RuntimeCalls:
+    """Runtime calls' args in start order (parallel to the host_events rows)."""
+
+    correlation: list[int]
+    ext_id: list[int]
+
+
 def _kernels(
     buckets: _Buckets,
     base: int,
@@ -601,7 +680,7 @@ def _kernels(
     k_dur: np.ndarray,
     host_ops: pd.DataFrame,
     ext_id: list[int],
-    rt: list[Event],
+    rt: _RuntimeCalls,
     rt_op: list[int],
     steps: list[Step],
 ) -> tuple[pd.DataFrame, int]:
@@ -612,7 +691,7 @@ def _kernels(
     """
     ev = buckets.kernels
     order = np.argsort(k_start, kind="stable")
-    ev = [ev[i] for i in order.tolist()]
+    pick = order.tolist()
     k_start, k_dur = k_start[order], k_dur[order]
     n = len(ev)
     # Both lists index host ops (ext_id is per host op), so they are built even without kernels.
@@ -626,53 +705,65 @@ def _kernels(
             op_of_ext[x] = i
     # Runtime calls by correlation id.
     rt_of_corr: dict[int, int] = {}
-    for j, e in enumerate(rt):
-        c = e.args.correlation if e.args else -1
+    for j, c in enumerate(rt.correlation):
         if c >= 0:
             rt_of_corr.setdefault(c, j)
     # ac2g flow ends: kernel (device pid, stream tid, ts) -> correlation, for kernels without one.
     corr_at: dict[tuple[int, int, int], int] = {}
+    flows = buckets.flows
+    f_cat, f_ph, f_id = flows.col("cat"), flows.col("ph"), flows.col("id")
     ac2g = [
-        f for f in buckets.flows
-        if f.cat == "ac2g" and f.ph == "f" and type(f.id) is int
-        and type(f.pid) is int and type(f.tid) is int
+        i for i in range(len(flows))
+        if f_cat[i] == "ac2g" and f_ph[i] == "f" and type(f_id[i]) is int
     ]
     if ac2g:
-        f_start = _us_to_ns(np.fromiter((f.ts for f in ac2g), np.float64, len(ac2g))) + base
-        for f, s in zip(ac2g, f_start.tolist()):
-            corr_at[(f.pid, f.tid, s)] = f.id  # type: ignore[assignment]
+        at = np.asarray(ac2g, dtype=np.int64)
+        f_start = _us_to_ns(flows.array("ts", np.float64)[at]) + base
+        f_pid, f_tid = flows.array("pid")[at].tolist(), flows.array("tid")[at].tolist()
+        for i, p, t, s in zip(ac2g, f_pid, f_tid, f_start.tolist()):
+            corr_at[(p, t, s)] = f_id[i]
 
-    names, types, cores = [], [], []
+    def ordered(values: list[Any]) -> list[Any]:
+        return [values[i] for i in pick]
+
+    names = ordered(ev.col("name"))
+    cats = ordered(ev.col("cat"))
+    collectives = ordered(ev.col("collective"))
+    pids, tids = ev.array("pid")[order].tolist(), ev.array("tid")[order].tolist()
+    k_device, k_stream = ev.array("device")[order].tolist(), ev.array("stream")[order].tolist()
+    k_ext, k_corr = ev.array("ext_id")[order].tolist(), ev.array("correlation")[order].tolist()
+    types, cores = [], []
     device = [-1] * n
     stream = [-1] * n
     host_op = [-1] * n
     starts = k_start.tolist()
-    for i, e in enumerate(ev):
-        a = e.args
-        names.append(e.name)
-        # Kineto writes pid = device and tid = stream for GPU activity; the args say it again.
-        device[i] = a.device if a is not None and a.device >= 0 else e.pid  # type: ignore[assignment]
-        stream[i] = a.stream if a is not None and a.stream >= 0 else e.tid  # type: ignore[assignment]
+    ev.release()  # the last users of the kernel and flow columns
+    flows.release()
+    del f_cat, f_ph, f_id
+    for i in range(n):
+        # Kineto writes pid = device and tid = stream for GPU activity; the args say it again
+        # (an event without args has them at -1).
+        device[i] = k_device[i] if k_device[i] >= 0 else pids[i]
+        stream[i] = k_stream[i] if k_stream[i] >= 0 else tids[i]
         op = -1
-        ext = a.ext_id if a is not None else -1
+        ext = k_ext[i]
         if ext > 0:
             op = op_of_ext.get(ext, -1)
         if op < 0:
-            corr = a.correlation if a is not None else -1
+            corr = k_corr[i]
             if corr < 0:
-                corr = corr_at.get((e.pid, e.tid, starts[i]), -1)  # type: ignore[arg-type]
+                corr = corr_at.get((pids[i], tids[i], starts[i]), -1)  # type: ignore[arg-type]
             j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
             if j >= 0:
-                rt_args = rt[j].args
-                rt_ext = rt_args.ext_id if rt_args is not None else -1
+                rt_ext = rt.ext_id[j]
                 op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
                 if op < 0:
                     op = rt_op[j]
         host_op[i] = op
-        core, kind = KERNEL_CORES[e.cat], ""
-        if a is not None and a.collective:
-            core, kind = "COMMUNICATION", a.collective
-        elif (op >= 0 and host_names[op] == _COMM_OP) or e.name.startswith(_NCCL_KERNEL_PREFIXES):
+        core, kind = KERNEL_CORES[cats[i]], ""
+        if collectives[i]:
+            core, kind = "COMMUNICATION", collectives[i]
+        elif (op >= 0 and host_names[op] == _COMM_OP) or names[i].startswith(_NCCL_KERNEL_PREFIXES):
             core = "COMMUNICATION"
         cores.append(core)
         types.append(kind)

@@ -5,6 +5,12 @@ keys are skipped inside the decoder, and the shape/type argument lists stay unde
 (``msgspec.Raw``) until the reader converts each distinct one once. Measured against orjson and
 the stdlib in docs/performance.md ("Kineto").
 
+``traceEvents`` is not decoded as one list: the top level is parsed with it left undecoded (which
+still checks the whole text is valid JSON), and ``KinetoFile.batches`` decodes it a block of
+about ``CHUNK_BYTES`` at a time, cut after an event boundary. The reader turns each batch into
+columns before the next is decoded, so the per-event objects of the whole trace (about 600 bytes
+an event) never exist at once.
+
 A file whose events do not fit the expected types (an id written as a string, say) is decoded
 again untyped and converted event by event, leniently; events that still do not fit are
 skipped and counted as an Issue instead of failing the whole load.
@@ -15,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Iterable, Iterator
 
 import msgspec
 
@@ -73,7 +79,7 @@ class Event(msgspec.Struct, gc=False):
 
 
 class _TraceFile(msgspec.Struct):
-    traceEvents: list[Event]
+    traceEvents: msgspec.Raw  # decoded batch by batch (see _batches)
     baseTimeNanoseconds: BaseNs = 0
     schemaVersion: Any = None
     distributedInfo: Any = None
@@ -96,10 +102,11 @@ _METADATA_KEYS = tuple(
 
 @dataclass(slots=True)
 class KinetoFile:
-    """A decoded trace: its events and the top-level metadata."""
+    """A decoded trace: its events (decoded while ``batches`` is iterated, once) and the top-level
+    metadata. ``issues`` gains the lenient decode's notice while the batches are read."""
 
     path: Path
-    events: list[Event]
+    batches: Iterable[list[Event]]
     base_time_ns: int
     metadata: dict[str, Any] = field(default_factory=dict)  # the other top-level keys, non-null
     issues: list[Issue] = field(default_factory=list)
@@ -172,12 +179,125 @@ def decode(path: Path, data: bytes | bytearray) -> KinetoFile:
         if isinstance(exc, msgspec.ValidationError):
             return _decode_leniently(path, data)
         raise _decode_error(path, data, exc) from None
+    with memoryview(top.traceEvents) as value:  # a Raw starts at its value's first byte
+        is_list = value[:1] == b"["
+    if not is_list:
+        return _decode_leniently(path, data)  # null, an object...: it says what was found
     meta = {k: getattr(top, k) for k in _METADATA_KEYS if getattr(top, k) is not None}
-    return KinetoFile(path, top.traceEvents, top.baseTimeNanoseconds, meta, [], len(data))
+    trace = KinetoFile(path, (), top.baseTimeNanoseconds, meta, [], len(data))
+    trace.batches = _batches(trace, top.traceEvents)
+    return trace
+
+
+CHUNK_BYTES = 4 << 20
+"""JSON text decoded into events at a time: large enough that the per-call cost vanishes, small
+enough that one batch's events (about 6x its text) stay far below the file."""
+
+_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")  # between two events (or inside a string)
+
+
+def _batches(trace: KinetoFile, events: msgspec.Raw) -> Iterator[list[Event]]:
+    """The events of ``traceEvents`` (the array's JSON text) in file order, a block at a time.
+
+    A block ends at a ``},{``; one that falls inside a string or a nested value leaves the block
+    unbalanced, never valid JSON, so its decode fails and the block doubles (to the next cut). The
+    top-level decode already checked the whole text, so no other syntax error can occur here.
+    A block whose events do not all fit the typed decode is decoded again event by event,
+    leniently; the count of skipped events and the first one (its index in the whole array) go
+    into one Issue. Each event is decoded from its own text, so its arg lists keep their text as
+    written whichever block it is in.
+    """
+    view = memoryview(events)
+    inner = view[1 : len(view) - 1]  # within [ ]; validated JSON, so the last byte is the ]
+    typed = msgspec.json.Decoder(list[Event]).decode
+    lenient = _Lenient()
+    chunk_bytes = CHUNK_BYTES  # read at call time: tests cut small traces into many blocks
+    start, size = 0, len(inner)
+    try:
+        while start < size:
+            end = _cut_after(inner, start + chunk_bytes)
+            while True:
+                piece = b"[" + inner[start:end] + b"]"
+                try:
+                    batch = typed(piece)
+                    lenient.index += len(batch)
+                    break
+                except msgspec.ValidationError:
+                    try:
+                        batch = lenient.raws(msgspec.json.decode(piece, type=list[msgspec.Raw]))
+                        break
+                    except msgspec.DecodeError:
+                        pass
+                except msgspec.DecodeError:
+                    pass
+                except RecursionError:
+                    raise safe_io.too_deep(trace.path) from None
+                if end >= size:
+                    raise ProfileError(trace.path, "not valid JSON in 'traceEvents'")
+                # Double the block: a string full of "},{" would otherwise cost one decode of the
+                # whole growing block per occurrence (quadratic); this way a few, linear in all.
+                end = _cut_after(inner, max(end + 1, start + 2 * (end - start)))
+            del piece
+            start = end
+            while start < size and inner[start] in b" \t\r\n,":  # the comma left after the cut
+                start += 1
+            yield batch
+            del batch
+    finally:
+        inner.release()
+        view.release()
+        issue = lenient.issue(trace.path)
+        if issue is not None:
+            trace.issues.append(issue)
+
+
+def _cut_after(inner: memoryview, pos: int) -> int:
+    """The end of the event whose closing brace is the first ``},{`` at or after ``pos``."""
+    if pos >= len(inner):
+        return len(inner)
+    m = _CUT.search(inner, pos)
+    return len(inner) if m is None else m.start() + 1
+
+
+class _Lenient:
+    """Events converted one at a time, skipping those that do not fit (with a count)."""
+
+    def __init__(self) -> None:
+        self.index = 0  # events seen before the current batch
+        self.bad = 0
+        self.first_bad = ""
+        self._encode = msgspec.json.Encoder().encode
+        self._decode = msgspec.json.Decoder(Event, strict=False).decode
+
+    def raws(self, texts: list[msgspec.Raw]) -> list[Event]:
+        """Events from their JSON texts."""
+        return self._convert(texts, self._decode)
+
+    def objects(self, raw_events: list[Any]) -> list[Event]:
+        """Events from already decoded JSON values (the whole-file lenient path)."""
+        # Round trip through JSON so the Raw fields work; only this slow path pays for it.
+        return self._convert(raw_events, lambda raw: self._decode(self._encode(raw)))
+
+    def _convert(self, items: list[Any], convert: Any) -> list[Event]:
+        events: list[Event] = []
+        for index, item in enumerate(items, self.index):
+            try:
+                events.append(convert(item))
+            except msgspec.ValidationError as exc:
+                self.bad += 1
+                if not self.first_bad:
+                    self.first_bad = f"event #{index}: {exc}"
+        self.index += len(items)
+        return events
+
+    def issue(self, path: Path) -> Issue | None:
+        if not self.bad:
+            return None
+        return Issue(str(path), f"skipped {self.bad} event(s) of unexpected form (first: {self.first_bad})")
 
 
 def _decode_leniently(path: Path, data: bytes | bytearray) -> KinetoFile:
-    """Second pass for files whose events do not all fit the typed decode."""
+    """Second pass for files whose top level does not fit the typed decode."""
     try:
         obj = msgspec.json.decode(data)
     except RecursionError:
@@ -199,24 +319,22 @@ def _decode_leniently(path: Path, data: bytes | bytearray) -> KinetoFile:
             raise ProfileError(path, f"'baseTimeNanoseconds' is not an integer: {str(base)[:40]!r}") from None
     if not -BASE_NS_LIMIT <= base <= BASE_NS_LIMIT:
         raise ProfileError(path, f"'baseTimeNanoseconds' is out of range: {str(base)[:40]}")
-    events: list[Event] = []
-    bad = 0
-    first_bad = ""
-    encode = msgspec.json.Encoder().encode
-    decode_event = msgspec.json.Decoder(Event, strict=False).decode
-    for index, raw in enumerate(raw_events):
-        try:
-            # Round trip through JSON so the Raw fields work; only this slow path pays for it.
-            events.append(decode_event(encode(raw)))
-        except msgspec.ValidationError as exc:
-            bad += 1
-            if not first_bad:
-                first_bad = f"event #{index}: {exc}"
-    issues = []
-    if bad:
-        issues.append(Issue(str(path), f"skipped {bad} event(s) of unexpected form (first: {first_bad})"))
     meta = {k: obj[k] for k in _METADATA_KEYS if obj.get(k) is not None}
-    return KinetoFile(path, events, base, meta, issues, len(data))
+    del obj
+    trace = KinetoFile(path, (), base, meta, [], len(data))
+    trace.batches = _lenient_batches(trace, raw_events)
+    return trace
+
+
+def _lenient_batches(trace: KinetoFile, raw_events: list[Any], size: int = 20_000) -> Iterator[list[Event]]:
+    lenient = _Lenient()
+    try:
+        for i in range(0, len(raw_events), size):
+            yield lenient.objects(raw_events[i : i + size])
+    finally:
+        issue = lenient.issue(trace.path)
+        if issue is not None:
+            trace.issues.append(issue)
 
 
 def load(path: Path) -> KinetoFile:
