@@ -23,6 +23,7 @@ import argparse
 import os
 import random
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -114,8 +115,24 @@ def main(argv: list[str] | None = None) -> int:
         tallies = {f.name: fuzzkit.Tally() for f in fams}
         started = time.monotonic()
         cases = draw(fams, random.Random(args.seed), cases=args.cases, end=end)
-        for case, out in fuzzkit.run_many(cases, scratch / "cases", args.jobs, timeout_s=args.timeout):
-            tallies[case.family.name].add(case, out, keep=args.examples)
+        done, bad = 0, 0
+
+        def stop(signum, frame):  # SIGTERM (a background run ignores Ctrl-C): the table of what ran
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            for case, out in fuzzkit.run_many(cases, scratch / "cases", args.jobs, timeout_s=args.timeout):
+                tallies[case.family.name].add(case, out, keep=args.examples)
+                done += 1
+                if out.kind in fuzzkit.BAD_OUTCOMES:
+                    bad += 1
+                    print(f"[{done}] {case.family.name}: {case.label()}: {out.kind}: {out.detail}\n    {replay_command(case)}",
+                          file=sys.stderr, flush=True)
+                elif done % 100 == 0:
+                    print(f"[{done}] {bad} failing so far", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:  # Ctrl-C / SIGTERM: the table of what ran (running cases end with their groups)
+            print("interrupted", file=sys.stderr)
         wall = time.monotonic() - started
     total = table(tallies)
     n = sum(total.counts.values())

@@ -517,7 +517,9 @@ def families(scratch: Path) -> list[Family]:
         Family("multi-rank torch_npu DB (synthetic)", scratch / "db ranks", (), check(), optional=ANY_FILE),
         Family("multi-rank kineto (real)", fx / "HolisticTraceAnalysis/trace_filter", ("sampled_rank-0.json.gz",), check(), optional=ANY_FILE),
         # -- settings and source
-        Family("settings pyproject", scratch / "settings", ("pyproject.toml",), check(), optional=ANY_FILE),
+        # A setting may legitimately stop the run (a rank or profile path that is not there): errors
+        # are clean outcomes here; internal errors and hangs (a 1 GiB or 100,000-deep pyproject) are not.
+        Family("settings pyproject", scratch / "settings", ("pyproject.toml",), check()),
         Family("source via --check (sample)", tiny, ("model.py", "train.py"), check(), optional=ANY_FILE),
         Family("source (real)", fx / "pytorch-kineto-tb_plugin/workspace/resnet50_profiler_api.py", ("",), _source),
     ]
@@ -567,7 +569,7 @@ def check_result(result: object, work: Path) -> str:
             line = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
             if "internal error" in line:
                 return line[:300]
-            if str(work) not in line:
+            if str(work) not in line and "/dev/zero" not in line:  # a special case's link is named by its target
                 return f"error naming no file of the case: {line[:300]!r}"
             return ""
         if result.status not in (0, 1):
@@ -765,6 +767,15 @@ def run_many(cases: Iterable[Case], work: Path, jobs: int, *, timeout_s: float =
     todo = iter(cases)
     free = [work / f"slot{j}" for j in range(max(1, jobs))]
     running: list[tuple[Running, Path]] = []
+    try:
+        yield from _run_loop(todo, free, running, timeout_s, mem_bytes)
+    finally:  # an interrupted run ends its children's process groups too
+        for r, _ in running:
+            r.finish(timed_out=True)
+
+
+def _run_loop(todo: Iterator[Case], free: list[Path], running: list[tuple[Running, Path]], timeout_s: float,
+              mem_bytes: int) -> Iterator[tuple[Case, Outcome]]:
     exhausted = False
     while running or not exhausted:
         while free and not exhausted:

@@ -73,10 +73,10 @@ def test_mutated_inputs_load_or_fail_cleanly(families, work, name):
 # -- the harness itself --------------------------------------------------------------------------
 
 
-def _probe(work: Path, run) -> fuzzkit.Outcome:
+def _probe(work: Path, run, optional: tuple[str, ...] = ()) -> fuzzkit.Outcome:
     seed = work / "seed.txt"
     seed.write_text("x")
-    family = fuzzkit.Family("probe", seed, ("",), run)
+    family = fuzzkit.Family("probe", seed, ("",), run, optional=optional)
     return fuzzkit.run_case(family, work / "probe", "truncation", "", 1, timeout_s=3)
 
 
@@ -107,6 +107,9 @@ def test_the_harness_sees_internal_errors_hangs_and_crashes(work):
     for run, expected in ((boom, "internal"), (stuck, "hang"), (dies, "crash"), (unnamed, "internal"),
                           (internal_line, "internal"), (bad_report, "internal"), (named, "error")):
         assert _probe(work, run).kind == expected, run.__name__
+    # the same clean error on a file the docs promise to drop with a notice
+    assert _probe(work, named, optional=("seed.*",)).kind == "refused"
+    assert _probe(work, named, optional=("other.*",)).kind == "error"
 
 
 def test_a_hang_takes_its_whole_process_group_with_it(work):
