@@ -243,9 +243,13 @@ def db_mutation(target: Path, kind: str, rnd: random.Random) -> None:
             n = con.execute(f"SELECT count(*) FROM {q}").fetchone()[0]
             if n:
                 con.execute("BEGIN")
-                for _ in range(min(12, (50_000 // n).bit_length())):  # doubling
-                    con.execute(f"INSERT INTO {q} SELECT * FROM {q}")
-                con.execute("COMMIT")
+                try:
+                    for _ in range(min(12, (50_000 // n).bit_length())):  # doubling
+                        con.execute(f"INSERT INTO {q} SELECT * FROM {q}")
+                except sqlite3.DatabaseError:  # a unique key: this table cannot hold duplicates
+                    con.execute("ROLLBACK")
+                else:
+                    con.execute("COMMIT")
             return
         cols = [r[1] for r in con.execute(f"PRAGMA table_info({q})")]
         if not cols:
@@ -269,6 +273,8 @@ _SQLITE = b"SQLite format 3\x00"
 def apply(target: Path, kind: str, rnd: random.Random) -> None:
     """Mutate ``target`` in place (a special file replaces it). A gzip file gets its content
     mutated and compressed again, mostly: damage to the compressed bytes only tests zlib."""
+    if kind == "none":  # the seed as is (every seed must load: tests/fuzz)
+        return
     if kind == "special":
         how = rnd.choice(SPECIAL)
         if target.is_dir():
@@ -459,8 +465,7 @@ def _seeds(scratch: Path) -> dict[str, Path]:
     prof_db = scratch / "msprof-db-seed" / "PROF_000001_20250102030600000_FUZZDB"
     if db.exists() and not prof_db.exists():
         (prof_db / "device_0" / "data").mkdir(parents=True)
-        (prof_db / "mindstudio_profiler_output").mkdir()
-        shutil.copyfile(db, prof_db / "mindstudio_profiler_output" / "msprof_20250102030600.db")
+        shutil.copyfile(db, prof_db / "msprof_20250102030600.db")  # --type=db: beside the raw data
     out["msprof db"] = prof_db
     old = FIXTURES / "pytorch-kineto-tb_plugin-2021q1/resnet50_profiler_api_num_workers_0/worker0.pt.trace.json.gz"
     plain = scratch / "kineto-json-seed" / "worker0.pt.trace.json"
