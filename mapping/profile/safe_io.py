@@ -644,6 +644,8 @@ def read_toml(path: str | Path, limits: Limits = LIMITS) -> dict:
         raise ProfileError(path, f"not valid TOML: {exc}") from None
     except RecursionError:  # the scan above keeps this out of reach; still never a traceback
         raise LimitExceeded(path, Limit.CONFIG_DEPTH, "nested deeper than the TOML parser allows") from None
+    except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+        raise ProfileError(path, f"not valid TOML: {exc}") from None
 
 
 def read_source_text(path: str | Path, limits: Limits = LIMITS) -> str | None:

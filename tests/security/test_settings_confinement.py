@@ -252,7 +252,8 @@ def test_deeply_nested_pyproject_is_one_warning(tmp_path: Path, capsys, clean_co
     b"[tool.msprof-lsp]\nselect = [\"\xff\"]\n",
     b"[tool.msprof-lsp]\nseverity = {NPU1 = [[[1]]]}\npath-mappings = {\"/r\" = {a = {b = 1}}}\n",
     b"[tool.msprof-lsp]\n" + b"x" * 200_000 + b" = 1\n",
-], ids=["wrong-type", "not-toml", "not-utf8", "nested-values", "long-key"])
+    b"[tool.msprof-lsp]\nrank = " + b"7" * 5_000 + b"\n",  # past Python's int-conversion limit (fuzz)
+], ids=["wrong-type", "not-toml", "not-utf8", "nested-values", "long-key", "5000-digit-int"])
 def test_invalid_settings_never_stop_the_run(tmp_path: Path, capsys, clean_code: int, body: bytes) -> None:
     repo = _repo(tmp_path / "repo")
     (repo / "pyproject.toml").write_bytes(body)
