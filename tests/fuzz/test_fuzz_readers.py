@@ -218,6 +218,14 @@ FOUND = [
     ("msprof CLI text (synthetic)", "numbers", "host/info.json", 2190361058),  # int(inf) of a 400-digit value
     ("kineto gz HTA (real)", "numbers", "", 3055143488),  # an int past int64 in Input Dims
     ("kineto gz HTA (real)", "encoding", "", 3277108649),  # bad UTF-8 in an arg list
+    # issue 22's campaign on the merged fixes (each internal or refused before):
+    ("multi-rank torch_npu DB (real)", "numbers", "rank1_ascend_pt/profiler_info_1.json", 3428884937),  # codec overflow
+    ("torch_npu text (real)", "device names", "ASCEND_PROFILER_OUTPUT/memory_record.csv", 2435985552),  # NPU:<20 digits>
+    ("kineto gz HTA (real)", "big numbers", "", 2662782419),  # past int64
+    ("torch_npu DB (real)", "unicode digits", "ASCEND_PROFILER_OUTPUT/analysis.db", 2381134998),  # int(inf)
+    ("msprof CLI DB (real tables)", "device names", "msprof_20250102030600.db", 2104593779),  # "²" in a cell
+    ("settings pyproject", "numbers", "pyproject.toml", 1852206616),  # a 5,000-digit integer in TOML
+    ("torch_npu DB (real)", "truncation", "profiler_info_1.json", 930847394),  # optional file stopped the run
 ]
 
 

@@ -505,7 +505,8 @@ def test_cache_key_covers_analysis_db_and_profiler_info(tmp_path: Path) -> None:
     (db.parent.parent / "profiler_info_3.json").write_text(json.dumps({"rank_id": 3}))
     loc = ProfileLocation(ProfileKind.TORCH_NPU_DB, db, 3)
     names = {p.name for p in cache.input_files(loc)}
-    assert names == {db.name, "analysis.db", "profiler_info_3.json"}
+    # each database's -wal is an input too, while it exists (its pending rows are read)
+    assert names == {db.name, "analysis.db", "profiler_info_3.json", db.name + "-wal", "analysis.db-wal"}
     first = load_location(loc, cache_dir=tmp_path / "cache")
     assert first.meta.extra["step_trace_unit"] == "us"
     # Rewriting analysis.db (ms now) must not be answered from the stale cache entry.

@@ -39,6 +39,7 @@ from msprof_lsp.mapping.profile.step_infer import steps_from_launches
 from msprof_lsp.mapping.profile.step_windows import profiler_steps, step_ids
 from msprof_lsp.mapping.numbers import float_of, int64_of, scaled_int64, shown
 from msprof_lsp.mapping.profile.readers.ascend_json import read_env_variables, read_profiler_info, read_profiler_metadata
+from msprof_lsp.mapping.profile.readers.assemble import optional
 from msprof_lsp.mapping.profile.readers.cann_db import api_type_names, read_cann
 from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
 from msprof_lsp.mapping.profile.readers.msprof_cli import DB_RE as MSPROF_DB_RE
@@ -203,13 +204,12 @@ def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> No
     infos, md = lay.infos, lay.metadata
     if not infos and md is None:
         return
-    for p in infos:
-        issues.extend(read_profiler_info(p, meta))
-        meta.files.append(str(p))
-        break
+    # Optional, as in the text export: a damaged one is dropped with a notice naming it (the
+    # readers record the file in meta.files themselves).
+    if infos:
+        optional(infos[0], issues, lambda p: (None, read_profiler_info(p, meta)))
     if md is not None:
-        issues.extend(read_profiler_metadata(md, meta))
-        meta.files.append(str(md))
+        optional(md, issues, lambda p: (None, read_profiler_metadata(p, meta)))
     meta.export_type = meta.export_type or ("db",)
 
 
