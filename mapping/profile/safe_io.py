@@ -67,7 +67,7 @@ class Limits:
     csv_cell_bytes: int = 16 * MiB
     events: int = 200_000_000  # events of one trace file
     wal_copy_bytes: int = 4 * GiB  # a DB export + its pending -wal, copied to a private folder to read
-    source_bytes: int = 8 * MiB
+    source_bytes: int = 2 * MiB  # libcst holds ~1 GB per MiB of dense code (docs/limits.md)
     source_line_chars: int = 1 * MiB
     source_depth: int = 100  # brackets open at once (CPython's own parser stops at 200)
     source_chain: int = 500  # operators chained in one expression without a bracket

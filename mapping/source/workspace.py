@@ -23,7 +23,7 @@ from pathlib import Path
 
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.profile.frames import Frame
-from msprof_lsp.mapping.source.source_index import SourceIndex, SourceSyntaxError
+from msprof_lsp.mapping.source.source_index import SourceIndex, SourceSyntaxError, SourceTooComplex
 
 # Path fragments of code that is not the user's (matched on "/"-separated, lower-cased paths with a
 # leading "/", so Kineto's relative "torch/nn/functional.py" matches "/torch/").
@@ -182,6 +182,11 @@ class SourceWorkspace:
             return entry.index
         text = self.text(key)
         if text is None:
+            if stat is not None and stat[1] > safe_io.LIMITS.source_bytes:
+                # refused unread: say so, so the unattributed-time notice names the file and limit
+                rejected = safe_io.SourceRejected(safe_io.Limit.SOURCE_SIZE, 1,
+                                                  f"{stat[1]:,} bytes, at most {safe_io.LIMITS.source_bytes:,}")
+                entry.error = SourceTooComplex(key, 1, 0, rejected.message())
             return entry.index
         digest = _digest(text)
         if key in self._overlays:

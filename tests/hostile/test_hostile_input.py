@@ -275,14 +275,18 @@ PLUS = "x = " + " + ".join(["a"] * 50_000) + "\n"
 
 @pytest.mark.parametrize("text,limit", [(CHAIN, safe_io.Limit.SOURCE_CHAIN), (PLUS, safe_io.Limit.SOURCE_CHAIN),
                                         ("x = " + "(" * 150 + "1" + ")" * 150 + "\n", safe_io.Limit.SOURCE_DEPTH),
-                                        ("y = 1\n" * 3 + "x = '" + "a" * (1 << 21) + "'\n", safe_io.Limit.SOURCE_LINE)])
+                                        ("y = 1\n" * 3 + "x = '" + "a" * ((1 << 20) + 10) + "'\n", safe_io.Limit.SOURCE_LINE),
+                                        # the fuzz bomb (one line repeated): libcst took 2.7 GB and aborted
+                                        ("x = model(inputs).relu().mean() + torch.zeros(3, 4)\n" * 41_000,
+                                         safe_io.Limit.SOURCE_SIZE)])
 def test_source_over_a_limit_is_not_parsed(tmp_path, text, limit):
     rejected = safe_io.check_source(text)
     assert rejected is not None and rejected.limit is limit
     path = str(tmp_path / "model.py")
     with pytest.raises(SourceTooComplex) as info:
         SourceIndex.build(path, "import torch\n" + text)
-    assert info.value.line == rejected.line + 1 and path in str(info.value)
+    # the size limit names line 1; the others the line, shifted by the import line put before it
+    assert info.value.line == (1 if limit is safe_io.Limit.SOURCE_SIZE else rejected.line + 1) and path in str(info.value)
     assert cst_tools.parse(text) is None
     (tmp_path / "model.py").write_text(text)
     ws = SourceWorkspace([tmp_path])
