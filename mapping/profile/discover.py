@@ -3,9 +3,10 @@
 Users point the tool at whatever their job left behind: a ``*_ascend_pt`` directory, a folder of
 them (one per rank, several runs over time), a ``PROF_*`` directory of the msprof CLI, a DB export,
 a Kineto ``*.pt.trace.json.gz``. Discovery walks the given paths (bounded depth, no VCS or virtual
-environment folders, no symlink loops, never into a linked folder outside the given path) once, listing each folder once, and offers every folder and
-file to the readers' probes (``readers.registry``): the first probe that recognises one returns its
-location with the reader's layout, so nothing is classified twice. ``mapping.jobs`` groups what it
+environment folders, no symlink loops, never into a linked folder leading out of the given path)
+once, listing each folder once, and offers every folder and file to the readers' probes
+(``readers.registry``): the first probe that recognises one returns its location with the reader's
+layout, so nothing is classified twice. ``mapping.jobs`` groups what it
 finds into jobs, and ``select_newest`` picks each job's ranks.
 """
 
