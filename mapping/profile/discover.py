@@ -3,14 +3,16 @@
 Users point the tool at whatever their job left behind: a ``*_ascend_pt`` directory, a folder of
 them (one per rank, several runs over time), a ``PROF_*`` directory of the msprof CLI, a DB export,
 a Kineto ``*.pt.trace.json.gz``. Discovery walks the given paths (bounded depth, no VCS or virtual
-environment folders, no symlink loops) once, listing each folder once, and offers every folder and
-file to the readers' probes (``readers.registry``): the first probe that recognises one returns its
-location with the reader's layout, so nothing is classified twice. ``mapping.jobs`` groups what it
+environment folders, no symlink loops, never into a linked folder leading out of the given path)
+once, listing each folder once, and offers every folder and file to the readers' probes
+(``readers.registry``): the first probe that recognises one returns its location with the reader's
+layout, so nothing is classified twice. ``mapping.jobs`` groups what it
 finds into jobs, and ``select_newest`` picks each job's ranks.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -129,11 +131,25 @@ def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]], list
             if cand is not None:
                 yield cand
                 return
-    yield from _walk_dir(path, 0, max_depth, seen_dirs, listings)
+    try:
+        home = path.resolve()
+    except (OSError, RuntimeError):
+        return
+    yield from _walk_dir(path, 0, max_depth, seen_dirs, listings, home)
+
+
+def _leads_out(entry: os.DirEntry[str], home: Path) -> bool:
+    """A symlink whose target is not inside ``home`` (the walked path, resolved)."""
+    if not entry.is_symlink():
+        return False
+    try:
+        return not Path(entry.path).resolve().is_relative_to(home)
+    except (OSError, RuntimeError):  # a loop or an unreadable link: not followed
+        return True
 
 
 def _walk_dir(
-    path: Path, depth: int, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings
+    path: Path, depth: int, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings, home: Path
 ) -> Iterable[Candidate]:
     try:
         st = path.stat()
@@ -161,7 +177,16 @@ def _walk_dir(
             if entry.is_dir():
                 if bare and (entry.name == OUTPUT_DIR or PROF_DIR_RE.match(entry.name)):
                     continue  # that run's raw CANN data
-                if entry.name not in SKIP_DIRS and depth < max_depth:
+                if entry.name in SKIP_DIRS:
+                    continue
+                if _leads_out(entry, home):
+                    # A repository's `ln -s / x` would have the walk list the whole file system and
+                    # offer every job on it, what `profile = "/"` may no longer do (settings.confine):
+                    # a linked folder leading out is a profile itself or nothing, never walked.
+                    cand = _claim(listings.folder(Path(entry.path)))
+                    if cand is not None:
+                        yield cand
+                elif depth < max_depth:
                     subdirs.append(Path(entry.path))
                 continue
             if not entry.is_file():
@@ -172,4 +197,4 @@ def _walk_dir(
         if cand is not None:
             yield cand
     for sub in subdirs:
-        yield from _walk_dir(sub, depth + 1, max_depth, seen_dirs, listings)
+        yield from _walk_dir(sub, depth + 1, max_depth, seen_dirs, listings, home)

