@@ -13,6 +13,7 @@ import pytest
 
 from msprof_lsp.server.lsp import guard
 from msprof_lsp.server.lsp.app import create_server
+from tests.lsp.lsp_support import FrameCapture
 
 CASES = 3000
 CODES = {-32700, -32600, -32601, -32602, -32002}
@@ -36,23 +37,6 @@ TEMPLATES: dict[Any, Any] = {
     5: {},
     None: {},
 }
-
-
-class _Capture:
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.out.append(data)
-
-    def close(self) -> None:
-        pass
-
-    def take(self) -> list[Any]:
-        """The bodies written since the last take (every write is one whole frame)."""
-        bodies = [json.loads(frame.split(b"\r\n\r\n", 1)[1]) for frame in self.out]
-        self.out.clear()
-        return bodies
 
 
 def _value(rng: random.Random, depth: int = 0) -> Any:
@@ -140,7 +124,7 @@ def test_random_frames_are_answered_per_the_spec_and_never_an_internal_error(see
     monkeypatch.setattr(guard, "report", lambda ls, where, exc: internal.append(f"{where}: {exc!r}"))
     ls = create_server()
     protocol = ls.protocol
-    capture = _Capture()
+    capture = FrameCapture()
     protocol.set_writer(capture)
     protocol.receive(json.dumps({"jsonrpc": "2.0", "id": "init", "method": "initialize",
                                  "params": {"capabilities": {}, "rootUri": "file:///fuzz"}}).encode())

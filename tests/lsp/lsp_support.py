@@ -414,6 +414,37 @@ def parse_frames(data: bytes, *, partial: bool = False) -> list[dict[str, Any]]:
     return out
 
 
+class FrameCapture:
+    """The transport writer of an in-process server: keeps every frame it writes."""
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def close(self) -> None:
+        pass
+
+    def messages(self) -> list[Any]:
+        return parse_frames(b"".join(self.out))
+
+    def take(self) -> list[Any]:
+        """The bodies written since the last take."""
+        bodies = self.messages()
+        self.out.clear()
+        return bodies
+
+
+def end_session(server: "RawServer", rid: int = 999) -> None:
+    """shutdown is answered and exit ends the process with status 0, with no traceback on stderr."""
+    server.send({"jsonrpc": "2.0", "id": rid, "method": "shutdown"})
+    assert server.response(rid, 10).get("result", "missing") is None
+    server.send({"jsonrpc": "2.0", "method": "exit"})
+    assert server.finish(20) == 0
+    assert b"Traceback" not in server.stderr, server.stderr.decode(errors="replace")[-3000:]
+
+
 class RawServer:
     """The server process driven over raw stdio: bytes in, parsed frames out, every wait bounded."""
 

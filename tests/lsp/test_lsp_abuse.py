@@ -52,15 +52,6 @@ def _valid_hover(server: S.RawServer, rid: int) -> dict[str, Any]:
                                                 "position": {"line": 4, "character": 11}})
 
 
-def _end(server: S.RawServer, rid: int = 999) -> None:
-    """shutdown is answered and exit ends the process with status 0, with no traceback on stderr."""
-    server.send({"jsonrpc": "2.0", "id": rid, "method": "shutdown"})
-    assert server.response(rid, 10).get("result", "missing") is None
-    server.send({"jsonrpc": "2.0", "method": "exit"})
-    assert server.finish(20) == 0
-    assert b"Traceback" not in server.stderr, server.stderr.decode(errors="replace")[-3000:]
-
-
 # -- ill-typed params ------------------------------------------------------------------------------
 
 
@@ -87,7 +78,7 @@ def test_ill_typed_params_get_invalid_params(server: S.RawServer) -> None:
         assert reply["error"]["code"] == INVALID_PARAMS, reply
         assert reply["error"]["message"].startswith(f"{method}: invalid params") and field in reply["error"]["message"]
     assert "error" not in server.response(20, 10)  # and the server goes on serving
-    _end(server)
+    S.end_session(server)
 
 
 def test_ill_typed_notifications_are_one_log_line_each(server: S.RawServer) -> None:
@@ -98,7 +89,7 @@ def test_ill_typed_notifications_are_one_log_line_each(server: S.RawServer) -> N
     assert "error" not in server.response(21, 10)
     logs = [m for m in server.logs() if "invalid params" in m]
     assert len(logs) == 2 and "textDocument/didOpen" in logs[0] and "textDocument/didChange" in logs[1], logs
-    _end(server)
+    S.end_session(server)
 
 
 def test_requests_after_shutdown_are_refused_not_dropped(server: S.RawServer) -> None:
@@ -166,7 +157,7 @@ def test_the_server_recovers_after_each_malformed_frame(server: S.RawServer) -> 
             assert not [f for f in server.frames() if f.get("id") == victim_id], kind
         problems = server.logs()[logged:]
         assert len(problems) == 1, (kind, problems)  # one line per malformed frame
-    _end(server)
+    S.end_session(server)
 
 
 # -- the frame reader on its own -------------------------------------------------------------------

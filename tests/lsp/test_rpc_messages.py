@@ -191,14 +191,6 @@ def _answers(bodies: list[Any], skip_id: Any) -> list[Any]:
             or ("method" not in b and "id" in b and not (b["id"] == skip_id and type(b["id"]) is type(skip_id)))]
 
 
-def _end(server: S.RawServer, rid: int = 999) -> None:
-    server.send({"jsonrpc": "2.0", "id": rid, "method": "shutdown"})
-    assert server.response(rid, 10).get("result", "missing") is None
-    server.send({"jsonrpc": "2.0", "method": "exit"})
-    assert server.finish(20) == 0
-    assert b"Traceback" not in server.stderr, server.stderr.decode(errors="replace")[-3000:]
-
-
 def test_every_message_kind_is_answered_or_ignored_and_the_next_request_is_served(tmp_path: Path) -> None:
     root = _empty_root(tmp_path)
     uri = (root / "model.py").as_uri()
@@ -231,7 +223,7 @@ def test_every_message_kind_is_answered_or_ignored_and_the_next_request_is_serve
                 assert len(answer["error"]["message"]) < 600, kind  # a 100 kB method name is not echoed
             assert len(server.logs()) - logged <= 1, (kind, server.logs()[logged:])  # one line at most
         assert server.proc.poll() is None  # ...and the process is alive after all of them
-        _end(server)
+        S.end_session(server)
     finally:
         server.kill()
 
@@ -261,7 +253,7 @@ def test_before_initialize_requests_are_refused_and_notifications_dropped(tmp_pa
         # the didOpen sent before initialize was dropped: the server answers from the file on disk
         assert not [f for f in server.frames() if f.get("method") == "textDocument/publishDiagnostics"
                     and f["params"].get("version") == 1]
-        _end(server)
+        S.end_session(server)
     finally:
         server.kill()
 
@@ -288,24 +280,10 @@ def test_after_shutdown_notifications_are_dropped_and_exit_still_works(tmp_path:
 # -- the protocol in-process: requests in progress and requests of the server's own --------------
 
 
-class _Capture:
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.out.append(data)
-
-    def close(self) -> None:
-        pass
-
-    def messages(self) -> list[Any]:
-        return S.parse_frames(b"".join(self.out))
-
-
 @pytest.fixture
 def protocol():
     ls = create_server()
-    capture = _Capture()
+    capture = S.FrameCapture()
     ls.protocol.set_writer(capture)
     ls.protocol.receive(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                                     "params": {"capabilities": {}}}).encode())
