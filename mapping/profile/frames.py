@@ -45,10 +45,11 @@ Stack = tuple[Frame, ...]
 def parse_frame(text: str) -> Frame:
     raw = text.strip()
     m = _FRAME_RE.match(raw)
-    if not m:
+    line = int64_of(m.group("line")) if m else None  # 5,000 digits or "٣": no line, no frame to map
+    if not m or line is None:
         return Frame("", 0, raw, raw)
     # Windows paths come with backslashes; keep one separator so suffix matching works.
-    return Frame(m.group("file").replace("\\", "/"), int(m.group("line")), m.group("func"), raw)
+    return Frame(m.group("file").replace("\\", "/"), line, m.group("func"), raw)
 
 
 def split_stack(text: str) -> list[str]:

@@ -654,11 +654,33 @@ def _refused_or_error(family: Family, target: str) -> str:
     return "refused" if any(fnmatch.fnmatch(name, p) for p in family.optional) else "error"
 
 
+def _forget_the_parents_pool_helpers() -> None:
+    """A forked case inherits the parent's multiprocessing forkserver and resource tracker (a
+    pytest process that ran a multi-rank load has both). They are not this child's children, so a
+    pool here would fail in waitpid (ChildProcessError); each case starts its own, as a fresh
+    ``--check`` does. Harness-only: the product never forks."""
+    import sys
+
+    if sys.platform == "win32":
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):  # noqa: SLF001
+        for fd in (getattr(helper, "_forkserver_alive_fd", None), getattr(helper, "_fd", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        helper.__init__()  # type: ignore[misc] - back to "not started"
+
+
 def _child(family: Family, work: Path, kind: str, target: str, seed: int, mem_bytes: int, wfd: int) -> None:
     import faulthandler
 
     os.setpgid(0, 0)  # the parent ends the case's whole group (a pool's forkserver and workers)
     faulthandler.disable()  # a crash is the parent's finding, not a dump on the test's stderr
+    _forget_the_parents_pool_helpers()
     try:
         copy = _prepare(family, work, kind, target, seed)
     except BaseException as exc:  # noqa: BLE001 - a harness fault, not a product one

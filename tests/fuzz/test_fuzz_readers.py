@@ -73,6 +73,22 @@ def test_mutated_inputs_load_or_fail_cleanly(families, work, name):
     assert not failures, "\n".join(failures)
 
 
+def test_a_case_forked_from_a_process_that_has_a_forkserver_starts_its_own(families, work):
+    """In the full suite, earlier tests load multi-rank jobs in the pytest process, which then holds
+    a forkserver; each forked case inherited it and failed in waitpid (ChildProcessError)."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no forkserver on this platform")
+    family = families["multi-rank torch_npu DB (synthetic)"]
+    if family.skip:
+        pytest.skip(family.skip)
+    forkserver.ensure_running()  # as after an in-process multi-rank load
+    out = fuzzkit.run_case(family, work / "case", "none", family.files[0], 0, timeout_s=120)
+    assert out.kind == "load", out.detail
+
+
 # -- the harness itself --------------------------------------------------------------------------
 
 
@@ -226,6 +242,7 @@ FOUND = [
     ("msprof CLI DB (real tables)", "device names", "msprof_20250102030600.db", 2104593779),  # "²" in a cell
     ("settings pyproject", "numbers", "pyproject.toml", 1852206616),  # a 5,000-digit integer in TOML
     ("torch_npu DB (real)", "truncation", "profiler_info_1.json", 930847394),  # optional file stopped the run
+    ("torch_npu text (sample)", "numbers", "ASCEND_PROFILER_OUTPUT/trace_view.json", 1956904949),  # 5,000-digit frame line
 ]
 
 

@@ -397,3 +397,14 @@ def test_kineto_profiler_step_number_beyond_int64_makes_no_step(tmp_path, capsys
     out.write_bytes(gzip.compress(json.dumps(trace).encode()))
     code, issues, err = check(out.parent, capsys)
     assert_noticed(code, issues, err, out, "ProfilerStep op(s) whose number is no ASCII integer in int64 range")
+
+
+@pytest.mark.parametrize("line", ["7" * 5_000, "9" * 20, "\u0663"])
+def test_a_stack_frame_whose_line_is_no_int64_is_left_unmapped(line: str) -> None:
+    """A 5,000-digit line number in a call stack raised int()'s digit limit (fuzz campaign)."""
+    from msprof_lsp.mapping.profile.frames import parse_frame
+
+    frame = parse_frame(f"/ws/model.py({line}): forward")
+    assert frame.file == "" and frame.line == 0
+    assert parse_frame("/ws/model.py(12): forward").line == 12
+
