@@ -23,6 +23,7 @@ import pandas as pd
 
 from msprof_lsp.mapping.profile import linking, step_windows, timemodel
 from msprof_lsp.mapping.profile.model import CommOp, Profile
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.units import ns_to_us
 
 from .context import RuleContext
@@ -340,8 +341,10 @@ def cann_key(version: str) -> tuple[int, int, int, int] | None:
     m = _CANN_RE.match(version or "")
     if not m:
         return None
-    n = int(m.group("n") or 0)
-    return int(m.group(1)), int(m.group(2)), 0 if m.group("rc") else 1, n
+    major, minor, n = int64_of(m.group(1)), int64_of(m.group(2)), int64_of(m.group("n") or "0")
+    if major is None or minor is None or n is None:  # 5,000 digits or non-ASCII digits: no version
+        return None
+    return major, minor, 0 if m.group("rc") else 1, n
 
 
 def cann_at_least(version: str, minimum: str) -> bool:

@@ -61,6 +61,18 @@ def int64_of(value: object, *, integral_floats: bool = True) -> int | None:
     return None
 
 
+def int_literal(text: str) -> int | None:
+    """The value of a Python integer literal as written in a source file (``1_024``, ``0x10``), or
+    None when it is no integer literal or longer than any real one: ``int()`` of more than 4,300
+    digits raises, and a hostile file may hold one."""
+    if len(text) > 64:
+        return None
+    try:
+        return int(text.replace("_", ""), 0)
+    except ValueError:
+        return None
+
+
 def float_of(value: object) -> float | None:
     """``value`` as a finite float64, or None when it is not one.
 

@@ -16,6 +16,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile import safe_io
 
 from .result import FixResult, Where, result
@@ -427,7 +428,8 @@ def literal(node: cst.BaseExpression | None) -> Any:
     if node is None:
         return NOT_LITERAL
     if isinstance(node, cst.Integer):
-        return int(node.value.replace("_", ""), 0)
+        value = int_literal(node.value)
+        return NOT_LITERAL if value is None else value
     if isinstance(node, cst.Float):
         return float(node.value.replace("_", ""))
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):

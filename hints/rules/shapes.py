@@ -26,6 +26,7 @@ import pandas as pd
 from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
@@ -219,7 +220,7 @@ def _literals(ctx: RuleContext, value: int, *, up: int, cache: dict[int, list[Re
         except (tokenize.TokenError, SyntaxError, IndentationError):
             continue
         for tok in tokens:
-            if tok.type == tokenize.NUMBER and tok.string.replace("_", "").isdigit() and int(tok.string.replace("_", "")) == value:
+            if tok.type == tokenize.NUMBER and int64_of(tok.string.replace("_", ""), integral_floats=False) == value:
                 (line, col), (end_line, end_col) = tok.start, tok.end
                 out.append(Related(Span(path, line, col, end_line, end_col),
                                    f"{value} here: {up} would be aligned (pad and mask the extra part)"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile.shapes import Shape
 from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Span
@@ -244,7 +245,8 @@ def _evaluate(node: cst.BaseExpression, env: _Env, depth: int = 0) -> Value:
     if depth > 32:
         return Unknown("expression too deep")
     if isinstance(node, cst.Integer):
-        return node.evaluated_value
+        value = int_literal(node.value)  # evaluated_value raises past 4,300 digits
+        return Unknown("integer literal too long") if value is None else value
     if isinstance(node, cst.Float):
         return node.evaluated_value
     if isinstance(node, cst.SimpleString):

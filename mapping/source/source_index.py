@@ -29,6 +29,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.source.positions import LineIndex
 from msprof_lsp.mapping.spans import Span
@@ -751,7 +752,8 @@ class _Collector(cst.CSTVisitor):
                     if len(func.slice) == 1:
                         idx = func.slice[0].slice
                         if isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer):
-                            element = int(idx.value.value)
+                            literal = int_literal(idx.value.value)  # 0x1, 1_0; None past 64 characters
+                            element = literal if literal is not None else -1
         self._add_call(self.span(node), callee, name, receiver, self_attr=self_attr, element=element,
                        loop_attr=loop_attr)
 

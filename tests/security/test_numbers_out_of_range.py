@@ -408,3 +408,24 @@ def test_a_stack_frame_whose_line_is_no_int64_is_left_unmapped(line: str) -> Non
     assert frame.file == "" and frame.line == 0
     assert parse_frame("/ws/model.py(12): forward").line == 12
 
+
+
+def test_integer_literals_in_source_past_the_digit_limit_are_no_values(tmp_path: Path, capsys) -> None:
+    """Workspace source is hostile too: a 5,000-digit literal made NPU106's related-literal search
+    raise (a rule traceback on stderr, found by the campaign), and ``int()``/``evaluated_value``
+    of one in the fix helpers and the size evaluator would too; ``0x1`` as a subscript raised."""
+    import libcst as cst
+
+    from msprof_lsp.hints.fixes import cst_tools
+    from msprof_lsp.mapping.numbers import int_literal
+
+    assert int_literal("0x10") == 16 and int_literal("1_024") == 1024 and int_literal("7" * 5_000) is None
+    assert cst_tools.literal(cst.parse_expression("7" * 5_000)) is cst_tools.NOT_LITERAL
+    ws = shutil.copytree(REPO / "samples" / "tiny_transformer", tmp_path / "ws")
+    with open(ws / "model.py", "a", encoding="utf-8") as f:  # 32003 is a dim NPU106 looks for
+        f.write(f"\nBIG = {'32003' * 1_000}\nFIRST = [1][0x0]\n")
+    code = main(["--check", str(ws), "--no-cache", "--format", "json", "--select", "NPU106"])
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err and "failed" not in captured.err, captured.err
+    (finding,) = [f for f in json.loads(captured.out)["findings"] if f["code"] == "NPU106"]
+    assert any("32003 here" in r["message"] for r in finding["related"])
