@@ -243,6 +243,8 @@ FOUND = [
     ("settings pyproject", "numbers", "pyproject.toml", 1852206616),  # a 5,000-digit integer in TOML
     ("torch_npu DB (real)", "truncation", "profiler_info_1.json", 930847394),  # optional file stopped the run
     ("torch_npu text (sample)", "numbers", "ASCEND_PROFILER_OUTPUT/trace_view.json", 1956904949),  # 5,000-digit frame line
+    ("multi-rank torch_npu DB (real)", "numbers", "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db",
+     3812294419),  # a hang: a rowid of ±2^63 and a read that walked the rowid range
 ]
 
 

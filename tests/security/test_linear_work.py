@@ -431,3 +431,34 @@ def test_kineto_block_cut_inside_a_long_string_grows_geometrically(tmp_path, mon
     blocks = list(kineto_json.decode(tmp_path / "t.json", bytearray(text)).batches)
     assert sum(map(len, blocks)) == 401
     assert cuts <= 200, cuts  # ~40 blocks of 1000 bytes, plus ~11 doublings for the long event
+
+
+def test_db_integer_columns_read_in_chunks_of_rows_not_of_the_rowid_range(tmp_path, monkeypatch):
+    """A rowid of -2^63 beside one of 2^63-1 made the chunked integer read walk the rowid range:
+    2^63 / chunk queries, a hang in the fuzz campaign. Now the work follows the rows."""
+    import sqlite3
+
+    from msprof_lsp.mapping.profile.readers import sqlite_db
+
+    path = tmp_path / "x.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE T (id INTEGER PRIMARY KEY, v INTEGER)")
+    con.executemany("INSERT INTO T VALUES (?, ?)", [(-(2 ** 63), 1), (0, 2), (2 ** 63 - 1, 3)]
+                    + [(i, i) for i in range(10, 20)])
+    con.commit()
+    con.close()
+    monkeypatch.setattr(sqlite_db, "INT_CHUNK_ROWS", 4)
+    db = sqlite_db.SqliteDb(path)
+    queries = []
+    real = db.query
+
+    def counted(sql, params=()):
+        queries.append(sql)
+        assert len(queries) < 50, "the read walks the rowid range, not the rows"  # fail, never hang
+        return real(sql, params)
+
+    monkeypatch.setattr(db, "query", counted)
+    frame = db.frame("T", {"id": (("id",), "int"), "v": (("v",), "int")})
+    assert frame["v"].tolist() == [1, 2, *range(10, 20), 3]  # rowid order
+    assert frame["id"].tolist()[0] == -(2 ** 63) and frame["id"].tolist()[-1] == 2 ** 63 - 1
+    assert len(queries) <= 2 + -(-13 // 4)  # the catalogue query, the bounds, one per 4 rows
