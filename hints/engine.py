@@ -64,7 +64,10 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
         try:
             produced = list(rule.check(ctx))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the user every other hint
-            log.exception("rule %s (%s) failed", rule.code, rule.name)
+            # one line (a bad input is never a traceback on the user's terminal); the traceback
+            # only at DEBUG, for whoever debugs the rule
+            log.error("rule %s (%s) failed: %s: %s", rule.code, rule.name, type(exc).__name__, exc)
+            log.debug("rule %s traceback", rule.code, exc_info=True)
             out.append(_crash_notice(rule, exc))
             continue
         for f in produced:
