@@ -21,7 +21,7 @@ from msprof_lsp.mapping.source.workspace import library_label
 
 from . import gating, suppress
 from .config import RuleConfig, Thresholds
-from .finding import Finding, Fix, FixOffer, Related, Severity
+from .finding import Effect, Finding, Fix, FixOffer, Related, Severity, ShareOf
 
 if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access is used here
     from msprof_lsp.mapping.source.workspace import SourceWorkspace
@@ -194,6 +194,7 @@ class RuleContext:
         severity: Severity | None = None,
         wall: bool = False,
         step_ns: float | None = None,
+        effect: Effect | None = None,
     ) -> Finding:
         """A finding with per-step time, share and severity filled in.
 
@@ -239,6 +240,8 @@ class RuleContext:
             fixes=[f for f in fixes if isinstance(f, Fix)],
             offers=[f for f in fixes if isinstance(f, FixOffer)],
             related=related,
+            share_of=ShareOf.WALL_STEP if wall else ShareOf.DEVICE_STEP,
+            effect=effect,
         )
 
     def library_lines(self, span: Span | None) -> list[tuple[Frame, int]]:

@@ -100,6 +100,72 @@ class Related:
     message: str
 
 
+class ShareOf(str, enum.Enum):
+    """The denominator of a finding's ``share`` (docs/rules/README.md "Shares")."""
+
+    WALL_STEP = "wall-step"  # the wall-clock step: costs the host pays (data wait, syncs, Python)
+    DEVICE_STEP = "device-step"  # the device step: device work (kernels, collectives)
+
+
+class Target(str, enum.Enum):
+    """Which recorded work a :class:`Change` acts on: rows of the profile's tables."""
+
+    KERNELS = "kernels"  # Profile.kernels rows: their duration is scaled
+    HOST_OPS = "host_ops"  # Profile.host_ops rows: their self time is scaled
+    SYNC_CALLS = "sync_calls"  # Profile.host_events rows of blocking calls: removed, the host runs ahead
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One part of what applying a fix does to the recorded step: the ``rows`` of ``target`` take
+    ``factor`` of their recorded time (0: removed; 0.5: twice as fast). ``best`` and ``worst`` bound
+    the factor (the saving's high and low end); ``factor`` is the estimate."""
+
+    target: Target
+    rows: tuple[int, ...]
+    factor: float
+    best: float
+    worst: float
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """What a finding's fix does to the profile, for the step replay that turns it into a saving
+    (docs/savings.md). ``unknown``: why no model is defensible (the saving is then "unknown")."""
+
+    changes: tuple[Change, ...] = ()
+    basis: str = ""  # one line: the model, e.g. "TransData kernels removed"
+    unknown: str = ""
+
+    def rows(self, target: Target) -> frozenset[int]:
+        """Every row of ``target`` the fix touches: what the finding charges."""
+        return frozenset(r for c in self.changes if c.target is target for r in c.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Saving:
+    """The step time applying a finding's fix would save, per step, in µs (the JSON contract of
+    design.md): the estimate and its range, or None with the reason in ``basis``."""
+
+    us_per_step: float | None
+    low_us: float | None
+    high_us: float | None
+    basis: str
+
+    @classmethod
+    def unknown(cls, why: str) -> "Saving":
+        return cls(None, None, None, why)
+
+    @property
+    def known(self) -> bool:
+        return self.us_per_step is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        r = lambda v: None if v is None else round(v, 3)  # noqa: E731
+        return {"us_per_step": r(self.us_per_step), "low_us": r(self.low_us), "high_us": r(self.high_us),
+                "basis": self.basis}
+
+
 @dataclass(slots=True)
 class Finding:
     code: str  # stable rule code, e.g. NPU101
@@ -114,6 +180,9 @@ class Finding:
     fixes: list[Fix] = field(default_factory=list)  # made without parsing, plus the offers once expanded
     offers: list[FixOffer] = field(default_factory=list)
     related: list[Related] = field(default_factory=list)
+    share_of: ShareOf = ShareOf.DEVICE_STEP  # the denominator of ``share``
+    effect: Effect | None = None  # what the fix does, for the saving (None: not modelled yet)
+    saving: Saving | None = None  # filled after the rules ran, from ``effect`` (hints.savings)
 
     def sort_key(self) -> tuple:
         s = self.span

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.finding import Finding, Fix
+from msprof_lsp.hints.finding import Finding, Fix, Saving
 from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison
 from msprof_lsp.mapping.source.critical_path import CriticalPath
@@ -77,7 +77,9 @@ def finding_dict(f: Finding, cwd: Path, profile_path: str | None = None) -> dict
         "end_column": s.end_col + 1 if s else None,
         "message": f.message,
         "share": round(f.share, 6),
+        "share_of": f.share_of.value,
         "device_time_us": round(f.time_per_step_us, 3),
+        "saving": (f.saving or Saving.unknown("no saving model for this rule yet")).as_dict(),
         "confidence": f.confidence.value,
         "evidence": f.evidence,
         "fixes": [fix_dict(x, cwd) for x in f.fixes],
