@@ -19,7 +19,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from msprof_lsp.mapping.children import isolated_children
 from msprof_lsp.mapping.profile import codec, safe_io
@@ -352,15 +351,3 @@ def link_transfers(ops: Sequence[CommOp]) -> dict[str, tuple[float, float]]:
             e[0] += mb
             e[1] += ms
     return {g: (mb, ms) for g, (mb, ms) in out.items() if mb > 0 and ms > 0}
-
-
-def summary_frame(summary: ClusterSummary) -> pd.DataFrame:
-    """The per-rank figures as a small table (for reports and the CLI)."""
-    return pd.DataFrame(
-        {
-            "rank": [r.rank for r in summary.ranks],
-            "step_time_ns": [r.step_time_ns for r in summary.ranks],
-            "comm_not_overlapped_ns": [r.comm_not_overlapped_ns for r in summary.ranks],
-            "comm_share": [r.comm_share for r in summary.ranks],
-        }
-    )

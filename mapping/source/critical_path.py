@@ -815,9 +815,3 @@ def _sum_by(codes: np.ndarray, values: np.ndarray) -> tuple[list[int], list[int]
     keep = codes >= 0
     u, inv = np.unique(codes[keep], return_inverse=True)
     return u.tolist(), np.bincount(inv, weights=values[keep], minlength=len(u)).astype(np.int64).tolist()
-
-
-def kernels_frame(cp: CriticalPath) -> pd.DataFrame:
-    """The path's device segments, one row each (kernels row, step, weight) -- for comparisons."""
-    rows = [(p.step, s.kernel, s.kind.value, s.weight_ns) for p in cp.steps for s in p.segments if s.kernel >= 0]
-    return pd.DataFrame(rows, columns=["step", "kernel", "kind", "weight_ns"])
