@@ -16,6 +16,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from msprof_lsp.mapping.source.positions import line_starts
 from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile import safe_io
 
@@ -214,10 +215,7 @@ class Source:
     def top_text(self, i: int) -> str:
         first, last, _ = self.tops[i]
         if self._line_starts is None:
-            self._line_starts = [0]
-            for k, ch in enumerate(self.text):
-                if ch == "\n":
-                    self._line_starts.append(k + 1)
+            self._line_starts = line_starts(self.text)
         starts = self._line_starts
         a = starts[first - 1] if first - 1 < len(starts) else len(self.text)
         b = starts[last] if last < len(starts) else len(self.text)

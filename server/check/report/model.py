@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.hints.finding import Finding, Fix
-from msprof_lsp.hints.fixes.edits import PositionError, apply_edits, split_lines
+from msprof_lsp.hints.fixes.edits import PositionError, apply_edits
+from msprof_lsp.mapping.source.positions import split_lines
 from msprof_lsp.mapping.interning import Interner
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, TimeBreakdown
