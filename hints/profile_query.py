@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.profile import linking, step_windows, timemodel
 from msprof_lsp.mapping.profile.model import CommOp, Profile
 from msprof_lsp.mapping.numbers import int64_of
@@ -57,19 +58,18 @@ def mask(col: pd.Series, test: Callable[[str], object]) -> np.ndarray:
         if (~ok).any():
             out[~ok] = bool(test(""))
         return out
-    codes, uniques = pd.factorize(np.asarray(col, dtype=object))
-    table = np.array([bool(test(str(u))) for u in uniques], dtype=bool)
-    return table[codes] if len(codes) else np.zeros(0, dtype=bool)
+    return per_distinct(np.asarray(col, dtype=object), lambda u: bool(test(_text(u))), bool)
 
 
 def matches(values: np.ndarray, pattern: re.Pattern[str], *, full_start: bool = False) -> np.ndarray:
     """``pattern.search`` (``match`` with ``full_start``) per value, evaluated once per distinct value."""
-    if not len(values):
-        return np.zeros(0, dtype=bool)
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
     test = pattern.match if full_start else pattern.search
-    table = np.array([bool(test(str(u))) for u in uniques], dtype=bool)
-    return table[codes]
+    return per_distinct(np.asarray(values, dtype=object), lambda u: bool(test(_text(u))), bool)
+
+
+def _text(value: object) -> str:
+    """A cell as the tests see it: a missing value (None, NaN) is "", as a missing category is."""
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def mean(values: np.ndarray) -> float:

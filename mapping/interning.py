@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 import numpy as np
+import pandas as pd
 
 T = TypeVar("T", bound=Hashable)
 
@@ -63,3 +64,15 @@ class Interner(Generic[T]):
                     self.code(v)
             out = list(map(get, values))
         return np.array(out, dtype=self._dtype)
+
+
+def per_distinct(values: object, fn: Callable[[object], object], dtype: type | str = object) -> np.ndarray:
+    """``fn(v)`` for every element of ``values``, evaluated once per distinct value: profiles
+    repeat a few thousand names (or codes) over millions of rows. A missing value (None or NaN)
+    reaches ``fn`` once, as NaN (pandas' factorize makes them one value)."""
+    arr = np.asarray(values)
+    if not len(arr):
+        return np.zeros(0, dtype=dtype)
+    codes, uniques = pd.factorize(arr.ravel(), use_na_sentinel=False)
+    table = np.array([fn(u) for u in uniques], dtype=dtype)
+    return table[codes].reshape(arr.shape)

@@ -46,3 +46,34 @@ def test_no_hand_written_interning_left() -> None:
                             and any(isinstance(t, ast.Name) and t.id == name for t in a.targets)):
                         found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not found, found
+
+
+def test_per_distinct_calls_once_per_value_and_passes_missing() -> None:
+    from msprof_lsp.mapping.interning import per_distinct
+
+    calls: list[object] = []
+
+    def fn(v: object) -> str:
+        calls.append(v)
+        return "-" if v != v else str(v).upper()  # NaN: the missing value
+
+    out = per_distinct(np.array(["a", None, "b", "a", None], dtype=object), fn)
+    assert out.tolist() == ["A", "-", "B", "A", "-"]
+    assert sorted(map(str, calls)) == ["a", "b", "nan"]  # three distinct values, three calls
+    assert per_distinct(np.array([3, -1, 3]), lambda c: c * 2, np.int64).tolist() == [6, -2, 6]
+    assert per_distinct(np.zeros(0), str).shape == (0,)
+
+
+def test_no_hand_written_apply_per_distinct_left() -> None:
+    """``uniq, inv = np.unique(x, return_inverse=True)`` followed by a Python list over ``uniq``
+    is mapping.interning.per_distinct (issue 24 found it seven times)."""
+    found = []
+    for folder in ("mapping", "hints", "server"):
+        for p in (ROOT / folder).rglob("*.py"):
+            lines = p.read_text(encoding="utf-8").splitlines()
+            for i, line in enumerate(lines):
+                if "return_inverse=True" in line and "=" in line:
+                    first = line.split("=")[0].split(",")[0].strip()
+                    if any(f"for " in nxt and f" in {first}" in nxt for nxt in lines[i + 1:i + 3]):
+                        found.append(f"{p.relative_to(ROOT)}:{i + 1}")
+    assert not found, found

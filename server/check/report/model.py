@@ -22,7 +22,7 @@ import pandas as pd
 from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.fixes.edits import PositionError, apply_edits
 from msprof_lsp.mapping.source.positions import split_lines
-from msprof_lsp.mapping.interning import Interner
+from msprof_lsp.mapping.interning import Interner, per_distinct
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, TimeBreakdown
 from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, profile_breakdown, task_classes
@@ -393,16 +393,11 @@ def timeline(profile: Profile, attribution: Attribution | None, bars: list[Break
         hname_codes, hname_values = column_codes(ops["name"])
 
     def site_codes(rows: np.ndarray, sites: np.ndarray) -> np.ndarray:
-        ids = sites[rows]
-        uniq, inv = np.unique(ids, return_inverse=True)
-        table = np.array([names.source(attribution.sites[int(i)], cwd) if i >= 0 and attribution else -1 for i in uniq],
-                         dtype=np.int64)
-        return table[inv] if len(rows) else np.zeros(0, dtype=np.int64)
+        return per_distinct(sites[rows], lambda i: names.source(attribution.sites[int(i)], cwd)
+                            if i >= 0 and attribution else -1, np.int64)
 
     def name_codes(rows: np.ndarray, codes: np.ndarray, values: Sequence[str]) -> np.ndarray:
-        uniq, inv = np.unique(codes[rows], return_inverse=True)
-        table = np.array([names.name(str(values[int(i)])) for i in uniq], dtype=np.int64)
-        return table[inv] if len(rows) else np.zeros(0, dtype=np.int64)
+        return per_distinct(codes[rows], lambda i: names.name(str(values[int(i)])), np.int64)
 
     steps: list[TimelineStep] = []
     for sid, ws, we in carried:
