@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.interning import per_distinct
-from msprof_lsp.mapping.profile import linking, step_windows, timemodel
+from msprof_lsp.mapping.profile import comm_time, linking, step_windows, timemodel
 from msprof_lsp.mapping.profile.model import CommOp, Profile
 from msprof_lsp.mapping.numbers import int64_of
-from msprof_lsp.mapping.units import ns_to_us
+from msprof_lsp.mapping.units import format_us, ns_to_us
 
 from .context import RuleContext
 
@@ -464,7 +464,7 @@ def kernel_tokens(ctx: RuleContext) -> Tokens:
 # Communication packets: communication.json's Size Distribution (the DB's CommAnalyzerBandwidth)
 
 BYTES_PER_MB = 1_000_000  # communication.json's MB: Transit Size(MB) 28.647232 = 12 x 2.064384 + 2 x 1.937312
-GRADIENT_COLLECTIVE = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
+GRADIENT_COLLECTIVE = comm_time.GRADIENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,7 +475,10 @@ class Packets:
     link: str  # HCCS, PCIE, SIO, SDMA, RDMA
     size_bytes: int
     count: int
-    total_ns: int  # transfer time of all ``count`` packets
+    total_ns: int  # transfer time of all ``count`` packets, as the link's Size Distribution says
+    # ``total_ns`` as a part of the op's Transit Time (comm_time.wall_factor): link times of an op
+    # add up past its Transit when links run at once, so only this one is a share of a step
+    wall_ns: int = -1
 
 
 def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packets]:
@@ -485,6 +488,7 @@ def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packet
     for op in ops:
         if gradient_only and not GRADIENT_COLLECTIVE.search(op.name):
             continue
+        factor = comm_time.wall_factor(op)
         for link, info in op.bandwidth.items():
             dist = info.get("Size Distribution") if isinstance(info, dict) else None
             for size, val in (dist or {}).items():
@@ -493,7 +497,8 @@ def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packet
                 except (TypeError, ValueError, IndexError):
                     continue
                 if count > 0 and mb >= 0:
-                    out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, round(ms * 1_000_000)))
+                    ns = round(ms * 1_000_000)
+                    out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, ns, round(ns * factor)))
     return out
 
 
@@ -503,7 +508,9 @@ SDMA_LINK_GROUP = frozenset({"SDMA", "HCCS", "PCIE", "SIO"})  # intra-node links
 def small_packets(ops: Iterable[CommOp], *, sdma_mb: float, rdma_mb: float) -> dict[str, dict]:
     """Per link group (``SDMA`` for the intra-node links, ``RDMA``) of the gradient collectives:
     packets, the ones under the group's limit (MB of 10^6 B), their share of the count and of the
-    bytes (the advisor's packet analysis counts packets) and their transfer time (``small_ns``)."""
+    bytes (the advisor's packet analysis counts packets) and their transfer time: ``small_ns`` summed
+    over the links as the file writes it, ``small_wall_ns`` the part of the ops' Transit Time it is
+    (``Packets.wall_ns``), never more than that Transit."""
     limits_mb = {"SDMA": float(sdma_mb), "RDMA": float(rdma_mb)}
     out: dict[str, dict] = {}
     for p in packets(ops):
@@ -511,18 +518,63 @@ def small_packets(ops: Iterable[CommOp], *, sdma_mb: float, rdma_mb: float) -> d
         if group not in limits_mb:
             continue
         e = out.setdefault(group, {"packets": 0, "small": 0, "bytes": 0, "small_bytes": 0, "small_ns": 0,
-                                   "limit_mb": limits_mb[group]})
+                                   "small_wall_ns": 0, "limit_mb": limits_mb[group]})
         e["packets"] += p.count
         e["bytes"] += p.count * p.size_bytes
         if p.size_bytes < limits_mb[group] * BYTES_PER_MB:
             e["small"] += p.count
             e["small_bytes"] += p.count * p.size_bytes
             e["small_ns"] += p.total_ns
+            e["small_wall_ns"] += p.wall_ns
     for e in out.values():
         e["small_ratio"] = e["small"] / e["packets"] if e["packets"] else 0.0
         e["small_bytes_ratio"] = e["small_bytes"] / e["bytes"] if e["bytes"] else 0.0
     return {k: v for k, v in out.items() if v["packets"]}
 
+
+
+GRADIENT_ROLE = frozenset({comm_time.CommRole.GRADIENT})
+
+
+@dataclass(frozen=True, slots=True)
+class CommDiagnosis:
+    """How the analysed rank's gradient collectives spent their time, and the rank they wait for."""
+
+    split: comm_time.CommSplit
+    late_rank: int | None  # None: one rank only, or no rank waited for markedly less
+
+    @property
+    def transfer_bound(self) -> bool:
+        return self.split.transfer_bound
+
+    def words(self) -> str:
+        """``transfers 3,683 µs, waits 5,941 µs, idle 96.4 ms of 106.0 ms``, per step."""
+        s = self.split
+        return (f"transfers {format_us(s.transit_ns / 1000)}, waits {format_us(s.wait_ns / 1000)}, "
+                f"idle {format_us(s.idle_ns / 1000)} of {format_us(s.elapse_ns / 1000)}")
+
+    def as_dict(self) -> dict:
+        return {**self.split.as_dict(), "late_rank": self.late_rank, "transfer_bound": self.transfer_bound}
+
+
+def gradient_comm(ctx: RuleContext) -> CommDiagnosis | None:
+    """The gradient collectives' time split (communication.json / CommAnalyzerTime) of the analysed
+    rank, and the late rank: from the other ranks of a cluster_communication.json, else from the
+    job's ranks (``ctx.cluster``)."""
+    per_rank = comm_time.split_by_rank(ctx.profile.comm_ops, GRADIENT_ROLE)
+    if not per_rank:
+        return None
+    cluster = ctx.cluster
+    own = cluster.analysed_rank if cluster is not None and cluster.analysed_rank in per_rank else None
+    if own is None:
+        own = -1 if -1 in per_rank else max(per_rank, key=lambda r: per_rank[r].elapse_ns)
+    waits = {r: s.wait_ns for r, s in per_rank.items()}
+    if len(waits) < 2 and cluster is not None:
+        waits = {r.rank: r.comm_wait_ns for r in cluster.ranks if r.comm_wait_ns >= 0}
+        own_key = cluster.analysed_rank
+    else:
+        own_key = own
+    return CommDiagnosis(per_rank[own], comm_time.late_rank(waits, own_key))
 
 # The advisor's names: its tune-ops file, its AOE command (job type 2: operator tuning) and the
 # number of operators it lists (OPERATOR_OUT_TOPK).

@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from msprof_lsp.mapping.children import isolated_children
-from msprof_lsp.mapping.profile import codec, safe_io
+from msprof_lsp.mapping.profile import codec, comm_time, safe_io
 from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
 from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
 from msprof_lsp.mapping.numbers import float_of, int64_of
@@ -249,6 +249,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
     comm_ns = comm_not_overlapped_per_step(p)
     breakdown = profile_breakdown(p)
     computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
+    grad = comm_time.split(p.comm_ops, frozenset({comm_time.CommRole.GRADIENT}))
     return RankSummary(
         rank=r,
         path=where,
@@ -260,6 +261,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
         breakdown=breakdown,
         link_totals=link_transfers(p.comm_ops),
         links=comm_links(p, r),
+        comm_wait_ns=-1.0 if grad is None else grad.wait_ns,
     )
 
 

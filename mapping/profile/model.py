@@ -588,6 +588,9 @@ class RankSummary:
     link_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
     breakdown: TimeBreakdown | None = None  # the rank's own step breakdown (the HTML report's bars)
     links: list[CommLink] = field(default_factory=list)  # the links this rank's matrix wrote
+    # per step, the Wait Time of its gradient collectives (comm_time.split; -1 unknown): the rank
+    # the others wait for waits least
+    comm_wait_ns: float = -1.0
 
 
 @dataclass(slots=True)

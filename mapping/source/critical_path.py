@@ -45,6 +45,10 @@ SYNC_CALL = re.compile(
     r"(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|aclrtSynchronize\w*|"
     r"cudaMemcpy\w*|aclrtMemcpy\w*)$"
 )
+# Host ops that block until the device hands back a value: ``.item()``, ``bool(tensor)``. Their
+# self time is the host waiting for the device (a sync), never the host failing to launch --
+# also where the capture recorded no runtime sync call inside them (Level0, Kineto without it).
+BLOCKING_OP = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero)$")
 _EVENT_WAIT = re.compile(r"^(EVENT_WAIT|Notify[ _]Wait)")
 _EVENT_RECORD = re.compile(r"^(EVENT_RECORD|Notify[ _]Record)")
 
@@ -702,6 +706,7 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
     dur = profile.kernels["dur_ns"].to_numpy(np.int64)
     ev_names = profile.host_events["name"].astype(str).to_numpy()
     h_names = profile.host_ops["name"].astype(str).to_numpy()
+    blocking = profile.host_ops["name"].astype(str).str.match(BLOCKING_OP.pattern).to_numpy(dtype=bool)
     device = np.isin(classes, [int(TaskClass.COMPUTE), int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
     work = work_mask(profile.kernels)
     bandwidth = np.isin(classes, [int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
@@ -756,6 +761,8 @@ def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[Li
                     own.host_on += w
                 if after_sync is not None:
                     after_sync[0].wait(after_sync[1], w)
+                elif own is not None and blocking[s.host_op]:
+                    own.wait(f"{h_names[s.host_op]} (host blocked for a device value)", w)
                 elif own is not None:
                     own.charged[Bound.HOST] += w
                 continue
