@@ -436,26 +436,35 @@ def _joined(rows: np.ndarray, names: list[str]) -> Tokens:
 
 
 class _TokensRecord(msgspec.Struct, array_like=True, frozen=True):
-    rows: bytes  # little-endian int64
+    rows: bytes  # little-endian int64 per token
     names: list[str]
+    text: str
+    starts: bytes  # little-endian int64 per token
 
 
 _TOKENS_DECODER = msgspec.msgpack.Decoder(_TokensRecord)
+_I8 = np.dtype("<i8")
 
 
 def _encode_tokens(toks: Tokens) -> bytes:
-    return msgspec.msgpack.encode(_TokensRecord(np.ascontiguousarray(toks.rows, dtype="<i8").tobytes(), toks.names))
+    return msgspec.msgpack.encode(_TokensRecord(np.ascontiguousarray(toks.rows, dtype=_I8).tobytes(), toks.names,
+                                                toks.text, np.ascontiguousarray(toks.starts, dtype=_I8).tobytes()))
 
 
 def _decode_tokens(data: bytes) -> Tokens:
     rec = _TOKENS_DECODER.decode(data)
-    if len(rec.rows) != 8 * len(rec.names):
-        raise ValueError("token rows and names differ in length")
-    return _joined(np.frombuffer(rec.rows, dtype="<i8").astype(np.int64), rec.names)
+    n = len(rec.names)
+    if len(rec.rows) != _I8.itemsize * n or len(rec.starts) != _I8.itemsize * n:
+        raise ValueError("token rows, starts and names differ in length")
+    starts = np.frombuffer(rec.starts, dtype=_I8).astype(np.int64)
+    if n and (starts[0] != 0 or starts[-1] + len(rec.names[-1]) + 2 != len(rec.text)):
+        raise ValueError("token offsets do not match the text")
+    return Tokens(np.frombuffer(rec.rows, dtype=_I8).astype(np.int64), rec.names, rec.text, starts)
 
 
 TOKENS_PERSIST = Persist(_encode_tokens, _decode_tokens)
-"""The token strings travel with the profile's cache entry (the text is rebuilt from the names)."""
+"""The token strings travel with the profile's cache entry (text and offsets as computed: joining
+the text again would cost what computing the tokens does)."""
 
 
 def host_tokens(ctx: RuleContext) -> Tokens:
