@@ -14,16 +14,16 @@ from __future__ import annotations
 from enum import Enum
 
 import re
-import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.profile import comm_time, linking, step_windows, timemodel
-from msprof_lsp.mapping.profile.model import CommOp, Profile
+from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile
 from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.units import format_us, ns_to_us
 
@@ -389,16 +389,24 @@ class Tokens:
     names: list[str]
     text: str
     starts: np.ndarray  # char offset of each token
+    # matches per regex: the tokens are the profile's (kept with it), so a search runs once per
+    # profile, not once per rule run (the editor re-runs the rules after every pause in typing)
+    found: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False, compare=False)
 
     def find(self, regex: re.Pattern[str]) -> list[tuple[int, int]]:
         """Token ranges [a, b) of every (non-overlapping) match, in order."""
+        key = (regex.pattern, regex.flags)
+        hit = self.found.get(key)
+        if hit is not None:
+            return list(hit)
         out = []
         for m in regex.finditer(self.text):
             a = int(np.searchsorted(self.starts, m.start()))
             b = int(np.searchsorted(self.starts, m.end())) if m.end() < len(self.text) else len(self.rows)
             if b > a and (self.rows[a:b] >= 0).all():
                 out.append((a, b))
-        return out
+        self.found[key] = out
+        return list(out)
 
     def sequence(self, a: int, b: int) -> str:
         """``pow-mean-add-rsqrt-mul`` for the tokens [a, b)."""
@@ -417,23 +425,57 @@ def _tokens(rows: np.ndarray, names: np.ndarray, groups: np.ndarray) -> Tokens:
         out_rows.append(r)
         out_names.append(n)
         prev = g
-    lengths = np.fromiter((len(n) + 2 for n in out_names), dtype=np.int64, count=len(out_names))
+    return _joined(np.asarray(out_rows, dtype=np.int64), out_names)
+
+
+def _joined(rows: np.ndarray, names: list[str]) -> Tokens:
+    lengths = np.fromiter((len(n) + 2 for n in names), dtype=np.int64, count=len(names))
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lengths) else np.zeros(0, dtype=np.int64)
-    text = "".join(f"-{n}-" for n in out_names)
-    return Tokens(np.asarray(out_rows, dtype=np.int64), out_names, text, starts)
+    text = "".join(f"-{n}-" for n in names)
+    return Tokens(rows, names, text, starts)
 
 
-_HOST_CACHE: weakref.WeakKeyDictionary[RuleContext, Tokens] = weakref.WeakKeyDictionary()
-_KERNEL_CACHE: weakref.WeakKeyDictionary[RuleContext, Tokens] = weakref.WeakKeyDictionary()
+class _TokensRecord(msgspec.Struct, array_like=True, frozen=True):
+    rows: bytes  # little-endian int64 per token
+    names: list[str]
+    text: str
+    starts: bytes  # little-endian int64 per token
+
+
+_TOKENS_DECODER = msgspec.msgpack.Decoder(_TokensRecord)
+_I8 = np.dtype("<i8")
+
+
+def _encode_tokens(toks: Tokens) -> bytes:
+    return msgspec.msgpack.encode(_TokensRecord(np.ascontiguousarray(toks.rows, dtype=_I8).tobytes(), toks.names,
+                                                toks.text, np.ascontiguousarray(toks.starts, dtype=_I8).tobytes()))
+
+
+def _decode_tokens(data: bytes) -> Tokens:
+    rec = _TOKENS_DECODER.decode(data)
+    n = len(rec.names)
+    if len(rec.rows) != _I8.itemsize * n or len(rec.starts) != _I8.itemsize * n:
+        raise ValueError("token rows, starts and names differ in length")
+    starts = np.frombuffer(rec.starts, dtype=_I8).astype(np.int64)
+    if n and (starts[0] != 0 or starts[-1] + len(rec.names[-1]) + 2 != len(rec.text)):
+        raise ValueError("token offsets do not match the text")
+    return Tokens(np.frombuffer(rec.rows, dtype=_I8).astype(np.int64), rec.names, rec.text, starts)
+
+
+TOKENS_PERSIST = Persist(_encode_tokens, _decode_tokens)
+"""The token strings travel with the profile's cache entry (text and offsets as computed: joining
+the text again would cost what computing the tokens does)."""
 
 
 def host_tokens(ctx: RuleContext) -> Tokens:
-    """Outermost framework ops per host thread, time order, ``aten::`` stripped (cached per context)."""
-    hit = _HOST_CACHE.get(ctx)
-    if hit is not None:
-        return hit
-    h = ctx.profile.host_ops
-    top = np.flatnonzero(outermost_framework_ops(ctx.profile))
+    """Outermost framework ops per host thread, time order, ``aten::`` stripped (kept with the profile)."""
+    profile = ctx.profile
+    return profile.derived.memo("tokens/host", profile.fields(), lambda: _host_tokens(profile), TOKENS_PERSIST)
+
+
+def _host_tokens(profile: Profile) -> Tokens:
+    h = profile.host_ops
+    top = np.flatnonzero(outermost_framework_ops(profile))
     rows = top
     names = np.zeros(0, dtype=object)
     thread = np.zeros(0, dtype=np.int64)
@@ -442,22 +484,22 @@ def host_tokens(ctx: RuleContext) -> Tokens:
         rows = top[np.lexsort((sub["start_ns"].to_numpy(), sub["tid"].to_numpy(), sub["pid"].to_numpy()))]
         names = np.array([n[6:] if n.startswith("aten::") else n for n in strs(h["name"])[rows]], dtype=object)
         thread = h["pid"].to_numpy(np.int64)[rows] * (1 << 32) + h["tid"].to_numpy(np.int64)[rows]
-    toks = _HOST_CACHE[ctx] = _tokens(rows, names, thread)
-    return toks
+    return _tokens(rows, names, thread)
 
 
 def kernel_tokens(ctx: RuleContext) -> Tokens:
-    """Device kernel OpTypes per (device, stream), start order, of the profiled steps (cached)."""
-    hit = _KERNEL_CACHE.get(ctx)
-    if hit is not None:
-        return hit
-    k = ctx.profile.kernels_in_steps()
+    """Device kernel OpTypes per (device, stream), start order, of the profiled steps (kept with the profile)."""
+    profile = ctx.profile
+    return profile.derived.memo("tokens/kernel", profile.fields(), lambda: _kernel_tokens(profile), TOKENS_PERSIST)
+
+
+def _kernel_tokens(profile: Profile) -> Tokens:
+    k = profile.kernels_in_steps()
     order = np.lexsort((k["start_ns"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     rows = k.index.to_numpy(np.int64)[order]
     names = kernel_types(k)[order]
     group = k["device"].to_numpy(np.int64)[order] * (1 << 32) + k["stream"].to_numpy(np.int64)[order]
-    toks = _KERNEL_CACHE[ctx] = _tokens(rows, names, group)
-    return toks
+    return _tokens(rows, names, group)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from .settings import parse_path_mapping
@@ -50,6 +49,8 @@ class CheckArgs:
 
 
 def version() -> str:
+    from importlib import metadata  # here: the module costs ~50 ms to import and most runs never ask
+
     try:
         return metadata.version("msprof-lsp")
     except metadata.PackageNotFoundError:  # running from a source tree without install

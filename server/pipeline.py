@@ -11,7 +11,7 @@ from pathlib import Path
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.mapping.profile import cache, safe_io
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.profile.cluster import LoadResult, load_job, load_profile
 from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
@@ -79,6 +79,13 @@ def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Set
     return Analysis(loaded, workspace, attribution, findings)
 
 
+def keep_derived(loaded: LoadResult, settings: Settings) -> None:
+    """Write what the analysis derived from the profile alone (critical paths, op tokens) beside
+    its cache entry, so the next run reads it (mapping.cache.store_derived); a profile that did
+    not come from or go to the cache (``--no-cache``, ranks of a process pool) has no entry."""
+    cache.store_derived(loaded.location, loaded.profile, _cache_dir(settings))
+
+
 def _cache_dir(settings: Settings) -> Path | None:
     return settings.resolve_path(settings.cache_dir) if settings.cache_dir else None
 
@@ -128,4 +135,6 @@ def analyse_paths(
             roots = [job.source_root(boundary)]
         loaded = load_found_job(job, settings, use_cache=use_cache, progress=progress)
         analyses.append(analyse_loaded(loaded, build_workspace(roots, settings), settings))
+        if use_cache:
+            keep_derived(loaded, settings)
     return analyses

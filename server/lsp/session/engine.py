@@ -111,7 +111,10 @@ class Engine:
             progress("Loading the baseline profile", None)
             self._load_baseline(req.baseline, load_settings, req.use_cache)
         progress("Running rules", None)
-        return self.snapshot()
+        snap = self.snapshot()
+        if req.use_cache:  # what the load and the first rule run derived from the profile alone
+            pipeline.keep_derived(loaded, load_settings)
+        return snap
 
     def _load_baseline(self, path: Path, settings: Settings, use_cache: bool) -> None:
         assert self.workspace is not None
