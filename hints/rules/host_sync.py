@@ -173,14 +173,14 @@ def _syncs_removed(ctx: RuleContext, g: _Group) -> Effect:
     if g.ops and blocking.any():
         e_start = ev["start_ns"].to_numpy(np.int64)
         e_end = e_start + ev["dur_ns"].to_numpy(np.int64)
-        e_tid, e_pid = ev["tid"].to_numpy(np.int64), ev["pid"].to_numpy(np.int64)
+        # the thread by its tid alone: torch_npu records the CANN layer under a pid of its own
+        e_tid = ev["tid"].to_numpy(np.int64)
         h_start = h["start_ns"].to_numpy(np.int64)
         h_end = h_start + h["dur_ns"].to_numpy(np.int64)
-        h_tid, h_pid = h["tid"].to_numpy(np.int64), h["pid"].to_numpy(np.int64)
+        h_tid = h["tid"].to_numpy(np.int64)
         cand = np.flatnonzero(blocking)
         for r in g.ops:
-            inside = ((e_tid[cand] == h_tid[r]) & (e_pid[cand] == h_pid[r]) & (e_start[cand] >= h_start[r])
-                      & (e_end[cand] <= h_end[r]))
+            inside = (e_tid[cand] == h_tid[r]) & (e_start[cand] >= h_start[r]) & (e_end[cand] <= h_end[r])
             rows.update(int(e) for e in cand[inside])
     if not rows:
         return Effect(unknown="unknown: the profile records no runtime call for this sync (no CANN/CUDA API events)")
