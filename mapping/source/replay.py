@@ -15,7 +15,8 @@ A Daydream-style as-soon-as-possible re-simulation over the critical path's even
   sync end: 0), never more than its recorded delay;
 * a host piece waiting inside a synchronisation call is 0 unless it bound its end (the call's own
   overhead): the wait is re-derived from the device -> sync dependency; a removed sync call drops
-  that dependency and its wait (the host runs ahead);
+  that dependency and its wait (the host runs ahead); a device wait task (EVENT_WAIT) likewise
+  lasts until the record it waits for, not its recorded length;
 * a node nothing leads to keeps its recorded time when it is the step's first, else it follows the
   latest host point before it by its recorded gap (a thread's first point in the step, a device task
   with no launch link: what started them is not recorded, the host is assumed to).
@@ -50,8 +51,8 @@ _WAIT = _KINDS.index(SegmentKind.WAIT)
 _NEG = -(1 << 42)  # "not reached yet" (times are relative to the step's start, far from this)
 MAX_ROUNDS = 20_000  # chain switches on one path before the graph is taken for cyclic
 
-# what the edge into a node along its chain is
-_NONE, _PIECE, _SYNC_PIECE, _TASK, _ORDER = range(5)
+# what the edge into a node along its chain is; a wait task is an EVENT_WAIT / Notify Wait
+_NONE, _PIECE, _SYNC_PIECE, _TASK, _ORDER, _WAIT_TASK = range(6)
 
 
 @dataclass(slots=True)
@@ -217,6 +218,7 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     chain[dst[host_piece]] = _PIECE
     chain[dst[sync_piece]] = _SYNC_PIECE
     chain[dst[task]] = _TASK
+    chain[dst[task & (kind == _WAIT)]] = _WAIT_TASK
     chain[dst[order]] = _ORDER
     head = np.ones(n, bool)
     head[c_dst] = False
@@ -255,8 +257,10 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     min_launch = int(launch_gaps.min()) if len(launch_gaps) else 0
     default = np.where(xdep == _LAUNCH, min_launch, 0)
     x_w = np.where(first | (xdep == -1), x_gap, np.minimum(default, x_gap))
-    # work keeps its duration; a sync wait is re-derived unless it bound its end (call overhead)
-    chain_w = np.where(chain == _SYNC_PIECE, np.where(chain_binds, chain_gap, np.minimum(0, chain_gap)), chain_gap)
+    # work keeps its duration; a wait (a host sync, a device wait task) is re-derived from what it
+    # waited for unless it bound its end itself (its overhead)
+    waits = (chain == _SYNC_PIECE) | (chain == _WAIT_TASK)
+    chain_w = np.where(waits, np.where(chain_binds, chain_gap, np.minimum(0, chain_gap)), chain_gap)
     o = np.argsort(xd, kind="stable")
     xs, xd, x_w, xcall = xs[o], xd[o], x_w[o], xcall[o]
     x_heads = np.flatnonzero(np.concatenate([[True], xd[1:] != xd[:-1]])) if len(xd) else np.zeros(0, np.int64)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from msprof_lsp.hints.finding import Finding
@@ -62,8 +62,12 @@ class Result:
         return abs(self.estimate_us - self.truth_us) <= max(0.35 * abs(self.truth_us), 500.0)
 
 
-def _cnn(**kw) -> Callable[[], Run]:
-    return lambda: cnn_runs(SAMPLES / "cnn_classifier", CnnKnobs(ranks=1, **kw))[0]
+def _cnn(events: bool = False, **kw) -> Callable[[], Run]:
+    """The CNN sample's rank 0 (``events``: its wait for the all-reduce written as event tasks)."""
+    def build() -> Run:
+        run = cnn_runs(SAMPLES / "cnn_classifier", CnnKnobs(ranks=1, **kw))[0]
+        return replace(run, record_comm_waits=True) if events else run
+    return build
 
 
 def _tf(**kw) -> Callable[[], Run]:
@@ -90,6 +94,13 @@ CASES: tuple[Case, ...] = (
     Case("NPU103", "cnn, device-bound, 1.5 ms all-reduce: the convs", "cnn_classifier",
          _cnn(transdata_us=400.0, linear_transdata_us=200.0), lambda r: fx.without_kernels(r, TRANSDATA, CONVS),
          NO_EVENT, picks="Conv2D"),
+    Case("NPU103", "cnn, device-bound, 1.5 ms all-reduce, events: the convs", "cnn_classifier",
+         _cnn(True, transdata_us=400.0, linear_transdata_us=200.0), lambda r: fx.without_kernels(r, TRANSDATA, CONVS),
+         picks="Conv2D"),
+    Case("NPU102", "cnn: 1.5 ms all-reduce, events, accumulation over 4", "cnn_classifier", _cnn(True),
+         lambda r: fx.allreduce_every(r, 4)),
+    Case("NPU102", "cnn: 1.5 ms all-reduce, no events", "cnn_classifier", _cnn(),
+         lambda r: fx.allreduce_every(r, 4), NO_EVENT),
     Case("NPU104", "cnn: single-process DataLoader, 12.5 ms", "cnn_classifier", _cnn(), fx.without_dataloader),
     Case("NPU104", "transformer: single-process DataLoader, 11 ms", "tiny_transformer", _tf(), fx.without_dataloader),
     Case("NPU108", "cnn: torch.npu.synchronize() (loss.item() stays)", "cnn_classifier", _cnn(),
