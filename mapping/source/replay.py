@@ -9,8 +9,9 @@ A Daydream-style as-soon-as-possible re-simulation over the critical path's even
 * work edges keep their recorded duration times a factor: a device task (start -> end) and a host
   op's self-time piece (one point to the next on its thread);
 * dependency edges carry their intrinsic latency, read from the recording: the edge that bound the
-  node (its source arrived last) keeps the recorded delay -- a launch into an idle stream its launch
-  delay, a sync call its return after the device finished; every other edge carries its default
+  node (its source arrived last; a task that started over 2 µs after its stream freed was bound by
+  its launch) keeps the recorded delay -- a launch into an idle stream its launch delay, a sync
+  call its return after the device finished; every other edge carries its default
   (launch: the smallest launch delay the step shows; stream order, event record -> wait, device ->
   sync end: 0), never more than its recorded delay;
 * a host piece waiting inside a synchronisation call is 0 unless it bound its end (the call's own
@@ -49,10 +50,12 @@ _LAUNCH = _DEPS.index(Dependency.LAUNCH)
 _STREAM = _DEPS.index(Dependency.STREAM)
 _WAIT = _KINDS.index(SegmentKind.WAIT)
 _NEG = -(1 << 42)  # "not reached yet" (times are relative to the step's start, far from this)
-MAX_ROUNDS = 20_000  # chain switches on one path before the graph is taken for cyclic
+MAX_ROUNDS = 20_000
+STREAM_SLACK_NS = 2000  # a task starting later than this after its stream freed was launch-bound  # chain switches on one path before the graph is taken for cyclic
 
-# what the edge into a node along its chain is; a wait task is an EVENT_WAIT / Notify Wait
-_NONE, _PIECE, _SYNC_PIECE, _TASK, _ORDER, _WAIT_TASK = range(6)
+# what the edge into a node along its chain is; a wait task is an EVENT_WAIT / Notify Wait; an idle
+# piece is host time with no op open (a worker thread waiting for work)
+_NONE, _PIECE, _SYNC_PIECE, _TASK, _ORDER, _WAIT_TASK, _IDLE = range(7)
 
 
 @dataclass(slots=True)
@@ -231,6 +234,10 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     gap = rec[dst] - rec[src]
     chain_gap = np.zeros(n, np.int64)
     chain_gap[c_dst] = gap[is_chain]
+    # a worker thread's idle time ends when another thread hands it work: the latest point of
+    # another thread before it (the task queue's dequeue after the enqueue, a backward node)
+    idle = np.flatnonzero((chain == _PIECE) & (chain_op < 0))
+    chain[idle] = _IDLE
     # cross edges, plus an anchor into each node nothing leads to but the step's first
     x = ~is_chain
     xs, xd, xdep, xcall = src[x], dst[x], dep[x], np.where(dep[x] == _SYNC, g.call[x], -1)
@@ -238,16 +245,26 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     has_in[dst] = True
     orphans = np.flatnonzero(~has_in)
     a_src, a_dst = _anchors(rec, g.n_host, orphans)
+    h_src, h_dst = _handed(rec, head[:g.n_host], idle)
+    a_src, a_dst = np.concatenate([a_src, h_src]), np.concatenate([a_dst, h_dst])
     xs, xd = np.concatenate([xs, a_src]), np.concatenate([xd, a_dst])
     xdep = np.concatenate([xdep, np.full(len(a_src), -1, np.int8)])
     xcall = np.concatenate([xcall, np.full(len(a_src), -1, np.int64)])
     x_gap = rec[xd] - rec[xs]
-    # the binding edge into each node: the one whose source came last (a chain edge on a tie)
+    # the binding edge into each node: the one whose source came last (a chain edge on a tie); but
+    # a task that started more than STREAM_SLACK_NS after its stream freed was not held by the
+    # stream: its launch bound it (the launch's source point is the op's last one before the task,
+    # which can come before the previous task's end)
     best_x = np.full(n, _NEG, np.int64)
     np.maximum.at(best_x, xd, rec[xs])
+    launch = xdep == _LAUNCH
+    best_launch = np.full(n, _NEG, np.int64)
+    np.maximum.at(best_launch, xd[launch], rec[xs[launch]])
+    idle_stream = (chain == _ORDER) & (chain_gap > STREAM_SLACK_NS) & (best_launch > _NEG)
     chain_src = np.where(head, _NEG, rec[np.maximum(np.arange(n) - 1, 0)])
-    chain_binds = ~head & (chain_src >= best_x)
-    x_binds = ~chain_binds[xd] & (rec[xs] == best_x[xd])
+    chain_binds = ~head & (chain_src >= best_x) & ~idle_stream
+    x_binds = ~chain_binds[xd] & np.where(idle_stream[xd], launch & (rec[xs] == best_launch[xd]),
+                                          rec[xs] == best_x[xd])
     # a node bound by several cross edges at once: one of them is enough
     first = np.zeros(len(xd), bool)
     bi = np.flatnonzero(x_binds)
@@ -259,7 +276,9 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     x_w = np.where(first | (xdep == -1), x_gap, np.minimum(default, x_gap))
     # work keeps its duration; a wait (a host sync, a device wait task) is re-derived from what it
     # waited for unless it bound its end itself (its overhead)
-    waits = (chain == _SYNC_PIECE) | (chain == _WAIT_TASK)
+    # (stream order is a dependency too: 0 unless it bound the task)
+    waits = ((chain == _SYNC_PIECE) | (chain == _WAIT_TASK) | (chain == _ORDER)
+             | ((chain == _IDLE) & np.isin(np.arange(n), h_dst)))
     chain_w = np.where(waits, np.where(chain_binds, chain_gap, np.minimum(0, chain_gap)), chain_gap)
     o = np.argsort(xd, kind="stable")
     xs, xd, x_w, xcall = xs[o], xd[o], x_w[o], xcall[o]
@@ -296,6 +315,25 @@ def _anchors(rec: np.ndarray, n_host: int, orphans: np.ndarray) -> tuple[np.ndar
     j = np.searchsorted(h_times, rec[orphans], side="left") - 1
     ok = j >= 0
     return h_order[j[ok]], orphans[ok]
+
+
+def _handed(rec: np.ndarray, host_head: np.ndarray, idle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each idle piece's end (host nodes), the latest point of another host thread strictly
+    before it: (sources, the idle ends that have one)."""
+    if not len(idle):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    thread = np.cumsum(host_head) - 1  # host points are in (thread, time) order: a chain per thread
+    o = np.argsort(rec[:len(host_head)], kind="stable")
+    times, th = rec[:len(host_head)][o], thread[o]
+    m = len(o)
+    run_head = np.ones(m, dtype=bool)
+    run_head[1:] = th[1:] != th[:-1]
+    other = np.maximum.accumulate(np.where(run_head, np.arange(m), 0)) - 1  # last point before the run
+    j = np.searchsorted(times, rec[idle], side="left") - 1
+    jc = np.maximum(j, 0)
+    j = np.where((j >= 0) & (th[jc] == thread[idle]), other[jc], j)
+    ok = j >= 0
+    return o[j[ok]], idle[ok]
 
 
 def _relax(m: StepModel, chain_w: np.ndarray, dropped: np.ndarray) -> np.ndarray | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .run import OpSpec, RepeatedSteps, Run, StepItem, UserCall
+from .run import Launch, OpSpec, RepeatedSteps, Run, StepItem, UserCall
 from .truth import truth
 
 OpMap = Callable[[OpSpec], OpSpec]
@@ -77,6 +77,13 @@ def allreduce_every(run: Run, k: int) -> Run:
         return replace(op, kernels=ks)
 
     return map_ops(run, scale)
+
+
+def fused_optimizer(run: Run, launch: Launch) -> Run:
+    """``optimizer.step()`` replaced by ``launch`` (the fused form of the same optimizer)."""
+    return _map_items(run, lambda items: tuple(
+        replace(i, launches=(launch,)) if isinstance(i, UserCall) and i.label == "optimizer.step" else i
+        for i in items))
 
 
 def step_ns(run: Run) -> float:

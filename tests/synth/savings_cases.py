@@ -19,7 +19,8 @@ from msprof_lsp.hints.finding import Finding
 
 from . import fixes as fx
 from .run import Run
-from .sample_runs import CnnKnobs, TransformerKnobs, cnn_runs, transformer_run
+from . import library as L
+from .sample_runs import CnnKnobs, TransformerKnobs, _tf_params, cnn_runs, transformer_run
 from .write_text import write_torch_npu_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,6 +111,16 @@ CASES: tuple[Case, ...] = (
     Case("NPU108", "cnn without synchronize(): loss.item()", "cnn_classifier",
          lambda: fx.without_syncs(_cnn()(), ops=False), lambda r: fx.without_syncs(r, apis=False), picks="item"),
     Case("NPU108", "transformer: loss.item()", "tiny_transformer", _tf(), fx.without_syncs),
+    Case("NPU220", "transformer: unfused AdamW, 19 parameters", "tiny_transformer", _tf(),
+         lambda r: fx.fused_optimizer(r, L.adamw_step(_tf_params(32003, 128, 256, 2),
+                                                      kernel_us=TransformerKnobs().adamw_kernel_us, fused=True)),
+         "the generator's fused AdamW is one kernel per parameter at 4x an unfused kernel's time: a chosen duration"),
+    Case("NPU221", "transformer: per-tensor clip_grad_norm_", "tiny_transformer", _tf(), None,
+         "the generator has no multi-tensor clipping to lay out"),
+    Case("NPU210", "transformer: RMSNorm written out", "tiny_transformer", _tf(), None,
+         "a fused kernel's time would be a knob of the generator, not a consequence of the fix"),
+    Case("NPU106", "transformer: lm_head N = 32003", "tiny_transformer", _tf(), None,
+         "a padded GEMM's time would be a knob of the generator; the sample has no aligned MatMulV3 to rate it"),
     Case("NPU101", "cnn: ReLU -> Dropout in the embed block", "cnn_classifier", _cnn(),
          lambda r: fx.without_kernels(r, RELU, frozenset({"embed"})), picks="nn.ReLU(),"),
     Case("NPU101", "cnn: F.dropout(F.relu(self.fc2(x)))", "cnn_classifier", _cnn(),
