@@ -9,9 +9,9 @@ A Daydream-style as-soon-as-possible re-simulation over the critical path's even
 * work edges keep their recorded duration times a factor: a device task (start -> end) and a host
   op's self-time piece (one point to the next on its thread);
 * dependency edges carry their intrinsic latency, read from the recording: the edge that bound the
-  node (its source arrived last; a task that started over 2 µs after its stream freed was bound by
-  its launch) keeps the recorded delay -- a launch into an idle stream its launch delay, a sync
-  call its return after the device finished; every other edge carries its default
+  node (its source arrived last) keeps the recorded delay -- a launch into an idle stream its launch
+  delay, a task queued behind another the gap after it, a sync call its return after the device
+  finished; every other edge carries its default
   (launch: the smallest launch delay the step shows; stream order, event record -> wait, device ->
   sync end: 0), never more than its recorded delay;
 * a host piece waiting inside a synchronisation call is 0 unless it bound its end (the call's own
@@ -50,8 +50,7 @@ _LAUNCH = _DEPS.index(Dependency.LAUNCH)
 _STREAM = _DEPS.index(Dependency.STREAM)
 _WAIT = _KINDS.index(SegmentKind.WAIT)
 _NEG = -(1 << 42)  # "not reached yet" (times are relative to the step's start, far from this)
-MAX_ROUNDS = 20_000
-STREAM_SLACK_NS = 2000  # a task starting later than this after its stream freed was launch-bound  # chain switches on one path before the graph is taken for cyclic
+MAX_ROUNDS = 20_000  # chain switches on one path before the graph is taken for cyclic
 
 # what the edge into a node along its chain is; a wait task is an EVENT_WAIT / Notify Wait; an idle
 # piece is host time with no op open (a worker thread waiting for work)
@@ -251,20 +250,12 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     xdep = np.concatenate([xdep, np.full(len(a_src), -1, np.int8)])
     xcall = np.concatenate([xcall, np.full(len(a_src), -1, np.int64)])
     x_gap = rec[xd] - rec[xs]
-    # the binding edge into each node: the one whose source came last (a chain edge on a tie); but
-    # a task that started more than STREAM_SLACK_NS after its stream freed was not held by the
-    # stream: its launch bound it (the launch's source point is the op's last one before the task,
-    # which can come before the previous task's end)
+    # the binding edge into each node: the one whose source came last (a chain edge on a tie)
     best_x = np.full(n, _NEG, np.int64)
     np.maximum.at(best_x, xd, rec[xs])
-    launch = xdep == _LAUNCH
-    best_launch = np.full(n, _NEG, np.int64)
-    np.maximum.at(best_launch, xd[launch], rec[xs[launch]])
-    idle_stream = (chain == _ORDER) & (chain_gap > STREAM_SLACK_NS) & (best_launch > _NEG)
     chain_src = np.where(head, _NEG, rec[np.maximum(np.arange(n) - 1, 0)])
-    chain_binds = ~head & (chain_src >= best_x) & ~idle_stream
-    x_binds = ~chain_binds[xd] & np.where(idle_stream[xd], launch & (rec[xs] == best_launch[xd]),
-                                          rec[xs] == best_x[xd])
+    chain_binds = ~head & (chain_src >= best_x)
+    x_binds = ~chain_binds[xd] & (rec[xs] == best_x[xd])
     # a node bound by several cross edges at once: one of them is enough
     first = np.zeros(len(xd), bool)
     bi = np.flatnonzero(x_binds)
