@@ -51,6 +51,7 @@ _STREAM = _DEPS.index(Dependency.STREAM)
 _WAIT = _KINDS.index(SegmentKind.WAIT)
 _NEG = -(1 << 42)  # "not reached yet" (times are relative to the step's start, far from this)
 MAX_ROUNDS = 20_000  # chain switches on one path before the graph is taken for cyclic
+WORK_BUDGET = 50_000_000  # node and edge visits of the vectorised rounds before one ordered pass
 
 # what the edge into a node along its chain is; a wait task is an EVENT_WAIT / Notify Wait; an idle
 # piece is host time with no op open (a worker thread waiting for work)
@@ -329,14 +330,16 @@ def _handed(rec: np.ndarray, host_head: np.ndarray, idle: np.ndarray) -> tuple[n
 
 def _relax(m: StepModel, chain_w: np.ndarray, dropped: np.ndarray) -> np.ndarray | None:
     """Replayed node times (relative): chains scanned whole, cross edges relaxed all at once,
-    alternating until nothing moves. None when it does not settle (a cycle)."""
+    alternating until nothing moves; past the work budget (a path that changes chains at nearly
+    every node) one pass in topological order instead. None on a cycle."""
     n = len(m.rec)
     keep = ~dropped
     seg = np.cumsum(m.head) - 1  # chain number per node
     w = np.where(m.head, 0, chain_w)
     c = np.cumsum(w)
     t = m.fixed.copy()
-    for _ in range(min(MAX_ROUNDS, len(m.x_dst) + 2)):
+    rounds = min(MAX_ROUNDS, len(m.x_dst) + 2, max(8, WORK_BUDGET // max(n + len(m.x_dst), 1)))
+    for _ in range(rounds):
         arr = m.fixed.copy()
         if len(m.x_dst):
             src_t = t[m.x_src]
@@ -349,7 +352,36 @@ def _relax(m: StepModel, chain_w: np.ndarray, dropped: np.ndarray) -> np.ndarray
         if np.array_equal(new, t):
             return t
         t = new
-    return None
+    return _relax_in_order(m, w, keep)
+
+
+def _relax_in_order(m: StepModel, w: np.ndarray, keep: np.ndarray) -> np.ndarray | None:
+    """The same times by one pass in Kahn's order over all edges (linear; None on a cycle)."""
+    n = len(m.rec)
+    inner = np.flatnonzero(~m.head)
+    src = np.concatenate([inner - 1, m.x_src[keep]])
+    dst = np.concatenate([inner, m.x_dst[keep]])
+    wt = np.concatenate([w[inner], m.x_w[keep]])
+    order = np.argsort(src, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    dst_l, w_l, ptr_l = dst[order].tolist(), wt[order].tolist(), ptr.tolist()
+    indeg = np.bincount(dst, minlength=n).tolist()
+    t = m.fixed.tolist()
+    queue = [v for v in range(n) if not indeg[v]]
+    neg = _NEG // 2
+    for u in queue:  # grows while it is walked
+        tu = t[u]
+        for k in range(ptr_l[u], ptr_l[u + 1]):
+            v = dst_l[k]
+            if tu > neg and tu + w_l[k] > t[v]:
+                t[v] = tu + w_l[k]
+            indeg[v] -= 1
+            if not indeg[v]:
+                queue.append(v)
+    if len(queue) < n:
+        return None
+    return np.asarray(t, dtype=np.int64)
 
 
 def _scan(v: np.ndarray, seg: np.ndarray) -> np.ndarray:
