@@ -329,7 +329,9 @@ class _Tables:
     k_wait: np.ndarray  # bool: EVENT_WAIT / Notify Wait
 
     @classmethod
-    def of(cls, profile: Profile) -> "_Tables":
+    def of(cls, profile: Profile, *, runtime_on_caller: bool = False) -> "_Tables":
+        """``runtime_on_caller``: runtime calls recorded under another pid with a host op thread's
+        tid (torch_npu's CANN layer) join that thread (:func:`_runtime_pids`)."""
         h, k, ev = profile.host_ops, profile.kernels, profile.host_events
         i8 = np.int64
         h_start, e_start, k_start = (t["start_ns"].to_numpy(i8) for t in (h, ev, k))
@@ -337,7 +339,9 @@ class _Tables:
         k_names = k["name"].astype(str).to_numpy()
         sync_names = {n for n in set(e_names.tolist()) if SYNC_CALL.search(n)}
         distinct = set(k_names.tolist())
-        e_pid = _runtime_pids(h["pid"].to_numpy(i8), h["tid"].to_numpy(i8), ev["pid"].to_numpy(i8), ev["tid"].to_numpy(i8))
+        e_pid = ev["pid"].to_numpy(i8)
+        if runtime_on_caller:
+            e_pid = _runtime_pids(h["pid"].to_numpy(i8), h["tid"].to_numpy(i8), e_pid, ev["tid"].to_numpy(i8))
         threads = _thread_codes(np.concatenate([h["pid"].to_numpy(i8), e_pid]),
                                 np.concatenate([h["tid"].to_numpy(i8), ev["tid"].to_numpy(i8)]))
         return cls(
@@ -353,11 +357,13 @@ class _Tables:
         )
 
 
-def step_tables(profile: Profile) -> _Tables:
+def step_tables(profile: Profile, *, runtime_on_caller: bool = False) -> _Tables:
     """The columns the step graphs read, converted once per loaded profile (the critical path and
-    the step replay, mapping/source/replay.py, share them)."""
+    the step replay, mapping/source/replay.py, share them; the replay puts torch_npu's runtime
+    calls on the thread that made them, so a sync blocks its caller)."""
     inputs = (profile.kernels, profile.host_ops, profile.host_events)
-    return profile.derived.memo("step_graph/tables", inputs, lambda: _Tables.of(profile))
+    return profile.derived.memo(f"step_graph/tables/{runtime_on_caller}", inputs,
+                                lambda: _Tables.of(profile, runtime_on_caller=runtime_on_caller))
 
 
 def _runtime_pids(h_pid: np.ndarray, h_tid: np.ndarray, e_pid: np.ndarray, e_tid: np.ndarray) -> np.ndarray:

@@ -138,7 +138,7 @@ def _replay_base(profile: Profile, max_steps: int) -> ReplayBase:
     why = why_no_path(profile)
     if why is not None:
         return ReplayBase(unavailable=why)
-    tables = step_tables(profile)
+    tables = step_tables(profile, runtime_on_caller=True)
     out = ReplayBase()
     for step in windows(profile)[:max_steps]:
         built = step_graph(profile, step, tables)
