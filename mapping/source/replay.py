@@ -17,10 +17,12 @@ A Daydream-style as-soon-as-possible re-simulation over the critical path's even
 * a host piece waiting inside a synchronisation call is 0 unless it bound its end (the call's own
   overhead): the wait is re-derived from the device -> sync dependency; a removed sync call drops
   that dependency and its wait (the host runs ahead); a device wait task (EVENT_WAIT) likewise
-  lasts until the record it waits for, not its recorded length;
+  lasts until the record it waits for, not its recorded length, and a worker thread's idle time
+  (no op open) until the latest point of another thread before its end (work handed over);
 * a node nothing leads to keeps its recorded time when it is the step's first, else it follows the
   latest host point before it by its recorded gap (a thread's first point in the step, a device task
-  with no launch link: what started them is not recorded, the host is assumed to).
+  with no launch link: what started them is not recorded, the host is assumed to);
+* torch_npu's runtime calls (recorded under a pid of their own) sit on the thread that made them.
 
 By construction the unchanged replay reproduces every recorded time; :attr:`ReplayBase.residual_ns`
 checks it. A step's length is when the next step can begin: the host's last point, or the device's
@@ -30,7 +32,9 @@ step, so whatever the model does not capture cancels.
 
 The relaxation is vectorised: each host thread and each device stream is a chain (one scan with a
 running maximum relaxes it whole), and the edges between chains are relaxed all at once; the two
-alternate until nothing moves -- as many rounds as the longest path changes chains.
+alternate until nothing moves -- as many rounds as the longest path changes chains. Past a work
+budget (a path that changes chains at nearly every node: a sync per op) one linear pass in
+topological order finishes instead.
 """
 
 from __future__ import annotations
@@ -204,19 +208,28 @@ def _factor_of(keys: np.ndarray, rows: np.ndarray, factors: np.ndarray) -> np.nd
     return out
 
 
-def _model(step_id: int, g: _Graph) -> StepModel | None:
-    """Split the graph into chains and cross edges and read each edge's latency from the record."""
-    n = len(g.time)
-    t0 = int(g.time.min())
-    rec = g.time - t0
+@dataclass(slots=True)
+class _Chains:
+    """Per node, the chain edge into it (a host piece to the next point of its thread, a task's
+    start -> end, stream order) and what it is."""
+
+    is_chain: np.ndarray  # per edge
+    chain: np.ndarray  # per node: _NONE, _PIECE, ...
+    head: np.ndarray
+    op: np.ndarray  # host_ops row of a host piece
+    kernel: np.ndarray  # kernels row of a task's end
+    call: np.ndarray  # host_events row of a sync piece's call
+    gap: np.ndarray  # recorded length of the chain edge
+
+
+def _chains(g: _Graph, rec: np.ndarray) -> _Chains:
+    n = len(rec)
     src, dst, kind, dep = g.src, g.dst, g.kind, g.dep
-    # chain edges: a host piece to the next point of its thread, a task's start -> end, stream order
     host_piece = (src < g.n_host) & (dst < g.n_host) & (dst == src + 1)
     task = g.kernel >= 0
     order = dep == _STREAM
     is_chain = host_piece | task | order
     chain = np.full(n, _NONE, np.int8)
-    c_dst = dst[is_chain]
     sync_piece = host_piece & (kind == _WAIT) & (dep == _SYNC)
     chain[dst[host_piece]] = _PIECE
     chain[dst[sync_piece]] = _SYNC_PIECE
@@ -224,77 +237,97 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     chain[dst[task & (kind == _WAIT)]] = _WAIT_TASK
     chain[dst[order]] = _ORDER
     head = np.ones(n, bool)
-    head[c_dst] = False
-    chain_op = np.full(n, -1, np.int64)
-    chain_op[dst[host_piece & (kind == _HOST)]] = g.host_op[host_piece & (kind == _HOST)]
-    chain_kernel = np.full(n, -1, np.int64)
-    chain_kernel[dst[task]] = g.kernel[task]
-    chain_call = np.full(n, -1, np.int64)
-    chain_call[dst[sync_piece]] = g.call[sync_piece]
-    gap = rec[dst] - rec[src]
-    chain_gap = np.zeros(n, np.int64)
-    chain_gap[c_dst] = gap[is_chain]
-    # a worker thread's idle time ends when another thread hands it work: the latest point of
-    # another thread before it (the task queue's dequeue after the enqueue, a backward node)
-    idle = np.flatnonzero((chain == _PIECE) & (chain_op < 0))
-    chain[idle] = _IDLE
-    # cross edges, plus an anchor into each node nothing leads to but the step's first
-    x = ~is_chain
-    xs, xd, xdep, xcall = src[x], dst[x], dep[x], np.where(dep[x] == _SYNC, g.call[x], -1)
+    head[dst[is_chain]] = False
+    op = np.full(n, -1, np.int64)
+    op[dst[host_piece & (kind == _HOST)]] = g.host_op[host_piece & (kind == _HOST)]
+    kernel = np.full(n, -1, np.int64)
+    kernel[dst[task]] = g.kernel[task]
+    call = np.full(n, -1, np.int64)
+    call[dst[sync_piece]] = g.call[sync_piece]
+    gap = np.zeros(n, np.int64)
+    gap[dst[is_chain]] = rec[dst[is_chain]] - rec[src[is_chain]]
+    # a worker thread's idle time (no op open) ends when another thread hands it work
+    chain[(chain == _PIECE) & (op < 0)] = _IDLE
+    return _Chains(is_chain, chain, head, op, kernel, call, gap)
+
+
+def _model(step_id: int, g: _Graph) -> StepModel | None:
+    """Split the graph into chains and cross edges and read each edge's latency from the record."""
+    n = len(g.time)
+    t0 = int(g.time.min())
+    rec = g.time - t0
+    if len(rec) and int(rec.max()) >= (1 << 40):
+        return None  # a step over 18 minutes: outside the scan's integer range
+    c = _chains(g, rec)
+    # cross edges, plus an anchor into each node nothing leads to but the step's first, and one
+    # into each idle piece's end from the latest point of another thread before it (the task
+    # queue's dequeue after the enqueue, a backward node after the forward)
+    x = ~c.is_chain
+    xs, xd, xdep, xcall = g.src[x], g.dst[x], g.dep[x], np.where(g.dep[x] == _SYNC, g.call[x], -1)
     has_in = np.zeros(n, bool)
-    has_in[dst] = True
+    has_in[g.dst] = True
     orphans = np.flatnonzero(~has_in)
     a_src, a_dst = _anchors(rec, g.n_host, orphans)
-    h_src, h_dst = _handed(rec, head[:g.n_host], idle)
+    h_src, h_dst = _handed(rec, c.head[:g.n_host], np.flatnonzero(c.chain == _IDLE))
     a_src, a_dst = np.concatenate([a_src, h_src]), np.concatenate([a_dst, h_dst])
     xs, xd = np.concatenate([xs, a_src]), np.concatenate([xd, a_dst])
     xdep = np.concatenate([xdep, np.full(len(a_src), -1, np.int8)])
     xcall = np.concatenate([xcall, np.full(len(a_src), -1, np.int64)])
-    x_gap = rec[xd] - rec[xs]
-    # the binding edge into each node: the one whose source came last (a chain edge on a tie)
-    best_x = np.full(n, _NEG, np.int64)
-    np.maximum.at(best_x, xd, rec[xs])
-    chain_src = np.where(head, _NEG, rec[np.maximum(np.arange(n) - 1, 0)])
-    chain_binds = ~head & (chain_src >= best_x)
-    x_binds = ~chain_binds[xd] & (rec[xs] == best_x[xd])
-    # a node bound by several cross edges at once: one of them is enough
-    first = np.zeros(len(xd), bool)
-    bi = np.flatnonzero(x_binds)
-    _, keep = np.unique(xd[bi], return_index=True)
-    first[bi[keep]] = True
-    launch_gaps = x_gap[first & (xdep == _LAUNCH)]
-    min_launch = int(launch_gaps.min()) if len(launch_gaps) else 0
-    default = np.where(xdep == _LAUNCH, min_launch, 0)
-    x_w = np.where(first | (xdep == -1), x_gap, np.minimum(default, x_gap))
-    # work keeps its duration; a wait (a host sync, a device wait task) is re-derived from what it
-    # waited for unless it bound its end itself (its overhead)
-    # (stream order is a dependency too: 0 unless it bound the task)
-    waits = ((chain == _SYNC_PIECE) | (chain == _WAIT_TASK) | (chain == _ORDER)
-             | ((chain == _IDLE) & np.isin(np.arange(n), h_dst)))
-    chain_w = np.where(waits, np.where(chain_binds, chain_gap, np.minimum(0, chain_gap)), chain_gap)
+    x_w, chain_binds = _latencies(rec, c, xs, xd, xdep)
+    # work keeps its duration; a wait (a host sync, a device wait task, stream order, a handed-over
+    # idle piece) is re-derived from what it waited for unless it bound its end itself
+    waits = ((c.chain == _SYNC_PIECE) | (c.chain == _WAIT_TASK) | (c.chain == _ORDER)
+             | ((c.chain == _IDLE) & np.isin(np.arange(n), h_dst)))
+    chain_w = np.where(waits, np.where(chain_binds, c.gap, np.minimum(0, c.gap)), c.gap)
     o = np.argsort(xd, kind="stable")
     xs, xd, x_w, xcall = xs[o], xd[o], x_w[o], xcall[o]
     x_heads = np.flatnonzero(np.concatenate([[True], xd[1:] != xd[:-1]])) if len(xd) else np.zeros(0, np.int64)
     fixed = np.full(n, _NEG, np.int64)
     still = np.setdiff1d(orphans, a_dst)
     fixed[still] = rec[still]
-    a_nodes = np.arange(g.n_host, n, 2)
-    m = StepModel(step_id, t0, rec, g.n_host, head, chain, chain_w, chain_op, chain_kernel, chain_call, xs, xd, x_w,
-                  xcall, x_heads, fixed, a_nodes, g.kernels)
-    if len(rec) and (np.abs(rec).max() >= (1 << 40)):
-        return None  # a step over 18 minutes: outside the scan's integer range
-    t = _relax(m, chain_w, np.zeros(len(xd), bool))
+    m = StepModel(step_id, t0, rec, g.n_host, c.head, c.chain, chain_w, c.op, c.kernel, c.call, xs, xd, x_w,
+                  xcall, x_heads, fixed, np.arange(g.n_host, n, 2), g.kernels)
+    return m if _settle(m) else None
+
+
+def _latencies(rec: np.ndarray, c: _Chains, xs: np.ndarray, xd: np.ndarray,
+               xdep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cross edges' latencies and, per node, whether its chain edge bound it. The binding edge
+    into a node is the one whose source came last (a chain edge on a tie): it keeps its recorded
+    delay; another launch the smallest binding launch delay of the step, any other dependency 0,
+    never more than its recorded delay; an anchor its recorded gap."""
+    n = len(rec)
+    x_gap = rec[xd] - rec[xs]
+    best_x = np.full(n, _NEG, np.int64)
+    np.maximum.at(best_x, xd, rec[xs])
+    chain_src = np.where(c.head, _NEG, rec[np.maximum(np.arange(n) - 1, 0)])
+    chain_binds = ~c.head & (chain_src >= best_x)
+    x_binds = ~chain_binds[xd] & (rec[xs] == best_x[xd])
+    first = np.zeros(len(xd), bool)  # a node bound by several cross edges at once: one is enough
+    bi = np.flatnonzero(x_binds)
+    _, keep = np.unique(xd[bi], return_index=True)
+    first[bi[keep]] = True
+    launch_gaps = x_gap[first & (xdep == _LAUNCH)]
+    min_launch = int(launch_gaps.min()) if len(launch_gaps) else 0
+    default = np.where(xdep == _LAUNCH, min_launch, 0)
+    return np.where(first | (xdep == -1), x_gap, np.minimum(default, x_gap)), chain_binds
+
+
+def _settle(m: StepModel) -> bool:
+    """The unchanged replay and the recorded and replayed lengths; False on a cycle."""
+    none = np.zeros(len(m.x_dst), bool)
+    t = _relax(m, m.chain_w, none)
     if t is None:
-        return None
+        return False
     unreached = t <= _NEG // 2
     if unreached.any():  # on a cycle nothing leads into: kept where recorded
-        m.fixed[unreached] = rec[unreached]
-        t = _relax(m, chain_w, np.zeros(len(xd), bool))
+        m.fixed[unreached] = m.rec[unreached]
+        t = _relax(m, m.chain_w, none)
         if t is None:
-            return None
-    m.recorded_ns = _length(m, rec)
+            return False
+    m.recorded_ns = _length(m, m.rec)
     m.base_ns = _length(m, t)
-    return m
+    return True
 
 
 def _anchors(rec: np.ndarray, n_host: int, orphans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
