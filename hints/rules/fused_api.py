@@ -286,10 +286,13 @@ def _best_vector_rate(ctx: RuleContext) -> float | None:
     return float(np.percentile(nbytes[ok] / dur[ok], 90)) if ok.any() else None
 
 
-def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, api: str) -> Effect:
+def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, api: str,
+                         ops: np.ndarray | None = None) -> Effect:
     """Each match's kernels replaced by the one fused kernel: the estimate and low end keep the
     group's longest kernel type (a fused kernel is at least its largest piece), the high end moves
-    the match's largest input-plus-output at the profile's best vector rate."""
+    the match's largest input-plus-output at the profile's best vector rate. ``ops``: the matched
+    host ops; one call per match stays, so their host time (dispatch, launches) scales by matches /
+    ops -- in the estimate and high end; the low end keeps it."""
     if not len(under) or matches <= 0:
         return Effect(unknown=f"unknown: no kernels of the matched ops in the profile for {api} to replace")
     p = ctx.profile
@@ -311,7 +314,14 @@ def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, ap
         "the same: no shapes or vector rate to time the fused kernel"
     changes = [Change(Target.KERNELS, gone, 0.0, best=best if best is not None else 0.0, worst=0.0)] if gone else []
     changes.append(Change(Target.KERNELS, kept, 1.0, best=best if best is not None else 1.0, worst=1.0))
-    return Effect(tuple(changes), basis=f"each match as one {api} kernel: its longest kernel type kept (high end: {high})")
+    host = ""
+    if ops is not None and len(ops) > matches:
+        f = matches / len(ops)
+        inside = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist()))
+        changes.append(Change(Target.HOST_OPS, tuple(int(r) for r in inside), f, best=f, worst=1.0))
+        host = f", one call per match ({matches}/{len(ops)} of the ops' host time; low end: all of it)"
+    return Effect(tuple(changes), basis=f"each match as one {api} kernel: its longest kernel type kept{host} "
+                                        f"(high end: {high})")
 
 
 class FusedApiRule(Rule):
@@ -383,7 +393,8 @@ class FusedApiRule(Rule):
             fixes = self._fixes(ctx, spec, evidence, tries)
             yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
                               evidence=evidence, fixes=fixes, related=related,
-                              effect=one_kernel_per_match(ctx, under, n, spec.api if ascend else spec.fix_cuda))
+                              effect=one_kernel_per_match(ctx, under, n, spec.api if ascend else spec.fix_cuda,
+                                                          rows if variant == "host" else None))
 
     def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[FixOffer]:
         """The transform at the first statement it recognises. The anchor is where the sequence

@@ -86,6 +86,12 @@ def fused_optimizer(run: Run, launch: Launch) -> Run:
         for i in items))
 
 
+def one_launch(run: Run, labels: frozenset[str], launch: Callable[[UserCall], Launch]) -> Run:
+    """The calls ``labels`` issue one launch, ``launch(call)``, instead of theirs (a fused API)."""
+    return _map_items(run, lambda items: tuple(
+        replace(i, launches=(launch(i),)) if isinstance(i, UserCall) and i.label in labels else i for i in items))
+
+
 def step_ns(run: Run) -> float:
     """Mean ProfilerStep duration of the laid-out run, ns."""
     steps = truth(run).steps
