@@ -377,11 +377,19 @@ def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: s
     under = pq.kernels_under(p, np.asarray(ops).tolist()) if len(ops) else p.kernels.iloc[0:0]
     rows = np.union1d(p.kernels.index.get_indexer(under.index), np.asarray(kernels, np.int64))
     rows = rows[rows >= 0]
+    host = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist())) if len(ops) else np.zeros(0, np.int64)
     if not len(rows):
-        return Effect(unknown=f"unknown: no kernels of {what} in the profile")
+        # a host-only trace (CPU): the same ratio over the ops inside, one per op name
+        inner = np.setdiff1d(host, np.asarray(ops, np.int64))
+        if not len(inner):
+            return Effect(unknown=f"unknown: no kernels or ops inside {what} in the profile")
+        n_types = len(set(pq.strs(p.host_ops["name"])[inner].tolist()))
+        f = min(1.0, n_types / len(inner))
+        return Effect((Change(Target.HOST_OPS, tuple(int(r) for r in host), f, best=f, worst=0.5 + 0.5 * f),),
+                      basis=f"{what} as one op per op name: its host time at {n_types}/{len(inner)} (the op count "
+                            "ratio; low end: half the gain)")
     n_types = len(set(pq.kernel_types(p.kernels)[rows].tolist()))
     f = min(1.0, n_types / len(rows))
-    host = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist())) if len(ops) else np.zeros(0, np.int64)
     changes = [Change(Target.KERNELS, tuple(int(r) for r in rows), f, best=f, worst=0.5 + 0.5 * f)]
     if len(host):
         changes.append(Change(Target.HOST_OPS, tuple(int(r) for r in host), f, best=f, worst=0.5 + 0.5 * f))

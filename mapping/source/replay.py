@@ -138,8 +138,16 @@ def replay_base(profile: Profile, max_steps: int = MAX_STEPS) -> ReplayBase:
     return profile.derived.memo(f"replay/{max_steps}", inputs, lambda: _replay_base(profile, max_steps))
 
 
+def _why_not(profile: Profile) -> str | None:
+    """Why the steps cannot be replayed: the critical path's reasons, except that a host-only
+    profile (a CPU trace) with step markers replays its host threads."""
+    if not len(profile.kernels) and len(profile.host_ops) and profile.steps and not profile.meta.steps_from_capture:
+        return None
+    return why_no_path(profile)
+
+
 def _replay_base(profile: Profile, max_steps: int) -> ReplayBase:
-    why = why_no_path(profile)
+    why = _why_not(profile)
     if why is not None:
         return ReplayBase(unavailable=why)
     tables = step_tables(profile, runtime_on_caller=True)

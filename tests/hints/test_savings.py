@@ -126,3 +126,14 @@ def test_json_saving_on_every_finding_of_check_samples(capsys, tmp_path):
         if s["us_per_step"] is not None:
             assert 0 <= s["low_us"] <= s["us_per_step"] <= s["high_us"]
     assert any(f["saving"]["us_per_step"] for f in doc["findings"])
+
+
+def test_a_cpu_trace_replays_its_host_threads():
+    """A Kineto CPU trace (no device tasks) replays its host threads: the single-process DataLoader
+    on the training thread saves its whole fetch time."""
+    trace = next((REPO / "samples/cnn_classifier/kineto").glob("*.pt.trace.json*"))
+    (a,) = analyse_paths([REPO / "samples/cnn_classifier"], Settings(min_share=0.0), profile=trace, use_cache=False)
+    (f,) = [f for f in a.findings if f.code == "NPU104"]
+    assert f.saving is not None and f.saving.known
+    assert f.time_per_step_us * 0.95 <= f.saving.us_per_step <= f.time_per_step_us * 1.01
+    assert f.saving.low_us == pytest.approx(f.saving.us_per_step / 2, rel=0.05)
