@@ -26,7 +26,7 @@ from msprof_lsp.mapping.profile.timemodel import collective_mask
 from msprof_lsp.mapping.units import NS_PER_US, format_us
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import grad_accum
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
@@ -112,10 +112,11 @@ class GradAccumulation(Rule):
             "wrapper": wrapper,
             "thresholds": {"commMaxPercent": limit},
         }
+        effect = _accumulated(ctx, accum)
         found = sq.backward_call(ctx)
         if found is None:
             yield ctx.finding(self, span=None, message=message, total_ns=total_ns, evidence=evidence,
-                              confidence=Confidence.MODULE, step_ns=step_ns)
+                              confidence=Confidence.MODULE, step_ns=step_ns, effect=effect)
             return
         index, call, loop, conf = found
         related: list[Related] = []
@@ -124,7 +125,24 @@ class GradAccumulation(Rule):
             related.append(Related(opt.span, f"{opt.text}: with accumulation it runs once every {accum} micro-batches"))
         fixes = sq.fixes(ctx, (grad_accum.accumulate_gradients, call.span, index.path, {"accum_steps": accum}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total_ns, confidence=conf,
-                          evidence=evidence, fixes=fixes, related=related, step_ns=step_ns)
+                          evidence=evidence, fixes=fixes, related=related, step_ns=step_ns, effect=effect)
+
+
+def _accumulated(ctx: RuleContext, k: int) -> Effect:
+    """Accumulating over ``k`` micro-batches all-reduces once every k: the gradient collectives of
+    the steps at 1/k of their time, the step's mean; the low end keeps half the gain (a collective's
+    wait for late ranks need not shrink with it)."""
+    prof = ctx.profile
+    if not len(prof.kernels) or k <= 1:
+        return Effect(unknown="unknown: no gradient collective kernels in the profile, or no accumulation (k <= 1)")
+    types = pq.kernel_types(prof.kernels)
+    rows = np.flatnonzero(_is_comm(prof) & pq.kernels_in_steps_mask(prof) & pq.matches(types, GRADIENT))
+    if not len(rows):
+        return Effect(unknown="unknown: the communication is in the step breakdown only, not as kernels to replay")
+    f = 1.0 / k
+    return Effect((Change(Target.KERNELS, tuple(int(r) for r in rows), f, best=f, worst=0.5 + 0.5 * f),),
+                  basis=f"gradient collectives once every {k} micro-batches (1/{k} of their time per step; low end: "
+                        "half the gain)")
 
 
 def _from_breakdown(ctx: RuleContext) -> _Comm | None:

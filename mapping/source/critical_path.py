@@ -248,6 +248,7 @@ class _Graph:
     kernels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the step's kernels rows
     weight: np.ndarray | None = None
     late_launches: int = 0  # launch links left out: the task started before its op
+    n_host: int = 0  # nodes [0, n_host) are host points in (thread, time) order; then two per device task
 
     def finish(self) -> None:
         """Weigh each edge u -> v by the time v came after its *last-arriving* predecessor: the
@@ -269,7 +270,8 @@ class _Graph:
                    np.concatenate([self.dst, np.full(m, sink, dtype=np.int64)]),
                    np.concatenate([self.kind, np.full(m, _WAIT, dtype=np.int8)]), np.concatenate([self.host_op, neg]),
                    np.concatenate([self.kernel, neg]), np.concatenate([self.dep, neg.astype(np.int8)]),
-                   np.concatenate([self.call, neg]), self.kernels, late_launches=self.late_launches)
+                   np.concatenate([self.call, neg]), self.kernels, late_launches=self.late_launches,
+                   n_host=self.n_host)
         return g, sink
 
 
@@ -333,7 +335,9 @@ class _Tables:
     k_wait: np.ndarray  # bool: EVENT_WAIT / Notify Wait
 
     @classmethod
-    def of(cls, profile: Profile) -> "_Tables":
+    def of(cls, profile: Profile, *, runtime_on_caller: bool = False) -> "_Tables":
+        """``runtime_on_caller``: runtime calls recorded under another pid with a host op thread's
+        tid (torch_npu's CANN layer) join that thread (:func:`_runtime_pids`)."""
         h, k, ev = profile.host_ops, profile.kernels, profile.host_events
         i8 = np.int64
         h_start, e_start, k_start = (t["start_ns"].to_numpy(i8) for t in (h, ev, k))
@@ -341,7 +345,10 @@ class _Tables:
         k_names = k["name"].astype(str).to_numpy()
         sync_names = {n for n in set(e_names.tolist()) if SYNC_CALL.search(n)}
         distinct = set(k_names.tolist())
-        threads = _thread_codes(np.concatenate([h["pid"].to_numpy(i8), ev["pid"].to_numpy(i8)]),
+        e_pid = ev["pid"].to_numpy(i8)
+        if runtime_on_caller:
+            e_pid = _runtime_pids(h["pid"].to_numpy(i8), h["tid"].to_numpy(i8), e_pid, ev["tid"].to_numpy(i8))
+        threads = _thread_codes(np.concatenate([h["pid"].to_numpy(i8), e_pid]),
                                 np.concatenate([h["tid"].to_numpy(i8), ev["tid"].to_numpy(i8)]))
         return cls(
             h_start, h_start + h["dur_ns"].to_numpy(i8), h["pid"].to_numpy(i8), h["tid"].to_numpy(i8),
@@ -354,6 +361,31 @@ class _Tables:
             np.isin(k_names, [n for n in distinct if _EVENT_RECORD.match(n)]),
             np.isin(k_names, [n for n in distinct if _EVENT_WAIT.match(n)]),
         )
+
+
+def step_tables(profile: Profile, *, runtime_on_caller: bool = False) -> _Tables:
+    """The columns the step graphs read, converted once per loaded profile (the critical path and
+    the step replay, mapping/source/replay.py, share them; the replay puts torch_npu's runtime
+    calls on the thread that made them, so a sync blocks its caller)."""
+    inputs = (profile.kernels, profile.host_ops, profile.host_events)
+    return profile.derived.memo(f"step_graph/tables/{runtime_on_caller}", inputs,
+                                lambda: _Tables.of(profile, runtime_on_caller=runtime_on_caller))
+
+
+def _runtime_pids(h_pid: np.ndarray, h_tid: np.ndarray, e_pid: np.ndarray, e_tid: np.ndarray) -> np.ndarray:
+    """The runtime calls' pids, a call on a host op thread's tid under another pid moved to that
+    thread: torch_npu records the CANN layer under its own pid (``318526002`` for process
+    ``3185260``) with the calling thread's tid, and a sync call must block the thread that made it."""
+    if not len(e_pid) or not len(h_pid):
+        return e_pid
+    pairs = np.unique(np.column_stack([h_tid, h_pid]), axis=0)
+    tids, first = np.unique(pairs[:, 0], return_index=True)
+    one_pid = np.bincount(np.searchsorted(tids, pairs[:, 0]), minlength=len(tids)) == 1  # tid under one pid only
+    pos = np.clip(np.searchsorted(tids, e_tid), 0, len(tids) - 1)
+    hit = (tids[pos] == e_tid) & one_pid[pos]
+    out = e_pid.copy()
+    out[hit] = pairs[first[pos[hit]], 1]
+    return out
 
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -458,7 +490,7 @@ def _event_sources(rec: np.ndarray, waits: np.ndarray, end: np.ndarray, dev: np.
 def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> tuple[_Graph, int] | None:
     """The event graph of one step and its end node (the latest node); None when the step is
     empty."""
-    t = tables if tables is not None else _Tables.of(profile)
+    t = tables if tables is not None else step_tables(profile)
     h_start, h_end, e_start, e_end = t.h_start, t.h_end, t.e_start, t.e_end
     k_step, k_start, k_end = t.k_step, t.k_start, t.k_end
     h_in = np.flatnonzero((h_start >= step.start_ns) & (h_start < step.end_ns))
@@ -579,7 +611,7 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     time = np.concatenate(times)
     if not len(time):
         return None
-    g = _Graph(time, *edges.columns(), kernels=k_in, late_launches=late_launches)
+    g = _Graph(time, *edges.columns(), kernels=k_in, late_launches=late_launches, n_host=n_host)
     return g, int(np.flatnonzero(time == time.max())[-1])
 
 
@@ -717,7 +749,7 @@ def _step_paths(profile: Profile, max_steps: int) -> CriticalPath:
     if len(steps) > max_steps:
         notes.append(f"critical path of the first {max_steps} of {len(steps)} steps")
         steps = steps[:max_steps]
-    tables = _Tables.of(profile)
+    tables = step_tables(profile)
     paths = [p for s in steps if (p := step_path(profile, s, tables)) is not None]
     late = sum(p.late_launches for p in paths)
     if late:
