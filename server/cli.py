@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from .settings import parse_path_mapping
+from .analysis.settings import parse_path_mapping
 
 FORMATS = ("text", "json", "sarif", "github", "html", "concise")
 FAIL_ON = ("error", "warning", "info", "hint", "never")

@@ -21,13 +21,13 @@ from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.jobs import Job
 
-from .. import pipeline
+from ..analysis import run
 from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, html, sarif, text
 from .report.run import CheckRun, JobReport, merge_repeated
 from ..escape import json_text, visible
-from ..settings import Settings, apply, find_pyproject, from_pyproject
+from ..analysis.settings import Layer, Settings, resolve
 
 
 class CheckFailed(Exception):
@@ -35,13 +35,9 @@ class CheckFailed(Exception):
 
 
 def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
-    """defaults -> nearest pyproject.toml [tool.msprof-lsp] (never a write location; the paths it
-    names to read lie inside the checked path or the pyproject's folder) -> command-line flags."""
-    settings = Settings(base_dir=str(Path.cwd()))
-    pyproject = find_pyproject(path.resolve())
-    warnings: list[str] = []
-    if pyproject is not None:
-        settings, warnings = from_pyproject(settings, pyproject, roots=[pyproject.parent, path.resolve()])
+    """The core's resolver: defaults -> nearest pyproject.toml [tool.msprof-lsp] at or above
+    ``path`` (never a write location; the paths it names to read lie inside the checked path or
+    the pyproject's folder) -> command-line flags."""
     flags: dict[str, object] = {}
     if args.select is not None:
         flags["select"] = args.select
@@ -53,21 +49,21 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
         flags["pathMappings"] = [f"{r}={l}" for r, l in args.path_map]
     if args.cache_dir is not None:
         flags["cacheDir"] = args.cache_dir
-    settings, more = apply(settings, flags, "command line")
-    for w in warnings + more:
+    settings, warnings = resolve(path, workspace_roots=None, layers=[Layer("command line", flags)], base_dir=Path.cwd())
+    for w in warnings:
         print(f"msprof-lsp: warning: {visible(w)}", file=warn)
     return settings
 
 
 def _baseline_comparison(
-    analysis: pipeline.Analysis, baseline: Path, settings: Settings, use_cache: bool
+    analysis: run.Analysis, baseline: Path, settings: Settings, use_cache: bool
 ) -> tuple[Comparison, list[FindingChange]]:
     """Per-line heat and per-finding states of ``baseline`` against the analysed run; the
     baseline is attributed and checked against the current source, so both sides match by text."""
-    loaded = pipeline.load([baseline], settings, use_cache=use_cache)
+    loaded = run.load([baseline], settings, use_cache=use_cache)
     before_attr = attribute(loaded.profile, analysis.workspace)
-    before_findings = pipeline.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False,
-                                            cluster=loaded.cluster)
+    before_findings = run.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False,
+                                       cluster=loaded.cluster)
     cmp = compare(str(baseline), loaded.profile, before_attr.heat, analysis.profile, analysis.attribution.heat)
     return cmp, classify(before_findings, analysis.findings)
 
@@ -94,8 +90,8 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
     for path in paths:
         settings = settings_for(path, args, warn)
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
-        analyses = pipeline.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
-                                          on_jobs=lambda found, base: _say_jobs(found, base, warn))
+        analyses = run.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
+                                     on_jobs=lambda found, base: _say_jobs(found, base, warn))
         baseline = args.baseline or settings.baseline
         for a in analyses:
             comparison, changes = None, []
