@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import TextIO
 
 from msprof_lsp.hints.finding import Severity
-from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.source.critical_path import critical_path
-from msprof_lsp.mapping.source.compare import Comparison, compare
-from msprof_lsp.hints.verify import FindingChange, classify
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.jobs import Job
 
 from ..analysis import run
+from ..analysis.baseline import against_baseline, load_baseline
 from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, html, sarif, text
@@ -55,19 +53,6 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
     return settings
 
 
-def _baseline_comparison(
-    analysis: run.Analysis, baseline: Path, settings: Settings, use_cache: bool
-) -> tuple[Comparison, list[FindingChange]]:
-    """Per-line heat and per-finding states of ``baseline`` against the analysed run; the
-    baseline is attributed and checked against the current source, so both sides match by text."""
-    loaded = run.load([baseline], settings, use_cache=use_cache)
-    before_attr = attribute(loaded.profile, analysis.workspace)
-    before_findings = run.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False,
-                                       cluster=loaded.cluster)
-    cmp = compare(str(baseline), loaded.profile, before_attr.heat, analysis.profile, analysis.attribution.heat)
-    return cmp, classify(before_findings, analysis.findings)
-
-
 def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
     """One line per job when a folder holds several: each is analysed (and reported) on its own."""
     if len(jobs) < 2:
@@ -94,12 +79,13 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                                      on_jobs=lambda found, base: _say_jobs(found, base, warn))
         baseline = args.baseline or settings.baseline
         for a in analyses:
-            comparison, changes = None, []
+            against = None
             if baseline:
                 bpath = Path(baseline) if args.baseline else settings.resolve_path(baseline)
                 if not bpath.exists():
                     raise CheckFailed(f"{bpath}: no such file or directory (--baseline)")
-                comparison, changes = _baseline_comparison(a, bpath, settings, use_cache)
+                held = load_baseline(bpath, a.workspace, settings, use_cache=use_cache)
+                against = against_baseline(held, a.loaded, a.attribution, a.findings, a.workspace, settings)
             jobs.append(
                 JobReport(
                     profile=a.profile,
@@ -108,8 +94,8 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                     findings=a.findings,
                     cluster=a.loaded.cluster,
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
-                    comparison=comparison,
-                    finding_changes=changes,
+                    comparison=against.comparison if against else None,
+                    finding_changes=against.changes if against else [],
                     attribution=a.attribution,
                     source_text=a.workspace.text,
                 )
