@@ -1,9 +1,10 @@
 """Rule configuration: selection, severities, minimum share, thresholds.
 
-``RuleConfig`` declares what rules read (the settings model extends it); rules read only this object. ``Thresholds``
-is an annotated model: each field's type, range (``msgspec.Meta`` ``ge``/``le``), default,
-description and unit live on the field, and ``setting_specs`` reads them, so the settings
-conversion, the docs table and the VS Code manifest cannot disagree with what rules read.
+``RuleConfig`` declares what rules read (the settings model extends it, so each field is declared
+once); rules read only this object. ``Thresholds`` and ``RuleConfig`` are annotated models: each
+field's type, range (``msgspec.Meta`` ``ge``/``le``), default, description and unit live on the
+field, and ``setting_specs`` reads them, so the settings conversion, the docs table and the VS
+Code manifest cannot disagree with what rules read.
 """
 
 from __future__ import annotations

@@ -337,28 +337,33 @@ class Layer:
 
 
 def resolve(
-    start: Path | None, *, workspace_roots: Sequence[Path] | None, layers: Sequence[Layer] = (), base_dir: Path | None = None
+    start: Path | None, *, workspace_roots: Sequence[Path] | None, layers: Sequence[Layer] = (),
+    base_dir: Path | None = None,
 ) -> tuple[Settings, list[str]]:
     """The one resolver, for ``--check`` and the editor. Later wins: the defaults ->
     ``[tool.msprof-lsp]`` of the nearest pyproject.toml at or above ``start`` (the checked path, or
     the workspace folder) -> each of ``layers`` in order.
 
     ``workspace_roots`` (the editor's folders): the pyproject is looked for no higher than the
-    outermost root holding ``start``, and the paths it names to read must lie inside the roots. None (``--check``):
-    looked for up to the filesystem root; its paths must lie inside its own folder or ``start``.
-    Relative paths given by a layer resolve against ``base_dir`` (else the pyproject's folder)."""
+    outermost root holding ``start``, and the paths it names to read must lie inside the roots.
+    None (``--check``): looked for up to the filesystem root; the paths it names must lie inside
+    its own folder or ``start``. Relative paths resolve against the pyproject's folder when it
+    has a ``[tool.msprof-lsp]`` table, else against ``base_dir``."""
     settings = Settings(base_dir=str(base_dir) if base_dir else "")
     warnings: list[str] = []
     if start is not None:
         start = start.resolve()
-        roots = [Path(r).resolve() for r in workspace_roots] if workspace_roots is not None else None
-        # the outermost workspace root holding ``start``: no folder above it is the workspace's
-        stop = min((r for r in roots if r == start or r in start.parents), key=lambda r: len(r.parts), default=start) \
-            if roots is not None else None
+        stop: Path | None = None  # --check: up to the filesystem root
+        confined: list[Path] | None = None
+        if workspace_roots is not None:
+            confined = [Path(r).resolve() for r in workspace_roots]
+            # the outermost workspace root holding ``start``: no folder above it is the workspace's
+            stop = min((r for r in confined if r == start or r in start.parents), key=lambda r: len(r.parts),
+                       default=start)
         pyproject = find_pyproject(start, stop)
         if pyproject is not None:
-            confined = roots if roots is not None else [pyproject.parent, start]
-            settings, warnings = from_pyproject(settings, pyproject, roots=confined)
+            homes = confined if confined is not None else [pyproject.parent, start]
+            settings, warnings = from_pyproject(settings, pyproject, roots=homes)
     for layer in layers:
         settings, more = apply(settings, dict(layer.values) if layer.values is not None else None, layer.origin)
         warnings += more

@@ -47,8 +47,8 @@ def strings_containing(text: str) -> list[str]:
 
 
 def test_no_profile_found_is_said_in_one_place():
-    assert strings_containing("no profile found (looked for") == [
-        next(f for f in strings_containing("no profile found (looked for") if f.startswith("mapping/profile/discover.py"))]
+    (said,) = strings_containing("no profile found (looked for")
+    assert said.startswith("mapping/profile/discover.py:")
     assert importers("msprof_lsp.mapping.profile.discover", "WHAT_WE_LOOK_FOR") == set()
 
 
@@ -75,7 +75,8 @@ def test_one_settings_model_and_one_resolver():
     assert own and not own & {f.name for f in fields(RuleConfig)}
     # the one place that builds the path of a pyproject.toml (folder / "pyproject.toml") walks up
     built = [rel for rel, tree in SOURCES.items() for node in ast.walk(tree)
-             if isinstance(node, ast.BinOp) and isinstance(node.right, ast.Constant) and node.right.value == "pyproject.toml"]
+             if isinstance(node, ast.BinOp) and isinstance(node.right, ast.Constant)
+             and node.right.value == "pyproject.toml"]
     assert built == ["server/analysis/settings.py"]
     settings = "msprof_lsp.server.analysis.settings"
     assert importers(settings, "resolve") == {"server/check/command.py", "server/lsp/configuration.py"}
