@@ -20,6 +20,7 @@ from msprof_lsp.mapping.profile.locations import Progress, no_progress
 from msprof_lsp.mapping.source.attribute import attribute, reanchor
 from msprof_lsp.mapping.source.compare import Comparison, compare
 from msprof_lsp.mapping.source.heat import Attribution
+from msprof_lsp.mapping.source.positions import split_lines
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 from . import run
@@ -67,7 +68,7 @@ def against_baseline(
         if f.span is not None and f.span.path not in lines:
             text = workspace.text(f.span.path)
             if text is not None:
-                lines[f.span.path] = text.splitlines()
+                lines[f.span.path] = split_lines(text)
     comparison = compare(baseline.path, baseline.loaded.profile, baseline.attribution.heat, loaded.profile,
                          attribution.heat)
     return BaselineResult(comparison, classify(before, findings, lines=lines))
