@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .settings import parse_path_mapping
+from .analysis.settings import parse_path_mapping
 
 FORMATS = ("text", "json", "sarif", "github", "html", "concise")
 FAIL_ON = ("error", "warning", "info", "hint", "never")

@@ -18,7 +18,7 @@ from conftest import FIXTURES
 
 from msprof_lsp.mapping.profile.discover import find_all
 from msprof_lsp.server import protocol, settings_schema
-from msprof_lsp.server.settings import SETTINGS
+from msprof_lsp.server.analysis.settings import SETTINGS
 
 CLIENT = Path(__file__).resolve().parents[1] / "vscode-client"
 PREFIX = "msprof-lsp."

@@ -22,7 +22,7 @@ import numpy as np
 
 from msprof_lsp.mapping.children import isolated_children
 from msprof_lsp.mapping.profile import codec, comm_time, safe_io
-from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
+from msprof_lsp.mapping.profile.discover import require_found
 from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
 from msprof_lsp.mapping.numbers import float_of, int64_of
 from msprof_lsp.mapping.profile.cache import default_cache_dir
@@ -62,9 +62,7 @@ def load_profile(
     if len(missing) == len(given):
         raise NoProfileFound(where, "no such file or directory")
     progress("Looking for profiles", None)
-    jobs = discover_jobs(given)
-    if not jobs:
-        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    jobs = require_found(discover_jobs(given), where)
     if len(jobs) > 1:
         base = given[0] if len(given) == 1 and given[0].is_dir() else None
         listed = "; ".join(job.describe(base) for job in jobs)
@@ -87,9 +85,7 @@ def load_job(
     A rank that fails to load while others succeed is left out of the summary and named in the
     analysed profile's issues; ``where`` names the job in errors.
     """
-    locations = list(locations)
-    if not locations:
-        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    locations = list(require_found(locations, where))
     ranked = [loc for loc in locations if loc.rank is not None]
     if rank is not None and ranked and not any(loc.rank == rank for loc in locations):
         available = ", ".join(str(loc.rank) for loc in ranked) or "none (the profile has no rank information)"

@@ -23,7 +23,7 @@ from msprof_lsp.mapping.source.compare import Comparison, LineChange
 from msprof_lsp.mapping.source.critical_path import LinePath
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, SpanHeat
 
-from ...settings import Settings
+from ...analysis.settings import Settings
 from msprof_lsp.mapping.source.positions import split_lines
 
 T = TypeVar("T")

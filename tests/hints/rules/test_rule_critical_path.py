@@ -121,8 +121,8 @@ def test_samples_item_lines_are_never_launch_bound():
     NPU251 finding on those lines says the device waits for a launch."""
     from conftest import REPO
 
-    from msprof_lsp.server.pipeline import analyse_paths
-    from msprof_lsp.server.settings import Settings
+    from msprof_lsp.server.analysis.run import analyse_paths
+    from msprof_lsp.server.analysis.settings import Settings
 
     for sample, needle in (("tiny_transformer", "loss.item()"), ("cnn_classifier", ".item()")):
         root = REPO / "samples" / sample

@@ -239,8 +239,8 @@ def test_sample_touched_is_quiet_and_edited_fires(tmp_path):
 
     from conftest import REPO
 
-    from msprof_lsp.server.pipeline import analyse_paths
-    from msprof_lsp.server.settings import Settings
+    from msprof_lsp.server.analysis.run import analyse_paths
+    from msprof_lsp.server.analysis.settings import Settings
 
     root = tmp_path / "tiny_transformer"
     shutil.copytree(REPO / "samples" / "tiny_transformer", root)
