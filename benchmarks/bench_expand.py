@@ -40,8 +40,8 @@ def child(tree: str, project: Path, profile: Path) -> None:
     from msprof_lsp.hints.engine import run_rules
     from msprof_lsp.hints.fixes import offers
     from msprof_lsp.mapping.source.attribute import attribute
-    from msprof_lsp.server import pipeline
-    from msprof_lsp.server.settings import Settings
+    from msprof_lsp.server.analysis import run as pipeline
+    from msprof_lsp.server.analysis.settings import Settings
 
     assert tree == "-" or offers.__file__.startswith(tree)
     settings = Settings()

@@ -17,8 +17,8 @@ from msprof_lsp.hints.finding import Change, Effect, Target
 from msprof_lsp.hints.savings import ENV_AB, UNMODELLED, saving_of
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, make_table
-from msprof_lsp.server.pipeline import analyse_paths
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.run import analyse_paths
+from msprof_lsp.server.analysis.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 CNN = REPO / "samples/cnn_classifier/npu_profile/ma-node-0_3185260_20250731080000000_ascend_pt"

@@ -154,8 +154,8 @@ def _picked(f: Finding, picks: str) -> bool:
 
 def estimate(case: Case, run: Run) -> tuple[int, float | None, float | None, float | None, str]:
     """(findings, estimate, low, high µs, basis) of the case's rule on ``run``'s export."""
-    from msprof_lsp.server.pipeline import analyse_paths
-    from msprof_lsp.server.settings import Settings
+    from msprof_lsp.server.analysis.run import analyse_paths
+    from msprof_lsp.server.analysis.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="msprof-savings-") as tmp:
         root = write_torch_npu_text(run, tmp)

@@ -101,7 +101,7 @@ class Engine:
         progress("Running rules", None)
         snap = self.snapshot()
         if req.use_cache:  # what the load and the first rule run derived from the profile alone
-            pipeline.keep_derived(loaded, load_settings)
+            run.keep_derived(loaded, load_settings)
         return snap
 
     def _load_baseline(self, path: Path, settings: Settings, use_cache: bool) -> None:
