@@ -196,9 +196,9 @@ class RuleContext:
         step_ns: float | None = None,
         effect: Effect | None = None,
     ) -> Finding:
-        """A finding with per-step time, share and severity filled in.
+        """A finding with per-step time and share filled in; its severity is decided by the engine.
 
-        ``severity`` may only lower the computed one (e.g. a weak variant of a rule); fixed-severity
+        ``severity`` caps the one the share gives (e.g. a weak variant of a rule); fixed-severity
         rules get their ``default_severity``. ``wall``: the share is of the wall-clock step
         (``wall_step_time_ns``), for costs the host pays; ``step_ns``: of a step time the rule
         corrected (see ``share``). ``fixes``: what the finding offers; the edits of a ``FixOffer``
@@ -207,12 +207,8 @@ class RuleContext:
         """
         per = self.per_step_ns(total_ns)
         share = self.share(per, wall=wall, step_ns=step_ns)
-        if rule.default_severity is not None:
-            sev = self.config.severity_override(rule.code) or rule.default_severity
-        else:
-            sev = self.severity(rule.code, share, confidence)
-            if severity is not None and severity.rank < sev.rank:
-                sev = severity
+        # the rule's cap; the final severity is decided once, by the engine (hints.engine._settle)
+        sev = severity if severity is not None else Severity.ERROR
         evidence = dict(evidence or {})
         related = list(related)
         libs = self.library_lines(span)

@@ -38,12 +38,15 @@ def _crash_notice(rule: Rule, exc: BaseException) -> Finding:
 
 
 def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
-    """Final severity and the min_share cut (fixed-severity rules are never cut)."""
+    """The one place a finding's severity is decided, and the min_share cut (fixed-severity rules
+    are never cut): the configured override, else the rule's fixed severity, else by share."""
     override = ctx.config.severity_override(f.code)
     if override is not None:
         f.severity = override
         fixed = rule.fixed_severity
     elif rule.fixed_severity:
+        assert rule.default_severity is not None
+        f.severity = rule.default_severity
         fixed = True
     else:
         fixed = False
