@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.profile import linking, step_windows, timemodel
-from msprof_lsp.mapping.profile.model import CommOp, Profile
+from msprof_lsp.mapping.profile.model import CommOp, Profile, ProfileKind
 from msprof_lsp.mapping.profile.shapes import gemm_flops, io_bytes, parse_shapes
 from msprof_lsp.mapping.profile.timemodel import KernelClass
 from msprof_lsp.mapping.numbers import int64_of
@@ -252,6 +252,22 @@ def outermost_framework_ops(profile: Profile, *, forward_only: bool = True) -> n
     if forward_only:
         top &= ~backward_mask(profile)
     return top & in_steps(profile, h["start_ns"].to_numpy(np.int64))
+
+
+# Producers that only a PyTorch program writes: torch_npu.profiler's exports and torch.profiler's trace.
+PYTORCH_KINDS = frozenset({ProfileKind.TORCH_NPU, ProfileKind.TORCH_NPU_DB, ProfileKind.KINETO})
+
+
+def profile_is_pytorch(profile: Profile) -> bool:
+    """Whether the profiled program is a PyTorch one, so PyTorch advice applies: a torch_npu or
+    torch.profiler export, or an msprof CLI capture with a framework layer (``aten::``/``npu::``
+    host ops) or torch versions in its metadata. An msprof run of anything else (a plain ACL
+    program, another framework) has none of these; ``source_query.runs_pytorch`` also asks the
+    source."""
+    if profile.meta.kind in PYTORCH_KINDS or profile.meta.torch_version or profile.meta.torch_npu_version:
+        return True
+    h = profile.host_ops
+    return bool(len(h)) and bool(mask(h["name"], is_framework_op).any())
 
 
 def rows_named(profile: Profile, names: Iterable[str]) -> np.ndarray:

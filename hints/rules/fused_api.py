@@ -256,6 +256,7 @@ def _already_tanh(ctx: RuleContext, rows: np.ndarray) -> bool:
 
 class FusedApiRule(Rule):
     spec: ClassVar[FusedSpec]
+    pytorch_only = True  # the replacements are torch_npu / torch APIs
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         spec = self.spec
