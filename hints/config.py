@@ -54,6 +54,7 @@ class Thresholds:
     aicpu_min_us: Annotated[float, _us("Longest AI_CPU kernel at which NPU201 fires.")] = 20
     no_bound_min_us: Annotated[float, _us("Kernel duration from which NPU202 checks its pipe counters.")] = 20
     pipe_bound_percent: Annotated[float, _percent("Busy share from which a pipe without a class threshold bounds a kernel (NPU202, NPU206).")] = 80
+    fp32_cube_min_percent: Annotated[float, _percent("Share of the compute kernels' device time in fp32 cube (matrix) kernels from which NPU222 fires.")] = 20
     no_bound_rate_percent: Annotated[float, _percent("Achieved throughput, as a share of the best the profile shows for the same OpType and dtypes at comparable size, under which a no-bound kernel is an AOE candidate (NPU202).")] = 50
     cube_mac_bound_percent: Annotated[float, _percent("aic_mac_ratio from which a Cube kernel is compute-bound (NPU206).")] = 80
     cube_mte2_bound_percent: Annotated[float, _percent("aic_mte2_ratio from which a Cube kernel is memory-bound (NPU206).")] = 95
