@@ -292,7 +292,7 @@ def descendants(profile: Profile, rows: Iterable[int]) -> np.ndarray:
     return nearest_marked(parents(profile), roots) >= 0
 
 
-def _kernel_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
+def kernel_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
     """Per kernel row: the ``roots`` host op whose subtree launched it (-1 none)."""
     owner = nearest_marked(parents(profile), roots)
     launched = kernels["host_op"].to_numpy(np.int64)
@@ -306,10 +306,20 @@ def kernel_time_per_root(profile: Profile, roots: np.ndarray, kernels: pd.DataFr
     k = profile.kernels_in_steps() if kernels is None else kernels
     if not len(k) or not len(out):
         return out
-    root = _kernel_roots(profile, roots, k)
+    root = kernel_roots(profile, roots, k)
     sel = root >= 0
     np.add.at(out, root[sel], k["dur_ns"].to_numpy(np.int64)[sel])
     return out
+
+
+def backward_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
+    """Per kernel row: for a backward kernel, the ``roots`` host op whose subtree holds the forward
+    op its autograd node was linked to (``kernels.fwd_op``: the fwdbwd flow or the sequence number);
+    -1 for forward kernels and unlinked ones."""
+    owner = nearest_marked(parents(profile), roots)
+    fwd = kernels["fwd_op"].to_numpy(np.int64)
+    ok = kernels["backward"].to_numpy(bool) & (fwd >= 0) & (fwd < len(owner))
+    return np.where(ok, owner[np.where(ok, fwd, 0)], -1)
 
 
 def kernels_under(profile: Profile, rows: Iterable[int], kernels: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -318,7 +328,7 @@ def kernels_under(profile: Profile, rows: Iterable[int], kernels: pd.DataFrame |
     roots = mask_of(len(profile.host_ops), rows)
     if not roots.any() or not len(k):
         return k.iloc[0:0]
-    return k[_kernel_roots(profile, roots, k) >= 0]
+    return k[kernel_roots(profile, roots, k) >= 0]
 
 
 def op_time_ns(profile: Profile, rows: Sequence[int], per_root_device: np.ndarray | None = None) -> int:

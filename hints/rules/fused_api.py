@@ -4,8 +4,9 @@
 Detection is the advisor's (see ``hints.profile_query``): outermost aten ops per thread, joined with
 ``-``, regex-searched with the catalog's patterns, each pattern gated on the profile's CANN
 version (unknown version: 8.0.0, every set). Matches are grouped by where they start in the
-source; each group is one finding whose impact is the device time of the matched ops (host time
-on CPU-only traces). Profiles without framework ops use the legacy kernel ``Type`` sequences,
+source; each group is one finding whose impact is the device time of the matched ops -- their
+forward kernels and the backward kernels of their autograd nodes (``kernels.fwd_op``), since the
+fused API replaces both passes -- or host time on CPU-only traces. Profiles without framework ops use the legacy kernel ``Type`` sequences,
 anchored by inference only.
 
 The quick fix is the ``hints.fixes.fused_api`` transform, offered only when it recognises the
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, FixOffer, Related
@@ -168,18 +170,39 @@ class Group:
 
 
 _MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, pq.Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
-_DEVICE: weakref.WeakKeyDictionary[RuleContext, np.ndarray] = weakref.WeakKeyDictionary()
+_DEVICE: weakref.WeakKeyDictionary[RuleContext, "_Roots"] = weakref.WeakKeyDictionary()
 
 
 def cann_version(ctx: RuleContext) -> str:
     return ctx.profile.meta.cann_version or DEFAULT_CANN
 
 
-def _device_per_root(ctx: RuleContext) -> np.ndarray:
+@dataclass(frozen=True, slots=True)
+class _Roots:
+    """The outermost framework op each kernel of the steps belongs to, computed once per context
+    for all eight codes: by launch (forward) and by the autograd link (backward)."""
+
+    kernels: pd.DataFrame  # the kernels in steps
+    forward: np.ndarray  # per kernel: the root op that launched it (-1 none)
+    backward: np.ndarray  # per kernel: the root op whose backward it is (-1 none)
+    forward_ns: np.ndarray  # per host op: device ns of its forward kernels
+    backward_ns: np.ndarray  # per host op: device ns of its backward kernels
+
+    def kernels_of(self, rows: np.ndarray) -> pd.DataFrame:
+        return self.kernels[np.isin(self.forward, rows) | np.isin(self.backward, rows)]
+
+
+def _roots(ctx: RuleContext) -> _Roots:
     hit = _DEVICE.get(ctx)
     if hit is None:
-        hit = pq.kernel_time_per_root(ctx.profile, pq.outermost_framework_ops(ctx.profile))
-        _DEVICE[ctx] = hit
+        prof = ctx.profile
+        roots = pq.outermost_framework_ops(prof)
+        k = prof.kernels_in_steps()
+        fwd, bwd = pq.kernel_roots(prof, roots, k), pq.backward_roots(prof, roots, k)
+        dur = k["dur_ns"].to_numpy(np.int64)
+        n = len(prof.host_ops)
+        per = [np.bincount(r[r >= 0], weights=dur[r >= 0], minlength=n).astype(np.int64) for r in (fwd, bwd)]
+        hit = _DEVICE[ctx] = _Roots(k, fwd, bwd, per[0], per[1])
     return hit
 
 
@@ -262,16 +285,20 @@ class FusedApiRule(Rule):
         spec = self.spec
         variant, toks, groups, gating = find(ctx, spec)
         ascend = ctx.backend is Backend.ASCEND
-        per_root = _device_per_root(ctx) if variant == "host" else None
+        roots = _roots(ctx) if variant == "host" else None
         kernels = ctx.profile.kernels
         for g in groups:
             rows = np.concatenate([toks.rows[a:b] for a, b in g.matches])
             firsts = np.array([toks.rows[a] for a, _ in g.matches], dtype=np.int64)
             if spec.code == "NPU214" and not ascend and variant == "host" and _already_tanh(ctx, firsts):
                 continue
+            back_ns = 0
             if variant == "host":
-                total = pq.op_time_ns(ctx.profile, rows.tolist(), per_root)
-                under = pq.kernels_under(ctx.profile, rows.tolist())
+                total = pq.op_time_ns(ctx.profile, rows.tolist(), roots.forward_ns)
+                if len(kernels):  # the backward of the same ops: the fused API replaces it too
+                    back_ns = int(roots.backward_ns[rows].sum())
+                    total += back_ns
+                under = roots.kernels_of(rows)
             else:
                 under = kernels.loc[rows]
                 total = int(under["dur_ns"].sum())
@@ -293,6 +320,7 @@ class FusedApiRule(Rule):
                 "kernels": len(under),
                 "kernel_types": dict(ktypes.most_common(8)),
                 "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
+                "backward_us_per_step": pq.format_ns_us(ctx.per_step_ns(back_ns)),
                 "time_source": "device" if len(kernels) else "host",
                 "snippet": fx.SNIPPETS[spec.code] if ascend else spec.snippet_cuda,
                 **(gating if ascend else {}),
