@@ -295,6 +295,8 @@ def descendants(profile: Profile, rows: Iterable[int]) -> np.ndarray:
 def kernel_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
     """Per kernel row: the ``roots`` host op whose subtree launched it (-1 none)."""
     owner = nearest_marked(parents(profile), roots)
+    if not len(owner):
+        return np.full(len(kernels), -1, dtype=np.int64)
     launched = kernels["host_op"].to_numpy(np.int64)
     ok = (launched >= 0) & (launched < len(owner))
     return np.where(ok, owner[np.where(ok, launched, 0)], -1)
@@ -317,6 +319,8 @@ def backward_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -
     op its autograd node was linked to (``kernels.fwd_op``: the fwdbwd flow or the sequence number);
     -1 for forward kernels and unlinked ones."""
     owner = nearest_marked(parents(profile), roots)
+    if not len(owner):
+        return np.full(len(kernels), -1, dtype=np.int64)
     fwd = kernels["fwd_op"].to_numpy(np.int64)
     ok = kernels["backward"].to_numpy(bool) & (fwd >= 0) & (fwd < len(owner))
     return np.where(ok, owner[np.where(ok, fwd, 0)], -1)

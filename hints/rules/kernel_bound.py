@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -27,7 +26,6 @@ import pandas as pd
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
