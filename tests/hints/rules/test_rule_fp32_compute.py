@@ -101,3 +101,28 @@ def test_share_of_compute_threshold(fp32_us, fires):
 
 def test_not_for_a_program_that_is_not_pytorch():
     assert not only(findings(_profile(400.0, kind=ProfileKind.MSPROF), ["NPU222"]), "NPU222")
+
+
+RECORDED_SITE = "/home/z30057886/.local/lib/python3.9/site-packages"
+
+
+def test_real_alexnet_anchors_at_the_layers_with_the_most_fp32_time():
+    """With torchvision's alexnet.py in the workspace: one finding, on the conv stack (most fp32
+    cube time), the classifier's Linear layers as related information."""
+    from rulekit import line_of
+
+    from msprof_lsp.hints.context import RuleContext
+    from msprof_lsp.hints.engine import run_rules
+    from msprof_lsp.hints.registry import rules_matching
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
+
+    workspace = shared_fixture("Ascend-msinsight/workspace")
+    alexnet = workspace / "torchvision" / "models" / "alexnet.py"
+    text = alexnet.read_text(encoding="utf-8")
+    profile = load_profile([shared_fixture(ALEXNET.format("text"))], use_cache=False).profile
+    ws = SourceWorkspace([workspace], path_mappings=[(RECORDED_SITE, str(workspace))])
+    ctx = RuleContext(profile, attribute(profile, ws), ws, RuleConfig())
+    (f,) = only(run_rules(ctx, rules_matching(["NPU222"])), "NPU222")
+    assert f.span.path == str(alexnet.resolve()) and f.span.line == line_of(text, "self.features = nn.Sequential(")
+    assert [r.span.line for r in f.related] == [line_of(text, "self.classifier = nn.Sequential(")]
