@@ -18,6 +18,7 @@ from .fixes.offers import expand
 from .source_query import runs_pytorch
 from .registry import Rule, all_rules
 from .fixed_in_source import mark_fixed
+from .savings import fill_savings
 
 log = logging.getLogger("msprof_lsp.hints")
 
@@ -89,6 +90,9 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
             if settled is None or ctx.is_suppressed(settled):
                 continue
             out.append(mark_fixed(settled, ctx))
+    # what each fix would save (docs/savings.md), from the effects the rules gave: savings first,
+    # then anything that compares findings by them
+    fill_savings(out, ctx)
     if fixes:
         expand(out, ctx.source_text)
     return _ordered(out)

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, io_bytes, numel, parse_shapes
+from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, gemm_flops, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Change, Effect, Finding, Related, Target
 from ..registry import Rule, register
 from .. import profile_query as pq
 
@@ -100,10 +100,12 @@ class CubeShapeAlignment(Rule):
             if key not in sites or (site is not None and site.confidence.rank < sites[key].confidence.rank):
                 sites[key] = site
         literal_cache: dict[int, list[Related]] = {}
+        rates = _aligned_rates(ctx, set(rows)) if ctx.backend is not Backend.CUDA else None
         for key, members in groups.items():
-            found = self._finding(ctx, members, dur, sites[key], literal_cache)
-            if found is not None:
-                yield found
+            f = self._finding(ctx, members, dur, sites[key], literal_cache)
+            if f is not None:  # None: no dim padding can serve
+                f.effect = _at_aligned_rate(ctx, [r for r, _ in members], rates)
+                yield f
 
     def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site, cache) -> Finding | None:
         steps = ctx.num_steps
@@ -156,6 +158,58 @@ class CubeShapeAlignment(Rule):
                                confidence=Confidence.MODULE, related=related)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
                            confidence=site.confidence, related=related)
+
+
+def _gemm_flops(ins: str, out: str) -> float | None:
+    """2·M·N·K of a MatMul row from its shapes (``shapes.gemm_flops``); None without them."""
+    return float(gemm_flops(parse_shapes(ins), parse_shapes(out))) or None
+
+
+def _aligned_rates(ctx: RuleContext, bad: set[int]) -> dict[str, float]:
+    """FLOP per ns the profile's aligned MatMul kernels achieve, per op type (in the steps)."""
+    k = ctx.profile.kernels
+    types = pq.kernel_types(k)
+    sel = np.flatnonzero(pq.matches(types, MATMUL) & pq.kernels_in_steps_mask(ctx.profile))
+    sel = sel[~np.isin(sel, list(bad))]
+    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
+    dur = k["dur_ns"].to_numpy(np.int64)
+    flops: dict[str, float] = defaultdict(float)
+    ns: dict[str, float] = defaultdict(float)
+    memo: dict[tuple[str, str], float | None] = {}
+    for r in sel.tolist():
+        key = (str(ins[r]), str(outs[r]))
+        if key not in memo:
+            memo[key] = _gemm_flops(*key)
+        if memo[key] is not None and dur[r] > 0:
+            flops[str(types[r])] += memo[key]  # type: ignore[operator]
+            ns[str(types[r])] += float(dur[r])
+    return {t: flops[t] / ns[t] for t in flops if ns[t] > 0}
+
+
+def _at_aligned_rate(ctx: RuleContext, rows: list[int], rates: dict[str, float] | None) -> Effect:
+    """Each misaligned MatMul at the rate the profile's aligned MatMuls of its type achieve (never
+    slower than recorded); the low end keeps half the gain."""
+    if rates is None:
+        return Effect(unknown="A/B test: the CUDA GEMMs' shapes are on their host ops, not their kernels")
+    k = ctx.profile.kernels
+    types = pq.kernel_types(k)
+    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
+    dur = k["dur_ns"].to_numpy(np.int64)
+    changes = []
+    missing = set()
+    for r in rows:
+        t = str(types[r])
+        fl = _gemm_flops(str(ins[r]), str(outs[r]))
+        if t not in rates or fl is None or dur[r] <= 0:
+            missing.add(t)
+            continue
+        f = min(1.0, fl / rates[t] / float(dur[r]))
+        changes.append(Change(Target.KERNELS, (int(r),), f, best=f, worst=0.5 + 0.5 * f))
+    if not changes:
+        kinds = "/".join(sorted(missing)) or "MatMul"
+        return Effect(unknown=f"unknown: no aligned {kinds} kernel with shapes in the profile to take the rate from")
+    return Effect(tuple(changes), basis="the misaligned MatMuls at the FLOP rate of the profile's aligned ones of "
+                                        "their type (low end: half the gain)")
 
 
 def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
