@@ -349,15 +349,27 @@ def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, ap
                                         f"(high end: {high})")
 
 
+def _autograd_nodes(ctx: RuleContext, ops: np.ndarray) -> np.ndarray:
+    """The backward pass's host ops linked to the forward ops in the subtrees of ``ops``
+    (``host_ops.fwd_op``): one autograd node per op, one fused backward call per match after the fix."""
+    h = ctx.profile.host_ops
+    inside = pq.descendants(ctx.profile, np.asarray(ops).tolist())
+    fwd = h["fwd_op"].to_numpy(np.int64)
+    ok = (fwd >= 0) & (fwd < len(h))
+    linked = np.zeros(len(h), dtype=bool)
+    linked[ok] = inside[fwd[ok]]
+    return np.flatnonzero(linked)
+
+
 def fused_effect(ctx: RuleContext, forward: pd.DataFrame, backward: pd.DataFrame, matches: int, api: str,
                  ops: np.ndarray | None) -> Effect:
     """The forward kernels of each match as one fused kernel and their backward kernels as one
     fused backward kernel (``one_kernel_per_match`` on each pass: the fused API has a kernel of
-    its own for each)."""
+    its own for each); the autograd nodes of the matched ops become one per match too."""
     fwd = one_kernel_per_match(ctx, forward, matches, api, ops)
     if not len(backward):
         return fwd
-    bwd = one_kernel_per_match(ctx, backward, matches, api)
+    bwd = one_kernel_per_match(ctx, backward, matches, api, _autograd_nodes(ctx, ops) if ops is not None else None)
     if fwd.unknown:
         return bwd
     return Effect(fwd.changes + bwd.changes, basis=f"{fwd.basis}; its backward kernels likewise")

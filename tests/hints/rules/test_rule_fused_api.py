@@ -191,6 +191,15 @@ def test_tiny_transformer_rms_norm_charges_its_backward_kernels():
     assert back_us > 90 and f.evidence["backward_us_per_step"] == round(back_us, 1)
     assert f.evidence["time_us_per_step"] == 199.3 and f.evidence["kernels"] == 50  # 5 matches x (5 forward + 5 backward)
     assert f.message.startswith("RMSNorm written out: 5 matches, 199 µs/step (2.2% of step), 10 kernels each")
+    # the effect fuses each pass on its own: forward kernels, backward kernels, and the autograd
+    # nodes of the matched ops at one call per match
+    from msprof_lsp.hints.finding import Target
+    from msprof_lsp.hints.profile_query import backward_mask
+    host = [c for c in f.effect.changes if c.target is Target.HOST_OPS]
+    assert len(host) == 2 and host[1].factor == 5 / 25  # 25 autograd nodes (5 per norm), 5 matches
+    assert backward_mask(profile)[list(host[1].rows)].all() and not backward_mask(profile)[list(host[0].rows)].any()
+    kernels = [c for c in f.effect.changes if c.target is Target.KERNELS]
+    assert sum(len(c.rows) for c in kernels) == 50
 
 
 def test_tiny_transformer_npu_profile_lower_share_rules():
