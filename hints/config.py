@@ -54,13 +54,14 @@ class Thresholds:
     op_compile_max_count: Annotated[int, _whole("Online op compilations per capture at which NPU107 fires.", "events")] = 20
     aicpu_min_us: Annotated[float, _us("Longest AI_CPU kernel at which NPU201 fires.")] = 20
     no_bound_min_us: Annotated[float, _us("Kernel duration from which NPU202 checks its pipe counters.")] = 20
-    pipe_bound_percent: Annotated[float, _percent("Pipe busy share above which a kernel is bound (NPU202).")] = 80
+    pipe_bound_percent: Annotated[float, _percent("Busy share from which a pipe without a class threshold bounds a kernel (NPU202, NPU206).")] = 80
+    fp32_cube_min_percent: Annotated[float, _percent("Share of the compute kernels' device time in fp32 cube (matrix) kernels from which NPU222 fires.")] = 20
+    no_bound_rate_percent: Annotated[float, _percent("Achieved throughput, as a share of the best the profile shows for the same OpType and dtypes at comparable size, under which a no-bound kernel is an AOE candidate (NPU202).")] = 50
     cube_mac_bound_percent: Annotated[float, _percent("aic_mac_ratio from which a Cube kernel is compute-bound (NPU206).")] = 80
     cube_mte2_bound_percent: Annotated[float, _percent("aic_mte2_ratio from which a Cube kernel is memory-bound (NPU206).")] = 95
     fa_mte2_bound_percent: Annotated[float, _percent("aic_mte2_ratio from which a FlashAttention kernel is memory-bound (NPU206).")] = 80
     fa_pipe_bound_percent: Annotated[float, _percent("aiv_vec_ratio (forward) / aic_fixpipe_ratio (grad) from which a FlashAttention kernel is bound (NPU206).")] = 75
     vector_pipe_bound_percent: Annotated[float, _percent("aiv_vec / aiv_mte2 / aiv_mte3 ratio from which a Vector kernel is bound (NPU206).")] = 70
-    vector_total_bound_percent: Annotated[float, Meta(ge=0, le=300, description="Sum of aiv_vec, aiv_mte2 and aiv_mte3 ratios from which a Vector kernel is bound (NPU206).", extra={"unit": "%"})] = 90
     vector_min_percent: Annotated[float, _percent("Share of all kernel time from which an OpType's Vector kernels are checked (NPU206).")] = 1
     slow_rank_gap_percent: Annotated[float, _percent("Gap between the ranks' Computing, Communication or Free, as a share of the mean step, above which NPU207 fires.")] = 5
     slow_link_gap_percent: Annotated[float, _percent("Gap between the ranks' link bandwidths, as a share of the mean, above which NPU208 fires.")] = 5

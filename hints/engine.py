@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from .context import RuleContext
 from .finding import Finding, Severity
 from .fixes.offers import expand
+from .source_query import runs_pytorch
 from .registry import Rule, all_rules
 from .fixed_in_source import mark_fixed
 from .savings import fill_savings
@@ -37,9 +38,15 @@ def _crash_notice(rule: Rule, exc: BaseException) -> Finding:
     )
 
 
+# A finding whose time per step prints as "0.0 µs" has nothing to save (issue 23's "findings of
+# 0.0 µs"): the one place every rule's findings pass drops it, whatever minShare says.
+ZERO_US = 0.05
+
+
 def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
-    """The one place a finding's severity is decided, and the min_share cut (fixed-severity rules
-    are never cut): the configured override, else the rule's fixed severity, else by share."""
+    """The one place a finding's severity is decided (the configured override, else the rule's
+    fixed severity, else by share), the zero-time drop and the min_share cut (fixed-severity
+    rules -- settings, notices -- carry no time and are never cut)."""
     override = ctx.config.severity_override(f.code)
     if override is not None:
         f.severity = override
@@ -53,6 +60,8 @@ def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
         computed = ctx.severity(f.code, f.share, f.confidence)
         # A rule may lower its own finding (a weak variant), never raise it above the share.
         f.severity = computed if computed.rank <= f.severity.rank else f.severity
+    if not rule.fixed_severity and f.time_per_step_us < ZERO_US:
+        return None
     if not fixed and f.share < ctx.config.min_share:
         return None
     return f
@@ -61,10 +70,13 @@ def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
 def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: bool = True) -> list[Finding]:
     """All findings for this profile after selection, severity, ``min_share`` and suppressions."""
     chosen = all_rules() if rules is None else list(rules)
+    pytorch = runs_pytorch(ctx)
     out: list[Finding] = []
     for rule in chosen:
         if not ctx.config.enabled(rule.code) or not rule.applies_to(ctx.backend):
             continue
+        if rule.pytorch_only and not pytorch:
+            continue  # no PyTorch advice for a program that is not PyTorch
         try:
             produced = list(rule.check(ctx))
         except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the user every other hint

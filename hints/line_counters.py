@@ -4,8 +4,9 @@ Computed once per analysis (the server keeps the result in its snapshot, next to
 from the kernels' PipeUtilization ratios (``profile_query.pipe_ratios``: per pipe the larger of
 the cube and vector cores' ratio) and the kernel classes of the time model. One row per (line,
 OpType, accelerator core, direction), as the line heat's operator rows are grouped; the ratios
-are the plain mean over the row's kernels that carry counters, and the bound is NPU202's
-classification of those means (busiest pipe above ``pipeBoundPercent``).
+are the plain mean over the row's kernels that carry counters, and the bound is the query layer's
+one verdict (``profile_query.kernel_bounds``, what NPU202 and NPU206 read) of the row's kernel group
+with the most time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from msprof_lsp.mapping.source.heat import Attribution
 
 from . import profile_query as pq
 from .config import Thresholds
-from .profile_query import classify_bound
 
 MAX_ROWS = 12  # per line, most time first
 
@@ -59,7 +59,10 @@ def line_counters(profile: Profile, attribution: Attribution, thresholds: Thresh
     rows = np.flatnonzero(has)
     if not len(rows):
         return {}
-    limit = float((thresholds or Thresholds()).pipe_bound_percent) / 100
+    # the verdicts of the rules' own table (the kernels in steps), so the groups average the same kernels
+    verdicts = pq.kernel_bounds(k[in_steps], pq.BoundLimits.of(thresholds or Thresholds()))
+    group = np.full(len(k), -1, dtype=np.int64)
+    group[np.flatnonzero(in_steps)] = verdicts.group
     sites = attribution.sites
     paths = np.array([sites[i].span.path for i in site[rows].tolist()], dtype=object)
     lines = np.array([sites[i].span.line for i in site[rows].tolist()], dtype=np.int64)
@@ -68,6 +71,7 @@ def line_counters(profile: Profile, attribution: Attribution, thresholds: Thresh
         "path": paths, "line": lines, "type": pq.kernel_types(k.iloc[rows]), "core": pq.strs(k["core"])[rows],
         "backward": k["backward"].to_numpy(bool)[rows], "cls": [c.value for c in classes],
         "name": pq.strs(k["name"])[rows], "dur": k["dur_ns"].to_numpy(np.int64)[rows],
+        "group": group[rows],
     })
     pipes = list(ratios.columns)
     for i, p in enumerate(pipes):
@@ -75,7 +79,8 @@ def line_counters(profile: Profile, attribution: Attribution, thresholds: Thresh
     out: dict[str, dict[int, list[OpCounters]]] = {}
     for (path, line, t, core, bwd), g in frame.groupby(["path", "line", "type", "core", "backward"], sort=False):
         means = g[pipes].mean()
-        bound = classify_bound(pd.DataFrame([means.to_numpy()], columns=pipes), limit)[0]
+        lead = int(g.groupby("group", sort=False)["dur"].sum().idxmax())
+        bound = verdicts.verdicts[lead].bound if lead >= 0 else pq.PipeBound.NO_DATA
         top = g.groupby("name", sort=False)["dur"].sum().idxmax()
         row = OpCounters(str(t), str(top), str(core), str(g["cls"].iloc[0]), bool(bwd), len(g), int(g["dur"].sum()),
                          tuple((p, round(float(means[p]), 3)) for p in pipes), bound.value)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from enum import Enum
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -23,10 +23,13 @@ import pandas as pd
 
 from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.profile import comm_time, linking, step_windows, timemodel
-from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile
+from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile, ProfileKind
+from msprof_lsp.mapping.profile.shapes import gemm_flops, io_bytes, parse_shapes
+from msprof_lsp.mapping.profile.timemodel import KernelClass
 from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.units import format_us, ns_to_us
 
+from .config import Thresholds
 from .context import RuleContext
 
 # ---------------------------------------------------------------------------------------------
@@ -100,7 +103,7 @@ def kernel_types(kernels: pd.DataFrame) -> np.ndarray:
 # fixpipe is not among them. Each exists on the cube (``aic_``) and vector (``aiv_``) core.
 PIPES = ("vec", "mac", "scalar", "mte1", "mte2", "mte3")
 COMPUTE_PIPES = frozenset({"vec", "mac"})
-MEMORY_PIPES = frozenset({"mte1", "mte2", "mte3"})
+TRANSFER_PIPES = frozenset({"mte1", "mte2", "mte3", "fixpipe"})  # moving data, not computing
 
 
 def pipe_ratios(kernels: pd.DataFrame) -> pd.DataFrame | None:
@@ -251,6 +254,22 @@ def outermost_framework_ops(profile: Profile, *, forward_only: bool = True) -> n
     return top & in_steps(profile, h["start_ns"].to_numpy(np.int64))
 
 
+# Producers that only a PyTorch program writes: torch_npu.profiler's exports and torch.profiler's trace.
+PYTORCH_KINDS = frozenset({ProfileKind.TORCH_NPU, ProfileKind.TORCH_NPU_DB, ProfileKind.KINETO})
+
+
+def profile_is_pytorch(profile: Profile) -> bool:
+    """Whether the profiled program is a PyTorch one, so PyTorch advice applies: a torch_npu or
+    torch.profiler export, or an msprof CLI capture with a framework layer (``aten::``/``npu::``
+    host ops) or torch versions in its metadata. An msprof run of anything else (a plain ACL
+    program, another framework) has none of these; ``source_query.runs_pytorch`` also asks the
+    source."""
+    if profile.meta.kind in PYTORCH_KINDS or profile.meta.torch_version or profile.meta.torch_npu_version:
+        return True
+    h = profile.host_ops
+    return bool(len(h)) and bool(mask(h["name"], is_framework_op).any())
+
+
 def rows_named(profile: Profile, names: Iterable[str]) -> np.ndarray:
     h = profile.host_ops
     if not len(h):
@@ -273,9 +292,11 @@ def descendants(profile: Profile, rows: Iterable[int]) -> np.ndarray:
     return nearest_marked(parents(profile), roots) >= 0
 
 
-def _kernel_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
+def kernel_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
     """Per kernel row: the ``roots`` host op whose subtree launched it (-1 none)."""
     owner = nearest_marked(parents(profile), roots)
+    if not len(owner):
+        return np.full(len(kernels), -1, dtype=np.int64)
     launched = kernels["host_op"].to_numpy(np.int64)
     ok = (launched >= 0) & (launched < len(owner))
     return np.where(ok, owner[np.where(ok, launched, 0)], -1)
@@ -287,10 +308,22 @@ def kernel_time_per_root(profile: Profile, roots: np.ndarray, kernels: pd.DataFr
     k = profile.kernels_in_steps() if kernels is None else kernels
     if not len(k) or not len(out):
         return out
-    root = _kernel_roots(profile, roots, k)
+    root = kernel_roots(profile, roots, k)
     sel = root >= 0
     np.add.at(out, root[sel], k["dur_ns"].to_numpy(np.int64)[sel])
     return out
+
+
+def backward_roots(profile: Profile, roots: np.ndarray, kernels: pd.DataFrame) -> np.ndarray:
+    """Per kernel row: for a backward kernel, the ``roots`` host op whose subtree holds the forward
+    op its autograd node was linked to (``kernels.fwd_op``: the fwdbwd flow or the sequence number);
+    -1 for forward kernels and unlinked ones."""
+    owner = nearest_marked(parents(profile), roots)
+    if not len(owner):
+        return np.full(len(kernels), -1, dtype=np.int64)
+    fwd = kernels["fwd_op"].to_numpy(np.int64)
+    ok = kernels["backward"].to_numpy(bool) & (fwd >= 0) & (fwd < len(owner))
+    return np.where(ok, owner[np.where(ok, fwd, 0)], -1)
 
 
 def kernels_under(profile: Profile, rows: Iterable[int], kernels: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -299,7 +332,7 @@ def kernels_under(profile: Profile, rows: Iterable[int], kernels: pd.DataFrame |
     roots = mask_of(len(profile.host_ops), rows)
     if not roots.any() or not len(k):
         return k.iloc[0:0]
-    return k[_kernel_roots(profile, roots, k) >= 0]
+    return k[kernel_roots(profile, roots, k) >= 0]
 
 
 def op_time_ns(profile: Profile, rows: Sequence[int], per_root_device: np.ndarray | None = None) -> int:
@@ -626,31 +659,197 @@ AOE_COMMAND = f"aoe --job_type=2 --model_path={AOE_DUMP} --tune_ops_file={TUNE_O
 TUNE_TOPK = 10
 
 
-class Bound(str, Enum):
-    """What limits a kernel, from its busiest pipe."""
+class PipeBound(str, Enum):
+    """What limits a kernel, from its PipeUtilization counters (``kernel_bounds``). Not the critical
+    path's ``Bound`` (what a line's time on the path waits for: host, sync, bandwidth, compute)."""
 
-    COMPUTE = "compute-bound"  # mac (cube) or vec above the threshold
-    MEMORY = "memory-bound"  # an mte pipe above the threshold
+    COMPUTE = "compute-bound"  # the cube (mac) or vector (vec) pipe at its limit
+    MEMORY = "memory-bound"  # a transfer pipe (mte1/mte2/mte3/fixpipe) at its limit
     SCALAR = "scalar-bound"
-    NONE = "no-bound"
+    NONE = "no-bound"  # no pipe at its limit: tiling or scheduling limits it
     NO_DATA = "no counters"
 
 
-def classify_bound(ratios: pd.DataFrame, limit: float) -> list[Bound]:
-    """A ``Bound`` per row: the class of the busiest pipe above ``limit`` (a ratio in [0, 1]).
-    A list, not a numpy array: numpy turns a str-valued enum into its ``str()``."""
-    if not len(ratios.columns):
-        return [Bound.NO_DATA] * len(ratios)
-    vals = ratios.to_numpy(np.float64)
-    pipes = list(ratios.columns)
-    busiest, top = vals.argmax(axis=1), vals.max(axis=1)
-    out: list[Bound] = []
-    for i, t in zip(busiest.tolist(), top.tolist()):
-        if t <= 0:
-            out.append(Bound.NO_DATA)
-        elif t <= limit:
-            out.append(Bound.NONE)
-        else:
-            pipe = pipes[i]
-            out.append(Bound.COMPUTE if pipe in COMPUTE_PIPES else Bound.MEMORY if pipe in MEMORY_PIPES else Bound.SCALAR)
+# The counters are written with 3 decimals: a mean of them may miss its threshold by float
+# rounding alone, so ratios are compared to 9 decimals.
+_DECIMALS = 9
+
+
+def at_least(ratio: float, threshold: float) -> bool:
+    return round(ratio, _DECIMALS) >= round(threshold, _DECIMALS)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundLimits:
+    """The busy ratios (0..1) at which a pipe limits a kernel: per kernel class the advisor's
+    thresholds for the pipes it reads; ``pipe`` for every other pipe and class."""
+
+    cube_mac: float
+    cube_mte2: float
+    fa_mte2: float
+    fa_pipe: float
+    vector_pipe: float
+    pipe: float
+
+    @classmethod
+    def of(cls, t: Thresholds) -> "BoundLimits":
+        return cls(t.cube_mac_bound_percent / 100, t.cube_mte2_bound_percent / 100, t.fa_mte2_bound_percent / 100,
+                   t.fa_pipe_bound_percent / 100, t.vector_pipe_bound_percent / 100, t.pipe_bound_percent / 100)
+
+    def as_dict(self) -> dict[str, float]:
+        return {f: round(getattr(self, f), 4) for f in self.__slots__}  # type: ignore[attr-defined]
+
+
+# Per kernel class (and FlashAttention grad): the pipes judged with the class's own limit, in the
+# advisor's order, each read from the core's own counter column (docs/numbers.md "Bound").
+CLASS_PIPES: dict[tuple[KernelClass, bool], tuple[tuple[str, str, str], ...]] = {
+    (KernelClass.CUBE, False): (("mac", "aic_mac_ratio", "cube_mac"), ("mte2", "aic_mte2_ratio", "cube_mte2")),
+    (KernelClass.MIX, False): (("mac", "aic_mac_ratio", "cube_mac"), ("mte2", "aic_mte2_ratio", "cube_mte2")),
+    (KernelClass.FLASH_ATTENTION, False): (("mte2", "aic_mte2_ratio", "fa_mte2"), ("vec", "aiv_vec_ratio", "fa_pipe")),
+    (KernelClass.FLASH_ATTENTION, True): (("mte2", "aic_mte2_ratio", "fa_mte2"), ("fixpipe", "aic_fixpipe_ratio", "fa_pipe")),
+    (KernelClass.VECTOR, False): (("mte2", "aiv_mte2_ratio", "vector_pipe"), ("mte3", "aiv_mte3_ratio", "vector_pipe"),
+                                  ("vec", "aiv_vec_ratio", "vector_pipe")),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BoundVerdict:
+    """The one bound verdict of a group of kernels: what limits it, by which pipe, at what ratio."""
+
+    bound: PipeBound
+    label: str  # the pipes at their limit (mac, mte2, mac_and_mte2, ...); "" when none
+    pipe: str  # the pipe the verdict names (the busiest one when none is at its limit)
+    ratio: float  # its mean busy ratio
+    threshold: float  # the limit it was judged against
+
+
+def bound_verdict(cls: KernelClass, grad: bool, means: Mapping[str, float], lim: BoundLimits) -> BoundVerdict:
+    """The verdict from mean ratios (``pmu`` column name without the prefix -> mean): each pipe is
+    compared on its own with its limit -- never a sum of pipes. A transfer pipe at its limit makes
+    the kernel memory-bound even when a compute pipe is at its limit too (it waits on data)."""
+    own = CLASS_PIPES.get((cls, grad and cls is KernelClass.FLASH_ATTENTION), ())
+    judged = [(pipe, float(means.get(col, 0.0)), getattr(lim, field)) for pipe, col, field in own]
+    seen = {pipe for pipe, _, _ in own}
+    for pipe in PIPES:
+        vals = [means[c] for c in (f"aic_{pipe}_ratio", f"aiv_{pipe}_ratio") if c in means]
+        if pipe not in seen and vals:
+            judged.append((pipe, float(max(vals)), lim.pipe))
+    if not any(r > 0 for _, r, _ in judged):
+        return BoundVerdict(PipeBound.NO_DATA, "", "", 0.0, lim.pipe)
+    hits = [j for j in judged if at_least(j[1], j[2])]
+    if not hits:
+        pipe, ratio, thr = max(judged, key=lambda j: j[1])
+        return BoundVerdict(PipeBound.NONE, "", pipe, ratio, thr)
+    pipe, ratio, thr = next((j for j in hits if j[0] in TRANSFER_PIPES), hits[0])
+    bound = (PipeBound.MEMORY if pipe in TRANSFER_PIPES else PipeBound.COMPUTE if pipe in COMPUTE_PIPES
+             else PipeBound.SCALAR)
+    return BoundVerdict(bound, "_and_".join(j[0] for j in hits), pipe, ratio, thr)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelBounds:
+    """``bound_verdict`` per group of compute kernels with counters -- one (class, name, shapes,
+    OpType), as the advisor groups them, the ratios averaged over the group's kernels."""
+
+    group: np.ndarray  # per row of the kernel table: its group, -1 (not a compute kernel with counters)
+    verdicts: list[BoundVerdict]  # per group
+    means: list[dict[str, float]]  # per group: the mean of every ratio column read
+    classes: list[KernelClass]  # per group
+    op_types: list[str]  # per group
+    dtypes: list[str]  # per group: the input dtypes
+
+    def per_row(self) -> list[BoundVerdict | None]:
+        return [self.verdicts[g] if g >= 0 else None for g in self.group.tolist()]
+
+
+RATIO_COLUMNS = tuple(f"{core}_{pipe}_ratio" for pipe in (*PIPES, "fixpipe") for core in ("aic", "aiv"))
+
+
+def kernel_bounds(kernels: pd.DataFrame, limits: BoundLimits) -> KernelBounds:
+    """The bound verdicts of a kernel table (``profile.kernels`` or any subset). Rows whose
+    counters are all 0 or ``N/A`` (HCCL, AI_CPU, over-long ops) have none, as the advisor skips them."""
+    cols = [c for c in RATIO_COLUMNS if f"pmu:{c}" in kernels.columns]
+    group = np.full(len(kernels), -1, dtype=np.int64)
+    empty = KernelBounds(group, [], [], [], [], [])
+    if not cols or not len(kernels):
+        return empty
+    vals = kernels[[f"pmu:{c}" for c in cols]].to_numpy(np.float64)
+    has = (np.nan_to_num(vals, nan=0.0) > 0).any(axis=1) & timemodel.is_class(kernels, timemodel.TaskClass.COMPUTE)
+    rows = np.flatnonzero(has)
+    if not len(rows):
+        return empty
+    sub = kernels.iloc[rows]
+    classes = np.array([c.value for c in timemodel.kernel_classes(sub)], dtype=object)
+    types = kernel_types(sub)
+    keys = pd.MultiIndex.from_arrays([classes, strs(sub["name"]), strs(sub["input_shapes"]),
+                                      strs(sub["output_shapes"]), types, strs(sub["input_dtypes"])])
+    codes, uniques = pd.factorize(keys)
+    group[rows] = codes
+    frame = pd.DataFrame(vals[rows], columns=cols).groupby(codes).mean()  # NaN (N/A) cells skipped
+    out_v, out_m, out_c, out_t, out_d = [], [], [], [], []
+    for g, (cls_v, _name, _i, _o, op_type, dtypes) in enumerate(uniques):
+        means = {c: float(v) for c, v in frame.loc[g].items() if np.isfinite(v)}
+        cls = KernelClass(cls_v)
+        out_v.append(bound_verdict(cls, str(op_type).endswith("Grad"), means, limits))
+        out_m.append(means)
+        out_c.append(cls)
+        out_t.append(str(op_type))
+        out_d.append(str(dtypes))
+    return KernelBounds(group, out_v, out_m, out_c, out_t, out_d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Achieved throughput (docs/numbers.md "Achieved throughput")
+
+COMPARABLE_WORK = 4.0  # "comparable size": mean work per kernel within this factor either way
+
+
+def kernel_work(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: (work, is_flops). A matrix product (a Cube-class kernel) does 2·M·N·K FLOPs;
+    any other kernel moves the bytes of its inputs and outputs. 0 where the shapes are unknown.
+    Computed once per distinct (class, shapes, dtypes)."""
+    n = len(kernels)
+    if not n:
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    cube = np.array([c is KernelClass.CUBE for c in timemodel.kernel_classes(kernels)], dtype=bool)
+    cols = [strs(kernels[c]) for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([cube, *cols]))
+    table = np.zeros(len(uniques), dtype=np.float64)
+    for i, (is_cube, ins, idt, outs, odt) in enumerate(uniques):
+        a, b = parse_shapes(ins), parse_shapes(outs)
+        table[i] = gemm_flops(a, b) if is_cube else io_bytes(a, idt) + io_bytes(b, odt)
+    return table[codes], cube
+
+
+def group_rates(kernels: pd.DataFrame, group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group (``group``: a group per kernel row, -1 none): (mean work per kernel, achieved
+    rate = its kernels' work / their device time, per second; NaN where the work is unknown)."""
+    work, _ = kernel_work(kernels)
+    dur = kernels["dur_ns"].to_numpy(np.float64)
+    ok = (group >= 0) & (work > 0) & (dur > 0)
+    tot_w = np.bincount(group[ok], weights=work[ok], minlength=n_groups)[:n_groups]
+    tot_t = np.bincount(group[ok], weights=dur[ok], minlength=n_groups)[:n_groups]
+    cnt = np.bincount(group[ok], minlength=n_groups)[:n_groups]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_w = np.where(cnt > 0, tot_w / np.maximum(cnt, 1), np.nan)
+        rate = np.where(tot_t > 0, tot_w / tot_t * 1e9, np.nan)
+    return mean_w, rate
+
+
+def rate_vs_best(kernels: pd.DataFrame, bounds: KernelBounds) -> np.ndarray:
+    """Per bound group: its achieved rate over the best rate the profile shows for the same OpType
+    and input dtypes at comparable work (itself included, so at most 1); NaN when unknown."""
+    n = len(bounds.verdicts)
+    mean_w, rate = group_rates(kernels, bounds.group, n)
+    out = np.full(n, np.nan)
+    peers: dict[tuple[str, str], list[int]] = {}
+    for g in range(n):
+        if np.isfinite(rate[g]):
+            peers.setdefault((bounds.op_types[g], bounds.dtypes[g]), []).append(g)
+    for members in peers.values():
+        w = mean_w[members]
+        r = rate[members]
+        for i, g in enumerate(members):
+            near = (w >= w[i] / COMPARABLE_WORK) & (w <= w[i] * COMPARABLE_WORK)
+            out[g] = r[i] / r[near].max()
     return out

@@ -44,6 +44,8 @@ class Rule(ABC):
       default_severity  None: by share of step time (docs/rules/README.md); a Severity: fixed (env, notices)
       thresholds        camelCase keys of the hints.config.Thresholds fields the rule reads (its doc page lists them)
       backends          profile backends the rule applies to
+      pytorch_only      its advice is PyTorch code or settings: it does not run on a profile of a
+                        program that is not PyTorch (``profile_query.is_pytorch``)
     """
 
     code: ClassVar[str]
@@ -53,6 +55,7 @@ class Rule(ABC):
     default_severity: ClassVar[Severity | None] = None
     thresholds: ClassVar[tuple[str, ...]] = ()
     backends: ClassVar[tuple[Backend, ...]] = BACKENDS
+    pytorch_only: ClassVar[bool] = False
 
     @property
     def doc(self) -> str:

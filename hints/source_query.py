@@ -126,10 +126,28 @@ def entry_scripts(ctx: RuleContext) -> list[str]:
         if index is None or index.main_guard is None:
             continue
         uses_npu = index.torch_npu_import is not None
-        uses_torch = any(i.target == "torch" or i.target.startswith("torch.") for i in index.imports)
-        if uses_npu or uses_torch:
+        if imports_torch(index):
             ranked.append((0 if uses_npu else 1, path))
     return [p for _, p in sorted(ranked)]
+
+
+def imports_torch(index: SourceIndex) -> bool:
+    return index.torch_npu_import is not None or any(i.target == "torch" or i.target.startswith("torch.")
+                                                     for i in index.imports)
+
+
+def runs_pytorch(ctx: RuleContext) -> bool:
+    """Whether PyTorch advice applies: the profile says so (``profile_query.profile_is_pytorch``), or
+    -- an msprof CLI capture without its framework layer -- the attribution placed kernels on
+    workspace files that import torch. A program that is not PyTorch gives neither."""
+    if pq.profile_is_pytorch(ctx.profile):
+        return True
+    att = ctx.attribution
+    if att is None:
+        return False
+    used = np.unique(att.kernel_site[att.kernel_site >= 0])
+    paths = {att.sites[int(i)].span.path for i in used.tolist()}
+    return any(ix is not None and imports_torch(ix) for ix in (index_of(ctx, p) for p in sorted(paths)))
 
 
 def torch_npu_import(ctx: RuleContext) -> tuple[SourceIndex, ImportInfo] | None:

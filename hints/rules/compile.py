@@ -56,6 +56,7 @@ def _op_states(ctx: RuleContext) -> np.ndarray:
 @register
 class OnlineCompile(Rule):
     code = "NPU107"
+    pytorch_only = True  # its advice is torch_npu's
     name = "online-compile"
     summary = "Operators are compiled at run time (aclopCompileAndExecute) instead of using prebuilt binaries."
     rationale = (

@@ -4,8 +4,9 @@
 Detection is the advisor's (see ``hints.profile_query``): outermost aten ops per thread, joined with
 ``-``, regex-searched with the catalog's patterns, each pattern gated on the profile's CANN
 version (unknown version: 8.0.0, every set). Matches are grouped by where they start in the
-source; each group is one finding whose impact is the device time of the matched ops (host time
-on CPU-only traces). Profiles without framework ops use the legacy kernel ``Type`` sequences,
+source; each group is one finding whose impact is the device time of the matched ops -- their
+forward kernels and the backward kernels of their autograd nodes (``kernels.fwd_op``), since the
+fused API replaces both passes -- or host time on CPU-only traces. Profiles without framework ops use the legacy kernel ``Type`` sequences,
 anchored by inference only.
 
 The quick fix is the ``hints.fixes.fused_api`` transform, offered only when it recognises the
@@ -170,18 +171,42 @@ class Group:
 
 
 _MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, pq.Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
-_DEVICE: weakref.WeakKeyDictionary[RuleContext, np.ndarray] = weakref.WeakKeyDictionary()
+_DEVICE: weakref.WeakKeyDictionary[RuleContext, "_Roots"] = weakref.WeakKeyDictionary()
 
 
 def cann_version(ctx: RuleContext) -> str:
     return ctx.profile.meta.cann_version or DEFAULT_CANN
 
 
-def _device_per_root(ctx: RuleContext) -> np.ndarray:
+@dataclass(frozen=True, slots=True)
+class _Roots:
+    """The outermost framework op each kernel of the steps belongs to, computed once per context
+    for all eight codes: by launch (forward) and by the autograd link (backward)."""
+
+    kernels: pd.DataFrame  # the kernels in steps
+    forward: np.ndarray  # per kernel: the root op that launched it (-1 none)
+    backward: np.ndarray  # per kernel: the root op whose backward it is (-1 none)
+    forward_ns: np.ndarray  # per host op: device ns of its forward kernels
+    backward_ns: np.ndarray  # per host op: device ns of its backward kernels
+
+    def forward_of(self, rows: np.ndarray) -> pd.DataFrame:
+        return self.kernels[np.isin(self.forward, rows)]
+
+    def backward_of(self, rows: np.ndarray) -> pd.DataFrame:
+        return self.kernels[np.isin(self.backward, rows)]
+
+
+def _roots(ctx: RuleContext) -> _Roots:
     hit = _DEVICE.get(ctx)
     if hit is None:
-        hit = pq.kernel_time_per_root(ctx.profile, pq.outermost_framework_ops(ctx.profile))
-        _DEVICE[ctx] = hit
+        prof = ctx.profile
+        roots = pq.outermost_framework_ops(prof)
+        k = prof.kernels_in_steps()
+        fwd, bwd = pq.kernel_roots(prof, roots, k), pq.backward_roots(prof, roots, k)
+        dur = k["dur_ns"].to_numpy(np.int64)
+        n = len(prof.host_ops)
+        per = [np.bincount(r[r >= 0], weights=dur[r >= 0], minlength=n).astype(np.int64) for r in (fwd, bwd)]
+        hit = _DEVICE[ctx] = _Roots(k, fwd, bwd, per[0], per[1])
     return hit
 
 
@@ -324,26 +349,55 @@ def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, ap
                                         f"(high end: {high})")
 
 
+def _autograd_nodes(ctx: RuleContext, ops: np.ndarray) -> np.ndarray:
+    """The backward pass's host ops linked to the forward ops in the subtrees of ``ops``
+    (``host_ops.fwd_op``): one autograd node per op, one fused backward call per match after the fix."""
+    h = ctx.profile.host_ops
+    inside = pq.descendants(ctx.profile, np.asarray(ops).tolist())
+    fwd = h["fwd_op"].to_numpy(np.int64)
+    ok = (fwd >= 0) & (fwd < len(h))
+    linked = np.zeros(len(h), dtype=bool)
+    linked[ok] = inside[fwd[ok]]
+    return np.flatnonzero(linked)
+
+
+def fused_effect(ctx: RuleContext, forward: pd.DataFrame, backward: pd.DataFrame, matches: int, api: str,
+                 ops: np.ndarray | None) -> Effect:
+    """The forward kernels of each match as one fused kernel and their backward kernels as one
+    fused backward kernel (``one_kernel_per_match`` on each pass: the fused API has a kernel of
+    its own for each); the autograd nodes of the matched ops become one per match too."""
+    fwd = one_kernel_per_match(ctx, forward, matches, api, ops)
+    if not len(backward):
+        return fwd
+    bwd = one_kernel_per_match(ctx, backward, matches, api, _autograd_nodes(ctx, ops) if ops is not None else None)
+    if fwd.unknown:
+        return bwd
+    return Effect(fwd.changes + bwd.changes, basis=f"{fwd.basis}; its backward kernels likewise")
+
+
 class FusedApiRule(Rule):
     spec: ClassVar[FusedSpec]
+    pytorch_only = True  # the replacements are torch_npu / torch APIs
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         spec = self.spec
         variant, toks, groups, gating = find(ctx, spec)
         ascend = ctx.backend is Backend.ASCEND
-        per_root = _device_per_root(ctx) if variant == "host" else None
+        roots = _roots(ctx) if variant == "host" else None
         kernels = ctx.profile.kernels
         for g in groups:
             rows = np.concatenate([toks.rows[a:b] for a, b in g.matches])
             firsts = np.array([toks.rows[a] for a, _ in g.matches], dtype=np.int64)
             if spec.code == "NPU214" and not ascend and variant == "host" and _already_tanh(ctx, firsts):
                 continue
-            if variant == "host":
-                total = pq.op_time_ns(ctx.profile, rows.tolist(), per_root)
-                under = pq.kernels_under(ctx.profile, rows.tolist())
+            if variant == "host":  # the backward of the same ops too: the fused API replaces both passes
+                back_ns = int(roots.backward_ns[rows].sum()) if len(kernels) else 0
+                total = pq.op_time_ns(ctx.profile, rows.tolist(), roots.forward_ns) + back_ns
+                forward, backward = roots.forward_of(rows), roots.backward_of(rows)
             else:
-                under = kernels.loc[rows]
-                total = int(under["dur_ns"].sum())
+                forward, backward, back_ns = kernels.loc[rows], kernels.iloc[0:0], 0
+                total = int(forward["dur_ns"].sum())
+            under = pd.concat([forward, backward]) if len(backward) else forward
             ktypes = Counter(pq.kernel_types(under)) if len(under) else Counter()
             a0, b0 = g.matches[0]
             sequence = toks.sequence(a0, b0)
@@ -362,6 +416,7 @@ class FusedApiRule(Rule):
                 "kernels": len(under),
                 "kernel_types": dict(ktypes.most_common(8)),
                 "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
+                "backward_us_per_step": pq.format_ns_us(ctx.per_step_ns(back_ns)),
                 "time_source": "device" if len(kernels) else "host",
                 "snippet": fx.SNIPPETS[spec.code] if ascend else spec.snippet_cuda,
                 **(gating if ascend else {}),
@@ -393,8 +448,8 @@ class FusedApiRule(Rule):
             fixes = self._fixes(ctx, spec, evidence, tries)
             yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
                               evidence=evidence, fixes=fixes, related=related,
-                              effect=one_kernel_per_match(ctx, under, n, spec.api if ascend else spec.fix_cuda,
-                                                          rows if variant == "host" else None))
+                              effect=fused_effect(ctx, forward, backward, n, spec.api if ascend else spec.fix_cuda,
+                                                  rows if variant == "host" else None))
 
     def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[FixOffer]:
         """The transform at the first statement it recognises. The anchor is where the sequence

@@ -1,10 +1,14 @@
-"""NPU202 operator-no-bound: kernels whose PipeUtilization counters show no busy pipe (the
-advisor's "operator no bound" check, its AOE tuning candidates).
+"""NPU202 operator-no-bound: kernels whose PipeUtilization counters show no busy pipe and whose
+achieved throughput is well below what the same profile shows for the same work (the advisor's
+"operator no bound" check, its AOE tuning candidates, narrowed to the ones tuning can speed up).
 
-A kernel of at least ``noBoundMinUs`` whose vec, mac, scalar, mte1, mte2 and mte3 ratios
-(``profile_query.pipe_ratios``) are all at most ``pipeBoundPercent`` is neither compute- nor
-memory-bound: its tiling leaves the core waiting, which operator tuning (AOE) addresses. Kernels
-without counter data (all ratios 0: HCCL, AI_CPU, ``N/A`` rows) are skipped, as the advisor does.
+A kernel of at least ``noBoundMinUs`` whose bound verdict (``profile_query.kernel_bounds``, the
+one NPU206 and the hover read) is no-bound keeps no pipe at its limit: its tiling leaves the core
+waiting. Operator tuning (AOE) helps only where a better tiling exists, which the profile shows
+when the same OpType with the same input dtypes at comparable size runs faster elsewhere: the
+group's achieved rate (``profile_query.rate_vs_best``: FLOP/s of a GEMM, bytes/s otherwise) must
+be under ``noBoundRatePercent`` of that best. Kernels without counter data (HCCL, AI_CPU, ``N/A``
+rows) or without shapes (no rate) are skipped.
 One finding per source site, with the bound class of every kernel name of that site in the
 evidence and the exact ``aoe`` command line plus the tune-ops file listing the site's kernels.
 The fix is advice: AOE runs outside the script, and ``torch_npu.npu.set_aoe`` dumps the graphs it
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from enum import Enum
 
 import numpy as np
 import pandas as pd
@@ -23,7 +26,6 @@ import pandas as pd
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
@@ -39,39 +41,45 @@ class OperatorNoBound(Rule):
         "its time is limited by its tiling or scheduling, not by the hardware: operator tuning "
         "(AOE) searches a better tiling for those shapes."
     )
-    thresholds = ("noBoundMinUs", "pipeBoundPercent")
+    thresholds = ("noBoundMinUs", "pipeBoundPercent", "noBoundRatePercent", "cubeMacBoundPercent", "cubeMte2BoundPercent",
+                  "faMte2BoundPercent", "faPipeBoundPercent", "vectorPipeBoundPercent")
     backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
         if not len(k):
             return
-        ratios = pq.pipe_ratios(k)
-        if ratios is None:
+        bounds = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds))
+        if not bounds.verdicts:
             return
-        limit = float(ctx.thresholds.pipe_bound_percent) / 100
-        bound = pq.classify_bound(ratios, limit)
-        compute = timemodel.is_class(k, timemodel.TaskClass.COMPUTE)
+        vs_best = pq.rate_vs_best(k, bounds)
+        limit = float(ctx.thresholds.no_bound_rate_percent) / 100
+        slow = np.array([v.bound is pq.PipeBound.NONE and bool(r < limit) for v, r in zip(bounds.verdicts, vs_best)]
+                        + [False], dtype=bool)  # index -1: rows of no group
         dur = k["dur_ns"].to_numpy(np.int64)
-        sel = compute & np.array([b is pq.Bound.NONE for b in bound], dtype=bool) & (dur >= float(ctx.thresholds.no_bound_min_us) * 1000)
+        sel = slow[bounds.group] & (dur >= float(ctx.thresholds.no_bound_min_us) * 1000)
         positions = np.flatnonzero(sel)
         if not len(positions):
             return
         rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
         at = dict(zip(rows.tolist(), positions.tolist()))
+        ratios = pq.pipe_ratios(k)
         for g in sq.kernels_by_statement(ctx, rows.tolist()):
             mine = [at[r] for r in g.rows]
-            yield self._finding(ctx, g, k.iloc[mine], ratios.iloc[mine], limit)
+            yield self._finding(ctx, g, k.iloc[mine], ratios.iloc[mine], bounds, vs_best, bounds.group[mine])
 
-    def _finding(self, ctx: RuleContext, g: sq.KernelGroup, sub: pd.DataFrame, ratios: pd.DataFrame, limit: float) -> Finding:
+    def _finding(self, ctx: RuleContext, g: sq.KernelGroup, sub: pd.DataFrame, ratios: pd.DataFrame,
+                 bounds: pq.KernelBounds, vs_best: np.ndarray, groups: np.ndarray) -> Finding:
         total = int(sub["dur_ns"].sum())
         names = pq.strs(sub["name"])
         types = pq.kernel_types(sub)
-        table = ratios.assign(name=names, type=types, dur_ns=sub["dur_ns"].to_numpy(np.int64))
+        table = ratios.assign(name=names, type=types, dur_ns=sub["dur_ns"].to_numpy(np.int64), vs_best=vs_best[groups])
         by_name = table.groupby("name", sort=False).agg(
             type=("type", "first"), count=("dur_ns", "size"), total=("dur_ns", "sum"), longest=("dur_ns", "max"),
-            **{p: (p, "mean") for p in ratios.columns},
+            vs_best=("vs_best", "min"), **{p: (p, "mean") for p in ratios.columns},
         ).sort_values("total", ascending=False)
+        limit = float(ctx.thresholds.pipe_bound_percent) / 100
+        worst = float(np.nanmin(vs_best[groups]))
         tune = [str(n) for n in by_name.index[:pq.TUNE_TOPK]]
         busiest = max(float(ratios.to_numpy().max()), 0.0)
         evidence = {
@@ -80,13 +88,16 @@ class OperatorNoBound(Rule):
                     "type": str(r["type"]), "count": int(r["count"]), "total_us": pq.format_ns_us(r["total"]),
                     "longest_us": pq.format_ns_us(r["longest"]),
                     "ratios": {p: round(float(r[p]), 3) for p in ratios.columns},
-                    "bound": pq.Bound.NONE.value,
+                    "bound": pq.PipeBound.NONE.value,
+                    "rate_vs_best": round(float(r["vs_best"]), 3),
                 }
                 for n, r in by_name.head(8).iterrows()
             },
             "count": len(sub),
             "busiest_ratio": round(busiest, 3),
             "threshold_ratio": limit,
+            "rate_vs_best": round(worst, 3),
+            "threshold_rate_vs_best": float(ctx.thresholds.no_bound_rate_percent) / 100,
             "threshold_us": float(ctx.thresholds.no_bound_min_us),
             "aoe_command": pq.AOE_COMMAND,
             "tune_ops_file": pq.TUNE_OPS_FILE,
@@ -104,7 +115,7 @@ class OperatorNoBound(Rule):
             total_ns=total,
             count=count,
             unit="kernel" if count == 1 else "kernels",
-            qualifier=f"busiest pipe {busiest:.0%} ≤ {limit:.0%}",
+            qualifier=f"busiest pipe {busiest:.0%}, {worst:.0%} of the rate the same op reaches elsewhere",
             diagnosis=f"{', '.join(dict.fromkeys(str(t) for t in by_name['type']))} keep no pipe busy: tiling-bound",
             fix=f"Tune these ops with AOE: {pq.AOE_COMMAND}",
         )

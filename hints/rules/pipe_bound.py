@@ -3,17 +3,16 @@
 NPU206 kernel-bound: the advisor's AI Core "bound" list -- Cube, FlashAttention, Vector and MIX
 kernels whose PipeUtilization counters show a saturated compute or memory pipe.
 
-Each kernel class is judged on the pipes the advisor reads for it, by (kernel name, input and
-output shapes) with the ratios averaged over its kernels, as its ``AICorePerformanceChecker`` does:
+The verdict is the query layer's one bound verdict (``profile_query.kernel_bounds``: per (class,
+name, shapes, OpType, dtypes) group, each pipe's mean ratio against its own limit, never a sum of
+pipes); this rule chooses which groups it judges, as the advisor's ``AICorePerformanceChecker``:
 
-* Cube (MatMul types moving at least ``cubeMinBytes``): ``aic_mac_ratio`` ≥ ``cubeMacBoundPercent``
-  is compute-bound, ``aic_mte2_ratio`` ≥ ``cubeMte2BoundPercent`` memory-bound; MIX (other
-  ``MIX_AIC`` kernels) on the same pair;
-* FlashAttention: ``aic_mte2_ratio`` ≥ ``faMte2BoundPercent``; the forward's ``aiv_vec_ratio`` and
-  the grad's ``aic_fixpipe_ratio`` ≥ ``faPipeBoundPercent``;
-* Vector (OpTypes holding at least ``vectorMinPercent`` of the kernel time): the sum of
-  ``aiv_vec``, ``aiv_mte2`` and ``aiv_mte3`` ≥ ``vectorTotalBoundPercent``, else any one of them
-  ≥ ``vectorPipeBoundPercent``.
+* Cube: MatMul types moving at least ``cubeMinBytes``; MIX (other ``MIX_AIC`` kernels) and
+  FlashAttention all;
+* Vector: OpTypes holding at least ``vectorMinPercent`` of the kernel time -- reported only when
+  compute-bound: an elementwise or vector kernel is memory-bound by nature (it reads and writes
+  each element once), so "memory-bound" says nothing there that fusing it away (NPU210-217) does
+  not say better.
 
 One finding per source statement the bound kernels map to; the fix is advice (what to change
 depends on whether the pipe is a compute or a memory one).
@@ -36,7 +35,7 @@ import pandas as pd
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
-from msprof_lsp.hints.profile_query import AOE_COMMAND, Bound
+from msprof_lsp.hints.profile_query import AOE_COMMAND, BoundVerdict, PipeBound
 from msprof_lsp.mapping.profile.shapes import io_bytes
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
@@ -49,79 +48,8 @@ from .. import profile_query as pq, source_query as sq
 # The advisor also checks a Vector OpType whose kernels last 1 s in all, whatever their share.
 VECTOR_MIN_TOTAL_NS = 1_000_000_000
 EVIDENCE_KERNELS = 8
-MEMORY_PIPES = frozenset({"mte2", "mte3", "fixpipe"})
-# The counters are written with 3 decimals: a mean or sum of them may miss its threshold by
-# float rounding alone (0.2 + 0.5 + 0.2 < 0.9), so ratios are compared to 9 decimals.
-DECIMALS = 9
-
-
-def _at_least(ratio: float, threshold: float) -> bool:
-    return round(ratio, DECIMALS) >= round(threshold, DECIMALS)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The bound of one (name, shapes) group: the advisor's label and what limits it."""
-
-    label: str  # mac, mte2, mac_and_mte2, vec, fixpipe, vec_mte2_mte3, ...
-    bound: Bound  # COMPUTE or MEMORY
-    pipe: str  # the pipe (or "vec+mte2+mte3") the message names
-    ratio: float  # its mean ratio (the sum for vec+mte2+mte3)
-    threshold: float
-
-
-def _limits(ctx: RuleContext) -> dict[str, float]:
-    return {
-        "cube_mac": ctx.thresholds.cube_mac_bound_percent / 100, "cube_mte2": ctx.thresholds.cube_mte2_bound_percent / 100,
-        "fa_mte2": ctx.thresholds.fa_mte2_bound_percent / 100, "fa_pipe": ctx.thresholds.fa_pipe_bound_percent / 100,
-        "vec_pipe": ctx.thresholds.vector_pipe_bound_percent / 100,
-        "vec_total": ctx.thresholds.vector_total_bound_percent / 100,
-    }
-
-
-# Per class and direction: the counter columns read (``pmu:`` prefix added).
-COLUMNS: dict[tuple[KernelClass, bool], tuple[str, ...]] = {
-    (KernelClass.CUBE, False): ("aic_mac_ratio", "aic_mte2_ratio"),
-    (KernelClass.MIX, False): ("aic_mac_ratio", "aic_mte2_ratio"),
-    (KernelClass.FLASH_ATTENTION, False): ("aic_mte2_ratio", "aiv_vec_ratio"),
-    (KernelClass.FLASH_ATTENTION, True): ("aic_mte2_ratio", "aic_fixpipe_ratio"),
-    (KernelClass.VECTOR, False): ("aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio"),
-}
-
-
-def _pair(first: tuple[str, float, float], second: tuple[str, float, float]) -> Verdict | None:
-    """Two pipes, each with its threshold: both, either, or neither over it (first wins a tie)."""
-    (p1, r1, t1), (p2, r2, t2) = first, second
-    hit1, hit2 = _at_least(r1, t1), _at_least(r2, t2)
-    if not (hit1 or hit2):
-        return None
-    if hit1 and hit2:
-        label = f"{p1}_and_{p2}"
-        pipe, ratio, thr = (p2, r2, t2) if p2 in MEMORY_PIPES else (p1, r1, t1)
-    else:
-        pipe, ratio, thr = (p1, r1, t1) if hit1 else (p2, r2, t2)
-        label = pipe
-    return Verdict(label, Bound.MEMORY if pipe in MEMORY_PIPES else Bound.COMPUTE, pipe, ratio, thr)
-
-
-def judge(cls: KernelClass, grad: bool, means: dict[str, float], lim: dict[str, float]) -> Verdict | None:
-    """The advisor's bound of a group from its mean ratios (column name -> mean)."""
-    if cls in (KernelClass.CUBE, KernelClass.MIX):
-        return _pair(("mac", means["aic_mac_ratio"], lim["cube_mac"]), ("mte2", means["aic_mte2_ratio"], lim["cube_mte2"]))
-    if cls is KernelClass.FLASH_ATTENTION:
-        other = ("fixpipe", means["aic_fixpipe_ratio"]) if grad else ("vec", means["aiv_vec_ratio"])
-        return _pair(("mte2", means["aic_mte2_ratio"], lim["fa_mte2"]), (*other, lim["fa_pipe"]))
-    if cls is KernelClass.VECTOR:
-        vec, mte2, mte3 = means["aiv_vec_ratio"], means["aiv_mte2_ratio"], means["aiv_mte3_ratio"]
-        total = vec + mte2 + mte3
-        if _at_least(total, lim["vec_total"]):
-            # all three pipes together: memory-limited when the transfers hold most of it
-            return Verdict("vec_mte2_mte3", Bound.MEMORY if mte2 + mte3 >= vec else Bound.COMPUTE, "vec+mte2+mte3",
-                           total, lim["vec_total"])
-        for pipe, r in (("mte2", mte2), ("mte3", mte3), ("vec", vec)):
-            if _at_least(r, lim["vec_pipe"]):
-                return Verdict(pipe, Bound.MEMORY if pipe in MEMORY_PIPES else Bound.COMPUTE, pipe, r, lim["vec_pipe"])
-    return None
+JUDGED = frozenset({KernelClass.CUBE, KernelClass.MIX, KernelClass.FLASH_ATTENTION, KernelClass.VECTOR})
+REPORTED = frozenset({PipeBound.COMPUTE, PipeBound.MEMORY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,61 +62,58 @@ class BoundGroup:
     shapes: str
     rows: list[int]  # positions in the kernels-in-steps table
     means: dict[str, float]
-    verdict: Verdict
+    verdict: BoundVerdict
 
 
-def bound_groups(ctx: RuleContext, k: pd.DataFrame) -> list[BoundGroup]:
-    """The bound (name, shapes) groups of the kernels ``k`` (the profiled steps' kernels)."""
-    classes = timemodel.kernel_classes(k)
-    if not classes:
-        return []
+def _selected(ctx: RuleContext, k: pd.DataFrame, classes: list[KernelClass]) -> np.ndarray:
+    """The kernels the advisor judges: big enough MatMuls, every MIX and FlashAttention kernel,
+    Vector OpTypes that hold enough of the kernel time."""
     types = pq.kernel_types(k)
-    names = pq.strs(k["name"])
-    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
     dur = k["dur_ns"].to_numpy(np.int64)
     cls_arr = np.array([c.value for c in classes], dtype=object)
-    lim = _limits(ctx)
     # the advisor's total: every operator row of the kernel table (compute kernels and the
     # collectives themselves, not their transfer or wait tasks)
     counted = timemodel.is_class(k, timemodel.TaskClass.COMPUTE) | timemodel.collective_mask(k)
     total = int(dur[counted].sum())
-    selected = np.zeros(len(k), dtype=bool)
-    # Vector: OpTypes that hold enough of the kernel time (the advisor's preliminary filter)
+    selected = np.isin(cls_arr, [KernelClass.FLASH_ATTENTION.value, KernelClass.MIX.value])
     vec = cls_arr == KernelClass.VECTOR.value
     if vec.any():
         per_type = pd.Series(dur[vec]).groupby(types[vec]).sum()
         keep = {t for t, ns in per_type.items()
                 if (total and ns / total >= ctx.thresholds.vector_min_percent / 100) or ns >= VECTOR_MIN_TOTAL_NS}
         selected |= vec & np.isin(types, list(keep))
-    selected |= np.isin(cls_arr, [KernelClass.FLASH_ATTENTION.value, KernelClass.MIX.value])
     cube = np.flatnonzero(cls_arr == KernelClass.CUBE.value)
     if len(cube):
+        ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
         dts, odts = pq.strs(k["input_dtypes"]), pq.strs(k["output_dtypes"])
-        min_bytes = ctx.thresholds.cube_min_bytes
         sizes: dict[tuple[str, str, str, str], int] = {}
         for r in cube.tolist():
             key = (ins[r], dts[r], outs[r], odts[r])
             if key not in sizes:
                 sizes[key] = io_bytes(parse_shapes(ins[r]), dts[r]) + io_bytes(parse_shapes(outs[r]), odts[r])
-            selected[r] = sizes[key] >= min_bytes
+            selected[r] = sizes[key] >= ctx.thresholds.cube_min_bytes
+    return selected
+
+
+def bound_groups(ctx: RuleContext, k: pd.DataFrame) -> list[BoundGroup]:
+    """The bound (name, shapes) groups of the kernels ``k`` (the profiled steps' kernels) this
+    rule reports: compute- or memory-bound, judged, and not a Vector kernel bound by memory."""
+    bounds = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds))
+    if not bounds.verdicts:
+        return []
+    selected = _selected(ctx, k, timemodel.kernel_classes(k))
+    names = pq.strs(k["name"])
+    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
     out: list[BoundGroup] = []
-    frame = pd.DataFrame({"cls": cls_arr, "name": names, "shapes": [f"{a}-{b}" for a, b in zip(ins, outs)],
-                          "type": types})
-    for (cls_v, name, shapes, op_type), idx in frame[selected].groupby(["cls", "name", "shapes", "type"], sort=False).indices.items():
-        cls = KernelClass(cls_v)
-        grad = str(op_type).endswith("Grad")
-        cols = COLUMNS.get((cls, grad if cls is KernelClass.FLASH_ATTENTION else False))
-        if cols is None or any(f"pmu:{c}" not in k.columns for c in cols):
-            continue  # no such counters: other aic_metrics sets, Level0
-        rows = np.flatnonzero(selected)[idx]
-        vals = k[[f"pmu:{c}" for c in cols]].to_numpy(np.float64)[rows]
-        ok = np.isfinite(vals).all(axis=1)  # N/A rows (over-long ops) are skipped, as the advisor does
-        if not ok.any():
+    for g, v in enumerate(bounds.verdicts):
+        cls = bounds.classes[g]
+        if cls not in JUDGED or v.bound not in REPORTED or (cls is KernelClass.VECTOR and v.bound is PipeBound.MEMORY):
             continue
-        means = dict(zip(cols, vals[ok].mean(axis=0).tolist()))
-        verdict = judge(cls, grad, means, lim)
-        if verdict is not None:
-            out.append(BoundGroup(cls, str(op_type), str(name), str(shapes), rows[ok].tolist(), means, verdict))
+        rows = np.flatnonzero((bounds.group == g) & selected)
+        if len(rows):
+            r0 = int(rows[0])
+            out.append(BoundGroup(cls, bounds.op_types[g], str(names[r0]), f"{ins[r0]}-{outs[r0]}", rows.tolist(),
+                                  bounds.means[g], v))
     return out
 
 
@@ -204,7 +129,7 @@ class KernelBound(Rule):
         "vector pipe is saturated is at the unit's limit: only less work helps."
     )
     thresholds = ("cubeMacBoundPercent", "cubeMte2BoundPercent", "faMte2BoundPercent", "faPipeBoundPercent",
-                  "vectorPipeBoundPercent", "vectorTotalBoundPercent", "vectorMinPercent", "cubeMinBytes")
+                  "vectorPipeBoundPercent", "pipeBoundPercent", "vectorMinPercent", "cubeMinBytes")
     backends = (Backend.ASCEND,)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
@@ -234,11 +159,11 @@ class KernelBound(Rule):
             per_group.setdefault(id(g), (g, []))[1].append(p)
         ranked = sorted(per_group.values(), key=lambda gp: -int(dur[gp[1]].sum()))
         total = int(sum(int(dur[ps].sum()) for _, ps in ranked))
-        mem_ns = sum(int(dur[ps].sum()) for g, ps in ranked if g.verdict.bound is Bound.MEMORY)
+        mem_ns = sum(int(dur[ps].sum()) for g, ps in ranked if g.verdict.bound is PipeBound.MEMORY)
         memory = mem_ns * 2 >= total
-        lead = next(g for g, _ in ranked if (g.verdict.bound is Bound.MEMORY) == memory)
+        lead = next(g for g, _ in ranked if (g.verdict.bound is PipeBound.MEMORY) == memory)
         v = lead.verdict
-        types = list(dict.fromkeys(g.op_type for g, _ in ranked if (g.verdict.bound is Bound.MEMORY) == memory))
+        types = list(dict.fromkeys(g.op_type for g, _ in ranked if (g.verdict.bound is PipeBound.MEMORY) == memory))
         count = ctx.per_step_count(len(positions))
         evidence = {
             "kernels": [
@@ -250,7 +175,7 @@ class KernelBound(Rule):
             "groups": len(ranked),
             "count": len(positions),
             "memory_bound_us": pq.format_ns_us(mem_ns),
-            "thresholds": {key: round(val, 4) for key, val in _limits(ctx).items()},
+            "thresholds": pq.BoundLimits.of(ctx.thresholds).as_dict(),
         }
         unit_word = "kernel" if count == 1 else "kernels"
         if memory:
@@ -329,6 +254,8 @@ class BlockDim(Rule):
         rows = ctx.profile.kernels.index.get_indexer(k.index[positions])
         pos_of = dict(zip(rows.tolist(), positions.tolist()))
         types = pq.kernel_types(k)
+        # each kernel's bound verdict in the evidence: the one NPU202, NPU206 and the hover give
+        verdicts = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds)).per_row()
         for g in sq.kernels_by_statement(ctx, rows.tolist()):
             mine = [pos_of[r] for r in g.rows]
             total = int(dur[mine].sum())
@@ -343,7 +270,8 @@ class BlockDim(Rule):
             evidence = {
                 "kernels": [{"type": t_, "core": c_, "block_dim": b_, "cores": int(per[ps[0]]), "count": len(ps),
                              "total_us": pq.format_ns_us(int(dur[ps].sum())),
-                             "idle_core_share": round(1 - b_ / (-(-b_ // int(per[ps[0]])) * int(per[ps[0]])), 4)}
+                             "idle_core_share": round(1 - b_ / (-(-b_ // int(per[ps[0]])) * int(per[ps[0]])), 4),
+                             "bound": _bound_of(verdicts, ps)}
                             for (t_, c_, b_), ps in ranked[:EVIDENCE_KERNELS]],
                 "ai_core_num": aic, "aiv_num": aiv, "count": len(mine),
                 "threshold_us": float(ctx.thresholds.block_dim_min_us), "aoe_command": AOE_COMMAND,
@@ -357,3 +285,9 @@ class BlockDim(Rule):
             )
             conf = g.site.confidence if g.site is not None else Confidence.STACK
             yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+
+
+def _bound_of(verdicts: list[BoundVerdict | None], rows: list[int]) -> str:
+    """The bound verdict of the first of ``rows`` that has one ("no counters" when none does)."""
+    v = next((verdicts[r] for r in rows if verdicts[r] is not None), None)
+    return v.bound.value if v is not None else PipeBound.NO_DATA.value

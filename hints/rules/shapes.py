@@ -9,6 +9,12 @@ kernel row does not say which axis it is. CUDA: fp16/bf16 GEMM dims not a multip
 
 One finding per launching call and shape; related information at integer literals in the
 workspace equal to the unaligned dim (``nn.Linear(4096, 15365)``, ``vocab_size = 32003``).
+
+The advice pads a dim UP to the next multiple, never down (rounding a vocabulary down drops
+tokens: 4095 -> 3840 is wrong), and only a dim padding can serve: one that grows by at most
+``MAX_PAD_GROWTH`` (32003 -> 32256 is +0.8 %). A dim that would grow more -- ``d_model`` 128 with
+a 256 alignment would double -- is left as it is and named in the evidence; a finding whose dims
+are all such has no advice and is not reported.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, io_bytes, numel, parse_shapes
+from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, gemm_flops, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.numbers import int64_of
@@ -41,6 +47,17 @@ CUDA_GEMMS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 CUDA_ALIGN = 8
 MAX_RELATED = 3
 PLURAL = {"inner axis": "inner axes", "head dim": "head dims", "GEMM dim": "GEMM dims"}
+MAX_PAD_GROWTH = 0.125  # padding that adds more than an eighth of the dim costs more than it saves
+
+
+def pad_up(dim: int, align: int) -> int:
+    """The nearest multiple of ``align`` at or above ``dim``."""
+    return -(-dim // align) * align
+
+
+def paddable(dim: int, align: int) -> bool:
+    """Whether padding ``dim`` up to ``pad_up`` is advice: it grows by at most ``MAX_PAD_GROWTH``."""
+    return dim > 0 and pad_up(dim, align) - dim <= MAX_PAD_GROWTH * dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +103,11 @@ class CubeShapeAlignment(Rule):
         rates = _aligned_rates(ctx, set(rows)) if ctx.backend is not Backend.CUDA else None
         for key, members in groups.items():
             f = self._finding(ctx, members, dur, sites[key], literal_cache)
-            f.effect = _at_aligned_rate(ctx, [r for r, _ in members], rates)
-            yield f
+            if f is not None:  # None: no dim padding can serve
+                f.effect = _at_aligned_rate(ctx, [r for r, _ in members], rates)
+                yield f
 
-    def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site, cache) -> Finding:
+    def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site, cache) -> Finding | None:
         steps = ctx.num_steps
         by_shape: dict[_Bad, list[int]] = defaultdict(list)
         for r, b in members:
@@ -97,11 +115,13 @@ class CubeShapeAlignment(Rule):
         ranked = sorted(by_shape.items(), key=lambda kv: -int(dur[kv[1]].sum()))
         top = ranked[0][0]
         total = float(sum(int(dur[rows].sum()) for _, rows in ranked))
-        dims = tuple(dict.fromkeys(d for b, _ in ranked for d in b.dims))
-        d = max(dims)
+        every = tuple(dict.fromkeys(d for b, _ in ranked for d in b.dims))
         align = top.align
-        down, up = d // align * align, -(-d // align) * align
-        fix = f"Pad {d} to {up} and mask the padding" if not down else f"Pad {d} to {up} (or {down}); mask the padding"
+        dims = tuple(x for x in every if paddable(x, align))
+        if not dims:
+            return None  # padding any of them would add more work than the alignment saves
+        d = max(dims)
+        fix = f"Pad {d} up to {pad_up(d, align)}; mask the padding"
         more = f" (+{len(ranked) - 1} more)" if len(ranked) > 1 else ""
         n = round(len(members) / steps)
         axis = top.axis if len(dims) == 1 else PLURAL.get(top.axis, top.axis)
@@ -119,8 +139,10 @@ class CubeShapeAlignment(Rule):
                  "us_per_step": round(int(dur[rows].sum()) / steps / NS_PER_US, 3)}
                 for b, rows in ranked
             ],
-            "unaligned": list(dims),
-            "nearest_aligned": {str(x): {"down": x // align * align, "up": -(-x // align) * align} for x in dims},
+            "unaligned": list(every),
+            "pad_to": {str(x): pad_up(x, align) for x in dims},
+            "not_padded": {str(x): f"{pad_up(x, align)} would add {(pad_up(x, align) - x) / x:.0%}, more than "
+                                   f"{MAX_PAD_GROWTH:.1%}" for x in every if x not in dims},
             "manual_fix": [
                 "pad hidden / vocab / intermediate sizes to multiples of 256 and mask the padded logits",
                 "keep tensor-parallel shards aligned; head_dim a multiple of 128; pad_to_multiple_of=128 for sequences",
@@ -129,7 +151,7 @@ class CubeShapeAlignment(Rule):
             "thresholds": {"cubeAlign": ctx.thresholds.cube_align, "faAlign": ctx.thresholds.fa_align,
                            "cubeMinBytes": ctx.thresholds.cube_min_bytes},
         }
-        related = [r for x in sorted(dims, reverse=True) for r in _literals(ctx, x, up=-(-x // align) * align, cache=cache)]
+        related = [r for x in sorted(dims, reverse=True) for r in _literals(ctx, x, up=pad_up(x, align), cache=cache)]
         related = related[:MAX_RELATED]
         if site is None:
             return ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
@@ -139,14 +161,8 @@ class CubeShapeAlignment(Rule):
 
 
 def _gemm_flops(ins: str, out: str) -> float | None:
-    """2·M·K·N of a MatMul row from its shapes: sqrt(|A|·|B|·|C|) is M·K·N for A (M, K), B (K, N)
-    and for a batched A times a 2-D B; a row without three shapes has none."""
-    a, b = (parse_shapes(ins) + [None, None])[:2]
-    c = (parse_shapes(out) or [None])[0]
-    if not a or not b or not c:
-        return None
-    prod = float(numel(a)) * float(numel(b)) * float(numel(c))
-    return 2.0 * prod ** 0.5 if prod > 0 else None
+    """2·M·N·K of a MatMul row from its shapes (``shapes.gemm_flops``); None without them."""
+    return float(gemm_flops(parse_shapes(ins), parse_shapes(out))) or None
 
 
 def _aligned_rates(ctx: RuleContext, bad: set[int]) -> dict[str, float]:
@@ -284,6 +300,6 @@ def _literals(ctx: RuleContext, value: int, *, up: int, cache: dict[int, list[Re
             if tok.type == tokenize.NUMBER and int64_of(tok.string.replace("_", ""), integral_floats=False) == value:
                 (line, col), (end_line, end_col) = tok.start, tok.end
                 out.append(Related(Span(path, line, col, end_line, end_col),
-                                   f"{value} here: {up} would be aligned (pad and mask the extra part)"))
+                                   f"{value} here: {up} would be aligned (pad up and mask the extra part)"))
     cache[value] = out
     return out

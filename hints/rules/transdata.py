@@ -38,6 +38,7 @@ NEIGHBOUR_ROWS = 2
 @register
 class TransdataFormat(Rule):
     code = "NPU103"
+    pytorch_only = True  # its advice is torch_npu's
     name = "transdata-format"
     summary = "Format conversions (TransData) around Cube ops take a share of each step."
     rationale = (

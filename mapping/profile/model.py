@@ -50,6 +50,7 @@ KERNEL_SCHEMA: dict[str, tuple[str, Any]] = {
     "output_shapes": ("cat", ""),
     "output_dtypes": ("cat", ""),
     "output_formats": ("cat", ""),
+    "hf32_eligible": ("cat", ""),  # kernel_details.csv "HF32 Eligible": YES / NO ("" not written)
     # Links (filled by the reader's linking step, see mapping.linking):
     "host_op": ("i8", -1),  # host op that launched it (torch_npu dispatch scope / CUDA cpu_op)
     "stack": ("i8", -1),  # resolved call stack (own op's, an ancestor's, or the forward op's)

@@ -80,3 +80,17 @@ def io_bytes(shapes: list[Shape | None], types: str) -> int:
     """Bytes of the tensors of one side of a kernel (its shapes and dtypes; 2 B where unknown)."""
     sizes = dtype_bytes(types, len(shapes))
     return sum(numel(s) * b for s, b in zip(shapes, sizes) if s is not None)
+
+
+def gemm_flops(ins: list[Shape | None], outs: list[Shape | None]) -> int:
+    """Floating-point operations of a (batched) matrix product, 2·M·N·K per output matrix, from its
+    first input (…, M, K) and its output (…, M, N): K = numel(a)·N / numel(out), so transposed and
+    batched layouts need no case of their own. 0 when a shape is missing or does not fit."""
+    if not ins or not outs or ins[0] is None or outs[0] is None or not outs[0]:
+        return 0
+    a, out = ins[0], outs[0]
+    n_out = numel(out)
+    if n_out <= 0 or numel(a) <= 0:
+        return 0
+    k, rest = divmod(numel(a) * out[-1], n_out)
+    return 2 * n_out * k if k > 0 and not rest else 0

@@ -74,3 +74,23 @@ def test_query_modules_have_one_home_per_concept():
                     counts[node.name] += 1
                 assert not (isinstance(node, ast.FunctionDef) and node.name in ("kernel_op_type", "kernel_type_of", "_is_training_loop")), path
     assert counts == {"op_type": 1, "is_training_loop": 1, "Place": 1, "nearest_on_chain": 1}, counts
+
+
+def test_one_bound_verdict():
+    """What bounds a kernel is decided in one place (profile_query.kernel_bounds / bound_verdict),
+    read by NPU202, NPU206, NPU209 and the hover; ``Bound`` is only the critical path's (what a
+    line's path time waits for), ``PipeBound`` only the kernel's (issue 24, "Twins")."""
+    repo = HINTS.parent
+    wanted = {"Bound": 0, "PipeBound": 0, "bound_verdict": 0, "kernel_bounds": 0, "BoundVerdict": 0}
+    gone = ("classify_bound", "judge", "Verdict", "_pair")
+    for root in ("hints", "mapping", "server"):
+        for path in (repo / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    if node.name in wanted:
+                        wanted[node.name] += 1
+                    assert node.name not in gone, f"{path}: {node.name}"
+    assert wanted == dict.fromkeys(wanted, 1), wanted
+    users = [p.name for p in (HINTS / "rules").glob("*.py") if "kernel_bounds(" in p.read_text(encoding="utf-8")]
+    assert sorted(users) == ["kernel_bound.py", "pipe_bound.py"]  # NPU202; NPU206 and NPU209
+    assert "kernel_bounds(" in (HINTS / "line_counters.py").read_text(encoding="utf-8")  # the hover's table

@@ -174,6 +174,33 @@ def test_fixed_severity_rules_ignore_min_share():
     assert f.severity is Severity.WARNING
 
 
+def test_findings_of_zero_time_are_dropped_in_one_place():
+    """A finding whose time per step prints as 0.0 µs saves nothing (issue 23): dropped for every
+    share-based rule whatever minShare says; settings and notices (fixed severity) carry no time."""
+    def emit(rule, ctx):
+        for line, us in ((1, 0.0), (2, 0.04), (3, 0.05), (4, 120.0)):
+            yield ctx.finding(rule, span=_at("/a.py", line), message=f"{us}", total_ns=us * 1000 * ctx.num_steps)
+
+    got = run_rules(_ctx(RuleConfig(min_share=0.0)), [_rule("NPU777", emit)])
+    assert [f.span.line for f in got] == [3, 4]
+    env = _rule("NPU243", lambda rule, ctx: iter([ctx.finding(rule, span=None, message="env")]), severity=Severity.INFO)
+    assert len(run_rules(_ctx(RuleConfig(min_share=0.0)), [env])) == 1
+
+
+def test_pytorch_rules_do_not_run_on_a_program_that_is_not_pytorch():
+    """An msprof CLI capture with no framework layer and no torch source behind its kernels is not a
+    PyTorch program: a ``pytorch_only`` rule stays silent there; torch versions, aten ops or a
+    torch_npu/Kineto export make it one."""
+    torch_advice = _rule("NPU778", _emit_shares((0.1, 1)))
+    torch_advice.pytorch_only = True
+    msprof = Profile(meta=ProfileMeta(kind=ProfileKind.MSPROF, path="/prof"), steps=_profile().steps)
+    assert run_rules(RuleContext(msprof, None, None, RuleConfig()), [torch_advice]) == []
+    assert len(run_rules(RuleContext(msprof, None, None, RuleConfig()), [_rule("NPU779", _emit_shares((0.1, 1)))])) == 1
+    msprof.meta.torch_npu_version = "2.1.0.post8"
+    assert len(run_rules(RuleContext(msprof, None, None, RuleConfig()), [torch_advice])) == 1
+    assert len(run_rules(_ctx(), [torch_advice])) == 1  # a torch_npu export
+
+
 def test_select_ignore_by_code_and_prefix_and_backend():
     rules = [_rule(c, _emit_shares((0.1, i))) for i, c in enumerate(["NPU101", "NPU102", "NPU201"], 1)]
     codes = lambda cfg: [f.code for f in run_rules(_ctx(cfg), rules)]  # noqa: E731

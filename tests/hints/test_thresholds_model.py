@@ -22,13 +22,27 @@ RULES = ROOT / "hints" / "rules"
 FIELDS = {f.name for f in dataclasses.fields(Thresholds)}
 
 
+def _limits_reads() -> set[str]:
+    """The fields ``profile_query.BoundLimits.of(thresholds)`` reads (the one bound verdict's limits)."""
+    tree = ast.parse((ROOT / "hints" / "profile_query.py").read_text(encoding="utf-8"))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BoundLimits"]
+    (of,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "of"]
+    arg = of.args.args[1].arg
+    return {n.attr for n in ast.walk(of) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == arg}
+
+
 def _reads(tree: ast.AST) -> set[str]:
-    """Field names read as ``<anything>.thresholds.<name>`` in one module."""
-    return {
+    """Field names read as ``<anything>.thresholds.<name>`` in one module, and those
+    ``BoundLimits.of(<anything>.thresholds)`` reads for it."""
+    out = {
         node.attr
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "thresholds"
     }
+    if any(isinstance(n, ast.Attribute) and n.attr == "of" and isinstance(n.value, ast.Attribute)
+           and n.value.attr == "BoundLimits" for n in ast.walk(tree)):
+        out |= _limits_reads()
+    return out
 
 
 def _declared(tree: ast.AST) -> set[str]:

@@ -82,11 +82,12 @@ def _kernel_cols(producer: str) -> list[Col]:
         Col("output_shapes", ("Output Shapes",), "shape"),
         Col("output_dtypes", ("Output Data Types",), "text"),
         Col("output_formats", ("Output Formats",), "text"),
+        Col("hf32_eligible", ("HF32 Eligible",), "text"),
     ]
 
 
 # Columns that are neither in the schema nor worth a float column.
-_KERNEL_IGNORE = ("Model ID", "HF32 Eligible", "Context ID", "Subtask Id", "Batch Id")
+_KERNEL_IGNORE = ("Model ID", "Context ID", "Subtask Id", "Batch Id")
 # Aliased extra columns: one pmu: name whatever the spelling.
 _KERNEL_EXTRA_ALIASES = {
     header_key("Mix Block Dim"): "Mix Block Num",

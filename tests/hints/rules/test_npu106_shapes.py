@@ -4,6 +4,7 @@ output) and FlashAttention head dims against faAlign; the 2025 kernel fixture.""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 from conftest import shared_fixture
@@ -68,7 +69,8 @@ def test_2025_fixture_unaligned_matmul_and_flash_attention():
     got = {(s["op_type"], s["input_shapes"]): s["kernels"] for f in found for s in f.evidence["shapes"]}
     assert got == expected
     mm = next(f for f in found if f.evidence["shapes"][0]["op_type"] == "MatMulV3")
-    assert "inner axis 15365 is not a multiple of 256. Pad 15365 to 15616 (or 15360); mask the padding." in mm.message
+    assert "inner axis 15365 is not a multiple of 256. Pad 15365 up to 15616; mask the padding." in mm.message
+    assert mm.evidence["pad_to"] == {"15365": 15616} and "15360" not in mm.message  # never rounded down
     fa = next(f for f in found if f.evidence["shapes"][0]["op_type"] == "FlashAttentionScore")
     assert "head dim 511 is not a multiple of 128" in fa.message
     # 81920,4096;8192,512 moves more than 100 MiB but is aligned: not reported
@@ -106,8 +108,35 @@ def test_aligned_vocab_is_not_reported(tmp_path):
 
 
 def test_the_alignment_setting_is_read(tmp_path):
-    a = analyse(_run(4096, 15360), tmp_path)  # aligned to 256; with cubeAlign 512 the 256-wide axis is not
+    a = analyse(_run(4096, 15616), tmp_path)  # 61 x 256: aligned to 256, not to 512
+    assert a.run("NPU106", min_share=0.0) == []
     flagged = _expected(a.kernel_rows(), align=512)
     [f] = a.run("NPU106", min_share=0.0, thresholds=Thresholds(cube_align=512))
     assert {(s["op_type"], s["input_shapes"]): s["kernels"] for s in f.evidence["shapes"]} == flagged
-    assert "not a multiple of 512" in f.message and f.evidence["unaligned"] == [256]
+    # the 256-wide axis (d_model) is not a multiple of 512 either, but padding would double it
+    assert set(f.evidence["unaligned"]) == {256, 15616} and f.evidence["pad_to"] == {"15616": 15872}
+    assert "256" in f.evidence["not_padded"] and "100%" in f.evidence["not_padded"]["256"]
+    assert "inner axis 15616 is not a multiple of 512. Pad 15616 up to 15872; mask the padding." in f.message
+
+
+@pytest.mark.parametrize(("dim", "align", "up", "ok"), [
+    (4095, 256, 4096, True), (32003, 256, 32256, True), (128, 256, 256, False), (3841, 256, 4096, True),
+    (1800, 256, 2048, False), (511, 128, 512, True), (100, 256, 256, False),
+])
+def test_padding_rounds_up_and_only_where_it_is_cheap(dim, align, up, ok):
+    """Never down (4095 -> 3840 would drop vocabulary), never doubling (d_model 128 -> 256)."""
+    from msprof_lsp.hints.rules.shapes import pad_up, paddable
+    assert pad_up(dim, align) == up and paddable(dim, align) is ok
+
+
+def test_tiny_transformer_sample_pads_the_vocabulary_not_d_model():
+    """The sample's lm_head MatMulV3 2048,128;128,32003: 32003 is padded up to 32256; d_model 128,
+    also not a multiple of 256, is not doubled."""
+    from msprof_lsp.mapping.profile.cluster import load_profile
+    root = Path(__file__).resolve().parents[3] / "samples" / "tiny_transformer" / "npu_profile"
+    prof = load_profile([next(root.glob("*_ascend_pt"))], use_cache=False).profile
+    found = list(rule("NPU106").check(RuleContext(prof, None, None, RuleConfig())))  # no source: one per shape
+    assert found and all(f.evidence["pad_to"] == {"32003": 32256} for f in found)
+    (fwd,) = [f for f in found if f.evidence["shapes"][0]["input_shapes"] == "2048,128;128,32003"]
+    assert fwd.message.endswith("inner axis 32003 is not a multiple of 256. Pad 32003 up to 32256; mask the padding.")
+    assert set(fwd.evidence["not_padded"]) == {"128"} and "32000" not in fwd.message

@@ -166,6 +166,42 @@ def test_tiny_transformer_npu_profile(tmp_path):
     assert "npu_fusion_attention" in att.evidence["snippet"]
 
 
+def test_tiny_transformer_rms_norm_charges_its_backward_kernels():
+    """The fused kernel replaces both passes: NPU210 charges the forward kernels of the matched
+    ops and the backward kernels linked to them (``kernels.fwd_op``). Before: 99.7 µs/step (the
+    forward only, 1.1 % of the step); now 199.3 µs/step, 2.2 %, over the default minShare with
+    room. The backward part is counted here from the tables: the line's forward ops, six per norm
+    (pow, mean, add, rsqrt, mul, and the weight's mul the pattern leaves out), the first five of
+    each norm, and the backward kernels linked to them."""
+    model = (TINY / "model.py").read_text(encoding="utf-8")
+    profile = _tiny_npu()
+    (f,) = only(findings(profile, ["NPU210"], [TINY], config=RuleConfig()), "NPU210")
+    line = line_of(model, "return x * torch.rsqrt(")
+    h = profile.host_ops
+    names, stacks, starts = h["name"].astype(str).to_numpy(), h["stack"].to_numpy(), h["start_ns"].to_numpy()
+    k = profile.kernels_in_steps()
+    linked = set(k["fwd_op"].to_numpy()[k["backward"].to_numpy()].tolist())
+    on_line = sorted((int(starts[r]), r) for r in linked
+                     if r >= 0 and names[r].startswith("aten::")
+                     and any(fr.line == line and fr.file.endswith("model.py") for fr in profile.stack_of(int(stacks[r]))))
+    assert [names[r] for _, r in on_line[:6]] == ["aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul"]
+    matched = {r for i, (_, r) in enumerate(on_line) if i % 6 < 5}
+    sel = k["backward"].to_numpy() & k["fwd_op"].isin(matched).to_numpy()
+    back_us = k["dur_ns"].to_numpy()[sel].sum() / 1000 / profile.num_steps
+    assert back_us > 90 and f.evidence["backward_us_per_step"] == round(back_us, 1)
+    assert f.evidence["time_us_per_step"] == 199.3 and f.evidence["kernels"] == 50  # 5 matches x (5 forward + 5 backward)
+    assert f.message.startswith("RMSNorm written out: 5 matches, 199 µs/step (2.2% of step), 10 kernels each")
+    # the effect fuses each pass on its own: forward kernels, backward kernels, and the autograd
+    # nodes of the matched ops at one call per match
+    from msprof_lsp.hints.finding import Target
+    from msprof_lsp.hints.profile_query import backward_mask
+    host = [c for c in f.effect.changes if c.target is Target.HOST_OPS]
+    assert len(host) == 2 and host[1].factor == 5 / 25  # 25 autograd nodes (5 per norm), 5 matches
+    assert backward_mask(profile)[list(host[1].rows)].all() and not backward_mask(profile)[list(host[0].rows)].any()
+    kernels = [c for c in f.effect.changes if c.target is Target.KERNELS]
+    assert sum(len(c.rows) for c in kernels) == 50
+
+
 def test_tiny_transformer_npu_profile_lower_share_rules():
     model = (TINY / "model.py").read_text(encoding="utf-8")
     fs = findings(_tiny_npu(), ["NPU21"], [TINY])  # minShare 0
