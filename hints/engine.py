@@ -1,6 +1,7 @@
 """Run the rules over one profile: select/ignore, severity, min_share, suppressions, isolation.
 
-``run_rules`` is the single entry point the server and ``--check`` call. Rules return fix offers;
+``run_rules`` is the single entry point the server and ``--check`` call; it ends by folding
+findings that charge the same time into one (``hints.consolidate``). Rules return fix offers;
 with ``fixes=True`` (``--check``, tests) they are expanded here into edits, one parse per file;
 the language server passes False and expands them when code actions are asked for. A rule that raises does
 not stop the others: it becomes one ``Information`` notice naming the rule and the error (and
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from .context import RuleContext
 from .finding import Finding, Severity
+from .consolidate import consolidate
 from .fixes.offers import expand
 from .registry import Rule, all_rules
 from .fixed_in_source import mark_fixed
@@ -77,6 +79,9 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
             if settled is None or ctx.is_suppressed(settled):
                 continue
             out.append(mark_fixed(settled, ctx))
+    # one finding per cause: after the cuts above, so a selected-out or suppressed rule never
+    # joins a group (docs/rules/README.md "One finding per cause")
+    out = consolidate(out, ctx)
     if fixes:
         expand(out, ctx.source_text)
     return _ordered(out)

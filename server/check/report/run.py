@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msprof_lsp.hints.consolidate import SAME_CAUSE
 from msprof_lsp.hints.finding import Finding, Fix, Severity
 from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.hints.verify import FindingChange
@@ -62,10 +63,22 @@ def merge_repeated(jobs: list[JobReport], cwd: Path) -> None:
                 if f.severity.rank > orig.severity.rank:
                     orig.severity = f.severity
                 orig.fixes += _other_fixes(orig.fixes, f.fixes)
+                _same_cause_of(orig, f)
         job.findings = stay
     for _n, f, seen in kept.values():
         if len(seen) > 1:
             f.evidence["profiles"] = seen
+
+
+def _same_cause_of(orig: Finding, copy: Finding) -> None:
+    """What the dropped copy's profile folded into it (hints.consolidate) stays named: its codes in
+    ``same_cause`` and its same-cause related entries."""
+    more = [c for c in copy.evidence.get("same_cause", []) if c != orig.code]
+    if not more:
+        return
+    orig.evidence["same_cause"] = list(dict.fromkeys([*orig.evidence.get("same_cause", []), *more]))
+    have = {(r.span, r.message) for r in orig.related}
+    orig.related += [r for r in copy.related if r.message.startswith(SAME_CAUSE) and (r.span, r.message) not in have]
 
 
 def _other_fixes(have: list[Fix], more: list[Fix]) -> list[Fix]:
