@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.consolidate import SAME_CAUSE
+from msprof_lsp.hints.consolidate import SAME_CAUSE, start_here
 from msprof_lsp.hints.finding import Finding, Fix, Severity
 from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.hints.verify import FindingChange
@@ -106,6 +106,16 @@ class CheckRun:
     def findings(self) -> list[Finding]:
         return [f for job in self.jobs for f in job.findings]
 
+    def ordered_findings(self) -> list[Finding]:
+        """The findings as the JSON document lists them: per job, by place."""
+        return [f for job in self.jobs for f in sorted(job.findings, key=Finding.sort_key)]
+
+    def start_here(self) -> list[Finding]:
+        """The top findings by saving over every job (hints.consolidate.start_here): what the
+        text and HTML reports open with; the JSON lists their indexes."""
+        ordered = self.ordered_findings()
+        return [ordered[i] for i in start_here(ordered)]
+
     def counts(self) -> dict[Severity, int]:
         counts = {s: 0 for s in Severity}
         for f in self.findings:
@@ -136,6 +146,7 @@ class CheckRun:
             "profiles": profiles,
             "findings": findings,
             "hotspots": hotspots,
+            "start_here": start_here(self.ordered_findings()),
             "baseline": document.baseline_dict(first.comparison if first else None, cwd,
                                                first.finding_changes if first else []),
         }
