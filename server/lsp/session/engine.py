@@ -30,7 +30,7 @@ from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.verify import FindingChange, FindingState, classify
 
 from ... import pipeline
-from ...check.report.model import MODEL_VERSION, ReportModel, job_model
+from ...check.report.model import MODEL_VERSION, ReportModel, job_model, start_views
 from ...settings import Settings
 from .snapshot import ProfileInfo, Snapshot, merge
 from .targets import JobChoice, choose_job, find_jobs, owner
@@ -187,7 +187,8 @@ class Engine:
         ranks = sorted({loc.rank for loc in self.loaded.locations if loc.rank is not None})
         job = job_model(profile, self.attribution, self.attribution.heat, findings, self.loaded.cluster, ranks, base,
                         self.workspace.text)
-        return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job])
+        return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job],
+                           start_here=start_views([findings], base))
 
     def _line_counters(self) -> dict[str, dict[int, list[OpCounters]]]:
         assert self.loaded is not None and self.attribution is not None
