@@ -55,7 +55,7 @@ def test_exit_status_and_seed_findings_on_the_sample_lines(report):
     for key in expected:
         f = found[key]
         assert f["fixes"] and all(x["edits"] for x in f["fixes"]), key
-        assert "/step (" in f["message"] and "% of step)" in f["message"]
+        assert "/step (" in f["message"] and ("% of the device step)" in f["message"] or "% of the wall step)" in f["message"])
         assert 0 < f["share"] < 1 and f["device_time_us"] > 0
         assert (REPO / "docs" / "rules" / f"{f['code']}.md").is_file()
     warnings = {f["code"] for f in doc["findings"] if f["severity"] == "warning"}

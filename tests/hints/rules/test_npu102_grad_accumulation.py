@@ -67,7 +67,7 @@ def test_at_and_just_below_comm_max_percent(tmp_path):
     per_step = sum(s.comm_not_overlapped_ns for s in t.steps) / len(t.steps)
     assert f.time_per_step_us == pytest.approx(per_step / 1000)
     assert f.message.startswith("HCCL not overlapped: ")
-    assert f"({pct(share_above)} of step), 1 allReduce" in f.message
+    assert f"({pct(share_above)} of the device step), 1 allReduce" in f.message
     assert f.message.endswith("communication-bound. Accumulate gradients with model.no_sync().")
     assert f.severity is Severity.WARNING and f.confidence is Confidence.STACK
     assert f.evidence["source"] == "step_trace_time.csv"

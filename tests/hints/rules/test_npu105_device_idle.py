@@ -51,7 +51,7 @@ def test_free_share_just_below_and_above_free_max_percent(tmp_path):
     free = sum(s.free_ns for s in t.steps) / len(t.steps)
     assert f.time_per_step_us == pytest.approx(free / 1000)
     assert f.share == pytest.approx(free / t.mean_step_time_ns)
-    assert f.message.startswith("Device idle: ") and f"({pct(f.share)} of step), Computing " in f.message
+    assert f.message.startswith("Device idle: ") and f"({pct(f.share)} of the device step), Computing " in f.message
     # anchored on the training loop header; manual fix only (no edits)
     assert span_text(f.span) == "for step, (x, y) in enumerate(loader)"
     assert f.fixes == [] and f.evidence["manual_fix"]

@@ -48,7 +48,7 @@ def test_host_bound_line_fires_with_the_launch_advice(src):
     assert f.evidence["bound"] == "host" and f.evidence["see"] == "NPU105"
     assert f.evidence["charged_us"]["host"] == 1000.0 and f.evidence["own_us"] == 1010.0
     assert f.evidence["path_share"] == round(1000 / 1010, 4)
-    assert f.message.startswith("Critical path, host-bound: 1,000 µs/step (10.0% of step), 99% of its time on the critical path")
+    assert f.message.startswith("Critical path, host-bound: 1,000 µs/step (10.0% of the wall step), 99% of its time on the critical path")
     assert f.message.endswith("(NPU105).")
 
 

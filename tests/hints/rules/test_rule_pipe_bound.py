@@ -87,7 +87,7 @@ def test_memory_bound_vector_kernel_on_its_line(src):
     assert k["ratios"] == {"aiv_vec_ratio": 0.2, "aiv_mte2_ratio": 0.5, "aiv_mte3_ratio": 0.2}
     assert k["count"] == 1 and k["total_us"] == 300.0 and k["shapes"] == "4096,4096;4096,4096-4096,4096"
     assert f.evidence["memory_bound_us"] == 300.0
-    assert f.message.startswith("Memory-bound kernels: 1 kernel, 300 µs/step (3.0% of step), Add vec+mte2+mte3 90% ≥ 90%")
+    assert f.message.startswith("Memory-bound kernels: 1 kernel, 300 µs/step (3.0% of the device step), Add vec+mte2+mte3 90% ≥ 90%")
 
 
 @pytest.mark.parametrize(("mte3", "fires"), [(0.2, True), (0.199, False)])
@@ -322,7 +322,7 @@ def test_real_alexnet_text_bound_groups_match_the_csv(alexnet_text):
     assert sum(kinds.values()) == 19 and kinds[("MatMulV2", "mte2")] == 2 and kinds[("ForeachAddList", "vec_mte2_mte3")] == 1
     assert _groups(alexnet_text) == expected
     (f,) = _check_findings(alexnet_text, expected)  # no workspace: one profile-level finding
-    assert f.evidence["count"] == 22 and f.message.startswith("Memory-bound kernels: 22 kernels, 3,078 µs/step (2.3% of step), ForeachAddList")
+    assert f.evidence["count"] == 22 and f.message.startswith("Memory-bound kernels: 22 kernels, 3,078 µs/step (2.3% of the device step), ForeachAddList")
     classes = timemodel.kernel_classes(alexnet_text.kernels_in_steps())
     assert classes.count(KernelClass.CUBE) == 9 and classes.count(KernelClass.VECTOR) == 162
     assert classes.count(KernelClass.FLASH_ATTENTION) == classes.count(KernelClass.MIX) == 0
