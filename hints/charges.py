@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from functools import cached_property
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.mapping.profile import step_windows, timemodel
 
@@ -45,12 +46,17 @@ class Timeline:
         self.profile = ctx.profile
 
     @cached_property
-    def kernel_types(self) -> np.ndarray:
-        return pq.kernel_types(self.profile.kernels)
+    def _types(self) -> tuple[np.ndarray, pd.Index]:
+        return pd.factorize(pd.Series(pq.kernel_types(self.profile.kernels), dtype=object))  # once per distinct type
 
     @cached_property
-    def kernel_names(self) -> np.ndarray:
-        return pq.strs(self.profile.kernels["name"])
+    def _names(self) -> tuple[np.ndarray, pd.Index]:
+        return pd.factorize(pd.Series(pq.strs(self.profile.kernels["name"]), dtype=object))
+
+    @staticmethod
+    def _coded(codes_values: tuple[np.ndarray, pd.Index], wanted: frozenset[str]) -> np.ndarray:
+        codes, values = codes_values
+        return np.isin(codes, np.flatnonzero(values.isin(list(wanted))))
 
     @cached_property
     def in_steps(self) -> np.ndarray:
@@ -128,7 +134,7 @@ class Timeline:
         types, names = frozenset(types), frozenset(names)
         if not types and not names:
             return np.zeros(0, np.int64)
-        sel = self.in_steps & (np.isin(self.kernel_types, list(types)) | np.isin(self.kernel_names, list(names)))
+        sel = self.in_steps & (self._coded(self._types, types) | self._coded(self._names, names))
         at = self.rows_on_lines(f, kernels=True)
         return np.flatnonzero(sel if at is None else sel & at)
 
