@@ -97,20 +97,26 @@ def _keeper_key(f: Finding, charged: Charges, codes: set[str]) -> tuple:
 
 def merge_into(keeper: Finding, others: Sequence[Finding]) -> None:
     """``others`` become related information of ``keeper`` (their message, at their place or the
-    keeper's); their codes go to ``evidence["same_cause"]``, their fixes to the keeper's, the
-    highest severity stays."""
+    keeper's); their codes go to ``evidence["same_cause"]`` and their code, message, share and
+    time to ``evidence["same_cause_findings"]``; their fixes join the keeper's, the highest
+    severity stays."""
     same = list(keeper.evidence.get("same_cause", []))
+    folded = list(keeper.evidence.get("same_cause_findings", []))
     for o in others:
         span = o.span or keeper.span
         if span is not None:
             keeper.related.append(Related(span, f"{SAME_CAUSE}, {o.code} {o.name}: {o.message}"))
         same += [o.code, *o.evidence.get("same_cause", [])]
+        # the figures stay readable where there is no place for a related entry (profile-level findings)
+        folded += [{"code": o.code, "message": o.message, "share": round(o.share, 6), "share_of": o.share_of.value,
+                    "time_per_step_us": round(o.time_per_step_us, 3)}, *o.evidence.get("same_cause_findings", [])]
         if o.severity.rank > keeper.severity.rank:
             keeper.severity = o.severity
         titles = {(x.title, x.edits) for x in keeper.fixes}
         keeper.fixes += [x for x in o.fixes if (x.title, x.edits) not in titles]
         keeper.offers += [x for x in o.offers if x not in keeper.offers]
     keeper.evidence["same_cause"] = list(dict.fromkeys(c for c in same if c != keeper.code))
+    keeper.evidence["same_cause_findings"] = folded
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,6 +87,8 @@ def test_findings_charging_the_same_kernels_are_one_kept_by_the_one_with_a_fix()
     rel = [r for r in keeper.related if r.message.startswith("same cause")]
     assert len(rel) == 1 and rel[0].span.line == 3 and "TST101 says so" in rel[0].message
     assert keeper.span.line == 7  # the keeper keeps its place
+    [folded] = keeper.evidence["same_cause_findings"]
+    assert (folded["code"], folded["message"], folded["share_of"]) == ("TST101", "TST101 says so", "device-step")
 
 
 def test_disjoint_and_slightly_overlapping_charges_stay_apart():

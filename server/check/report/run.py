@@ -77,6 +77,8 @@ def _same_cause_of(orig: Finding, copy: Finding) -> None:
     if not more:
         return
     orig.evidence["same_cause"] = list(dict.fromkeys([*orig.evidence.get("same_cause", []), *more]))
+    orig.evidence["same_cause_findings"] = [*orig.evidence.get("same_cause_findings", []),
+                                            *copy.evidence.get("same_cause_findings", [])]
     have = {(r.span, r.message) for r in orig.related}
     orig.related += [r for r in copy.related if r.message.startswith(SAME_CAUSE) and (r.span, r.message) not in have]
 
