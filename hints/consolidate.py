@@ -34,7 +34,9 @@ def consolidate(findings: list[Finding], ctx: RuleContext) -> list[Finding]:
     if len(findings) < 2:
         return findings
     t = Timeline(ctx)
-    charged = [charges(t, f) for f in findings]
+    # a finding whose fix is already in the source is the old run's evidence, a hint to re-profile
+    # (hints.fixed_in_source): it charges nothing now and folds nothing in
+    charged = [{} if "fixed_in_source" in f.evidence else charges(t, f) for f in findings]
     kept: list[Finding] = []
     for members in _groups(charged):
         if len(members) == 1:
