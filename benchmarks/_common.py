@@ -6,9 +6,12 @@ import it as ``_common``.
 
 from __future__ import annotations
 
+import io
 import resource
+import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from collections.abc import Callable, Sequence
@@ -76,3 +79,34 @@ def install_advisor(venv: Path, version: str) -> tuple[Path | None, str]:
         tail = [ln for ln in pip.stderr.strip().splitlines() if "WARNING" not in ln][-1:]
         return None, f"pip install msprof-analyze=={version} failed: {tail}"
     return exe, "installed"
+
+
+# -- an earlier revision of the product, measured in the same run -----------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def archive(rev: str, dest: Path) -> Path:
+    """``git archive`` of the product's packages at ``rev`` as ``dest/tree/msprof_lsp``; the tree
+    to hand to :func:`use_tree` (in a child process)."""
+    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "mapping", "hints", "server"],
+                          capture_output=True, check=True).stdout
+    tree = dest / "tree" / "msprof_lsp"
+    tree.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tree)
+    return tree.parent
+
+
+def use_tree(tree: str) -> None:
+    """Import msprof_lsp from ``tree`` (an :func:`archive`) instead of the editable install."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+    sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
+    sys.path_importer_cache.clear()
+    sys.path.insert(0, tree)
+
+
+def median_usage(runs: Sequence[Usage]) -> Usage:
+    """The median of each figure over repeated runs (the shared machine's load moves single runs)."""
+    return Usage(statistics.median(u.seconds for u in runs), statistics.median(u.cpu_seconds for u in runs),
+                 statistics.median(u.peak_rss_mib for u in runs))

@@ -3,6 +3,7 @@
     python benchmarks/bench_vs_advisor.py                 # 5 steps of a 900-call model, ~38 MB
     python benchmarks/bench_vs_advisor.py --job sample    # the tiny_transformer sample, 5 steps
     python benchmarks/bench_vs_advisor.py --venv /tmp/advisor-venv   # keep (and reuse) the venv
+    python benchmarks/bench_vs_advisor.py --baseline-rev 8a03ff1 --rounds 3   # ours before/after too
 
 Jobs (both tools read the same ``*_ascend_pt`` folder; msprof-lsp also maps it to the sources):
 
@@ -23,6 +24,9 @@ Each tool runs as a whole command in a fresh process (interpreter start and impo
 user runs it), alternating, ``--rounds`` times; the best wall time of each is compared, and the CPU
 seconds (user + sys of the process and its children) are printed beside it because the shared
 development machine's load moves wall time from run to run. Printed ratio: advisor / msprof-lsp.
+With ``--baseline-rev`` an earlier revision of msprof-lsp (``git archive``, imported instead of
+the editable install) runs in the same rounds, and its ratio and current / baseline are printed
+too (best and median of the rounds).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import dataclasses
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,7 +55,11 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from _common import install_advisor  # noqa: E402
+from _common import archive, install_advisor  # noqa: E402
+
+# Runs msprof-lsp from an archived revision: python -c LAUNCH TREE ARGS...
+LAUNCH = ("import sys; sys.path.insert(0, {here!r}); from _common import use_tree; use_tree(sys.argv[1]); "
+          "from msprof_lsp.server.__main__ import main; raise SystemExit(main(sys.argv[2:]))")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,6 +107,7 @@ def main() -> None:
     ap.add_argument("--advisor-version", default="26.2.0")
     ap.add_argument("--venv", type=Path, help="keep the advisor's venv here (default: a temporary folder)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--baseline-rev", help="also run this git revision of msprof-lsp in the same rounds")
     args = ap.parse_args()
     rounds = max(1, min(args.rounds, 5))
 
@@ -120,12 +130,19 @@ def main() -> None:
         else:
             print(f"msprof-analyze {args.advisor_version}: {how} in {exe.parent.parent}")
 
-        ours_cmd = [sys.executable, "-m", "msprof_lsp.server", "--check", "--no-cache", "--quiet", str(job)]
-        timed(ours_cmd, job, ok=(0, 1))  # writes our bytecode; not counted
-        ours: list[Timed] = []
+        check_args = ["--check", "--no-cache", "--quiet", str(job)]
+        commands = {"msprof-lsp": [sys.executable, "-m", "msprof_lsp.server", *check_args]}
+        if args.baseline_rev:
+            tree = str(archive(args.baseline_rev, tmp / "baseline"))
+            commands[f"msprof-lsp {args.baseline_rev}"] = [sys.executable, "-c", LAUNCH.format(here=str(HERE)), tree,
+                                                          *check_args]
+        for cmd in commands.values():
+            timed(cmd, job, ok=(0, 1))  # writes our bytecode; not counted
+        ours: dict[str, list[Timed]] = {name: [] for name in commands}
         theirs: list[Timed] = []
         for i in range(rounds):
-            ours.append(timed(ours_cmd, job, ok=(0, 1)))
+            for name, cmd in commands.items():
+                ours[name].append(timed(cmd, job, ok=(0, 1)))
             if exe is not None:
                 out = tmp / f"advisor-out-{i}"
                 out.mkdir()
@@ -133,16 +150,34 @@ def main() -> None:
                                     tmp, ok=(0,)))
                 if not list(out.glob("mstt_advisor_*.html")):
                     raise SystemExit("the advisor ran but wrote no report: its time would not be a real analysis")
+        report(ours, theirs, rounds)
 
-        best_ours = min(ours, key=lambda t: t.wall_s)
-        print(f"\n{'command':44s} {'wall s':>8s} {'CPU s':>8s}   (best of {rounds})")
-        print(f"{'msprof-lsp --check --no-cache':44s} {best_ours.wall_s:8.2f} {best_ours.cpu_s:8.2f}")
-        if theirs:
-            best = min(theirs, key=lambda t: t.wall_s)
-            print(f"{'msprof-analyze advisor all':44s} {best.wall_s:8.2f} {best.cpu_s:8.2f}")
-            print(f"\nadvisor / msprof-lsp: {best.wall_s / best_ours.wall_s:.1f}x wall, "
-                  f"{best.cpu_s / best_ours.cpu_s:.1f}x CPU")
 
+def _best(runs: list[Timed]) -> Timed:
+    return min(runs, key=lambda t: t.wall_s)
+
+
+def _median(runs: list[Timed]) -> Timed:
+    return Timed(statistics.median(t.wall_s for t in runs), statistics.median(t.cpu_s for t in runs))
+
+
+def report(ours: dict[str, list[Timed]], theirs: list[Timed], rounds: int) -> None:
+    rows = {f"{name} --check --no-cache": runs for name, runs in ours.items()}
+    if theirs:
+        rows["msprof-analyze advisor all"] = theirs
+    print(f"\n{'command':44s} {'best wall s':>11s} {'CPU s':>7s} {'median wall s':>14s} {'CPU s':>7s}  ({rounds} rounds)")
+    for name, runs in rows.items():
+        b, m = _best(runs), _median(runs)
+        print(f"{name:44s} {b.wall_s:11.2f} {b.cpu_s:7.2f} {m.wall_s:14.2f} {m.cpu_s:7.2f}")
+    names = list(ours)
+    if theirs:
+        for name in names:
+            for how, pick in (("best", _best), ("median", _median)):
+                a, o = pick(theirs), pick(ours[name])
+                print(f"advisor / {name} ({how}): {a.wall_s / o.wall_s:.1f}x wall, {a.cpu_s / o.cpu_s:.1f}x CPU")
+    if len(names) == 2:
+        now, was = _median(ours[names[0]]), _median(ours[names[1]])
+        print(f"{names[0]} / {names[1]} (median): {now.wall_s / was.wall_s:.2f}x wall, {now.cpu_s / was.cpu_s:.2f}x CPU")
 
 if __name__ == "__main__":
     main()

@@ -126,6 +126,17 @@ class Timeline:
                 out_e.append(min(int(be[b - 1]), w.end_ns))
         return np.array(out_s, np.int64), np.array(out_e, np.int64)
 
+    def preparing_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per step window, its start to its first device task: the Preparing phase."""
+        bs, be = self._busy
+        out_s, out_e = [], []
+        for w in step_windows.windows(self.profile):
+            a = np.searchsorted(be, w.start_ns, side="right")
+            if a < len(bs) and bs[a] > w.start_ns:
+                out_s.append(w.start_ns)
+                out_e.append(min(int(bs[a]), w.end_ns))
+        return np.array(out_s, np.int64), np.array(out_e, np.int64)
+
     # -- rows ----------------------------------------------------------------------------------
 
     def kernel_rows_at(self, f: Finding, types: Iterable[str] = (), names: Iterable[str] = ()) -> np.ndarray:
@@ -220,8 +231,15 @@ def dataloader(t: Timeline, f: Finding) -> Charges:
 
 
 def device_idle(t: Timeline, f: Finding) -> Charges:
-    """NPU105: the idle stretches inside the steps' device span (its Free)."""
-    return t.idle_covered(*t.in_step_spans())
+    """NPU105: the idle stretches inside the steps' device span (its Free) and, where it counts the
+    Preparing part (``evidence.parts.preparing``), the idle before each step's first device task."""
+    s, e = t.in_step_spans()
+    parts = f.evidence.get("parts")
+    preparing = parts.get("preparing", {}).get("us_per_step", 0) if isinstance(parts, dict) else 0
+    if preparing and preparing > 0:
+        ps, pe = t.preparing_spans()
+        s, e = np.concatenate([s, ps]), np.concatenate([e, pe])
+    return t.idle_covered(s, e)
 
 
 def _sync_cause(f: Finding) -> Charges:

@@ -1,9 +1,10 @@
 """Rule configuration: selection, severities, minimum share, thresholds.
 
-The server's settings model builds a ``RuleConfig``; rules read only this object. ``Thresholds``
-is an annotated model: each field's type, range (``msgspec.Meta`` ``ge``/``le``), default,
-description and unit live on the field, and ``setting_specs`` reads them, so the settings
-conversion, the docs table and the VS Code manifest cannot disagree with what rules read.
+``RuleConfig`` declares what rules read (the settings model extends it, so each field is declared
+once); rules read only this object. ``Thresholds`` and ``RuleConfig`` are annotated models: each
+field's type, range (``msgspec.Meta`` ``ge``/``le``), default, description and unit live on the
+field, and ``setting_specs`` reads them, so the settings conversion, the docs table and the VS
+Code manifest cannot disagree with what rules read.
 """
 
 from __future__ import annotations
@@ -182,10 +183,11 @@ def setting_specs(model: type) -> tuple[SettingSpec, ...]:
     not settings (e.g. a resolved base directory)."""
     hints = typing.get_type_hints(model, include_extras=True)
     specs: list[SettingSpec] = []
+    groups: list[SettingSpec] = []  # a composed model's fields come after the flat ones
     for f in dataclasses.fields(model):
         hint = hints[f.name]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            specs += [dataclasses.replace(s, group=f.name) for s in setting_specs(hint)]
+            groups += [dataclasses.replace(s, group=f.name) for s in setting_specs(hint)]
             continue
         if typing.get_origin(hint) is not Annotated:
             continue
@@ -212,21 +214,27 @@ def setting_specs(model: type) -> tuple[SettingSpec, ...]:
         ))
         if extra:
             raise TypeError(f"{model.__name__}.{f.name}: unknown Meta.extra keys {sorted(extra)}")
-    return tuple(specs)
+    return tuple(specs + groups)
 
 
 THRESHOLD_KEYS: frozenset[str] = frozenset(s.key for s in setting_specs(Thresholds))
 
 
+CompileBackend = Literal["auto", "npu", "inductor"]
+
+
 @dataclass(frozen=True, slots=True)
 class RuleConfig:
-    select: tuple[str, ...] = ()  # codes or prefixes; empty = all
-    ignore: tuple[str, ...] = ()
-    severity: dict[str, Severity] = field(default_factory=dict)  # per code or prefix
-    min_share: float = DEFAULT_MIN_SHARE
-    thresholds: Thresholds = Thresholds()
-    compile_backend: str = "auto"  # auto | npu | inductor: torch.compile backend the NPU101 fix uses
-    third_party_roots: tuple[str, ...] = ()
+    """What the rules read, declared once: the settings model (``server.analysis.settings``)
+    extends this class, so these fields are settings with the keys, ranges and descriptions below."""
+
+    select: Annotated[tuple[str, ...], Meta(description="Rule codes or prefixes to enable (empty = all), e.g. [\"NPU1\"].")] = ()
+    ignore: Annotated[tuple[str, ...], Meta(description="Rule codes or prefixes to disable, e.g. [\"NPU9\"].")] = ()
+    severity: Annotated[dict[str, Severity], Meta(description="Severity per rule code or prefix: error, warning, info or hint.")] = field(default_factory=dict)
+    min_share: Annotated[float, Meta(ge=0, le=1, description="Findings below this share of step time (0..1) are not reported.")] = DEFAULT_MIN_SHARE
+    compile_backend: Annotated[CompileBackend, Meta(
+        description="torch.compile backend the NPU101 fix writes: auto (npu for Ascend profiles, inductor otherwise), npu or inductor.")] = "auto"
+    thresholds: Thresholds = Thresholds()  # each field is a flat setting: smallKernelUs / small-kernel-us
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):

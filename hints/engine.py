@@ -19,6 +19,7 @@ from .consolidate import consolidate
 from .fixes.offers import expand
 from .registry import Rule, all_rules
 from .fixed_in_source import mark_fixed
+from .savings import fill_savings
 
 log = logging.getLogger("msprof_lsp.hints")
 
@@ -79,6 +80,9 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
             if settled is None or ctx.is_suppressed(settled):
                 continue
             out.append(mark_fixed(settled, ctx))
+    # what each fix would save (docs/savings.md), from the effects the rules gave: savings first,
+    # then anything that compares findings by them
+    fill_savings(out, ctx)
     # one finding per cause: after the cuts above, so a selected-out or suppressed rule never
     # joins a group (docs/rules/README.md "One finding per cause")
     out = consolidate(out, ctx)

@@ -10,6 +10,7 @@ profile of the training loop instead of the fix. A rule that sees the fix itself
 
 from __future__ import annotations
 
+from msprof_lsp.mapping.source.positions import split_lines
 from msprof_lsp.mapping.spans import Span
 
 from . import source_query as sq
@@ -22,7 +23,7 @@ FIXED_NOTE = "fixed in the source since this profile was recorded; re-profile to
 
 
 def _anchor_text(text: str, anchor: Span | int) -> str:
-    lines = text.splitlines()
+    lines = split_lines(text)
     first, last = (anchor.line, anchor.end_line) if isinstance(anchor, Span) else (anchor, anchor)
     return "\n".join(lines[max(first - 1, 0):last])
 

@@ -14,17 +14,18 @@ from __future__ import annotations
 from enum import Enum
 
 import re
-import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.profile import linking, step_windows, timemodel
-from msprof_lsp.mapping.profile.model import CommOp, Profile
+from msprof_lsp.mapping.interning import per_distinct
+from msprof_lsp.mapping.profile import comm_time, linking, step_windows, timemodel
+from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile
 from msprof_lsp.mapping.numbers import int64_of
-from msprof_lsp.mapping.units import ns_to_us
+from msprof_lsp.mapping.units import format_us, ns_to_us
 
 from .context import RuleContext
 
@@ -57,19 +58,18 @@ def mask(col: pd.Series, test: Callable[[str], object]) -> np.ndarray:
         if (~ok).any():
             out[~ok] = bool(test(""))
         return out
-    codes, uniques = pd.factorize(np.asarray(col, dtype=object))
-    table = np.array([bool(test(str(u))) for u in uniques], dtype=bool)
-    return table[codes] if len(codes) else np.zeros(0, dtype=bool)
+    return per_distinct(np.asarray(col, dtype=object), lambda u: bool(test(_text(u))), bool)
 
 
 def matches(values: np.ndarray, pattern: re.Pattern[str], *, full_start: bool = False) -> np.ndarray:
     """``pattern.search`` (``match`` with ``full_start``) per value, evaluated once per distinct value."""
-    if not len(values):
-        return np.zeros(0, dtype=bool)
-    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
     test = pattern.match if full_start else pattern.search
-    table = np.array([bool(test(str(u))) for u in uniques], dtype=bool)
-    return table[codes]
+    return per_distinct(np.asarray(values, dtype=object), lambda u: bool(test(_text(u))), bool)
+
+
+def _text(value: object) -> str:
+    """A cell as the tests see it: a missing value (None, NaN) is "", as a missing category is."""
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def mean(values: np.ndarray) -> float:
@@ -389,16 +389,24 @@ class Tokens:
     names: list[str]
     text: str
     starts: np.ndarray  # char offset of each token
+    # matches per regex: the tokens are the profile's (kept with it), so a search runs once per
+    # profile, not once per rule run (the editor re-runs the rules after every pause in typing)
+    found: dict[tuple[str, int], list[tuple[int, int]]] = field(default_factory=dict, repr=False, compare=False)
 
     def find(self, regex: re.Pattern[str]) -> list[tuple[int, int]]:
         """Token ranges [a, b) of every (non-overlapping) match, in order."""
+        key = (regex.pattern, regex.flags)
+        hit = self.found.get(key)
+        if hit is not None:
+            return list(hit)
         out = []
         for m in regex.finditer(self.text):
             a = int(np.searchsorted(self.starts, m.start()))
             b = int(np.searchsorted(self.starts, m.end())) if m.end() < len(self.text) else len(self.rows)
             if b > a and (self.rows[a:b] >= 0).all():
                 out.append((a, b))
-        return out
+        self.found[key] = out
+        return list(out)
 
     def sequence(self, a: int, b: int) -> str:
         """``pow-mean-add-rsqrt-mul`` for the tokens [a, b)."""
@@ -417,23 +425,57 @@ def _tokens(rows: np.ndarray, names: np.ndarray, groups: np.ndarray) -> Tokens:
         out_rows.append(r)
         out_names.append(n)
         prev = g
-    lengths = np.fromiter((len(n) + 2 for n in out_names), dtype=np.int64, count=len(out_names))
+    return _joined(np.asarray(out_rows, dtype=np.int64), out_names)
+
+
+def _joined(rows: np.ndarray, names: list[str]) -> Tokens:
+    lengths = np.fromiter((len(n) + 2 for n in names), dtype=np.int64, count=len(names))
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lengths) else np.zeros(0, dtype=np.int64)
-    text = "".join(f"-{n}-" for n in out_names)
-    return Tokens(np.asarray(out_rows, dtype=np.int64), out_names, text, starts)
+    text = "".join(f"-{n}-" for n in names)
+    return Tokens(rows, names, text, starts)
 
 
-_HOST_CACHE: weakref.WeakKeyDictionary[RuleContext, Tokens] = weakref.WeakKeyDictionary()
-_KERNEL_CACHE: weakref.WeakKeyDictionary[RuleContext, Tokens] = weakref.WeakKeyDictionary()
+class _TokensRecord(msgspec.Struct, array_like=True, frozen=True):
+    rows: bytes  # little-endian int64 per token
+    names: list[str]
+    text: str
+    starts: bytes  # little-endian int64 per token
+
+
+_TOKENS_DECODER = msgspec.msgpack.Decoder(_TokensRecord)
+_I8 = np.dtype("<i8")
+
+
+def _encode_tokens(toks: Tokens) -> bytes:
+    return msgspec.msgpack.encode(_TokensRecord(np.ascontiguousarray(toks.rows, dtype=_I8).tobytes(), toks.names,
+                                                toks.text, np.ascontiguousarray(toks.starts, dtype=_I8).tobytes()))
+
+
+def _decode_tokens(data: bytes) -> Tokens:
+    rec = _TOKENS_DECODER.decode(data)
+    n = len(rec.names)
+    if len(rec.rows) != _I8.itemsize * n or len(rec.starts) != _I8.itemsize * n:
+        raise ValueError("token rows, starts and names differ in length")
+    starts = np.frombuffer(rec.starts, dtype=_I8).astype(np.int64)
+    if n and (starts[0] != 0 or starts[-1] + len(rec.names[-1]) + 2 != len(rec.text)):
+        raise ValueError("token offsets do not match the text")
+    return Tokens(np.frombuffer(rec.rows, dtype=_I8).astype(np.int64), rec.names, rec.text, starts)
+
+
+TOKENS_PERSIST = Persist(_encode_tokens, _decode_tokens)
+"""The token strings travel with the profile's cache entry (text and offsets as computed: joining
+the text again would cost what computing the tokens does)."""
 
 
 def host_tokens(ctx: RuleContext) -> Tokens:
-    """Outermost framework ops per host thread, time order, ``aten::`` stripped (cached per context)."""
-    hit = _HOST_CACHE.get(ctx)
-    if hit is not None:
-        return hit
-    h = ctx.profile.host_ops
-    top = np.flatnonzero(outermost_framework_ops(ctx.profile))
+    """Outermost framework ops per host thread, time order, ``aten::`` stripped (kept with the profile)."""
+    profile = ctx.profile
+    return profile.derived.memo("tokens/host", profile.fields(), lambda: _host_tokens(profile), TOKENS_PERSIST)
+
+
+def _host_tokens(profile: Profile) -> Tokens:
+    h = profile.host_ops
+    top = np.flatnonzero(outermost_framework_ops(profile))
     rows = top
     names = np.zeros(0, dtype=object)
     thread = np.zeros(0, dtype=np.int64)
@@ -442,29 +484,29 @@ def host_tokens(ctx: RuleContext) -> Tokens:
         rows = top[np.lexsort((sub["start_ns"].to_numpy(), sub["tid"].to_numpy(), sub["pid"].to_numpy()))]
         names = np.array([n[6:] if n.startswith("aten::") else n for n in strs(h["name"])[rows]], dtype=object)
         thread = h["pid"].to_numpy(np.int64)[rows] * (1 << 32) + h["tid"].to_numpy(np.int64)[rows]
-    toks = _HOST_CACHE[ctx] = _tokens(rows, names, thread)
-    return toks
+    return _tokens(rows, names, thread)
 
 
 def kernel_tokens(ctx: RuleContext) -> Tokens:
-    """Device kernel OpTypes per (device, stream), start order, of the profiled steps (cached)."""
-    hit = _KERNEL_CACHE.get(ctx)
-    if hit is not None:
-        return hit
-    k = ctx.profile.kernels_in_steps()
+    """Device kernel OpTypes per (device, stream), start order, of the profiled steps (kept with the profile)."""
+    profile = ctx.profile
+    return profile.derived.memo("tokens/kernel", profile.fields(), lambda: _kernel_tokens(profile), TOKENS_PERSIST)
+
+
+def _kernel_tokens(profile: Profile) -> Tokens:
+    k = profile.kernels_in_steps()
     order = np.lexsort((k["start_ns"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     rows = k.index.to_numpy(np.int64)[order]
     names = kernel_types(k)[order]
     group = k["device"].to_numpy(np.int64)[order] * (1 << 32) + k["stream"].to_numpy(np.int64)[order]
-    toks = _KERNEL_CACHE[ctx] = _tokens(rows, names, group)
-    return toks
+    return _tokens(rows, names, group)
 
 
 # ---------------------------------------------------------------------------------------------
 # Communication packets: communication.json's Size Distribution (the DB's CommAnalyzerBandwidth)
 
 BYTES_PER_MB = 1_000_000  # communication.json's MB: Transit Size(MB) 28.647232 = 12 x 2.064384 + 2 x 1.937312
-GRADIENT_COLLECTIVE = re.compile(r"all_?reduce|reduce_?scatter|all_?gather", re.I)
+GRADIENT_COLLECTIVE = comm_time.GRADIENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,7 +517,10 @@ class Packets:
     link: str  # HCCS, PCIE, SIO, SDMA, RDMA
     size_bytes: int
     count: int
-    total_ns: int  # transfer time of all ``count`` packets
+    total_ns: int  # transfer time of all ``count`` packets, as the link's Size Distribution says
+    # ``total_ns`` as a part of the op's Transit Time (comm_time.wall_factor): link times of an op
+    # add up past its Transit when links run at once, so only this one is a share of a step
+    wall_ns: int = -1
 
 
 def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packets]:
@@ -485,6 +530,7 @@ def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packet
     for op in ops:
         if gradient_only and not GRADIENT_COLLECTIVE.search(op.name):
             continue
+        factor = comm_time.wall_factor(op)
         for link, info in op.bandwidth.items():
             dist = info.get("Size Distribution") if isinstance(info, dict) else None
             for size, val in (dist or {}).items():
@@ -493,7 +539,8 @@ def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packet
                 except (TypeError, ValueError, IndexError):
                     continue
                 if count > 0 and mb >= 0:
-                    out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, round(ms * 1_000_000)))
+                    ns = round(ms * 1_000_000)
+                    out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, ns, round(ns * factor)))
     return out
 
 
@@ -503,7 +550,9 @@ SDMA_LINK_GROUP = frozenset({"SDMA", "HCCS", "PCIE", "SIO"})  # intra-node links
 def small_packets(ops: Iterable[CommOp], *, sdma_mb: float, rdma_mb: float) -> dict[str, dict]:
     """Per link group (``SDMA`` for the intra-node links, ``RDMA``) of the gradient collectives:
     packets, the ones under the group's limit (MB of 10^6 B), their share of the count and of the
-    bytes (the advisor's packet analysis counts packets) and their transfer time (``small_ns``)."""
+    bytes (the advisor's packet analysis counts packets) and their transfer time: ``small_ns`` summed
+    over the links as the file writes it, ``small_wall_ns`` the part of the ops' Transit Time it is
+    (``Packets.wall_ns``), never more than that Transit."""
     limits_mb = {"SDMA": float(sdma_mb), "RDMA": float(rdma_mb)}
     out: dict[str, dict] = {}
     for p in packets(ops):
@@ -511,18 +560,63 @@ def small_packets(ops: Iterable[CommOp], *, sdma_mb: float, rdma_mb: float) -> d
         if group not in limits_mb:
             continue
         e = out.setdefault(group, {"packets": 0, "small": 0, "bytes": 0, "small_bytes": 0, "small_ns": 0,
-                                   "limit_mb": limits_mb[group]})
+                                   "small_wall_ns": 0, "limit_mb": limits_mb[group]})
         e["packets"] += p.count
         e["bytes"] += p.count * p.size_bytes
         if p.size_bytes < limits_mb[group] * BYTES_PER_MB:
             e["small"] += p.count
             e["small_bytes"] += p.count * p.size_bytes
             e["small_ns"] += p.total_ns
+            e["small_wall_ns"] += p.wall_ns
     for e in out.values():
         e["small_ratio"] = e["small"] / e["packets"] if e["packets"] else 0.0
         e["small_bytes_ratio"] = e["small_bytes"] / e["bytes"] if e["bytes"] else 0.0
     return {k: v for k, v in out.items() if v["packets"]}
 
+
+
+GRADIENT_ROLE = frozenset({comm_time.CommRole.GRADIENT})
+
+
+@dataclass(frozen=True, slots=True)
+class CommDiagnosis:
+    """How the analysed rank's gradient collectives spent their time, and the rank they wait for."""
+
+    split: comm_time.CommSplit
+    late_rank: int | None  # None: one rank only, or no rank waited for markedly less
+
+    @property
+    def transfer_bound(self) -> bool:
+        return self.split.transfer_bound
+
+    def words(self) -> str:
+        """``transfers 3,683 µs, waits 5,941 µs, idle 96.4 ms of 106.0 ms``, per step."""
+        s = self.split
+        return (f"transfers {format_us(s.transit_ns / 1000)}, waits {format_us(s.wait_ns / 1000)}, "
+                f"idle {format_us(s.idle_ns / 1000)} of {format_us(s.elapse_ns / 1000)}")
+
+    def as_dict(self) -> dict:
+        return {**self.split.as_dict(), "late_rank": self.late_rank, "transfer_bound": self.transfer_bound}
+
+
+def gradient_comm(ctx: RuleContext) -> CommDiagnosis | None:
+    """The gradient collectives' time split (communication.json / CommAnalyzerTime) of the analysed
+    rank, and the late rank: from the other ranks of a cluster_communication.json, else from the
+    job's ranks (``ctx.cluster``)."""
+    per_rank = comm_time.split_by_rank(ctx.profile.comm_ops, GRADIENT_ROLE)
+    if not per_rank:
+        return None
+    cluster = ctx.cluster
+    own = cluster.analysed_rank if cluster is not None and cluster.analysed_rank in per_rank else None
+    if own is None:
+        own = -1 if -1 in per_rank else max(per_rank, key=lambda r: per_rank[r].elapse_ns)
+    waits = {r: s.wait_ns for r, s in per_rank.items()}
+    if len(waits) < 2 and cluster is not None:
+        waits = {r.rank: r.comm_wait_ns for r in cluster.ranks if r.comm_wait_ns >= 0}
+        own_key = cluster.analysed_rank
+    else:
+        own_key = own
+    return CommDiagnosis(per_rank[own], comm_time.late_rank(waits, own_key))
 
 # The advisor's names: its tune-ops file, its AOE command (job type 2: operator tuning) and the
 # number of operators it lists (OPERATOR_OUT_TOPK).

@@ -235,12 +235,34 @@ def kernels_by_statement(ctx: RuleContext, rows: Sequence[int]) -> list[KernelGr
     """Kernel rows grouped by the statement their sites are in, first-seen order: one finding per
     line, as the layers of one ``nn.Sequential(...)`` or the calls of one comprehension are one
     statement."""
-    groups: dict[Span | None, KernelGroup] = {}
-    for r in rows:
-        site = site_of_kernel_row(ctx, int(r))
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    a = ctx.attribution
+    if a is None:
+        site_ids = np.full(len(rows), -1, dtype=np.int64)
+    else:
+        ok = (rows >= 0) & (rows < len(a.kernel_site))
+        site_ids = np.where(ok, a.kernel_site[np.where(ok, rows, 0)], -1)
+    # One statement lookup per distinct site, not per kernel (a large profile has 10^5 rows and
+    # a few hundred sites); distinct sites are visited in first-seen order, so each group keeps
+    # its first kernel's site and the groups their first-seen order.
+    distinct, first, inverse = np.unique(site_ids, return_index=True, return_inverse=True)
+    number: dict[Span | None, int] = {}
+    out: list[KernelGroup] = []
+    group_of = np.empty(len(distinct), dtype=np.int64)
+    for i in np.argsort(first, kind="stable").tolist():
+        sid = int(distinct[i])
+        site = a.sites[sid] if a is not None and sid >= 0 else None
         span = site_statement(ctx, site) if site is not None else None
-        groups.setdefault(span, KernelGroup(site, span)).rows.append(int(r))
-    return list(groups.values())
+        if span not in number:
+            number[span] = len(out)
+            out.append(KernelGroup(site, span))
+        group_of[i] = number[span]
+    per_row = group_of[inverse.reshape(-1)]
+    order = np.argsort(per_row, kind="stable")
+    cuts = np.cumsum(np.bincount(per_row, minlength=len(out)))[:-1]
+    for group, part in zip(out, np.split(rows[order], cuts)):
+        group.rows = part.tolist()
+    return out
 
 
 def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:

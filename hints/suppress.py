@@ -21,12 +21,13 @@ import re
 import tokenize
 from dataclasses import dataclass
 
+from msprof_lsp.mapping.source.positions import NEWLINE_RE, split_lines
+
 from .finding import TextEdit
 
 _DIRECTIVE = re.compile(r"#\s*msprof:\s*ignore(?:\[(?P<codes>[^\]]*)\]|(?![\w\[-]))", re.IGNORECASE)
 _FILE_DIRECTIVE = re.compile(r"^#\s*msprof:\s*ignore-file(?:\[(?P<codes>[^\]]*)\]|(?![\w\[-]))", re.IGNORECASE)
 _CODE = re.compile(r"^[A-Za-z]+[0-9]*$")
-_EOL = re.compile(r"\r\n|\r|\n")
 
 ALL: frozenset[str] = frozenset({"*"})
 """The code set of a bare ``# msprof: ignore``."""
@@ -42,10 +43,6 @@ class Comment:
     text: str
 
 
-def _lines(text: str) -> list[str]:
-    return _EOL.split(text)
-
-
 def comments(text: str) -> list[Comment]:
     """Every comment in the text: tokenize where it can, the line scanner past where it stops."""
     found: list[Comment] = []
@@ -56,7 +53,7 @@ def comments(text: str) -> list[Comment]:
                 found.append(Comment(tok.start[0], tok.start[1], tok.string))
             reached = max(reached, tok.end[0])
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        lines = _lines(text)
+        lines = split_lines(text)
         # The failing token starts at or before `reached`; rescan from there (duplicates removed).
         start = max(reached, 1)
         seen = {c.line for c in found}
@@ -204,8 +201,8 @@ def file_suppression_edit(text: str, code: str, path: str = "") -> TextEdit | No
         m = _FILE_DIRECTIVE.match(c.text)
         if m is not None:
             return _append_code(c, m, code, path)
-    lines = _lines(text)
-    eol = m.group(0) if (m := _EOL.search(text)) else "\n"
+    lines = split_lines(text)
+    eol = m.group(0) if (m := NEWLINE_RE.search(text)) else "\n"
     at = _after_header(text, lines)
     directive = f"# msprof: ignore-file[{code}]"
     if at < len(lines):
@@ -236,7 +233,7 @@ def suppression_edit(text: str, line: int, code: str, path: str = "") -> TextEdi
     the end of the line, after any comment already there (``# noqa`` stays first). A line inside
     a multi-line string (a docstring) takes the comment after the closing quotes instead.
     """
-    lines = _lines(text)
+    lines = split_lines(text)
     if not 1 <= line <= len(lines):
         return None
     end = _string_end(text, line)

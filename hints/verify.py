@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from msprof_lsp.hints.finding import Finding
+from msprof_lsp.mapping.source.positions import split_lines
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.units import format_us
 
@@ -55,7 +56,7 @@ def line_text(path: str, line: int, cache: dict[str, list[str]]) -> str:
     """The stripped text of ``path``'s 1-based ``line`` (empty when unreadable or out of range)."""
     if path not in cache:
         text = safe_io.read_source_text(path)
-        cache[path] = text.splitlines() if text is not None else []
+        cache[path] = split_lines(text) if text is not None else []
     lines = cache[path]
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 

@@ -57,19 +57,6 @@ def _us_text_to_ns(text: str) -> int:
     return -ns if neg else ns
 
 
-def us_to_ns(value: str | float | int) -> int:
-    """Convert a JSON time value (string or number, µs) to integer nanoseconds."""
-    if isinstance(value, str):
-        return us_text_to_ns(value)
-    if isinstance(value, int):
-        return value * NS_PER_US
-    return round(value * NS_PER_US)
-
-
-def ms_to_ns(value: float | int) -> int:
-    return round(value * 1_000_000)
-
-
 def ns_to_us(ns: int | float) -> float:
     return ns / NS_PER_US
 

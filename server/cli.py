@@ -9,10 +9,9 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
-from .settings import parse_path_mapping
+from .analysis.settings import parse_path_mapping
 
 FORMATS = ("text", "json", "sarif", "github", "html", "concise")
 FAIL_ON = ("error", "warning", "info", "hint", "never")
@@ -50,6 +49,8 @@ class CheckArgs:
 
 
 def version() -> str:
+    from importlib import metadata  # here: the module costs ~50 ms to import and most runs never ask
+
     try:
         return metadata.version("msprof-lsp")
     except metadata.PackageNotFoundError:  # running from a source tree without install

@@ -21,7 +21,7 @@ from typing import Any
 
 from msprof_lsp.hints.registry import all_rules
 
-from .settings import SETTINGS, SettingSpec
+from .analysis.settings import SETTINGS, SettingSpec
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: server/ sits at its top
 MANIFEST = Path("vscode-client") / "package.json"

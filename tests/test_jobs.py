@@ -17,8 +17,8 @@ from msprof_lsp.mapping.profile.cluster import load_profile
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.profile.jobs import Job, discover_jobs
 from msprof_lsp.mapping.profile.model import ProfileKind
-from msprof_lsp.server import pipeline
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis import run as analysis_run
+from msprof_lsp.server.analysis.settings import Settings
 from tests.synth import write_kineto, write_torch_npu_db, write_torch_npu_text
 from tests.synth.examples import small_run
 
@@ -94,7 +94,7 @@ def test_ranks_of_one_run_are_one_job(tmp_path: Path) -> None:
     [job] = discover_jobs([tmp_path])
     assert job.folder == tmp_path / "prof" and [loc.path for loc in job.locations] == roots
     assert _ranks(job) == (0, 1)
-    loaded = pipeline.load_found_job(job, Settings(), use_cache=False)
+    loaded = analysis_run.load_found_job(job, Settings(), use_cache=False)
     assert loaded.cluster is not None and sorted(r.rank for r in loaded.cluster.ranks) == [0, 1]
 
 
@@ -177,7 +177,7 @@ def test_kineto_rank_files_share_a_name_pattern(tmp_path: Path) -> None:
 
 
 def test_samples_keep_their_jobs_apart() -> None:
-    found = pipeline.find_jobs([REPO / "samples"])
+    found = analysis_run.find_jobs([REPO / "samples"])
     got = {(j.folder.relative_to(REPO / "samples").as_posix(), j.kinds, j.ranks) for j in found}
     assert got == {
         ("cnn_classifier/kineto", ("kineto",), (0,)),
@@ -198,7 +198,7 @@ def test_check_walks_the_folder_once(tmp_path: Path, monkeypatch) -> None:
         return real(paths, **kw)
 
     monkeypatch.setattr(jobs_module, "find_candidates", counting)
-    analyses = pipeline.analyse_paths([sample], Settings(), use_cache=False)
+    analyses = analysis_run.analyse_paths([sample], Settings(), use_cache=False)
     assert len(analyses) == 2 and len(walks) == 1
     assert sorted(a.loaded.location.kind.value for a in analyses) == ["kineto", "torch_npu"]
 

@@ -1,5 +1,6 @@
 """The layering of design.md, checked on the source: each arrow runs one way (inside mapping too:
-reading profiles never depends on mapping to source), only `server` imports pygls/lsprotocol, the
+reading profiles never depends on mapping to source), only `server` imports pygls/lsprotocol (and
+not its application core, `server/analysis`, which knows neither front-end), the
 product never imports torch, never calls exec/eval, and the language server never prints (stdout is
 the JSON-RPC stream)."""
 
@@ -16,6 +17,8 @@ FORBIDDEN = {
     "mapping": ("msprof_lsp.hints", "msprof_lsp.server", "pygls", "lsprotocol", "torch", "torch_npu"),
     "hints": ("msprof_lsp.server", "pygls", "lsprotocol", "torch", "torch_npu"),
     "server": ("torch", "torch_npu"),
+    # the application core sits between the rules and the two front-ends: it knows neither
+    "server/analysis": ("pygls", "lsprotocol", "torch", "torch_npu", "msprof_lsp.server.lsp", "msprof_lsp.server.check"),
     "mapping/profile": ("msprof_lsp.mapping.source",),
 }
 

@@ -11,7 +11,7 @@ import pytest
 from msprof_lsp.hints.config import Thresholds
 from msprof_lsp.server.lsp.configuration import base_settings
 from msprof_lsp.hints.config import SettingSpec
-from msprof_lsp.server.settings import SETTINGS, Settings, apply, from_pyproject
+from msprof_lsp.server.analysis.settings import SETTINGS, Settings, apply, from_pyproject
 
 
 def _pyproject(tmp_path: Path, body: str) -> Path:

@@ -1,6 +1,6 @@
 """The VS Code manifest (vscode-client/package.json) must follow the server's own lists.
 
-The annotated ``Settings`` model (server/settings.py, read as ``SETTINGS``) is the single source of
+The annotated ``Settings`` model (server/analysis/settings.py, read as ``SETTINGS``) is the single source of
 truth for server settings, rendered by ``python -m msprof_lsp.server.settings_schema``; PALETTE_COMMANDS
 and the notification name (server/protocol.py) are what the client must offer and listen to. A
 drift here means a setting the editor cannot set, or a palette entry that does nothing.
@@ -18,7 +18,7 @@ from conftest import FIXTURES
 
 from msprof_lsp.mapping.profile.discover import find_all
 from msprof_lsp.server import protocol, settings_schema
-from msprof_lsp.server.settings import SETTINGS
+from msprof_lsp.server.analysis.settings import SETTINGS
 
 CLIENT = Path(__file__).resolve().parents[1] / "vscode-client"
 PREFIX = "msprof-lsp."

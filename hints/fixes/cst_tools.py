@@ -12,10 +12,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
+from msprof_lsp.mapping.source.positions import line_starts
 from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile import safe_io
 
@@ -55,6 +54,18 @@ class Source:
         self._order: dict[int, int] = {}
         self._line_starts: list[int] | None = None
         self._aliases: dict[str, set[str]] | None = None
+        # id(node) -> (node, its children): libcst builds ``children`` anew on every access (a
+        # visit of the node), and the offers on one file walk the same statements again and again
+        self._kids: dict[int, tuple[cst.CSTNode, Sequence[cst.CSTNode]]] = {}
+
+    def children(self, node: cst.CSTNode) -> Sequence[cst.CSTNode]:
+        """``node.children``, computed once per node of this Source."""
+        held = self._kids.get(id(node))
+        if held is not None and held[0] is node:
+            return held[1]
+        kids = node.children
+        self._kids[id(node)] = (node, kids)
+        return kids
 
     # -- names --------------------------------------------------------------------------------
 
@@ -123,7 +134,7 @@ class Source:
         stack: list[cst.CSTNode] = [stmt]
         while stack:
             n = stack.pop()
-            for c in n.children:
+            for c in self.children(n):
                 self._parents[id(c)] = n
                 self._top_of[id(c)] = i
                 stack.append(c)
@@ -214,10 +225,7 @@ class Source:
     def top_text(self, i: int) -> str:
         first, last, _ = self.tops[i]
         if self._line_starts is None:
-            self._line_starts = [0]
-            for k, ch in enumerate(self.text):
-                if ch == "\n":
-                    self._line_starts.append(k + 1)
+            self._line_starts = line_starts(self.text)
         starts = self._line_starts
         a = starts[first - 1] if first - 1 < len(starts) else len(self.text)
         b = starts[last] if last < len(starts) else len(self.text)
@@ -249,7 +257,7 @@ class Source:
                     self._top_of[id(n)] = i
                     order[id(n)] = len(order)
                     by_type.setdefault(type(n), []).append(n)
-                    stack.extend(reversed(n.children))
+                    stack.extend(reversed(self.children(n)))
             self._by_type, self._order = by_type, order
         kinds = kind if isinstance(kind, tuple) else (kind,)
         chosen = [t for t in self._by_type if issubclass(t, kinds)]
@@ -266,7 +274,7 @@ class Source:
             node = stack.pop()
             if isinstance(node, kind):
                 yield node  # type: ignore[misc]
-            stack.extend(reversed(node.children))
+            stack.extend(reversed(self.children(node)))
 
     # -- structure ----------------------------------------------------------------------------
 
@@ -677,6 +685,11 @@ def _import_into_head(module: cst.Module, name: str, upto: int, *, above_next: b
     ``above_next``: the blank lines and comments above the statement that follows move above the
     new import (a comment heading the imports stays the heading).
     """
+    # Imported here: libcst.codemod pulls in libcst.matchers (~0.3 s of imports), and only a fix
+    # that adds an import needs it -- not the language server's start, nor a check without one.
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
     head = module.with_changes(body=module.body[:upto])
     context = CodemodContext()
     AddImportsVisitor.add_needed_import(context, name)

@@ -11,25 +11,11 @@ keeps undo small and never clobbers unrelated text the user typed meanwhile.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections.abc import Iterable
 
 from msprof_lsp.hints.finding import TextEdit
-
-_EOL = re.compile(r"\r\n|\r|\n")
-
-
-def line_starts(text: str) -> list[int]:
-    """Offset of the first character of every line (line 1 at index 0)."""
-    return [0, *(m.end() for m in _EOL.finditer(text))]
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their line endings kept; the last element may lack one (or be "")."""
-    starts = line_starts(text)
-    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
-
+from msprof_lsp.mapping.source.positions import line_starts, split_lines
 
 class PositionError(ValueError):
     """An edit position outside the document, or edits that overlap."""
@@ -173,8 +159,8 @@ def minimal_edits(old: str, new: str, path: str = "") -> tuple[TextEdit, ...]:
     """
     if old == new:
         return ()
-    a_lines = split_lines(old)
-    b_lines = split_lines(new)
+    a_lines = split_lines(old, keepends=True)
+    b_lines = split_lines(new, keepends=True)
     starts = line_starts(old)
     a_off = [*starts[: len(a_lines)], len(old)]
     b_off = [0]

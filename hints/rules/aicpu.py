@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, FixOffer, Related, Severity
+from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Severity, Target
 from msprof_lsp.hints.fixes import aicpu as fx
 from msprof_lsp.hints.fixes import make_offer, offer
 from msprof_lsp.hints.registry import Rule, register
@@ -120,6 +120,31 @@ class _Group:
     rows: list[int] = field(default_factory=list)
 
 
+def _on_ai_core(ctx: RuleContext, rows: np.ndarray) -> Effect:
+    """Each fallen-back kernel at the mean time the profile's AI Core kernels of its op type take
+    (same input shapes where there are such, else the type); unknown when the profile never runs
+    the type on the AI Core. The low end keeps half the gain."""
+    k = ctx.profile.kernels
+    types, core = pq.kernel_types(k), pq.strs(k["core"])
+    shapes = pq.strs(k["input_shapes"])
+    dur = k["dur_ns"].to_numpy(np.int64)
+    on_core = np.flatnonzero(np.isin(core, ["AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"]) & (dur > 0))
+    frame = pd.DataFrame({"t": types[on_core], "s": shapes[on_core], "d": dur[on_core]})
+    by_shape = frame.groupby(["t", "s"])["d"].mean().to_dict() if len(frame) else {}
+    by_type = frame.groupby("t")["d"].mean().to_dict() if len(frame) else {}
+    changes = []
+    for r in np.asarray(rows).tolist():
+        mean = by_shape.get((types[r], shapes[r]), by_type.get(types[r]))
+        if mean is None or dur[r] <= 0:
+            continue
+        f = min(1.0, float(mean) / float(dur[r]))
+        changes.append(Change(Target.KERNELS, (int(r),), f, best=f, worst=0.5 + 0.5 * f))
+    if not changes:
+        return Effect(unknown="unknown: the profile never runs these kernels' op types on the AI Core")
+    return Effect(tuple(changes), basis="the fallen-back kernels at the time the profile's AI Core kernels of their "
+                                        "type take (low end: half the gain)")
+
+
 @register
 class AicpuFallback(Rule):
     code = "NPU201"
@@ -166,7 +191,10 @@ class AicpuFallback(Rule):
             longest = int(sub["dur_ns"].max())
             if longest < min_ns:
                 continue
-            yield self._finding(ctx, g, sub, cuda=cuda)
+            f = self._finding(ctx, g, sub, cuda=cuda)
+            f.effect = _on_ai_core(ctx, rows[np.isin(positions, g.rows)]) if not cuda else Effect(
+                unknown="A/B test: how fast the op runs in float32 is not in the profile")
+            yield f
 
     def _finding(self, ctx: RuleContext, g: _Group, sub: pd.DataFrame, *, cuda: bool) -> Finding:
         total = int(sub["dur_ns"].sum())

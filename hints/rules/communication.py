@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from msprof_lsp.mapping.profile import step_windows, timemodel
+from msprof_lsp.mapping.profile import comm_time, step_windows, timemodel
 from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.timemodel import collective_mask
-from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.units import NS_PER_US, format_us
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import grad_accum
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
@@ -42,6 +42,7 @@ class _Comm:
     comm_ns: float = 0.0  # per step, overlapped or not
     ignored: list[dict] = field(default_factory=list)
     ignored_ns: float = 0.0  # per step: device time only the ignored (init) collectives occupied
+    pipeline_ns: float = 0.0  # per step: the part of the breakdown's figure that is pipeline send/recv
 
 
 @register
@@ -80,17 +81,19 @@ class GradAccumulation(Rule):
         packets = pq.small_packets(ctx.profile.comm_ops, sdma_mb=ctx.thresholds.sdma_small_packet_mb,
                                    rdma_mb=ctx.thresholds.rdma_small_packet_mb)
         small = [link for link, p in packets.items() if p["small_ratio"] * 100 > float(ctx.thresholds.small_packet_max_percent)]
+        split = pq.gradient_comm(ctx)
         qual = ", ".join(f"{round(n / steps)} {k}" for k, n in kinds.most_common(2) if round(n / steps))
-        if small:
+        if comm.pipeline_ns > 0:
+            qual = f"{qual}, pipeline send/recv {format_us(comm.pipeline_ns / NS_PER_US)} not counted".lstrip(", ")
+        # packet sizes matter only where the collectives' time is transfer (docs/rules/NPU102.md)
+        if small and (split is None or split.transfer_bound):
             qual = f"{qual}, small packets" if qual else "small packets"
         wrapper = _wrapper(ctx)
         accum = ctx.thresholds.accum_steps
-        fix_text = (
-            f"Accumulate gradients with {'model.no_sync()' if wrapper else f'{accum} micro-batches per step'}"
-        )
+        diagnosis, fix_text = _diagnosis(split, wrapper, accum)
         lib = "NCCL" if ctx.backend == Backend.CUDA.value else "HCCL"
         message = ctx.message(
-            f"{lib} not overlapped", total_ns=total_ns, diagnosis="communication-bound", fix=fix_text, qualifier=qual,
+            f"{lib} not overlapped", total_ns=total_ns, diagnosis=diagnosis, fix=fix_text, qualifier=qual,
             step_ns=step_ns,
         )
         evidence = {
@@ -104,13 +107,16 @@ class GradAccumulation(Rule):
             "step_without_ignored": step_ns is not None,
             "packets": packets,
             "small_packets": small,
+            "time_split": split.as_dict() if split is not None else None,
+            "pipeline_not_overlapped_us_per_step": round(comm.pipeline_ns / NS_PER_US, 3),
             "wrapper": wrapper,
             "thresholds": {"commMaxPercent": limit},
         }
+        effect = _accumulated(ctx, accum)
         found = sq.backward_call(ctx)
         if found is None:
             yield ctx.finding(self, span=None, message=message, total_ns=total_ns, evidence=evidence,
-                              confidence=Confidence.MODULE, step_ns=step_ns)
+                              confidence=Confidence.MODULE, step_ns=step_ns, effect=effect)
             return
         index, call, loop, conf = found
         related: list[Related] = []
@@ -119,7 +125,24 @@ class GradAccumulation(Rule):
             related.append(Related(opt.span, f"{opt.text}: with accumulation it runs once every {accum} micro-batches"))
         fixes = sq.fixes(ctx, (grad_accum.accumulate_gradients, call.span, index.path, {"accum_steps": accum}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total_ns, confidence=conf,
-                          evidence=evidence, fixes=fixes, related=related, step_ns=step_ns)
+                          evidence=evidence, fixes=fixes, related=related, step_ns=step_ns, effect=effect)
+
+
+def _accumulated(ctx: RuleContext, k: int) -> Effect:
+    """Accumulating over ``k`` micro-batches all-reduces once every k: the gradient collectives of
+    the steps at 1/k of their time, the step's mean; the low end keeps half the gain (a collective's
+    wait for late ranks need not shrink with it)."""
+    prof = ctx.profile
+    if not len(prof.kernels) or k <= 1:
+        return Effect(unknown="unknown: no gradient collective kernels in the profile, or no accumulation (k <= 1)")
+    types = pq.kernel_types(prof.kernels)
+    rows = np.flatnonzero(_is_comm(prof) & pq.kernels_in_steps_mask(prof) & pq.matches(types, GRADIENT))
+    if not len(rows):
+        return Effect(unknown="unknown: the communication is in the step breakdown only, not as kernels to replay")
+    f = 1.0 / k
+    return Effect((Change(Target.KERNELS, tuple(int(r) for r in rows), f, best=f, worst=0.5 + 0.5 * f),),
+                  basis=f"gradient collectives once every {k} micro-batches (1/{k} of their time per step; low end: "
+                        "half the gain)")
 
 
 def _from_breakdown(ctx: RuleContext) -> _Comm | None:
@@ -131,7 +154,45 @@ def _from_breakdown(ctx: RuleContext) -> _Comm | None:
     not_ov, comm = b.mean("comm_not_overlapped_ns"), b.mean("communication_ns")
     if not not_ov and not comm:
         return None
-    return _Comm(not_ov or 0.0, b.source.value, comm_ns=comm or 0.0)
+    grad, pipeline = _role_shares(ctx.profile)
+    not_ov, comm = not_ov or 0.0, comm or 0.0
+    # The breakdown counts every op on the communication stream; gradient accumulation helps only
+    # the gradient collectives, so pipeline send/recv and other ops are taken out by their share
+    # of the ops' Elapse (communication.json / CommAnalyzerTime).
+    return _Comm(not_ov * grad, b.source.value, comm_ns=comm * grad, pipeline_ns=not_ov * pipeline)
+
+
+def _role_shares(profile: Profile) -> tuple[float, float]:
+    """(gradient, pipeline) shares of the communication ops' Elapse; (1, 0) without the ops."""
+    every = comm_time.split(profile.comm_ops)
+    if every is None:
+        return 1.0, 0.0
+    grad = comm_time.split(profile.comm_ops, pq.GRADIENT_ROLE)
+    pipe = comm_time.split(profile.comm_ops, frozenset({comm_time.CommRole.PIPELINE}))
+    share = lambda s: 0.0 if s is None else s.elapse_ns * s.steps / (every.elapse_ns * every.steps)  # noqa: E731
+    return share(grad), share(pipe)
+
+
+def _diagnosis(comm: pq.CommDiagnosis | None, wrapper: str | None, accum: int) -> tuple[str, str]:
+    """What binds the gradient collectives, from their time split (docs/rules/NPU102.md): only
+    transfer-bound collectives are called communication-bound; otherwise they wait for a late rank
+    (Wait) or sit idle (Idle), and the late rank's work is the first fix."""
+    accum_fix = f"Accumulate gradients with {'model.no_sync()' if wrapper else f'{accum} micro-batches per step'}"
+    if comm is None:
+        return "communication-bound", accum_fix
+    if comm.transfer_bound:
+        return f"communication-bound ({comm.words()})", accum_fix
+    s = comm.split
+    waits = []
+    if s.wait_ns > s.transit_ns:
+        waits.append("wait for a late rank" + (f" (rank {comm.late_rank})" if comm.late_rank is not None else ""))
+    if s.idle_ns > s.transit_ns:
+        waits.append("sit idle between transfers")
+    what = " and ".join(waits) if waits else "wait more than they transfer"
+    diagnosis = f"not transfer-bound: the collectives {what} ({comm.words()})"
+    if comm.late_rank is not None and s.wait_ns > s.transit_ns:
+        return diagnosis, f"Balance rank {comm.late_rank}'s work first; then accumulate gradients"
+    return diagnosis, accum_fix
 
 
 def _is_comm(profile: Profile) -> np.ndarray:

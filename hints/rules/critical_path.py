@@ -32,7 +32,7 @@ ADVICE = {
 }
 DIAGNOSIS = {
     Bound.HOST: "the device waits for the host to launch this line's work",
-    Bound.SYNC: "the step waits on a synchronisation here",
+    Bound.SYNC: "the host blocks here until the device is done (a sync)",
     "copies": "memory copies of this line sit on the critical path",
     "comm": "communication of this line sits on the critical path",
 }

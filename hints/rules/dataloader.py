@@ -24,7 +24,7 @@ from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import dataloader as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
@@ -97,6 +97,7 @@ class DataloaderInput(Rule):
                 qualifier=", ".join(qual), diagnosis=f"the {_waiter(ctx)} waits for the next batch", fix=fix_text, wall=True,
             )
             total, wall = dl_ns, True
+            effect = _fetch_removed(ctx, rows)
         else:
             message = ctx.message(
                 "H2D copies", total_ns=h2d_ns, count=round(len(h2d_rows) / steps), unit="copies",
@@ -104,9 +105,12 @@ class DataloaderInput(Rule):
                 fix="Pin memory in the DataLoader and copy with non_blocking=True",
             )
             total, wall = h2d_ns, False
-        yield self._anchored(ctx, rows, message, total, wall, evidence)
+            effect = Effect(unknown="A/B test: how much of a pinned, non-blocking copy overlaps compute is not in "
+                                    "the profile")
+        yield self._anchored(ctx, rows, message, total, wall, evidence, effect)
 
-    def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict) -> Finding:
+    def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict,
+                  effect: Effect) -> Finding:
         workers = ctx.thresholds.dataloader_workers
         # a profile recorded with worker processes already has the workers fix: offering it again
         # would also read as "fixed in the source since this profile was recorded", which is false
@@ -129,7 +133,7 @@ class DataloaderInput(Rule):
                 cands.append((fx.tune_dataloader, ctor, index.path, {"workers": workers}))
             cands.append((fx.non_blocking_copies, loop_span, index.path, {}))
             return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall, evidence=evidence,
-                               confidence=place.confidence, related=related, fixes=sq.fixes(ctx, *cands))
+                               confidence=place.confidence, related=related, fixes=sq.fixes(ctx, *cands), effect=effect)
         built = _constructions(ctx)
         if len(built) == 1:
             index, call = built[0]
@@ -141,12 +145,32 @@ class DataloaderInput(Rule):
                 fixes = sq.fixes(ctx, *tune(call.span, index.path), (fx.non_blocking_copies, loop_span, index.path, {}))
                 related = [Related(call.span, f"the DataLoader is built here: {sq.text(index, call.span)}")]
                 return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall,
-                                   evidence=evidence, confidence=Confidence.INFERRED, related=related, fixes=fixes)
+                                   evidence=evidence, confidence=Confidence.INFERRED, related=related, fixes=fixes,
+                                   effect=effect)
             fixes = sq.fixes(ctx, *tune(call.span, index.path), (fx.non_blocking_copies, call.span, index.path, {}))
             return ctx.finding(self, span=call.span, message=message, total_ns=total, wall=wall, evidence=evidence,
-                               confidence=Confidence.INFERRED, fixes=fixes)
+                               confidence=Confidence.INFERRED, fixes=fixes, effect=effect)
         conf = Confidence.MODULE if len(rows) else Confidence.INFERRED
-        return ctx.finding(self, span=None, message=message, total_ns=total, wall=wall, evidence=evidence, confidence=conf)
+        return ctx.finding(self, span=None, message=message, total_ns=total, wall=wall, evidence=evidence, confidence=conf,
+                           effect=effect)
+
+
+def _fetch_removed(ctx: RuleContext, rows: np.ndarray) -> Effect:
+    """The fetch scopes' host time, their collate ops' included, leaves the training thread (workers
+    prefetch the batch); the low end keeps half of it (a worker that cannot keep up)."""
+    par = pq.parents(ctx.profile)
+    inside = np.zeros(len(par), dtype=bool)
+    inside[rows] = True
+    for _ in range(64):  # op trees are shallow; each pass marks one more level of children
+        has = par >= 0
+        grown = inside.copy()
+        grown[has] |= inside[par[has]]
+        if (grown == inside).all():
+            break
+        inside = grown
+    ops = tuple(int(r) for r in np.flatnonzero(inside))
+    return Effect((Change(Target.HOST_OPS, ops, 0.0, best=0.0, worst=0.5),),
+                  basis="the DataLoader fetch's host time removed from the training thread (low end: halved)")
 
 
 def _waiter(ctx: RuleContext) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.spans import Confidence
-from msprof_lsp.mapping.units import NS_PER_US
+from msprof_lsp.mapping.units import NS_PER_US, format_us
 
 from ..context import RuleContext
 from ..finding import Finding, Related
@@ -62,41 +62,51 @@ class DeviceIdle(Rule):
         if got is None:
             return
         free_ns, computing_ns = got.free_ns, got.computing_ns
-        # Device tasks assigned to a step by their launch can run past its ProfilerStep range: the
-        # share is then of the device's Stage, so it stays in [0, 1].
-        step_ns = got.stage_ns if got.stage_ns > ctx.step_time_ns else None
-        step = step_ns if step_ns is not None else ctx.step_time_ns
+        preparing_ns = _preparing_idle(ctx, got)
+        idle_ns = free_ns + preparing_ns
+        # Preparing lies before the device's Stage: with it the step is the wall step. Without it,
+        # device tasks assigned to a step by their launch can run past its ProfilerStep range: the
+        # share is then of the device's Stage. Either way it stays in [0, 1].
+        wall = preparing_ns > 0
+        step = max(ctx.wall_step_time_ns, got.stage_ns + preparing_ns) if wall else max(got.stage_ns, ctx.step_time_ns)
+        step_ns = step if step != (ctx.wall_step_time_ns if wall else ctx.step_time_ns) else None
         if step <= 0:
             return
-        free_pct = free_ns / step * 100
+        free_pct = idle_ns / step * 100
         compute_pct = computing_ns / step * 100
         free_max = float(ctx.thresholds.free_max_percent)
         compute_min = float(ctx.thresholds.compute_min_percent)
-        if not (free_pct > free_max or compute_pct < compute_min) or free_ns <= 0:
+        if not (free_pct > free_max or compute_pct < compute_min) or idle_ns <= 0:
             return
         small_us = float(ctx.thresholds.small_kernel_us)
         delay_us = float(ctx.thresholds.scheduling_delay_us)
         stats = _kernel_stats(ctx, small_us)
-        qual = [f"Computing {compute_pct:.0f}%"]
-        if stats["kernels"]:
-            qual.append(f"{stats['small_share'] * 100:.0f}% of kernels < {small_us:g} µs")
         host_bound = stats["median_wait_us"] is not None and stats["median_wait_us"] > delay_us
-        diagnosis = "host-bound: kernels wait to be launched" if host_bound else "the device waits for work"
-        fix_text = ('Compile the model (torch.compile, backend "npu") or raise the batch size'
-                    if ctx.backend == Backend.ASCEND.value else "Compile the model (torch.compile) or raise the batch size")
-        total = free_ns * ctx.num_steps
-        message = ctx.message("Device idle", total_ns=total, qualifier=", ".join(qual), diagnosis=diagnosis,
-                              fix=fix_text, step_ns=step_ns)
+        parts = _parts(ctx, preparing_ns, free_ns, host_bound)
+        main = max(parts, key=lambda k: parts[k]["us_per_step"])
+        qual = [f"{p['name']} {format_us(p['us_per_step'])}" for p in parts.values() if p["us_per_step"] > 0] if wall else []
+        qual.append(f"Computing {compute_pct:.0f}%")
+        if stats["kernels"] and main == IN_STEP:
+            qual.append(f"{stats['small_share'] * 100:.0f}% of kernels < {small_us:g} µs")
+        total = idle_ns * ctx.num_steps
+        message = ctx.message("Device idle", total_ns=total, qualifier=", ".join(qual), diagnosis=parts[main]["diagnosis"],
+                              fix=parts[main]["fix"], wall=wall, step_ns=step_ns)
         evidence = {
             "backend": ctx.backend,
             "source": got.source,
+            "idle_us_per_step": round(idle_ns / NS_PER_US, 3),
             "free_us_per_step": round(free_ns / NS_PER_US, 3),
+            # the breakdown's Preparing; parts.preparing is its idle part
+            "preparing_us_per_step": round(got.preparing_ns / NS_PER_US, 3) if got.preparing_ns is not None else None,
+            "parts": parts,
+            "main_part": main,
             "memcpy_us_per_step": round(got.memcpy_ns / NS_PER_US, 3) if got.memcpy_ns is not None else None,
             "free_percent": round(free_pct, 2),
             "computing_us_per_step": round(computing_ns / NS_PER_US, 3),
             "computing_percent": round(compute_pct, 2),
             "step_us": round(step / NS_PER_US, 3),
-            "step_is_stage": step_ns is not None,
+            "step_is_wall": wall,
+            "step_is_stage": not wall and step_ns is not None,
             **stats,
             "host_bound": host_bound,
             "manual_fix": MANUAL.get(ctx.backend.value, MANUAL["cuda"]),
@@ -104,14 +114,47 @@ class DeviceIdle(Rule):
                            "schedulingDelayUs": delay_us, "smallKernelUs": small_us},
         }
         found = sq.backward_call(ctx)
-        related = _small_kernel_functions(ctx, small_us)
+        related = _small_kernel_functions(ctx, small_us) if main == IN_STEP else []
         if found is None:
             yield ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
-                              confidence=Confidence.MODULE, related=related, step_ns=step_ns)
+                              confidence=Confidence.MODULE, related=related, wall=wall, step_ns=step_ns)
             return
         index, _call, loop, conf = found
         yield ctx.finding(self, span=loop.header, message=message, total_ns=total, evidence=evidence,
-                          confidence=conf, related=related, step_ns=step_ns)
+                          confidence=conf, related=related, wall=wall, step_ns=step_ns)
+
+
+PREPARING, IN_STEP = "preparing", "in_step_gaps"
+
+
+def _preparing_idle(ctx: RuleContext, got: _Idle) -> float:
+    """The idle part of Preparing, per step: Preparing runs from the ProfilerStep start to the
+    step's first device task, but while the host runs ahead the device is still busy with the
+    previous step then. The device is free between steps for at most wall step − Stage, so the
+    part counted is min(Preparing, wall − Stage) (docs/numbers.md "Device idle")."""
+    if not got.preparing_ns or got.preparing_ns <= 0:
+        return 0.0
+    wall = ctx.profile.wall_step_ns()
+    if not wall:
+        return 0.0
+    return min(got.preparing_ns, max(0.0, wall - got.stage_ns))
+
+
+def _parts(ctx: RuleContext, preparing_ns: float, free_ns: float, host_bound: bool) -> dict[str, dict]:
+    """The idle time in its two parts (docs/numbers.md), each with what it means and its fix:
+    Preparing -- before the step's first device task, the device waits for the next batch (the
+    input pipeline, or host work before the first launch); never a compile or batch-size fix. In-step
+    gaps (Free) -- between the step's tasks: the host does not launch fast enough."""
+    gaps_fix = ('Compile the model (torch.compile, backend "npu") or raise the batch size'
+                if ctx.backend == Backend.ASCEND.value else "Compile the model (torch.compile) or raise the batch size")
+    gaps_why = "host-bound: kernels wait to be launched" if host_bound else "the device waits for work between kernels"
+    return {
+        PREPARING: {"name": "Preparing", "us_per_step": round(preparing_ns / NS_PER_US, 3),
+                    "diagnosis": "the device waits for the next batch before the step's first kernel",
+                    "fix": "Feed the device faster: DataLoader workers, pinned memory (NPU104)"},
+        IN_STEP: {"name": "in-step gaps", "us_per_step": round(free_ns / NS_PER_US, 3),
+                  "diagnosis": gaps_why, "fix": gaps_fix},
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +166,7 @@ class _Idle:
     stage_ns: float
     memcpy_ns: float | None
     source: str
+    preparing_ns: float | None = None  # None: no ProfilerStep start to measure it from
 
 
 def _breakdown(ctx: RuleContext) -> _Idle | None:
@@ -133,7 +177,7 @@ def _breakdown(ctx: RuleContext) -> _Idle | None:
     free, computing, stage = b.mean("free_ns"), b.mean("computing_ns"), b.mean("stage_ns")
     if free is None or computing is None or stage is None:
         return None
-    return _Idle(free, computing, stage, b.mean("memcpy_ns"), b.source.value)
+    return _Idle(free, computing, stage, b.mean("memcpy_ns"), b.source.value, b.mean("preparing_ns"))
 
 
 def _kernel_stats(ctx: RuleContext, small_us: float) -> dict:

@@ -23,15 +23,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, FixOffer, Related
+from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Target
 from msprof_lsp.hints.fixes import fused_api as fx
 from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.source.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.shapes import io_bytes, parse_shapes
 
 from .. import profile_query as pq, source_query as sq
 
@@ -254,6 +256,74 @@ def _already_tanh(ctx: RuleContext, rows: np.ndarray) -> bool:
     return bool(len(rows)) and all("tanh" in str(ci[int(r)]) for r in rows)
 
 
+def _io_bytes(k: pd.DataFrame) -> np.ndarray:
+    """Bytes each kernel row reads and writes, from its shapes and dtypes (0: unknown)."""
+    cols = [pq.strs(k[c]) for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
+    memo: dict[tuple[str, ...], int] = {}
+    out = np.zeros(len(k), np.int64)
+    for i, key in enumerate(zip(*(c.tolist() for c in cols))):
+        if key not in memo:
+            try:
+                memo[key] = io_bytes(parse_shapes(key[0]), key[1]) + io_bytes(parse_shapes(key[2]), key[3])
+            except (ValueError, OverflowError):
+                memo[key] = 0
+        out[i] = memo[key]
+    return out
+
+
+def _best_vector_rate(ctx: RuleContext) -> float | None:
+    """Bytes per ns of the profile's fastest vector kernels that move at least 1 MiB (the 90th
+    percentile, so one odd row does not set it)."""
+    k = ctx.profile.kernels_in_steps()
+    if not len(k):
+        return None
+    vec = k[pq.strs(k["core"]) == "AI_VECTOR_CORE"]
+    if not len(vec):
+        return None
+    nbytes = _io_bytes(vec)
+    dur = vec["dur_ns"].to_numpy(np.int64)
+    ok = (nbytes >= 1 << 20) & (dur > 0)
+    return float(np.percentile(nbytes[ok] / dur[ok], 90)) if ok.any() else None
+
+
+def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, api: str,
+                         ops: np.ndarray | None = None) -> Effect:
+    """Each match's kernels replaced by the one fused kernel: the estimate and low end keep the
+    group's longest kernel type (a fused kernel is at least its largest piece), the high end moves
+    the match's largest input-plus-output at the profile's best vector rate. ``ops``: the matched
+    host ops; one call per match stays, so their host time (dispatch, launches) scales by matches /
+    ops -- in the estimate and high end; the low end keeps it."""
+    if not len(under) or matches <= 0:
+        return Effect(unknown=f"unknown: no kernels of the matched ops in the profile for {api} to replace")
+    p = ctx.profile
+    rows = p.kernels.index.get_indexer(under.index)
+    types = pq.kernel_types(under)
+    dur = under["dur_ns"].to_numpy(np.int64)
+    means = pd.Series(dur).groupby(types).mean()
+    keep = types == means.idxmax()
+    total = float(dur.sum())
+    rate = _best_vector_rate(ctx)
+    nbytes = _io_bytes(under)
+    best = None
+    if rate and total > 0 and nbytes.max() > 0:
+        per_match = float(nbytes.max()) / rate
+        best = min(1.0, per_match * matches / total)
+    kept = tuple(int(r) for r in rows[keep])
+    gone = tuple(int(r) for r in rows[~keep])
+    high = "its largest tensor moved at the profile's best vector rate" if best is not None else \
+        "the same: no shapes or vector rate to time the fused kernel"
+    changes = [Change(Target.KERNELS, gone, 0.0, best=best if best is not None else 0.0, worst=0.0)] if gone else []
+    changes.append(Change(Target.KERNELS, kept, 1.0, best=best if best is not None else 1.0, worst=1.0))
+    host = ""
+    if ops is not None and len(ops) > matches:
+        f = matches / len(ops)
+        inside = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist()))
+        changes.append(Change(Target.HOST_OPS, tuple(int(r) for r in inside), f, best=f, worst=1.0))
+        host = f", one call per match ({matches}/{len(ops)} of the ops' host time; low end: all of it)"
+    return Effect(tuple(changes), basis=f"each match as one {api} kernel: its longest kernel type kept{host} "
+                                        f"(high end: {high})")
+
+
 class FusedApiRule(Rule):
     spec: ClassVar[FusedSpec]
 
@@ -322,7 +392,9 @@ class FusedApiRule(Rule):
             tries = [span, *reversed([r.span for r in related])] if not candidates else candidates
             fixes = self._fixes(ctx, spec, evidence, tries)
             yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf,
-                              evidence=evidence, fixes=fixes, related=related)
+                              evidence=evidence, fixes=fixes, related=related,
+                              effect=one_kernel_per_match(ctx, under, n, spec.api if ascend else spec.fix_cuda,
+                                                          rows if variant == "host" else None))
 
     def _fixes(self, ctx: RuleContext, spec: FusedSpec, evidence: dict, tries: list[Span | None]) -> list[FixOffer]:
         """The transform at the first statement it recognises. The anchor is where the sequence

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from msprof_lsp.mapping.profile import step_windows
+from msprof_lsp.mapping.source.critical_path import SYNC_CALL
 from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
-from ..finding import Finding
+from ..finding import Change, Effect, Finding, Target
 from ..fixes import fix_id
 from ..fixes import host_sync as fx
 from ..registry import Rule, register
@@ -148,9 +149,10 @@ class HostSync(Rule):
             "construct": kind,
             "debug_mode": "torch.npu.set_sync_debug_mode(\"warn\")" if device == "NPU" else "torch.cuda.set_sync_debug_mode(\"warn\")",
         }
+        effect = _syncs_removed(ctx, g)
         if call is None:
             f = ctx.finding(self, span=None, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
-                            confidence=conf)
+                            confidence=conf, effect=effect)
             return as_fixed(f, ctx, fix_id(fx.remove_synchronize)) if g.removed else f
         fixes = sq.fixes(
             ctx,
@@ -158,7 +160,33 @@ class HostSync(Rule):
             (fx.remove_synchronize, call.span, index.path, {}),
         )
         return ctx.finding(self, span=call.span, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
-                           confidence=conf, fixes=fixes)
+                           confidence=conf, fixes=fixes, effect=effect)
+
+
+def _syncs_removed(ctx: RuleContext, g: _Group) -> Effect:
+    """The group's blocking runtime calls (those of its ops, on their thread and inside them, and its
+    loose sync APIs) no longer wait for the device: the host runs ahead."""
+    prof = ctx.profile
+    ev, h = prof.host_events, prof.host_ops
+    names = pq.strs(ev["name"])
+    blocking = np.array([SYNC_CALL.search(str(n)) is not None for n in names], dtype=bool)
+    rows = set(int(e) for e in g.apis if blocking[e])
+    if g.ops and blocking.any():
+        e_start = ev["start_ns"].to_numpy(np.int64)
+        e_end = e_start + ev["dur_ns"].to_numpy(np.int64)
+        # the thread by its tid alone: torch_npu records the CANN layer under a pid of its own
+        e_tid = ev["tid"].to_numpy(np.int64)
+        h_start = h["start_ns"].to_numpy(np.int64)
+        h_end = h_start + h["dur_ns"].to_numpy(np.int64)
+        h_tid = h["tid"].to_numpy(np.int64)
+        cand = np.flatnonzero(blocking)
+        for r in g.ops:
+            inside = (e_tid[cand] == h_tid[r]) & (e_start[cand] >= h_start[r]) & (e_end[cand] <= h_end[r])
+            rows.update(int(e) for e in cand[inside])
+    if not rows:
+        return Effect(unknown="unknown: the profile records no runtime call for this sync (no CANN/CUDA API events)")
+    return Effect((Change(Target.SYNC_CALLS, tuple(sorted(rows)), 0.0, best=0.0, worst=0.0),),
+                  basis="its sync calls removed: the host runs ahead of the device")
 
 
 def _advice(call: CallSite | None, op: str) -> tuple[str, str]:

@@ -4,8 +4,9 @@
 * NPU901 Level0 capture: the rules that needed Level1 data (CANN API events, statistics) and were
   skipped, by name -- they recorded the skip through ``ctx.needs_level1``.
 * NPU902 a source file changed after the profile was captured (``end_info.collectionTimeEnd``) and
-  recorded lines in it moved or vanished (a fresh checkout alone stays quiet):
-  recorded lines may have moved.
+  a recorded line in it no longer holds the call it recorded (an anchor re-found elsewhere or
+  dropped, and the recorded line now holds no call of the recorded function): a newer mtime alone,
+  or an anchoring miss on an unedited line, stays quiet.
 * NPU903 hot device time that reached no user frame: how much and which kernels.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -132,28 +134,73 @@ class StaleSource(Notice):
         for site in a.sites:
             if site.frame is not None:
                 per_file.setdefault(site.span.path, []).append(site)
+        for path in _files_with_drops(ctx, a.heat.notes):  # every anchor of a file may be dropped
+            per_file.setdefault(path, [])
         for path in sorted(per_file):
             try:
                 mtime = os.stat(path).st_mtime_ns
             except OSError:
                 continue
-            if mtime <= end:
+            index = sq.index_of(ctx, path)
+            if mtime <= end or index is None:
                 continue
             sites = per_file[path]
-            moved = sum(1 for s in sites if "re-anchored" in s.note)
-            dropped = sum(1 for n in a.heat.notes if path in n or os.path.basename(path) in n)
-            if not moved and not dropped:
-                # Newer but every recorded line still holds its call (a fresh checkout, an edit
-                # elsewhere in the file): nothing to warn about.
+            # Anchors that did not land on their recorded line: re-found elsewhere, or dropped.
+            # Anchoring misses on unedited files too (a multi-line statement, an op name no call
+            # on the line spells), so a newer mtime and a miss are not enough: the file changed
+            # only where the recorded line itself no longer holds a call of the recorded function.
+            moved = [(s.frame.line, s.frame.func) for s in sites if "re-anchored" in s.note]
+            dropped = _dropped_frames(a.heat.notes, os.path.basename(path))
+            changed = sorted({line for line, func in moved + dropped if not _holds_call(index, line, func)})
+            if not changed:
                 continue
+            shown = ", ".join(str(n) for n in changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             msg = (f"{sq.path_name(path)} changed after the profile was captured "
-                   f"(profile ended {_iso(end)}, file saved {_iso(mtime)}): lines may have moved"
-                   f"{f'; {moved} of {len(sites)} anchors re-found by their call text' if moved else ''}"
-                   f"{f'; {dropped} dropped' if dropped else ''}. Re-profile for exact lines.")
+                   f"(profile ended {_iso(end)}, file saved {_iso(mtime)}): recorded line"
+                   f"{'s' if len(changed) > 1 else ''} {shown} no longer hold{'' if len(changed) > 1 else 's'} "
+                   f"the recorded call, lines may have moved"
+                   f"{f'; {len(moved)} of {len(sites)} anchors re-found by their call text' if moved else ''}"
+                   f"{f'; {len(dropped)} dropped' if dropped else ''}. Re-profile for exact lines.")
             yield ctx.finding(self, span=sq.file_start(path), message=msg, confidence=Confidence.MODULE,
                               evidence={"collection_end": _iso(end), "file_modified": _iso(mtime),
                                         "collection_end_ns": end, "file_mtime_ns": mtime,
-                                        "anchors": len(sites), "re_anchored": moved, "dropped": dropped})
+                                        "anchors": len(sites), "re_anchored": len(moved), "dropped": len(dropped),
+                                        "changed_lines": changed})
+
+
+# The anchoring's notes for a frame it could not map (mapping/source/anchor.py): the recorded line
+# holds no matching call, or several calls of the function match.
+_DROP_NOTES = (r"at {name}:(\d+) \(([^)]*)\): the call is no longer there",
+               r"at {name}:(\d+) matches \d+ calls in ([^\s(]+)\(\) and the line changed")
+
+
+def _dropped_frames(notes, name: str) -> list[tuple[int, str]]:
+    """(recorded line, function) of the frames in file ``name`` that the anchoring dropped."""
+    out = []
+    for pattern in _DROP_NOTES:
+        rx = re.compile(pattern.format(name=re.escape(name)))
+        for note in notes:
+            out += [(int(m.group(1)), m.group(2)) for m in rx.finditer(note)]
+    return out
+
+
+def _files_with_drops(ctx: RuleContext, notes) -> list[str]:  # noqa: ANN001 - Iterable[str]
+    """Workspace files named by a drop note (the notes name the recorded file's base name)."""
+    names = {m.group(1) for n in notes for m in re.finditer(r"at ([^\s:/\\]+\.py):\d+", n)}
+    if not names or ctx.workspace is None:
+        return []
+    return [f for f in ctx.workspace.python_files() if os.path.basename(f) in names]
+
+
+def _holds_call(index, line: int, func: str) -> bool:  # noqa: ANN001 - SourceIndex
+    """The recorded line still holds a call that may have launched the recorded op, inside a
+    function of the recorded name (the frame's ``func`` is a bare name; ``<module>`` at top
+    level). The anchoring found no call there that names the op, so only an opaque call counts:
+    one into user or library code (``helper(x)``, ``self.block(x)``, ``x.view(...)``), not an
+    operator (``x * 2`` launches a mul) nor a ``torch.*`` function named otherwise."""
+    if index.scope_at(line).rsplit(".", 1)[-1] != func.rsplit(".", 1)[-1]:
+        return False
+    return any(not c.operator and not c.qualname.startswith("torch.") for c in index.calls_on_line(line))
 
 
 @register

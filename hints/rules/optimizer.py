@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
-from msprof_lsp.hints.finding import Finding, FixOffer, Related
+from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Target
 from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, register
@@ -104,11 +104,17 @@ class FusedOptimizer(Rule):
             steps &= pq.in_steps(ctx.profile, h["start_ns"].to_numpy(np.int64))
             rows = np.flatnonzero(steps)
             for name in sorted({STEP_RE.match(names[r]).group("name") for r in rows}):
-                yield from self._host(ctx, name, np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name]))
+                mine = np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name])
+                for f in self._host(ctx, name, mine):
+                    f.effect = multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step")
+                    yield f
             if len(rows):
                 return
         if ctx.backend is Backend.ASCEND:
-            yield from self._kernels_only(ctx)
+            for f in self._kernels_only(ctx):
+                f.effect = Effect(unknown="unknown: without host ops the profile does not say which kernels one "
+                                          "multi-tensor kernel would replace")
+                yield f
 
     def _host(self, ctx: RuleContext, name: str, rows: np.ndarray) -> Iterator[Finding]:
         p = ctx.profile
@@ -358,4 +364,34 @@ class FusedGradClip(Rule):
             diagnosis="clip_grad_norm_ computes one norm per gradient tensor",
             fix="Use clip_grad_norm_fused_ (NpuFused optimizers) or foreach=True" if ascend else "Pass foreach=True to clip_grad_norm_",
         )
-        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes)
+        norm_rows = p.kernels.index.get_indexer(k.index[norm_k]) if n_norm else np.zeros(0, np.int64)
+        yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes,
+                          effect=multi_tensor(ctx, rows, norm_rows, "the clipping"))
+
+
+def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: str) -> Effect:
+    """A per-tensor loop made multi-tensor: the kernels launched under ``ops`` (and ``kernels``)
+    become one per kernel type, so their time and the ops' host time scale by the kernel count
+    ratio (types / kernels): the per-tensor launches were the cost. Low end: half the gain."""
+    p = ctx.profile
+    under = pq.kernels_under(p, np.asarray(ops).tolist()) if len(ops) else p.kernels.iloc[0:0]
+    rows = np.union1d(p.kernels.index.get_indexer(under.index), np.asarray(kernels, np.int64))
+    rows = rows[rows >= 0]
+    host = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist())) if len(ops) else np.zeros(0, np.int64)
+    if not len(rows):
+        # a host-only trace (CPU): the same ratio over the ops inside, one per op name
+        inner = np.setdiff1d(host, np.asarray(ops, np.int64))
+        if not len(inner):
+            return Effect(unknown=f"unknown: no kernels or ops inside {what} in the profile")
+        n_types = len(set(pq.strs(p.host_ops["name"])[inner].tolist()))
+        f = min(1.0, n_types / len(inner))
+        return Effect((Change(Target.HOST_OPS, tuple(int(r) for r in host), f, best=f, worst=0.5 + 0.5 * f),),
+                      basis=f"{what} as one op per op name: its host time at {n_types}/{len(inner)} (the op count "
+                            "ratio; low end: half the gain)")
+    n_types = len(set(pq.kernel_types(p.kernels)[rows].tolist()))
+    f = min(1.0, n_types / len(rows))
+    changes = [Change(Target.KERNELS, tuple(int(r) for r in rows), f, best=f, worst=0.5 + 0.5 * f)]
+    if len(host):
+        changes.append(Change(Target.HOST_OPS, tuple(int(r) for r in host), f, best=f, worst=0.5 + 0.5 * f))
+    return Effect(tuple(changes), basis=f"{what} as one kernel per kernel type: its {len(rows)} kernels and host time "
+                                        f"at {n_types}/{len(rows)} (the kernel count ratio; low end: half the gain)")

@@ -33,7 +33,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 from ..context import RuleContext
 from ..fixed_in_source import as_fixed
 from ..fixes import fix_id
-from ..finding import Construct, Finding, Related
+from ..finding import Change, Construct, Effect, Finding, Related, Target
 from ..fixes import relu_dropout as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
@@ -45,6 +45,30 @@ DROPOUT_CALLS = frozenset(fx.DROPOUT_FUNCS)
 MASK_GEN = re.compile(r"gen_?(bit_?)?mask", re.I)
 DO_MASK = re.compile(r"do_?mask", re.I)
 LOOKAHEAD_ROWS = 3  # kernel-only fallback: DropOutDoMask within 3 rows after Relu
+
+
+RELU_KERNEL = re.compile(r"^Relu(Grad)?(V\d+)?$", re.I)
+
+
+def _one_kernel(ctx: RuleContext, rows: np.ndarray) -> Effect:
+    """The pair as one kernel: the ReLU's kernels (forward and grad) and the dropout's (mask and
+    DoMask) are two sides; the estimate and low end remove the cheaper side, the high end keeps
+    only the dearer side's time, spread over both."""
+    if not len(rows):
+        return Effect(unknown="unknown: no device kernels of the pair in the profile (host time only)")
+    types = pq.kernel_types(ctx.profile.kernels)[rows]
+    dur = ctx.profile.kernels["dur_ns"].to_numpy(np.int64)[rows]
+    relu = np.array([RELU_KERNEL.match(str(t)) is not None for t in types], dtype=bool)
+    if relu.all() or not relu.any():
+        return Effect(unknown="unknown: the pair's kernels are not told apart into ReLU and dropout")
+    r, d = float(dur[relu].sum()), float(dur[~relu].sum())
+    small, large = (relu, ~relu) if r <= d else (~relu, relu)
+    keep = max(r, d) / (r + d) if r + d > 0 else 1.0
+    side = lambda m: tuple(int(x) for x in rows[m])  # noqa: E731
+    return Effect((Change(Target.KERNELS, side(small), 0.0, best=keep, worst=0.0),
+                   Change(Target.KERNELS, side(large), 1.0, best=keep, worst=1.0)),
+                  basis="the pair as one kernel: the cheaper side's kernels removed (high end: the dearer side's "
+                        "time for both)")
 
 
 @dataclass(slots=True)
@@ -145,10 +169,11 @@ class ReluDropoutFusion(Rule):
         if not on_device:
             evidence["host_time_us"] = total_ns / NS_PER_US
         evidence.update(_op_names(ctx, pairs))
+        effect = _one_kernel(ctx, rows)
         if construct is None:
             return ctx.finding(
                 self, span=None, message=message, total_ns=total_ns, evidence=evidence,
-                confidence=Confidence.INFERRED if how == "kernel order" else Confidence.MODULE,
+                confidence=Confidence.INFERRED if how == "kernel order" else Confidence.MODULE, effect=effect,
             )
         evidence["construct"] = construct.kind.value
         return ctx.finding(
@@ -160,6 +185,7 @@ class ReluDropoutFusion(Rule):
             evidence=evidence,
             fixes=self._fixes(ctx, construct),
             related=construct.related,
+            effect=effect,
         )
 
     def _fixes(self, ctx: RuleContext, c: _Construct):

@@ -30,7 +30,7 @@ from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Change, Effect, Finding, Related, Target
 from ..registry import Rule, register
 from .. import profile_query as pq
 
@@ -83,8 +83,11 @@ class CubeShapeAlignment(Rule):
             if key not in sites or (site is not None and site.confidence.rank < sites[key].confidence.rank):
                 sites[key] = site
         literal_cache: dict[int, list[Related]] = {}
+        rates = _aligned_rates(ctx, set(rows)) if ctx.backend is not Backend.CUDA else None
         for key, members in groups.items():
-            yield self._finding(ctx, members, dur, sites[key], literal_cache)
+            f = self._finding(ctx, members, dur, sites[key], literal_cache)
+            f.effect = _at_aligned_rate(ctx, [r for r, _ in members], rates)
+            yield f
 
     def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site, cache) -> Finding:
         steps = ctx.num_steps
@@ -133,6 +136,64 @@ class CubeShapeAlignment(Rule):
                                confidence=Confidence.MODULE, related=related)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
                            confidence=site.confidence, related=related)
+
+
+def _gemm_flops(ins: str, out: str) -> float | None:
+    """2·M·K·N of a MatMul row from its shapes: sqrt(|A|·|B|·|C|) is M·K·N for A (M, K), B (K, N)
+    and for a batched A times a 2-D B; a row without three shapes has none."""
+    a, b = (parse_shapes(ins) + [None, None])[:2]
+    c = (parse_shapes(out) or [None])[0]
+    if not a or not b or not c:
+        return None
+    prod = float(numel(a)) * float(numel(b)) * float(numel(c))
+    return 2.0 * prod ** 0.5 if prod > 0 else None
+
+
+def _aligned_rates(ctx: RuleContext, bad: set[int]) -> dict[str, float]:
+    """FLOP per ns the profile's aligned MatMul kernels achieve, per op type (in the steps)."""
+    k = ctx.profile.kernels
+    types = pq.kernel_types(k)
+    sel = np.flatnonzero(pq.matches(types, MATMUL) & pq.kernels_in_steps_mask(ctx.profile))
+    sel = sel[~np.isin(sel, list(bad))]
+    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
+    dur = k["dur_ns"].to_numpy(np.int64)
+    flops: dict[str, float] = defaultdict(float)
+    ns: dict[str, float] = defaultdict(float)
+    memo: dict[tuple[str, str], float | None] = {}
+    for r in sel.tolist():
+        key = (str(ins[r]), str(outs[r]))
+        if key not in memo:
+            memo[key] = _gemm_flops(*key)
+        if memo[key] is not None and dur[r] > 0:
+            flops[str(types[r])] += memo[key]  # type: ignore[operator]
+            ns[str(types[r])] += float(dur[r])
+    return {t: flops[t] / ns[t] for t in flops if ns[t] > 0}
+
+
+def _at_aligned_rate(ctx: RuleContext, rows: list[int], rates: dict[str, float] | None) -> Effect:
+    """Each misaligned MatMul at the rate the profile's aligned MatMuls of its type achieve (never
+    slower than recorded); the low end keeps half the gain."""
+    if rates is None:
+        return Effect(unknown="A/B test: the CUDA GEMMs' shapes are on their host ops, not their kernels")
+    k = ctx.profile.kernels
+    types = pq.kernel_types(k)
+    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
+    dur = k["dur_ns"].to_numpy(np.int64)
+    changes = []
+    missing = set()
+    for r in rows:
+        t = str(types[r])
+        fl = _gemm_flops(str(ins[r]), str(outs[r]))
+        if t not in rates or fl is None or dur[r] <= 0:
+            missing.add(t)
+            continue
+        f = min(1.0, fl / rates[t] / float(dur[r]))
+        changes.append(Change(Target.KERNELS, (int(r),), f, best=f, worst=0.5 + 0.5 * f))
+    if not changes:
+        kinds = "/".join(sorted(missing)) or "MatMul"
+        return Effect(unknown=f"unknown: no aligned {kinds} kernel with shapes in the profile to take the rate from")
+    return Effect(tuple(changes), basis="the misaligned MatMuls at the FLOP rate of the profile's aligned ones of "
+                                        "their type (low end: half the gain)")
 
 
 def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:

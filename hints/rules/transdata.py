@@ -24,7 +24,7 @@ from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
-from ..finding import Finding, Related
+from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import npu_switches
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
@@ -110,12 +110,15 @@ class TransdataFormat(Rule):
             index, imp = entry
             related.append(Related(imp.span, "the global switch allow_internal_format goes after this import"))
             fixes = sq.fixes(ctx, (npu_switches.disable_internal_format, imp.span, index.path, {}))
+        # the switch removes the conversions; the Cube ops may run slower on ND (low end: half stay)
+        effect = Effect((Change(Target.KERNELS, tuple(int(r) for r in trans), 0.0, best=0.0, worst=0.5),),
+                        basis="its TransData kernels removed (low end: half of them stay)")
         if site is None:
             conf = Confidence.INFERRED if how == "kernel order" else Confidence.MODULE
             return ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence, confidence=conf,
-                               fixes=fixes, related=related)
+                               fixes=fixes, related=related, effect=effect)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
-                           confidence=site.confidence, fixes=fixes, related=related)
+                           confidence=site.confidence, fixes=fixes, related=related, effect=effect)
 
     def _cuda(self, ctx: RuleContext) -> Iterable[Finding]:
         k = ctx.profile.kernels

@@ -34,16 +34,20 @@ from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.locations import ProfileLocation
 from msprof_lsp.mapping.profile.model import Profile, ProfileKind
 
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 """Bump when the readers change what a cached Profile means (the model's shape is in the schema
-digest already). 3: msgpack + numeric buffers (2 was pickle). 4: the Kineto reader reads the 2021
-schema and gives a trace without step markers its capture span as the step. 5: the DB reader
-reads META_DATA's ENV_VARIABLES into meta.env."""
+digest already, the code that wrote it in ``code_version``). 3: msgpack + numeric buffers (2 was
+pickle). 4: the Kineto reader reads the 2021 schema and gives a trace without step markers its
+capture span as the step. 5: the DB reader reads META_DATA's ENV_VARIABLES into meta.env. 6: the
+header carries the code digest; derived values in a file of their own beside the entry."""
 
 MAGIC = b"MSPLCACH"
+DERIVED_MAGIC = b"MSPLDERV"
 _PREAMBLE = struct.Struct("<8sII32s")  # magic, format, header length, header digest
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # stamps of every input file; real profiles use kilobytes
 SUFFIX = ".msplc"
+DERIVED_SUFFIX = ".derived.msplc"
+MAX_DERIVED_BYTES = 512 * 1024 * 1024  # critical paths and op token strings: megabytes for a 500 MB trace
 
 # Directories no reader of ours reads: torch_npu's raw TLV/logs, and under a torch_npu root the
 # CANN raw PROF_* data (thousands of files; the text export already holds what we use).
@@ -57,13 +61,45 @@ class FileStamp:
     mtime_ns: int
 
 
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
+_VERSION: list[str] = []
 
-        return version("msprof-lsp")
-    except Exception:  # noqa: BLE001 - not installed as a distribution (source checkout)
-        return "0"
+
+def package_version() -> str:
+    if not _VERSION:  # once per process: each lookup scans the installed distributions
+        try:
+            from importlib.metadata import version
+
+            _VERSION.append(version("msprof-lsp"))
+        except Exception:  # noqa: BLE001 - not installed as a distribution (source checkout)
+            _VERSION.append("0")
+    return _VERSION[0]
+
+
+_CODE: dict[tuple[str, ...], str] = {}
+
+
+def code_version(*packages: str) -> str:
+    """A digest of the source of the product's ``packages`` (folders beside ``mapping``, e.g.
+    "mapping", "hints"): what wrote an entry, beyond the package version (which a source checkout
+    never bumps). Read once per process (~70 files: milliseconds)."""
+    hit = _CODE.get(packages)
+    if hit is None:
+        hit = _CODE[packages] = source_digest(Path(__file__).resolve().parents[2], packages)
+    return hit
+
+
+def source_digest(root: Path, packages: tuple[str, ...]) -> str:
+    """sha256 over the path and bytes of every ``*.py`` under ``root/<package>``, in path order."""
+    digest = hashlib.sha256()
+    for name in packages:
+        for path in sorted((root / name).rglob("*.py")):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+            digest.update(data)
+    return digest.hexdigest()[:32]
 
 
 def default_cache_dir() -> Path:
@@ -119,6 +155,7 @@ def entry_path(location: ProfileLocation, cache_dir: Path | None = None) -> Path
 class _Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     schema: str
     version: str
+    code: str  # code_version("mapping"): the readers and the model that wrote it
     kind: str
     path: str
     rank: int | None
@@ -153,6 +190,7 @@ def _same_identity(header: _Header, location: ProfileLocation, stamps: tuple[Fil
     return (
         header.schema == schema()
         and header.version == package_version()
+        and header.code == code_version("mapping")
         and header.kind == location.kind.value
         and header.path == str(Path(location.path).resolve())
         and header.rank == location.rank
@@ -231,9 +269,12 @@ def _read(path: Path, location: ProfileLocation) -> Profile | None:
     if _digest(payload) != header.payload_digest:
         raise BadEntry("payload checksum mismatch")
     try:
-        return codec.decode(payload)
+        profile = codec.decode(payload)
     except codec.CodecError as exc:
         raise BadEntry(str(exc)) from None
+    profile.derived.entry, profile.derived.stored_for = header.payload_digest, profile.fields()
+    _attach_derived(path, profile)
+    return profile
 
 
 def load(location: ProfileLocation, cache_dir: Path | None = None) -> Lookup:
@@ -271,41 +312,155 @@ def store(
         pieces = codec.encode(profile)
     except Exception:  # noqa: BLE001 - a value the format does not hold: no cache
         return False
-    return write_entry(entry_path(location, cache_dir), location, stamps, pieces)
+    digest = _pieces_digest(pieces)
+    path = entry_path(location, cache_dir)
+    if not write_entry(path, location, stamps, pieces, digest):
+        return False
+    profile.derived.entry, profile.derived.stored_for = digest, profile.fields()
+    profile.derived.stored = {}
+    _remove(_derived_path(path))  # the previous entry's values
+    return True
 
 
-def write_entry(path: Path, location: ProfileLocation, stamps: tuple[FileStamp, ...], pieces: list[memoryview]) -> bool:
-    """Frame an encoded payload (header, digests) and put it at ``path`` atomically."""
-    tmp = None
+def _pieces_digest(pieces: list[memoryview]) -> bytes:
+    digest = hashlib.new(DIGEST)
+    for piece in pieces:
+        digest.update(piece)
+    return digest.digest()
+
+
+def _remove(path: Path) -> None:
     try:
-        digest = hashlib.new(DIGEST)
-        for piece in pieces:
-            digest.update(piece)
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_entry(path: Path, location: ProfileLocation, stamps: tuple[FileStamp, ...], pieces: list[memoryview],
+                payload_digest: bytes | None = None) -> bool:
+    """Frame an encoded payload (header, digests) and put it at ``path`` atomically."""
+    try:
         header = _ENCODER.encode(
             _Header(
                 schema=schema(),
                 version=package_version(),
+                code=code_version("mapping"),
                 kind=location.kind.value,
                 path=str(Path(location.path).resolve()),
                 rank=location.rank,
                 stamps=stamps,
                 payload_size=sum(p.nbytes for p in pieces),
-                payload_digest=digest.digest(),
+                payload_digest=payload_digest or _pieces_digest(pieces),
             )
         )
+    except OSError:
+        return False
+    return _write_atomic(path, [memoryview(_PREAMBLE.pack(MAGIC, CACHE_FORMAT, len(header), _digest(header))),
+                                memoryview(header), *pieces])
+
+
+def _write_atomic(path: Path, pieces: list[memoryview]) -> bool:
+    """Write ``pieces`` to a temporary file beside ``path`` and rename it into place."""
+    tmp = None
+    try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            f.write(_PREAMBLE.pack(MAGIC, CACHE_FORMAT, len(header), _digest(header)))
-            f.write(header)
             for piece in pieces:
                 f.write(piece)
         os.replace(tmp, path)
         return True
     except OSError:  # read-only or full disk: no cache
         if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _remove(Path(tmp))
         return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived values (critical paths, op token strings): computed during an analysis, after the entry
+# was written, so they go to a file of their own beside it:
+#
+#     magic (8 bytes) | u32 format | u32 body length | body sha256 (32) | body
+#
+# The body is msgpack decoded into a typed struct: package version, code digest (mapping and
+# hints: the code that computes them), the payload digest of the entry they belong to, and per
+# value name its encoded bytes, which the value's own typed decoder turns back into data on first
+# use (Profile.derived.memo). Anything else -- another entry's, another build's, damaged, a link,
+# not a regular file, too large -- is ignored and removed: the values are computed again.
+
+
+class _DerivedFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    version: str
+    code: str
+    entry: bytes  # payload digest of the entry
+    values: dict[str, bytes]
+
+
+_DERIVED_DECODER = msgspec.msgpack.Decoder(_DerivedFile)
+
+
+def _derived_path(entry: Path) -> Path:
+    return entry.with_name(entry.stem + DERIVED_SUFFIX)
+
+
+def _derived_code() -> str:
+    return code_version("mapping", "hints")
+
+
+def _read_derived(path: Path, entry_digest: bytes) -> dict[str, bytes] | None:
+    """The values of ``path`` if it is a derived-values file of this build for that entry; None if absent or stale."""
+    fd = _open_entry(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size < _PREAMBLE.size or size > MAX_DERIVED_BYTES:
+            raise BadEntry("size")
+        magic, fmt, body_len, body_digest = _PREAMBLE.unpack(_read_exact(fd, _PREAMBLE.size))
+        if magic != DERIVED_MAGIC or fmt != CACHE_FORMAT or body_len != size - _PREAMBLE.size:
+            raise BadEntry("not a derived-values file of this format")
+        body = _read_exact(fd, body_len)
+    finally:
+        os.close(fd)
+    if _digest(body) != body_digest:
+        raise BadEntry("checksum mismatch")
+    try:
+        held = _DERIVED_DECODER.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise BadEntry(str(exc)) from None
+    if held.entry != entry_digest or held.version != package_version() or held.code != _derived_code():
+        return None
+    return held.values
+
+
+def _attach_derived(entry: Path, profile: Profile) -> None:
+    """Give a profile just read from ``entry`` the derived values stored for it (never raises)."""
+    path = _derived_path(entry)
+    try:
+        values = _read_derived(path, profile.derived.entry or b"")
+    except Exception:  # noqa: BLE001 - BadEntry, OSError, whatever a crafted file provokes: computed again
+        _remove(path)
+        return
+    if values:
+        profile.derived.stored = dict(values)
+
+
+def store_derived(location: ProfileLocation, profile: Profile, cache_dir: Path | None = None) -> bool:
+    """Write the derived values the analysis computed (``Profile.derived``) beside the profile's
+    entry, with those it already held; False when there is nothing new or no entry to go with."""
+    derived = profile.derived
+    if derived.entry is None:
+        return False
+    new = derived.to_store()
+    if not new:
+        return False
+    entry = entry_path(location, cache_dir)
+    values = {**derived.stored, **new}
+    body = _ENCODER.encode(_DerivedFile(package_version(), _derived_code(), derived.entry, values))
+    if _PREAMBLE.size + len(body) > MAX_DERIVED_BYTES:
+        return False
+    head = _PREAMBLE.pack(DERIVED_MAGIC, CACHE_FORMAT, len(body), _digest(body))
+    if not _write_atomic(_derived_path(entry), [memoryview(head), memoryview(body)]):
+        return False
+    derived.written(values)
+    return True

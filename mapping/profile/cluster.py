@@ -19,11 +19,10 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from msprof_lsp.mapping.children import isolated_children
-from msprof_lsp.mapping.profile import codec, safe_io
-from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
+from msprof_lsp.mapping.profile import codec, comm_time, safe_io
+from msprof_lsp.mapping.profile.discover import require_found
 from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
 from msprof_lsp.mapping.numbers import float_of, int64_of
 from msprof_lsp.mapping.profile.cache import default_cache_dir
@@ -63,9 +62,7 @@ def load_profile(
     if len(missing) == len(given):
         raise NoProfileFound(where, "no such file or directory")
     progress("Looking for profiles", None)
-    jobs = discover_jobs(given)
-    if not jobs:
-        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    jobs = require_found(discover_jobs(given), where)
     if len(jobs) > 1:
         base = given[0] if len(given) == 1 and given[0].is_dir() else None
         listed = "; ".join(job.describe(base) for job in jobs)
@@ -88,9 +85,7 @@ def load_job(
     A rank that fails to load while others succeed is left out of the summary and named in the
     analysed profile's issues; ``where`` names the job in errors.
     """
-    locations = list(locations)
-    if not locations:
-        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    locations = list(require_found(locations, where))
     ranked = [loc for loc in locations if loc.rank is not None]
     if rank is not None and ranked and not any(loc.rank == rank for loc in locations):
         available = ", ".join(str(loc.rank) for loc in ranked) or "none (the profile has no rank information)"
@@ -250,6 +245,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
     comm_ns = comm_not_overlapped_per_step(p)
     breakdown = profile_breakdown(p)
     computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
+    grad = comm_time.split(p.comm_ops, frozenset({comm_time.CommRole.GRADIENT}))
     return RankSummary(
         rank=r,
         path=where,
@@ -261,6 +257,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
         breakdown=breakdown,
         link_totals=link_transfers(p.comm_ops),
         links=comm_links(p, r),
+        comm_wait_ns=-1.0 if grad is None else grad.wait_ns,
     )
 
 
@@ -352,15 +349,3 @@ def link_transfers(ops: Sequence[CommOp]) -> dict[str, tuple[float, float]]:
             e[0] += mb
             e[1] += ms
     return {g: (mb, ms) for g, (mb, ms) in out.items() if mb > 0 and ms > 0}
-
-
-def summary_frame(summary: ClusterSummary) -> pd.DataFrame:
-    """The per-rank figures as a small table (for reports and the CLI)."""
-    return pd.DataFrame(
-        {
-            "rank": [r.rank for r in summary.ranks],
-            "step_time_ns": [r.step_time_ns for r in summary.ranks],
-            "comm_not_overlapped_ns": [r.comm_not_overlapped_ns for r in summary.ranks],
-            "comm_share": [r.comm_share for r in summary.ranks],
-        }
-    )

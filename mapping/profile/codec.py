@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.interning import Interner
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.frames import Frame
 from msprof_lsp.mapping.profile.model import CommOp, OpStatistic, Profile, ProfileMeta, Step, StepBreakdown, TimeBreakdown
@@ -157,18 +158,9 @@ def encode(profile: Profile) -> list[memoryview]:
     for name in TABLE_FIELDS:
         table = getattr(profile, name)
         tables[name] = None if table is None else _encode_table(table, blob)
-    frame_ids: dict[Frame, int] = {}
-    frames: list[tuple[str, int, str, str]] = []
-    stacks: list[list[int]] = []
-    for stack in profile.stacks:
-        ids = []
-        for fr in stack:
-            fid = frame_ids.get(fr)
-            if fid is None:
-                fid = frame_ids[fr] = len(frames)
-                frames.append((fr.file, fr.line, fr.func, fr.raw))
-            ids.append(fid)
-        stacks.append(ids)
+    frame_ids: Interner[Frame] = Interner()
+    stacks = [[frame_ids.code(fr) for fr in stack] for stack in profile.stacks]
+    frames = [(fr.file, fr.line, fr.func, fr.raw) for fr in frame_ids.values]
     manifest = _Manifest(
         meta=profile.meta,
         tables=tables,

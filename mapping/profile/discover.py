@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.profile.locations import ProfileLocation
 from msprof_lsp.mapping.profile.readers.msprof_cli import PROF_DIR_RE
 from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Listings, SeenFile
@@ -39,6 +41,16 @@ WHAT_WE_LOOK_FOR = (
     "ascend_pytorch_profiler*.db, *.pt.trace.json[.gz] or Kineto *.json[.gz], trace_view.json"
 )
 """One line for "no profile found" messages."""
+
+T = TypeVar("T")
+
+
+def require_found(found: Sequence[T], where: str | Path) -> Sequence[T]:
+    """``found`` (jobs, a job's profiles, the editor's job choices) when it holds one; else
+    NoProfileFound naming ``where`` and what we look for -- the one place that says it."""
+    if not found:
+        raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+    return found
 
 
 def discover(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[ProfileLocation]:

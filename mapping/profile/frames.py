@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from msprof_lsp.mapping.interning import Interner
 from msprof_lsp.mapping.numbers import int64_of
 from dataclasses import dataclass
 
@@ -76,9 +77,9 @@ class StackTable:
     """
 
     def __init__(self) -> None:
-        self.stacks: list[Stack] = []
-        self._by_text: dict[str, int] = {}
-        self._by_frames: dict[Stack, int] = {}
+        self._by_text: dict[str, int] = {}  # the raw text: parsed once per distinct string
+        self._by_frames: Interner[Stack] = Interner()
+        self.stacks: list[Stack] = self._by_frames.values
 
     def intern_text(self, text: str | None) -> int:
         if not text:
@@ -92,9 +93,4 @@ class StackTable:
     def intern(self, stack: Stack) -> int:
         if not stack:
             return -1
-        sid = self._by_frames.get(stack)
-        if sid is None:
-            sid = len(self.stacks)
-            self.stacks.append(stack)
-            self._by_frames[stack] = sid
-        return sid
+        return self._by_frames.code(stack)

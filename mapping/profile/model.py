@@ -329,6 +329,16 @@ class TimeBreakdown:
         return sum(values) / len(values) if values else None
 
 
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """How a derived value travels in the cache (mapping.cache's derived-values file): as bytes it
+    encodes with a typed encoder, and decodes building only data (no pickle). ``decode`` raises
+    (any exception) on bytes it did not write; the value is then computed again."""
+
+    encode: Callable[[Any], bytes]
+    decode: Callable[[bytes], Any]
+
+
 @dataclass(slots=True)
 class Derived:
     """Figures computed from a profile alone, kept with it so they are computed once per load and
@@ -341,17 +351,59 @@ class Derived:
 
     breakdown: TimeBreakdown | None = None
     inputs: tuple[Any, ...] = field(default=(), compare=False)
-    # other figures of the profile alone, by name: (their inputs, the value); in memory only
+    # other figures of the profile alone, by name: (their inputs, the value)
     memos: dict[str, tuple[tuple[Any, ...], Any]] = field(default_factory=dict, compare=False)
+    # memos that can be written to the cache's derived-values file, and how (mapping.cache.store_derived)
+    persist: dict[str, Persist] = field(default_factory=dict, compare=False)
+    # the values that file holds for this profile's entry, still encoded (decoded on first use)
+    stored: dict[str, bytes] = field(default_factory=dict, compare=False)
+    # the Profile fields as read from (or written to) the cache entry: what stored values are for
+    stored_for: tuple[Any, ...] = field(default=(), compare=False)
+    entry: bytes | None = None  # payload digest of that entry
 
-    def memo(self, name: str, inputs: tuple[Any, ...], compute: Callable[[], T]) -> T:
-        """``compute()`` once while ``inputs`` (Profile fields, compared by identity) stay the same."""
+    def memo(self, name: str, inputs: tuple[Any, ...], compute: Callable[[], T], persist: Persist | None = None) -> T:
+        """``compute()`` once while ``inputs`` (Profile fields, compared by identity) stay the same.
+        With ``persist``, while ``inputs`` are the fields of the cache entry: a value the cache
+        holds is decoded instead of computed, and a computed one is written there after the run
+        (mapping.cache.store_derived)."""
         held = self.memos.get(name)
-        if held is not None and len(held[0]) == len(inputs) and all(a is b for a, b in zip(held[0], inputs)):
+        if held is not None and _same(held[0], inputs):
             return held[1]  # type: ignore[no-any-return]
-        value = compute()
+        of_entry = persist is not None and self._of_entry(inputs)
+        raw = self.stored.get(name) if of_entry else None
+        value: Any = None
+        if raw is not None:
+            try:
+                value = persist.decode(raw)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - not what this build writes: computed (and written) again
+                del self.stored[name]
+                raw = None
+        if raw is None:
+            value = compute()
+            if of_entry:
+                self.persist[name] = persist  # type: ignore[assignment]
         self.memos[name] = (inputs, value)
-        return value
+        return value  # type: ignore[no-any-return]
+
+    def _of_entry(self, inputs: tuple[Any, ...]) -> bool:
+        return bool(self.stored_for) and all(any(a is b for b in self.stored_for) for a in inputs)
+
+    def to_store(self) -> dict[str, bytes]:
+        """Encoded values computed since the entry was read or written, for that entry's fields."""
+        out = {}
+        for name, how in self.persist.items():
+            held = self.memos.get(name)
+            if held is not None and self._of_entry(held[0]):
+                try:
+                    out[name] = how.encode(held[1])
+                except Exception:  # noqa: BLE001 - a value its encoder cannot hold (a non-str name): not cached
+                    continue
+        return out
+
+    def written(self, values: dict[str, bytes]) -> None:
+        """The derived-values file now holds ``values``."""
+        self.stored = dict(values)
+        self.persist.clear()
 
     def holds(self, profile: Profile) -> bool:
         now = profile.breakdown_inputs()
@@ -359,6 +411,10 @@ class Derived:
 
     def keep(self, profile: Profile, breakdown: TimeBreakdown) -> None:
         self.breakdown, self.inputs = breakdown, profile.breakdown_inputs()
+
+
+def _same(held: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    return len(held) == len(now) and all(a is b for a, b in zip(held, now))
 
 
 AICORE_FREQ_KEY = "aicore_freq_mhz"
@@ -523,6 +579,12 @@ class Profile:
         k = self.kernels
         return int(k["dur_ns"].to_numpy()[work_mask(k)].sum()) if len(k) else 0
 
+    def fields(self) -> tuple[Any, ...]:
+        """Every field but ``derived``: the inputs of a figure that may read any of them."""
+        return (self.meta, self.kernels, self.host_ops, self.modules, self.host_events, self.overlap, self.stacks,
+                self.steps, self.step_breakdown, self.comm_ops, self.comm_matrix, self.op_statistic,
+                self.api_statistic, self.op_memory, self.memory_record, self.issues)
+
     def breakdown_inputs(self) -> tuple[Any, ...]:
         """The fields the step breakdown (mapping.timemodel.profile_breakdown) is computed from."""
         return (self.meta, self.kernels, self.host_ops, self.steps, self.step_breakdown)
@@ -588,6 +650,9 @@ class RankSummary:
     link_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
     breakdown: TimeBreakdown | None = None  # the rank's own step breakdown (the HTML report's bars)
     links: list[CommLink] = field(default_factory=list)  # the links this rank's matrix wrote
+    # per step, the Wait Time of its gradient collectives (comm_time.split; -1 unknown): the rank
+    # the others wait for waits least
+    comm_wait_ns: float = -1.0
 
 
 @dataclass(slots=True)

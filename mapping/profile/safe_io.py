@@ -22,7 +22,7 @@ import sys
 import threading
 import tokenize
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -30,7 +30,6 @@ from typing import BinaryIO
 import numpy as np
 
 from msprof_lsp.mapping.errors import ProfileError
-from msprof_lsp.mapping.units import INT64_MAX, INT64_MIN
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -170,17 +169,6 @@ def open_regular(path: str | Path, max_bytes: int | None = None) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-
-
-def check_regular(path: str | Path) -> int:
-    """The size of a regular file (without opening it); ProfileError for anything else."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ProfileError(path, f"cannot read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ProfileError(path, f"is {_kind(st.st_mode)}, not a regular file; not read")
-    return st.st_size
 
 
 def is_regular(path: str | Path) -> bool:
@@ -462,26 +450,6 @@ class CsvCells:
 # ---------------------------------------------------------------------------------------------
 # Numbers
 
-
-
-def int64_column(values: Iterable[object], count: int, fill: int) -> tuple[np.ndarray, int]:
-    """int64 array of integer ``values``; those outside int64 (or not integers) become ``fill``.
-
-    Returns the array and how many values were replaced (the caller reports them).
-    """
-    items = list(values)
-    try:
-        return np.fromiter(items, dtype=np.int64, count=count), 0
-    except (OverflowError, TypeError, ValueError):
-        pass
-    out = np.full(count, fill, dtype=np.int64)
-    bad = 0
-    for i, v in enumerate(items):
-        if isinstance(v, int) and INT64_MIN <= v <= INT64_MAX:
-            out[i] = v
-        else:
-            bad += 1
-    return out, bad
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.interning import Interner
 from msprof_lsp.mapping.source.anchor import NO_USER_FRAME, Anchor, Anchorer, OpContext
 from msprof_lsp.mapping.source.constructs import op_keys
 from msprof_lsp.mapping.source.heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
@@ -201,8 +202,7 @@ class Attributor:
         self.m_parent = np.where((self.m_parent >= 0) & (self.m_parent < nm), self.m_parent, -1)
         cls = m["cls"].astype(str).to_numpy() if nm else np.zeros(0, object)
         ks = m["k"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
-        chains: list[tuple[tuple[str, int], ...]] = []
-        ids: dict[tuple[tuple[str, int], ...], int] = {}
+        chains: Interner[tuple[tuple[str, int], ...]] = Interner()
         mp = np.full(nm, -1, dtype=np.int64)
         for i in range(nm):
             if mp[i] >= 0:
@@ -214,16 +214,11 @@ class Attributor:
                 path.append(j)
                 j = int(self.m_parent[j])
                 seen += 1
-            base = chains[mp[j]] if j >= 0 and mp[j] >= 0 else ()
+            base = chains.values[mp[j]] if j >= 0 and mp[j] >= 0 else ()
             for row in reversed(path):
                 base = base + ((str(cls[row]), int(ks[row])),)
-                cid = ids.get(base)
-                if cid is None:
-                    cid = len(chains)
-                    chains.append(base)
-                    ids[base] = cid
-                mp[row] = cid
-        self.chains = chains
+                mp[row] = chains.code(base)
+        self.chains = chains.values
         self.m_path = mp
         self.h_modpath = np.where(self.h_module >= 0, mp[np.where(self.h_module >= 0, self.h_module, 0)], -1) \
             if nm and self.n_host else np.full(self.n_host, -1, dtype=np.int64)
@@ -527,16 +522,11 @@ class Attributor:
     # -- 5. sites per item ---------------------------------------------------------------------
 
     def _register(self, site: Site) -> int:
-        i = self._site_ids.get(site)
-        if i is None:
-            i = len(self.base_sites)
-            self.base_sites.append(site)
-            self._site_ids[site] = i
-        return i
+        return self._site_ids.code(site)
 
     def _assign(self) -> None:
-        self.base_sites: list[Site] = []
-        self._site_ids: dict[Site, int] = {}
+        self._site_ids: Interner[Site] = Interner()
+        self.base_sites: list[Site] = self._site_ids.values
         for g in self.groups:
             anchor = g.anchor
             if anchor is None:
@@ -779,18 +769,12 @@ class Attributor:
     # -- 7. the result -------------------------------------------------------------------------
 
     def _make_attribution(self) -> Attribution:
-        current: list[Site] = []
-        ids: dict[Site, int] = {}
+        ids: Interner[Site] = Interner()
+        current = ids.values
         remap = np.full(len(self.base_sites) + 1, -1, dtype=np.int64)
         for i, s in enumerate(self.current):
-            if s is None:
-                continue
-            j = ids.get(s)
-            if j is None:
-                j = len(current)
-                current.append(s)
-                ids[s] = j
-            remap[i] = j
+            if s is not None:
+                remap[i] = ids.code(s)
         kernel_site = remap[self.i_site] if self.source is TimeSource.DEVICE else np.full(len(self.profile.kernels), -1, np.int64)
         op_site = remap[self.h_site] if self.n_host else np.zeros(0, np.int64)
         heat = self._heat(current, remap)

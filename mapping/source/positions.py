@@ -19,7 +19,22 @@ ENCODINGS: tuple[str, ...] = ("utf-8", "utf-16", "utf-32")
 
 # The line terminators Python's tokenizer and LSP agree on (str.splitlines also splits on \f, \v,
 # \x1c.. and U+2028, which neither does).
-_NEWLINE_RE = re.compile(r"\r\n|\r|\n")
+NEWLINE_RE = re.compile(r"\r\n|\r|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """Offset of the first character of every line (line 1 at index 0), as LSP and the tokenizer
+    count lines."""
+    return [0, *(m.end() for m in NEWLINE_RE.finditer(text))]
+
+
+def split_lines(text: str, *, keepends: bool = False) -> list[str]:
+    """The lines of ``text`` as LSP counts them (never ``str.splitlines``, which also splits on
+    ``\f``, ``\v``, U+2028 ...); ``keepends``: with their terminators (the last may lack one)."""
+    if not keepends:
+        return NEWLINE_RE.split(text)
+    starts = line_starts(text)
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
 
 
 def _check(encoding: str) -> str:
@@ -96,7 +111,7 @@ class LineIndex:
         self.text = text
         starts = [0]
         ends = []
-        for m in _NEWLINE_RE.finditer(text):
+        for m in NEWLINE_RE.finditer(text):
             ends.append(m.start())
             starts.append(m.end())
         ends.append(len(text))

@@ -31,6 +31,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.mapping.source import positions
 from msprof_lsp.mapping.source.positions import LineIndex
 from msprof_lsp.mapping.spans import Span
 
@@ -196,7 +197,6 @@ class Binding:
 _TOKEN_RE = re.compile(
     r"""(?P<str>(?:[rRbBuUfF]{0,2})(?:'''|\"\"\"|'|"))|(?P<comment>\#[^\r\n]*)|(?P<open>[(\[{])|(?P<close>[)\]}])|(?P<nl>\r\n|\r|\n)|(?P<cont>\\(?:\r\n|\r|\n))"""
 )
-_NEWLINE_RE = re.compile(r"\r\n|\r|\n")
 _CONTINUATION_KW = re.compile(r"(?:else|elif|except|finally)\b")
 
 
@@ -209,7 +209,7 @@ def _split_chunks(text: str) -> list[tuple[int, str]]:
     (nested f-string quotes); then some chunk fails to parse and the caller parses the whole file.
     """
     starts: list[int] = []  # character offsets of chunk starts
-    line_starts = [0] + [m.end() for m in _NEWLINE_RE.finditer(text)]
+    line_starts = positions.line_starts(text)
     # Offsets of line starts that are "clean" (outside strings, brackets, continuations).
     unclean: set[int] = set()
     depth = 0

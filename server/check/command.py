@@ -13,21 +13,19 @@ from pathlib import Path
 from typing import TextIO
 
 from msprof_lsp.hints.finding import Severity
-from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.source.critical_path import critical_path
-from msprof_lsp.mapping.source.compare import Comparison, compare
-from msprof_lsp.hints.verify import FindingChange, classify
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.jobs import Job
 
-from .. import pipeline
+from ..analysis import run
+from ..analysis.baseline import against_baseline, load_baseline
 from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, html, sarif, text
 from .report.run import CheckRun, JobReport, merge_repeated
 from ..escape import json_text, visible
-from ..settings import Settings, apply, find_pyproject, from_pyproject
+from ..analysis.settings import Layer, Settings, resolve
 
 
 class CheckFailed(Exception):
@@ -35,13 +33,9 @@ class CheckFailed(Exception):
 
 
 def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
-    """defaults -> nearest pyproject.toml [tool.msprof-lsp] (never a write location; the paths it
-    names to read lie inside the checked path or the pyproject's folder) -> command-line flags."""
-    settings = Settings(base_dir=str(Path.cwd()))
-    pyproject = find_pyproject(path.resolve())
-    warnings: list[str] = []
-    if pyproject is not None:
-        settings, warnings = from_pyproject(settings, pyproject, roots=[pyproject.parent, path.resolve()])
+    """The core's resolver: defaults -> nearest pyproject.toml [tool.msprof-lsp] at or above
+    ``path`` (never a write location; the paths it names to read lie inside the checked path or
+    the pyproject's folder) -> command-line flags."""
     flags: dict[str, object] = {}
     if args.select is not None:
         flags["select"] = args.select
@@ -53,23 +47,10 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
         flags["pathMappings"] = [f"{r}={l}" for r, l in args.path_map]
     if args.cache_dir is not None:
         flags["cacheDir"] = args.cache_dir
-    settings, more = apply(settings, flags, "command line")
-    for w in warnings + more:
+    settings, warnings = resolve(path, workspace_roots=None, layers=[Layer("command line", flags)], base_dir=Path.cwd())
+    for w in warnings:
         print(f"msprof-lsp: warning: {visible(w)}", file=warn)
     return settings
-
-
-def _baseline_comparison(
-    analysis: pipeline.Analysis, baseline: Path, settings: Settings, use_cache: bool
-) -> tuple[Comparison, list[FindingChange]]:
-    """Per-line heat and per-finding states of ``baseline`` against the analysed run; the
-    baseline is attributed and checked against the current source, so both sides match by text."""
-    loaded = pipeline.load([baseline], settings, use_cache=use_cache)
-    before_attr = attribute(loaded.profile, analysis.workspace)
-    before_findings = pipeline.findings_for(loaded.profile, before_attr, analysis.workspace, settings, fixes=False,
-                                            cluster=loaded.cluster)
-    cmp = compare(str(baseline), loaded.profile, before_attr.heat, analysis.profile, analysis.attribution.heat)
-    return cmp, classify(before_findings, analysis.findings)
 
 
 def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
@@ -94,16 +75,17 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
     for path in paths:
         settings = settings_for(path, args, warn)
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
-        analyses = pipeline.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
-                                          on_jobs=lambda found, base: _say_jobs(found, base, warn))
+        analyses = run.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
+                                     on_jobs=lambda found, base: _say_jobs(found, base, warn))
         baseline = args.baseline or settings.baseline
         for a in analyses:
-            comparison, changes = None, []
+            against = None
             if baseline:
                 bpath = Path(baseline) if args.baseline else settings.resolve_path(baseline)
                 if not bpath.exists():
                     raise CheckFailed(f"{bpath}: no such file or directory (--baseline)")
-                comparison, changes = _baseline_comparison(a, bpath, settings, use_cache)
+                held = load_baseline(bpath, a.workspace, settings, use_cache=use_cache)
+                against = against_baseline(held, a.loaded, a.attribution, a.findings, a.workspace, settings)
             jobs.append(
                 JobReport(
                     profile=a.profile,
@@ -112,8 +94,8 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
                     findings=a.findings,
                     cluster=a.loaded.cluster,
                     ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
-                    comparison=comparison,
-                    finding_changes=changes,
+                    comparison=against.comparison if against else None,
+                    finding_changes=against.changes if against else [],
                     attribution=a.attribution,
                     source_text=a.workspace.text,
                 )

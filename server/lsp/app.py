@@ -34,7 +34,7 @@ from ..protocol import (
     FIX_ALL_KIND,
     SERVER_NAME,
 )
-from ..settings import Settings
+from ..analysis.settings import Settings
 from . import commands, lifecycle, text_sync, watch
 from .capabilities import ClientCaps
 from .code_action import code_action

@@ -1,6 +1,9 @@
-"""Settings in the editor: defaults -> ``[tool.msprof-lsp]`` of the workspace folder's pyproject.toml
--> ``initializationOptions`` -> ``workspace/configuration`` (section ``msprof-lsp``, only asked when
-the client declares it) -> later ``workspace/didChangeConfiguration`` pushes.
+"""Settings in the editor, by the core's one resolver (``server.analysis.settings.resolve``):
+defaults -> ``[tool.msprof-lsp]`` of the nearest pyproject.toml at or above the workspace folder
+(never above its workspace root) -> ``initializationOptions`` -> ``workspace/configuration``
+(section ``msprof-lsp``, only asked when the client declares it) -> later
+``workspace/didChangeConfiguration`` pushes. What a change re-triggers is declared on the model
+(``settings.on_change``).
 
 A ``null`` configuration answer keeps what initializationOptions said (Helix answers null).
 Invalid values become one ``window/showMessage`` and the previous layer's value.
@@ -9,7 +12,6 @@ Invalid values become one ``window/showMessage`` and the previous layer's value.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,28 +20,25 @@ from lsprotocol import types
 from msprof_lsp.server.escape import visible
 
 from ..protocol import SETTINGS_SECTION
-from ..settings import SETTING_KEYS, Settings, apply, from_pyproject
+from ..analysis.settings import SETTING_KEYS, Layer, Settings
+from ..analysis.settings import resolve as resolve_settings
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
 
-# What a change of each settings field requires.
-RELOAD_FIELDS = frozenset({"profile", "rank", "path_mappings", "cache_dir", "third_party_roots", "base_dir"})
-RULE_FIELDS = frozenset({"select", "ignore", "severity", "min_share", "thresholds", "compile_backend"})
-VIEW_FIELDS = frozenset({"code_lens", "inlay_hints"})
-
 
 def base_settings(folder: Path | None, roots: list[Path] | None = None) -> tuple[Settings, list[str]]:
-    """Defaults, then the folder's own pyproject.toml; the paths it names to read must lie inside
-    ``roots`` (the workspace folders; default: ``folder``). The client's settings are the user's
-    and are not confined."""
-    settings = Settings(base_dir=str(folder) if folder else "")
-    if folder is None:
-        return settings, []
-    pyproject = folder / "pyproject.toml"
-    if not pyproject.exists():  # not is_file(): a FIFO or a device there gets its warning from the reader
-        return settings, []
-    return from_pyproject(settings, pyproject, roots=roots if roots else [folder])
+    """Defaults, then the nearest pyproject.toml at or above ``folder`` but not above the workspace
+    root holding it (the core's resolver); the paths it names to read must lie inside ``roots``
+    (the workspace folders; default: ``folder``). The client's settings are the user's and are
+    not confined."""
+    return settings_for(folder, roots, [])
+
+
+def settings_for(folder: Path | None, roots: list[Path] | None, layers: list[Layer]) -> tuple[Settings, list[str]]:
+    """The editor's settings: the core's resolver with the workspace folders as its roots."""
+    homes = roots if roots else ([folder] if folder else [])
+    return resolve_settings(folder, workspace_roots=homes, layers=layers, base_dir=folder)
 
 
 def client_values(raw: Any, *, pushed: bool = False) -> dict[str, Any] | None:
@@ -77,22 +76,16 @@ async def pull(ls: MsprofLanguageServer) -> Any:
 
 
 async def resolve(ls: MsprofLanguageServer, *, ask_client: bool = True) -> tuple[Settings, list[str]]:
-    settings, warnings = base_settings(ls.primary_folder(), ls.folders())
+    layers: list[Layer] = []
     if ls.client_settings is not None:
-        settings, more = apply(settings, ls.client_settings, "initializationOptions" if not ls.settings_pushed
-                               else "didChangeConfiguration")
-        warnings += more
+        layers.append(Layer("initializationOptions" if not ls.settings_pushed else "didChangeConfiguration",
+                            ls.client_settings))
     if ask_client:
         answer = await pull(ls)
         values = client_values(answer) if answer is not None else None
         if values is not None:
-            settings, more = apply(settings, values, "workspace/configuration")
-            warnings += more
-    return settings, warnings
-
-
-def changed_fields(old: Settings, new: Settings) -> set[str]:
-    return {f.name for f in fields(Settings) if getattr(old, f.name) != getattr(new, f.name)}
+            layers.append(Layer("workspace/configuration", values))
+    return settings_for(ls.primary_folder(), ls.folders(), layers)
 
 
 def warn(ls: MsprofLanguageServer, warnings: list[str]) -> None:

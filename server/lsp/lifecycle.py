@@ -14,6 +14,7 @@ from lsprotocol import types
 
 from msprof_lsp.server.escape import visible
 
+from ..analysis.settings import Retrigger, retriggers
 from . import configuration, pull, watch
 from .capabilities import resolve as resolve_caps
 from .guard import guarded, spawn
@@ -68,14 +69,14 @@ async def did_change_configuration(ls: MsprofLanguageServer, params: types.DidCh
         ls.settings_pushed = True
     new, warnings = await configuration.resolve(ls)
     configuration.warn(ls, warnings)
-    changed = configuration.changed_fields(ls.settings, new)
+    changed = retriggers(ls.settings, new)
     ls.settings = new
     if not changed:
         return
-    if changed & configuration.RELOAD_FIELDS:
+    if Retrigger.RELOAD in changed:
         await ls.loader.load("settings changed")
         return
-    if "baseline" in changed:
+    if Retrigger.BASELINE in changed:
         ls.loader.follow_baseline_setting()
         target = ls.loader.baseline_path()
         try:
@@ -84,9 +85,9 @@ async def did_change_configuration(ls: MsprofLanguageServer, params: types.DidCh
             ls.window_show_message(types.ShowMessageParams(
                 type=types.MessageType.Error, message=visible(f"msprof-lsp: cannot read the baseline profile: {exc}")))
         ls.loader.follow_baseline_setting()
-    if changed & configuration.RULE_FIELDS:
+    if Retrigger.RULES in changed:
         await ls.loader.reconfigure()
-    elif changed & configuration.VIEW_FIELDS:
+    elif Retrigger.VIEW in changed:
         ls.refresh_views()
 
 

@@ -27,9 +27,9 @@ from PIL import Image
 from msprof_lsp.mapping.profile.discover import find_all
 from msprof_lsp.mapping.profile.load import load_location
 from msprof_lsp.mapping.profile.timemodel import TaskClass, task_classes
-from msprof_lsp.server import pipeline
+from msprof_lsp.server.analysis import run as analysis_run
 from msprof_lsp.server.__main__ import main
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.settings import Settings
 from tests.conftest import FIXTURES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def _expected(case: Case, tmp_path: Path) -> dict[str, object]:
     profile_dir = Path(case.profile) if Path(case.profile).is_absolute() else REPO / case.profile
     locations = find_all([profile_dir])
     settings = Settings(base_dir=str(REPO))
-    analysis = pipeline.analyse_paths([REPO / case.sources], settings, profile=profile_dir, use_cache=False)[0]
+    analysis = analysis_run.analyse_paths([REPO / case.sources], settings, profile=profile_dir, use_cache=False)[0]
     profile, attribution = analysis.profile, analysis.attribution
     analysed = Path(profile.meta.path)
     rank_dirs = [Path(loc.path) for loc in locations]

@@ -328,19 +328,19 @@ def check(rel: str = "") -> Callable[[Path], object]:
     """The ``--check`` pipeline on ``copy/rel`` (JSON report, no cache, never failing on findings)."""
 
     def run(copy: Path) -> object:
-        from msprof_lsp.server import pipeline
+        from msprof_lsp.server.analysis import run as analysis_run
         from msprof_lsp.server.check.command import run_check
         from msprof_lsp.server.cli import CheckArgs
 
         seen: list[object] = []
-        real_load = pipeline.load_found_job
+        real_load = analysis_run.load_found_job
 
         def load_found_job(*a, **kw):  # the profiles the rules see, for check_result
             loaded = real_load(*a, **kw)
             seen.append(loaded.profile)
             return loaded
 
-        pipeline.load_found_job = load_found_job
+        analysis_run.load_found_job = load_found_job
         out, err = io.StringIO(), io.StringIO()
         args = CheckArgs(paths=[str(copy / rel if rel else copy)], format="json", fail_on="never", no_cache=True,
                          quiet=True, color="never")
@@ -410,7 +410,7 @@ def warm() -> None:
     import msprof_lsp.mapping.profile.readers.trace_json  # noqa: F401
     import msprof_lsp.mapping.source.workspace  # noqa: F401
     import msprof_lsp.server.check.command  # noqa: F401
-    import msprof_lsp.server.pipeline  # noqa: F401
+    import msprof_lsp.server.analysis.run  # noqa: F401
 
 
 def _synth() -> object:

@@ -156,10 +156,10 @@ def test_start_here_ranks_by_known_saving_then_share_and_leaves_out_notices():
 
 
 def _analyses(root: Path):
-    from msprof_lsp.server import pipeline
-    from msprof_lsp.server.settings import Settings
+    from msprof_lsp.server.analysis.run import analyse_paths
+    from msprof_lsp.server.analysis.settings import Settings
 
-    return pipeline.analyse_paths([root], Settings(base_dir=str(root)), use_cache=False)
+    return analyse_paths([root], Settings(base_dir=str(root)), use_cache=False)
 
 
 ROOTS = [REPO / "samples"] + ([p for p in sorted(FIXTURES.iterdir()) if p.is_dir()] if FIXTURES.is_dir() else [])

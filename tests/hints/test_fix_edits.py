@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,3 +79,26 @@ def test_minimal_edits_reproduce_the_target(a, b, eol, trailing):
     assert all(e.path == "p.py" for e in edits)
     if old == new:
         assert edits == ()
+
+
+def test_a_source_builds_each_nodes_children_once(monkeypatch) -> None:
+    """libcst rebuilds ``children`` on every access; the offers on one file walk the same
+    statements again and again (``at``, ``within``, ``walk``, parents), so a Source keeps them:
+    however often it is asked, each node's children are built once."""
+    import libcst as cst
+
+    from msprof_lsp.hints.fixes.cst_tools import Source
+    from msprof_lsp.hints.fixes.result import Where
+
+    text = (Path(__file__).resolve().parents[2] / "samples" / "tiny_transformer" / "model.py").read_text()
+    src = Source(text)
+    built: list[int] = []
+    real = cst.CSTNode.children
+    monkeypatch.setattr(cst.CSTNode, "children", property(lambda self: (built.append(id(self)), real.fget(self))[1]))
+    for _ in range(3):
+        for line in range(1, text.count("\n") + 1):
+            src.at(Where(line, line), cst.Call)
+        list(src.walk(cst.Name))
+        for _a, _b, top in src.tops:
+            list(src.within(top, cst.Attribute))
+    assert built and len(built) == len(set(built))

@@ -28,8 +28,8 @@ import pytest
 from msprof_lsp.hints.fixes import CATALOG, apply_edits, apply_fixes, offer, transform_of
 from msprof_lsp.hints.fixes.result import FixResult, where
 from msprof_lsp.hints.rules.environment import SPECS
-from msprof_lsp.server.pipeline import analyse_paths
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.run import analyse_paths
+from msprof_lsp.server.analysis.settings import Settings
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 RUNNER = Path(__file__).resolve().parent / "run_fixed.py"

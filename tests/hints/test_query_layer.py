@@ -154,3 +154,31 @@ def test_a_def_line_frame_is_a_module_place_in_the_function_it_names(tmp_path: P
     place = sq.op_place(context(b.build(), [tmp_path]), op)
     assert place is not None
     assert (place.line, place.function, place.def_line, place.confidence) == (5, "Net.forward", True, Confidence.MODULE)
+
+
+def test_kernels_by_statement_equals_a_per_row_grouping() -> None:
+    """One statement lookup per distinct site gives what a lookup per kernel row gives: groups in
+    first-seen order, each with its first kernel's site, rows in the order asked (unmapped rows,
+    -1 and rows past the table in the ``None`` group)."""
+    from msprof_lsp.hints.context import RuleContext
+    from msprof_lsp.hints.config import RuleConfig
+    from msprof_lsp.mapping.source.attribute import attribute
+    from msprof_lsp.mapping.source.workspace import SourceWorkspace
+
+    sample = Path(__file__).resolve().parents[2] / "samples" / "tiny_transformer"
+    profile = load_location(locate(sample / "npu_profile"), use_cache=False)
+    ws = SourceWorkspace([sample])
+    ctx = RuleContext(profile, attribute(profile, ws), ws, RuleConfig(min_share=0.0))
+    n = len(profile.kernels)
+    rng = np.random.default_rng(7)
+    rows = [*rng.permutation(n).tolist(), -1, n, n + 5, *rng.integers(0, n, 50).tolist()]
+
+    expected: dict[object, tuple[object, list[int]]] = {}
+    for r in rows:
+        site = sq.site_of_kernel_row(ctx, r)
+        span = sq.site_statement(ctx, site) if site is not None else None
+        expected.setdefault(span, (site, []))[1].append(r)
+    got = sq.kernels_by_statement(ctx, rows)
+    assert len(got) > 3  # several statements, and the unmapped rows
+    assert [(g.span, g.site, g.rows) for g in got] == [(span, s, rs) for span, (s, rs) in expected.items()]
+    assert sq.kernels_by_statement(ctx, []) == []

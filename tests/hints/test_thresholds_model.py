@@ -15,7 +15,7 @@ from msgspec import Meta
 
 from msprof_lsp.hints.config import THRESHOLD_KEYS, RuleConfig, Thresholds, camel, kebab, setting_specs
 from msprof_lsp.hints.registry import all_rules
-from msprof_lsp.server.settings import SETTING_KEYS  # a page may also name a general setting (minShare)
+from msprof_lsp.server.analysis.settings import SETTING_KEYS  # a page may also name a general setting (minShare)
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "hints" / "rules"

@@ -14,8 +14,8 @@ from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import apply_edits, apply_fixes, fix_id
 from msprof_lsp.hints.fixes.profiling import insert_profiler
 from msprof_lsp.hints.fixed_in_source import FIXED_NOTE
-from msprof_lsp.server.pipeline import analyse_paths
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.run import analyse_paths
+from msprof_lsp.server.analysis.settings import Settings
 
 CNN = Path(__file__).resolve().parents[2] / "samples" / "cnn_classifier"
 

@@ -176,8 +176,8 @@ def test_cpu_block_runs_with_torch_and_the_trace_is_found_and_read(tmp_path):
     traces = list((tmp_path / PROFILE_FOLDER).glob("*.pt.trace.json*"))
     assert len(traces) == 1  # repeat=1: one trace however long the run
 
-    from msprof_lsp.server.pipeline import find_jobs, load_found_job
-    from msprof_lsp.server.settings import Settings
+    from msprof_lsp.server.analysis.run import find_jobs, load_found_job
+    from msprof_lsp.server.analysis.settings import Settings
 
     jobs = find_jobs([tmp_path])
     assert [Path(loc.path).resolve() for j in jobs for loc in j.locations] == [traces[0].resolve()]

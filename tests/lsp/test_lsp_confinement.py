@@ -14,7 +14,7 @@ from tests.synth import write_torch_npu_text
 from tests.synth.sample_runs import CnnKnobs, cnn_runs
 
 from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 def _job(tmp_path: Path) -> tuple[Path, Path]:

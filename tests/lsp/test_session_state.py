@@ -16,7 +16,7 @@ from msprof_lsp.server.lsp.capabilities import ClientCaps
 from msprof_lsp.server.lsp.heat_view import file_heat
 from msprof_lsp.server.lsp.session.documents import DocumentStore, OpenDocument
 from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "samples" / "cnn_classifier"  # the generated torch_npu profile beside its code

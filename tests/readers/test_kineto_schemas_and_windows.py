@@ -253,7 +253,8 @@ def _op(name, tid, ts, dur, ext):
 
 def test_device_idle_is_the_breakdowns_free(tmp_path):
     """NPU105's idle time is the breakdown's Free (Stage - Computing - Communication not
-    overlapped; copies count as free), the figure the report's breakdown line prints."""
+    overlapped; copies count as free), the figure the report's breakdown line prints, plus the
+    idle Preparing before the step's first task."""
     doc = no_steps_trace()
     doc["traceEvents"] += [
         _op("aten::copy_", 7, 540, 20, 6), _kernel("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 7, 550, 100, 6),
@@ -266,7 +267,9 @@ def test_device_idle_is_the_breakdowns_free(tmp_path):
     # Free = 780 - 580 = 200 µs, the 100 µs copy inside it; the step is the 1,000 µs capture
     assert (ev["free_us_per_step"], ev["computing_us_per_step"], ev["step_us"]) == (200.0, 580.0, 1000.0)
     assert ev["memcpy_us_per_step"] == 100.0 and ev["source"] == "device tasks" and not ev["step_is_stage"]
-    assert f.share == pytest.approx(0.2)
+    # Preparing: the capture's start to the first task at 20 µs, all idle (1,000 - 780 >= 20)
+    assert ev["parts"]["preparing"]["us_per_step"] == 20.0 and ev["idle_us_per_step"] == 220.0
+    assert f.share == pytest.approx(0.22)
     b = profile_breakdown(p)
     assert b.mean("free_ns") == 200_000 and b.mean("computing_ns") == 580_000
     assert "free 200 µs" in breakdown_line(p)

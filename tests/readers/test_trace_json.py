@@ -249,12 +249,12 @@ def test_int_column_out_of_range_values_without_warnings() -> None:
     from float64 -- it gets a synthetic id, the exact values around it stay exact, no warning."""
     import warnings
 
-    from msprof_lsp.mapping.profile.readers.trace_json import _int_column, _Pool
+    from msprof_lsp.mapping.profile.readers.trace_json import _int_column, _pool
 
     values = [7, None, "18446744073709551615", 2**60 + 1, "12", float("inf"), -3]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = _int_column(values, _Pool())
+        out = _int_column(values, _pool())
     assert out[0] == 7 and out[1] == NO_INT and out[3] == 2**60 + 1 and out[4] == 12 and out[6] == -3
     assert out[2] < -1 and out[2] != NO_INT  # a string id beyond int64: a synthetic id
     assert out[5] == NO_INT  # inf: no value, never a garbage cast

@@ -379,7 +379,7 @@ def test_a_rank_the_codec_cannot_carry_is_left_out_naming_it(tmp_path, monkeypat
 def test_trace_json_ids_in_unicode_digits_are_names():
     from msprof_lsp.mapping.profile.readers import trace_json
 
-    pool = trace_json._Pool()
+    pool = trace_json._pool()
     names: dict[int, str] = {}
     assert trace_json._one_int("42", pool, names) == 42
     for text in (SUPERSCRIPT_TWO, "\u0663", "1_0", str(2**63)):

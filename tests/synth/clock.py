@@ -209,6 +209,7 @@ class Clock:
         self.cur: StepTimeline | None = None
         self.pending_backward: list[TOp] = []
         self.jitter = Jitter(run.pid * 31 + run.rank, run.jitter_ns)
+        self.comm_waited = run.start_ns  # the collectives' end a recorded EVENT_WAIT already waited for
 
     # -- public -----------------------------------------------------------------------------
 
@@ -440,16 +441,46 @@ class Clock:
         else:
             stream = k.stream if k.stream >= 0 else run.compute_stream
             start = max(earliest, self.t_compute)
-            if ctx.wait_comm:
+            if ctx.wait_comm and run.record_comm_waits and self.t_comm > self.comm_waited:
+                start = self._comm_wait(op, conn, launch_ns, earliest, ctx)
+            elif ctx.wait_comm:
                 start = max(start, self.t_comm)
-        while start in self.used_starts or start in self.prev_used:
-            start += 1
-        self.used_starts.add(start)
+        start = self._free_start(start)
         if k.is_comm:
             self.t_comm = start + dur
         else:
             self.t_compute = start + dur
-        name = k.name
+        return self._task(k, name_of=k.name, start=start, dur=dur, stream=stream, op=op, conn=conn,
+                          launch_ns=launch_ns, ctx=ctx)
+
+    def _free_start(self, start: int) -> int:
+        while start in self.used_starts or start in self.prev_used:
+            start += 1
+        self.used_starts.add(start)
+        return start
+
+    def _comm_wait(self, op: TOp, conn: int, launch_ns: int, earliest: int, ctx: _Ctx) -> int:
+        """The compute stream's wait for the pending collectives as a real export records it: an
+        EVENT_RECORD on the communication stream after them, an EVENT_WAIT on the compute stream
+        until it fires (``Run.record_comm_waits``). Returns when the next compute task may start."""
+        run = self.run
+        rec = KernelSpec("EVENT_RECORD", "EVENT_RECORD", "N/A", 1000)
+        wait = KernelSpec("EVENT_WAIT", "EVENT_WAIT", "N/A", 500)
+        r_start = self._free_start(self.t_comm)
+        self._task(rec, name_of=rec.name, start=r_start, dur=rec.dur_ns, stream=run.comm_stream, op=op, conn=conn,
+                   launch_ns=launch_ns, ctx=ctx)
+        self.t_comm = r_start + rec.dur_ns
+        w_start = self._free_start(max(earliest, self.t_compute))
+        w_dur = max(self.t_comm - w_start, 0) + wait.dur_ns
+        self._task(wait, name_of=wait.name, start=w_start, dur=w_dur, stream=run.compute_stream, op=op, conn=conn,
+                   launch_ns=launch_ns, ctx=ctx)
+        self.t_compute = self.comm_waited = w_start + w_dur
+        return max(earliest, self.t_compute)
+
+    def _task(self, k: KernelSpec, *, name_of: str, start: int, dur: int, stream: int, op: TOp, conn: int,
+              launch_ns: int, ctx: _Ctx) -> TKernel:
+        assert self.cur is not None
+        name = name_of
         if "{n}" in name:
             n = self.name_counters.get(k.name, 0)
             self.name_counters[k.name] = n + 1

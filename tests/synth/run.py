@@ -352,6 +352,9 @@ class Run:
     queue_latency_ns: int = 3000  # Enqueue -> Dequeue start (task queue)
     hccl_group: str = "7386924375452012417"  # communication.json "<op>@<group>"
     jitter_ns: int = 300  # deterministic noise on host times and kernel durations (0: exact)
+    # a wait for pending collectives written as EVENT_RECORD / EVENT_WAIT tasks (as a real export
+    # has them); False: the wait happens but leaves no task (the committed samples)
+    record_comm_waits: bool = False
 
     @property
     def worker_name(self) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.frames import StackTable
@@ -122,11 +123,11 @@ def _processes(ev: TraceEvents) -> _Processes:
 
 def _text(ev: TraceEvents, codes: np.ndarray, transform=None) -> np.ndarray:
     """Decode codes to strings, applying ``transform`` once per distinct string."""
-    uniq, inv = np.unique(codes, return_inverse=True)
-    texts = [("" if c < 0 else ev.strings[c]) for c in uniq.tolist()]
-    if transform is not None:
-        texts = [transform(t) for t in texts]
-    return np.array(texts, dtype=object)[inv.reshape(-1)] if len(codes) else np.empty(0, dtype=object)
+    def text(c: object) -> str:
+        t = "" if c < 0 else ev.strings[c]  # type: ignore[operator,index]
+        return transform(t) if transform is not None else t
+
+    return per_distinct(codes, text)
 
 
 def _ints(values: np.ndarray, default: int = -1) -> np.ndarray:
@@ -206,8 +207,7 @@ def _host_ops(ev: TraceEvents, X: np.ndarray, stacks: StackTable) -> tuple[np.nd
     """cpu_op and user_annotation slices (their rows, and the table with parents assigned)."""
     op_rows = np.flatnonzero(X & _in(ev.cat, ev.code("cpu_op"), ev.code("user_annotation")))
     stack_codes = ev.args["Call stack"][op_rows]
-    uniq, inv = np.unique(stack_codes, return_inverse=True)
-    stack_ids = np.array([stacks.intern_text(ev.strings[c]) if c >= 0 else -1 for c in uniq.tolist()], dtype=np.int64)
+    stack_ids = per_distinct(stack_codes, lambda c: stacks.intern_text(ev.strings[c]) if c >= 0 else -1, np.int64)
     host_ops = make_table(
         HOST_OP_SCHEMA,
         {
@@ -221,7 +221,7 @@ def _host_ops(ev: TraceEvents, X: np.ndarray, stacks: StackTable) -> tuple[np.nd
             "fwd_thread": _ints(ev.args["Fwd thread id"][op_rows]),
             "input_dims": _text(ev, ev.args["Input Dims"][op_rows], _join_shapes),
             "input_types": _text(ev, ev.args["Input type"][op_rows], _join_shapes),
-            "stack": stack_ids[inv.reshape(-1)] if len(op_rows) else np.empty(0, dtype=np.int64),
+            "stack": stack_ids,
         },
         len(op_rows),
     )

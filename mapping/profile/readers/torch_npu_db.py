@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.profile import linking
 from msprof_lsp.mapping.errors import Issue, ProfileError
 from msprof_lsp.mapping.profile.frames import StackTable, parse_frame
@@ -308,8 +309,7 @@ def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _F
     )
     type_names = api_type_names(db)
     types = api["type"].to_numpy()
-    uniq, inv = np.unique(types, return_inverse=True)
-    kinds = np.array([type_names.get(int(t), OP if t < 0 else "") for t in uniq], dtype=object)[inv]
+    kinds = per_distinct(types, lambda t: type_names.get(int(t), OP if t < 0 else ""))
     names = db.resolve(api["name"].to_numpy())
     gtid = api["gtid"].to_numpy()
     pid = np.where(gtid >= 0, gtid >> 32, -1)

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
+from msprof_lsp.mapping.interning import Interner
 from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import Issue, ProfileError
@@ -181,32 +182,13 @@ class _NeedsExact(Exception):
     """A chunk has epoch timestamps as JSON numbers: decode it again with ``ts`` as Decimal."""
 
 
-class _Pool:
-    """The shared string pool. ``index`` maps None to NO_STR so absent values need no branch."""
-
-    def __init__(self) -> None:
-        self.strings: list[str] = []
-        self.index: dict[Any, int] = {None: NO_STR}
-
-    def codes(self, values: list[Any]) -> np.ndarray:
-        # map(dict.get) runs in C; only a chunk that brings new strings takes the second pass.
-        index = self.index
-        codes = list(map(index.get, values))
-        if None in codes:
-            strings = self.strings
-            for v in set(values).difference(index):  # set algebra in C: only new values loop
-                text = v if v.__class__ is str else str(v)
-                code = index.get(text)
-                if code is None:
-                    code = len(strings)
-                    strings.append(text)
-                    index[text] = code
-                index[v] = code
-            codes = list(map(index.get, values))
-        return np.array(codes, dtype=np.int32)
+def _pool() -> Interner[str]:
+    """The shared string pool: ids become strings; None maps to NO_STR, so absent values need no branch."""
+    return Interner(normalize=lambda v: v if v.__class__ is str else str(v), fixed={None: NO_STR},
+                    dtype=np.int32)
 
 
-def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | None = None) -> np.ndarray:
+def _int_column(values: list[Any], pool: Interner[str], *, synthetic: dict[int, str] | None = None) -> np.ndarray:
     """ints / numeric strings -> int64; None -> NO_INT; other strings -> synthetic negative ids."""
     n = len(values)
     try:
@@ -236,7 +218,7 @@ def _int_column(values: list[Any], pool: _Pool, *, synthetic: dict[int, str] | N
     return out
 
 
-def _one_int(v: Any, pool: _Pool, synthetic: dict[int, str] | None) -> int:
+def _one_int(v: Any, pool: Interner[str], synthetic: dict[int, str] | None) -> int:
     if v is None:
         return NO_INT
     if v.__class__ is int:
@@ -250,7 +232,7 @@ def _one_int(v: Any, pool: _Pool, synthetic: dict[int, str] | None) -> int:
     return _synthetic(text, pool, synthetic)
 
 
-def _synthetic(text: str, pool: _Pool, synthetic: dict[int, str] | None) -> int:
+def _synthetic(text: str, pool: Interner[str], synthetic: dict[int, str] | None) -> int:
     """A stable negative id for a non-numeric pid/tid/id string (below -1, the model's 'none')."""
     code = int(pool.codes([text])[0])
     n = -1000 - code
@@ -342,7 +324,7 @@ def _extractor(n_fields: int) -> Any:
 
 
 def _to_columns(
-    events: list[Any], spec: Mapping[str, ArgKind], pool: _Pool, pid_names: dict[int, str]
+    events: list[Any], spec: Mapping[str, ArgKind], pool: Interner[str], pid_names: dict[int, str]
 ) -> tuple[_Chunk, int]:
     # Plain list comprehensions over the structs: the fastest way out of Python objects here.
     ts, bad, inexact = us_values_to_ns([e.ts for e in events])
@@ -454,7 +436,7 @@ class _Decoder:
         self.exact = msgspec.json.Decoder(list[exact_t])
         # float_hook: numbers stay exact (Decimal) on this rare path, so numeric ts need no retry
         self.untyped = msgspec.json.Decoder(float_hook=Decimal)
-        self.pool = _Pool()
+        self.pool = _pool()
         self.pid_names: dict[int, str] = {}
         self.chunks: list[_Chunk] = []
         self.issues: list[Issue] = []
@@ -527,7 +509,7 @@ class _Decoder:
             issues.append(Issue(where, "invalid UTF-8 bytes were replaced with U+FFFD"))
         return TraceEvents(
             path=where,
-            strings=self.pool.strings,
+            strings=self.pool.values,
             ph=cat("ph", np.int32),
             name=cat("name", np.int32),
             cat=cat("cat", np.int32),

@@ -21,7 +21,9 @@ import pandas as pd
 
 from msprof_lsp.hints.consolidate import saving_order, start_here
 from msprof_lsp.hints.finding import Finding, Fix
-from msprof_lsp.hints.fixes.edits import PositionError, apply_edits, split_lines
+from msprof_lsp.hints.fixes.edits import PositionError, apply_edits
+from msprof_lsp.mapping.source.positions import split_lines
+from msprof_lsp.mapping.interning import Interner, per_distinct
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, TimeBreakdown
 from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, profile_breakdown, task_classes
@@ -259,26 +261,23 @@ def comm_matrix(links: Sequence[CommLink]) -> CommMatrix | None:
 
 
 class _Names:
+    """The timeline's name and source tables (indexes into them travel with the tasks)."""
+
     def __init__(self) -> None:
-        self.names: list[str] = []
-        self._at: dict[str, int] = {}
+        self._names: Interner[str] = Interner()
+        self._src: Interner[tuple[str, int, str]] = Interner()
+        self.names = self._names.values
         self.sources: list[SourceRef] = []
-        self._src: dict[tuple[str, int, str], int] = {}
 
     def name(self, text: str) -> int:
-        i = self._at.get(text)
-        if i is None:
-            i = self._at[text] = len(self.names)
-            self.names.append(text)
-        return i
+        return self._names.code(text)
 
     def source(self, site: Site | None, cwd: Path) -> int:
         if site is None:
             return -1
         key = (document.rel_path(site.span.path, cwd), site.span.line, site.call_text)
-        i = self._src.get(key)
-        if i is None:
-            i = self._src[key] = len(self.sources)
+        i = self._src.code(key)
+        if i == len(self.sources):  # first seen
             self.sources.append(SourceRef(path=key[0], line=key[1], code=key[2]))
         return i
 
@@ -414,16 +413,11 @@ def timeline(profile: Profile, attribution: Attribution | None, bars: list[Break
         hname_codes, hname_values = column_codes(ops["name"])
 
     def site_codes(rows: np.ndarray, sites: np.ndarray) -> np.ndarray:
-        ids = sites[rows]
-        uniq, inv = np.unique(ids, return_inverse=True)
-        table = np.array([names.source(attribution.sites[int(i)], cwd) if i >= 0 and attribution else -1 for i in uniq],
-                         dtype=np.int64)
-        return table[inv] if len(rows) else np.zeros(0, dtype=np.int64)
+        return per_distinct(sites[rows], lambda i: names.source(attribution.sites[int(i)], cwd)
+                            if i >= 0 and attribution else -1, np.int64)
 
     def name_codes(rows: np.ndarray, codes: np.ndarray, values: Sequence[str]) -> np.ndarray:
-        uniq, inv = np.unique(codes[rows], return_inverse=True)
-        table = np.array([names.name(str(values[int(i)])) for i in uniq], dtype=np.int64)
-        return table[inv] if len(rows) else np.zeros(0, dtype=np.int64)
+        return per_distinct(codes[rows], lambda i: names.name(str(values[int(i)])), np.int64)
 
     steps: list[TimelineStep] = []
     for sid, ws, we in carried:

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from pygls import uris
 
-from .linemap import LineMap, split_lines
+from msprof_lsp.mapping.source.positions import split_lines
+
+from .linemap import LineMap
 
 
 def path_of(uri: str) -> str | None:

@@ -19,21 +19,19 @@ from pathlib import Path
 from msprof_lsp.hints.line_counters import OpCounters, line_counters
 from msprof_lsp.mapping.source.attribute import attribute, reanchor
 from msprof_lsp.mapping.profile.cluster import LoadResult
-from msprof_lsp.mapping.source.compare import compare
 from msprof_lsp.mapping.source.critical_path import critical_path, step_paths
-from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
-from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
+from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.locations import Progress, no_progress
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
-from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.verify import FindingChange, FindingState, classify
+from msprof_lsp.hints.verify import FindingChange, FindingState
 
-from ... import pipeline
+from ...analysis import run
+from ...analysis.baseline import Baseline, against_baseline, load_baseline
+from ...analysis.settings import Settings
 from ...check.report.model import MODEL_VERSION, ReportModel, job_model, start_views
-from ...settings import Settings
 from .snapshot import ProfileInfo, Snapshot, merge
-from .targets import JobChoice, choose_job, find_jobs, owner
+from .targets import JobChoice, choose_job, discovered, owner
 
 
 @dataclass(slots=True)
@@ -49,13 +47,6 @@ class LoadRequest:
     chosen: JobChoice | None = None  # the job to load (Session), instead of discovering one
 
 
-@dataclass(slots=True)
-class _Baseline:
-    path: str
-    loaded: LoadResult
-    attribution: Attribution
-
-
 class Engine:
     """Owns the loaded profile, the source workspace and the attribution of one session."""
 
@@ -65,7 +56,7 @@ class Engine:
         self.loaded: LoadResult | None = None
         self.workspace: SourceWorkspace | None = None
         self.attribution: Attribution | None = None
-        self.baseline: _Baseline | None = None
+        self.baseline: Baseline | None = None
         self.jobs: list[JobChoice] = []
         self.job: JobChoice | None = None
         self._texts: dict[str, str] = {}
@@ -75,7 +66,8 @@ class Engine:
     # -- whole loads -----------------------------------------------------------------------------
 
     def discover(self, folders: Sequence[Path]) -> list[JobChoice]:
-        self.jobs = find_jobs(folders)
+        """Every job under ``folders``; NoProfileFound when there is none."""
+        self.jobs = discovered(folders)
         return self.jobs
 
     def load(self, req: LoadRequest, progress: Progress = no_progress) -> Snapshot:
@@ -86,16 +78,12 @@ class Engine:
         if req.explicit is not None:
             job = None
             roots = list(req.folders) or [req.explicit if req.explicit.is_dir() else req.explicit.parent]
-            loaded = pipeline.load([req.explicit], load_settings, use_cache=req.use_cache, progress=progress)
+            loaded = run.load([req.explicit], load_settings, use_cache=req.use_cache, progress=progress)
         else:
-            jobs = self.discover(req.folders) if req.chosen is None else [req.chosen]
-            job = req.chosen or choose_job(jobs, req.open_paths)
-            if job is None:
-                where = ", ".join(str(f) for f in req.folders) or "the workspace"
-                raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
+            job = req.chosen or choose_job(self.discover(req.folders), req.open_paths)
             roots = [job.source_root]
-            loaded = pipeline.load_found_job(job.job, load_settings, use_cache=req.use_cache, progress=progress)
-        workspace = pipeline.build_workspace(roots, settings)
+            loaded = run.load_found_job(job.job, load_settings, use_cache=req.use_cache, progress=progress)
+        workspace = run.build_workspace(roots, settings)
         for path, text in req.open_texts.items():
             workspace.set_text(path, text)
         progress("Mapping device time to source lines", None)
@@ -111,12 +99,14 @@ class Engine:
             progress("Loading the baseline profile", None)
             self._load_baseline(req.baseline, load_settings, req.use_cache)
         progress("Running rules", None)
-        return self.snapshot()
+        snap = self.snapshot()
+        if req.use_cache:  # what the load and the first rule run derived from the profile alone
+            run.keep_derived(loaded, load_settings)
+        return snap
 
     def _load_baseline(self, path: Path, settings: Settings, use_cache: bool) -> None:
         assert self.workspace is not None
-        loaded = pipeline.load([path], settings, use_cache=use_cache)
-        self.baseline = _Baseline(str(path), loaded, attribute(loaded.profile, self.workspace))
+        self.baseline = load_baseline(path, self.workspace, settings, use_cache=use_cache)
 
     def set_baseline(self, path: Path | None, use_cache: bool = True) -> Snapshot | None:
         """Compare against another profile (None: stop comparing). Raises ProfileError."""
@@ -152,7 +142,7 @@ class Engine:
                 continue
             self.attribution = reanchor(self.attribution, path)
             if self.baseline is not None:
-                self.baseline.attribution = reanchor(self.baseline.attribution, path)
+                self.baseline.reanchor(path)
             self._texts.pop(ws.key(path), None)
         if broken:
             return None
@@ -181,7 +171,7 @@ class Engine:
         if self.loaded is None or self.attribution is None or self.workspace is None:
             return None
         profile = self.loaded.profile
-        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=True,
+        findings = run.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=True,
                                           cluster=self.loaded.cluster)
         base = self.workspace.roots[0] if self.workspace.roots else Path.cwd()
         ranks = sorted({loc.rank for loc in self.loaded.locations if loc.rank is not None})
@@ -199,33 +189,23 @@ class Engine:
                                      line_counters(self.loaded.profile, self.attribution, thresholds))
         return held[2]
 
-    def _classify(self, findings: list[Finding]) -> list[FindingChange]:
-        """The baseline's findings (its profile against the current source) against ``findings``,
-        by the one classifier --check uses, on the texts the analysis saw (open buffers)."""
-        assert self.baseline is not None and self.workspace is not None
-        b = self.baseline
-        before = pipeline.findings_for(b.loaded.profile, b.attribution, self.workspace, self.settings, fixes=False)
-        lines: dict[str, list[str]] = {}
-        for f in (*before, *findings):
-            if f.span is not None and f.span.path not in lines:
-                text = self._text(f.span.path)
-                if text is not None:
-                    lines[f.span.path] = text.splitlines()
-        return classify(before, findings, lines=lines)
-
     def snapshot(self) -> Snapshot:
         assert self.loaded is not None and self.attribution is not None and self.workspace is not None
         self.generation += 1
         profile = self.loaded.profile
         heat = self.attribution.heat
         # fix offers stay unexpanded: code actions expand them (fixes_on_demand), typing never parses
-        findings = pipeline.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False,
+        findings = run.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=False,
                                           cluster=self.loaded.cluster)
         snap = Snapshot(generation=self.generation, settings=self.settings, num_steps=max(heat.num_steps, 1))
         wanted: set[str] = set()
         states: dict[int, FindingChange] = {}
+        against = None
         if self.baseline is not None:
-            snap.finding_changes = self._classify(findings)
+            # the one baseline flow --check uses (both sides' cluster rules, the analysed texts)
+            against = against_baseline(self.baseline, self.loaded, self.attribution, findings, self.workspace,
+                                       self.settings)
+            snap.finding_changes = against.changes
             states = {id(c.after): c for c in snap.finding_changes if c.after is not None}
             for c in snap.finding_changes:
                 if c.state is FindingState.RESOLVED and c.finding.span is not None:
@@ -255,9 +235,8 @@ class Engine:
         snap.hotspots = list(heat.spans)
         wanted.update(snap.lines)
         wanted.update(snap.functions)
-        if self.baseline is not None:
-            b = self.baseline
-            snap.comparison = compare(b.path, b.loaded.profile, b.attribution.heat, profile, heat)
+        if against is not None:
+            snap.comparison = against.comparison
             for c in snap.comparison.lines:
                 snap.changes.setdefault(c.path, {})[c.line] = c
                 wanted.add(c.path)
@@ -318,11 +297,8 @@ class Session:
             self.job, self._primary, self.jobs, self._fresh = None, req.explicit, [], [snap]
             self._explicit = True
             return self.merged()
-        jobs = find_jobs(req.folders)
+        jobs = discovered(req.folders)
         primary = choose_job(jobs, req.open_paths)
-        if primary is None:
-            where = ", ".join(str(f) for f in req.folders) or "the workspace"
-            raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
         wanted = [primary]
         for path in req.open_paths:
             job = owner(path, jobs)

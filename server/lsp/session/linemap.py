@@ -15,16 +15,11 @@ lines stay valid because the line's text is identical.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Sequence
 
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+from msprof_lsp.mapping.source.positions import split_lines
+
 END = 1 << 62  # "to the end of the file": the last run is open-ended
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines as LSP counts them (``\\r\\n``, ``\\r``, ``\\n``), without terminators."""
-    return _NEWLINE.split(text)
 
 
 Run = tuple[int, int, int]  # (first old line, last old line, first new line), 1-based

@@ -24,8 +24,8 @@ from msprof_lsp.mapping.source.compare import Comparison, LineChange
 from msprof_lsp.mapping.source.critical_path import LinePath
 from msprof_lsp.mapping.source.heat import FunctionHeat, LineHeat, SpanHeat
 
-from ...settings import Settings
-from .linemap import split_lines
+from ...analysis.settings import Settings
+from msprof_lsp.mapping.source.positions import split_lines
 
 T = TypeVar("T")
 MAX_DERIVED = 512  # derived values kept per snapshot (a long edit session keys them by version)

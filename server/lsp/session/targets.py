@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.profile.discover import require_found
 from msprof_lsp.mapping.profile.jobs import Job
 from msprof_lsp.mapping.profile.model import ProfileKind
 
-from ... import pipeline
+from ...analysis import run
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
     out: list[JobChoice] = []
     for folder in folders:
         try:
-            jobs = pipeline.find_jobs([folder])  # the grouping --check uses
+            jobs = run.find_jobs([folder])  # the grouping --check uses
         except NoProfileFound:
             continue
         for job in jobs:
@@ -78,9 +79,13 @@ def owner(path: str, jobs: Sequence[JobChoice]) -> JobChoice | None:
     return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, _ascend(j), str(j.folder)))
 
 
-def choose_job(jobs: Sequence[JobChoice], open_paths_newest_last: Sequence[str]) -> JobChoice | None:
-    if not jobs:
-        return None
+def discovered(folders: Sequence[Path]) -> list[JobChoice]:
+    """``find_jobs``, at least one: NoProfileFound (naming the folders) when there is none."""
+    return list(require_found(find_jobs(folders), ", ".join(str(f) for f in folders) or "the workspace"))
+
+
+def choose_job(jobs: Sequence[JobChoice], open_paths_newest_last: Sequence[str]) -> JobChoice:
+    """The primary job of ``jobs`` (at least one, as ``discovered`` returns them)."""
     for path in reversed(open_paths_newest_last):
         job = owner(path, jobs)
         if job is not None:

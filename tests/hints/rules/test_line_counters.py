@@ -12,7 +12,7 @@ from rulekit import ProfileBuilder, context, frame, line_of
 
 from msprof_lsp.hints.line_counters import line_counters
 from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
-from msprof_lsp.server.settings import Settings
+from msprof_lsp.server.analysis.settings import Settings
 
 SOURCE = '''import torch
 

@@ -68,7 +68,10 @@ def test_at_and_just_below_comm_max_percent(tmp_path):
     assert f.time_per_step_us == pytest.approx(per_step / 1000)
     assert f.message.startswith("HCCL not overlapped: ")
     assert f"({pct(share_above)} of the device step), 1 allReduce" in f.message
-    assert f.message.endswith("communication-bound. Accumulate gradients with model.no_sync().")
+    # the synthetic collective is transfer-bound (its Transit is most of its Elapse): only then
+    # is it called communication-bound
+    assert ": communication-bound (transfers " in f.message
+    assert f.message.endswith("Accumulate gradients with model.no_sync().")
     assert f.severity is Severity.WARNING and f.confidence is Confidence.STACK
     assert f.evidence["source"] == "step_trace_time.csv"
     # the gradient seed kernel ties the finding to the loop's backward call, related info to step()
@@ -223,3 +226,85 @@ def test_kernel_fallback_is_clipped_to_the_step_windows(tmp_path):
     # (unclipped it would be 450 - 50 = 400 µs, 80 % of the step)
     assert f.evidence["not_overlapped_us_per_step"] == 200.0 and f.evidence["communication_us_per_step"] == 250.0
     assert not f.evidence["step_without_ignored"] and f.share == pytest.approx(0.4)
+
+
+# -- issue 23: what the collectives' time is, read from communication.json ----------------------
+
+ALEXNET = "Ascend-msinsight/{}/level1"
+QWEN_PP = "Ascend-msinsight-st-level2/level2"
+
+
+def _job_findings(relative: str, code: str = "NPU102"):
+    from msprof_lsp.mapping.profile.cluster import load_profile
+
+    loaded = load_profile([shared_fixture(relative)], use_cache=False)
+    ctx = RuleContext(loaded.profile, None, None, RuleConfig(min_share=0.0), cluster=loaded.cluster)
+    return run_rules(ctx, [rule(code)]), loaded
+
+
+def _time_info(root, op: str = "Total Op Info") -> dict:
+    comm = json.loads((root / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text())
+    [step] = comm.values()
+    return step["collective"][op]["Communication Time Info"]
+
+
+def test_real_alexnet_collectives_wait_for_the_late_rank_not_small_packets():
+    """The real 2-rank AlexNet DDP job: 106 ms in the all-reduces of rank 0, 3.7 ms of it transfer,
+    5.9 ms waiting for rank 1 (whose own waits are 0.2 ms), 96.4 ms idle: not small packets."""
+    [f], loaded = _job_findings(ALEXNET.format("text"))
+    assert loaded.cluster is not None and loaded.cluster.analysed_rank == 0
+    info = _time_info(shared_fixture(ALEXNET.format("text") + "/rank0_ascend_pt"))
+    split = f.evidence["time_split"]
+    for key, field in (("elapse_us", "Elapse Time(ms)"), ("transit_us", "Transit Time(ms)"),
+                       ("wait_us", "Wait Time(ms)"), ("idle_us", "Idle Time(ms)")):
+        assert split[key] == pytest.approx(info[field] * 1000, abs=2e-3)
+    assert (round(split["transit_us"] / 1000, 1), round(split["wait_us"] / 1000, 1),
+            round(split["idle_us"] / 1000, 1), round(split["elapse_us"] / 1000)) == (3.7, 5.9, 96.4, 106)
+    assert split["late_rank"] == 1 and not split["transfer_bound"]
+    assert "small packets" not in f.message and "communication-bound" not in f.message
+    assert "not transfer-bound: the collectives wait for a late rank (rank 1)" in f.message
+    assert "Balance rank 1's work first" in f.message
+
+
+def test_real_alexnet_one_rank_alone_still_reads_the_split():
+    """Rank 0 loaded alone: no other rank to name, the wait and the idle are still said."""
+    from msprof_lsp.mapping.profile.cluster import load_profile
+
+    profile = load_profile([shared_fixture(ALEXNET.format("text") + "/rank0_ascend_pt")], use_cache=False).profile
+    [f] = run_rules(RuleContext(profile, None, None, RuleConfig(min_share=0.0)), [rule("NPU102")])
+    assert f.evidence["time_split"]["late_rank"] is None
+    assert "the collectives wait for a late rank and sit idle between transfers" in f.message
+    assert "small packets" not in f.message and "Accumulate gradients" in f.message
+
+
+def test_real_alexnet_db_export_reads_comm_analyzer_time():
+    [f], _ = _job_findings(ALEXNET.format("db"))
+    split = f.evidence["time_split"]
+    assert 0 < split["transit_us"] < split["elapse_us"] / 2 and split["idle_us"] > split["transit_us"]
+    assert "communication-bound" not in f.message and "small packets" not in f.message
+
+
+def test_real_pipeline_send_recv_is_not_gradient_communication():
+    """Qwen3 PP=2 DP=2 (MindSpeed): on rank 0 batchSendRecv (pipeline p2p) is 314 of its 420 ms of
+    communication; grad accumulation is advised on the gradient collectives' part only."""
+    root = shared_fixture(QWEN_PP + "/rank_0_ascend_pt")
+    from msprof_lsp.mapping.profile.cluster import load_profile
+
+    profile = load_profile([root], use_cache=False).profile
+    comm = json.loads((root / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text())
+    [step] = comm.values()
+    p2p = sum(v["Communication Time Info"]["Elapse Time(ms)"] for k, v in step["p2p"].items() if k != "Total Op Info")
+    coll = sum(v["Communication Time Info"]["Elapse Time(ms)"] for k, v in step["collective"].items()
+               if k != "Total Op Info")
+    assert p2p > 2 * coll  # the pipeline's send/recv dominate
+    low = RuleConfig(min_share=0.0, thresholds=Thresholds(comm_max_percent=5))
+    [f] = run_rules(RuleContext(profile, None, None, low), [rule("NPU102")])
+    with open(root / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv", newline="") as fh:
+        [row] = list(csv.DictReader(fh))
+    not_ov_us = float(row["Communication(Not Overlapped)"])
+    assert f.time_per_step_us == pytest.approx(not_ov_us * coll / (coll + p2p), rel=1e-6)
+    assert f.evidence["pipeline_not_overlapped_us_per_step"] == pytest.approx(not_ov_us * p2p / (coll + p2p), rel=1e-6)
+    assert "pipeline send/recv" in f.message and "not counted" in f.message
+    # at the default 15% the gradient part (13% of the step) does not fire; all 420 ms (52%) did
+    assert f.share == pytest.approx(0.131, abs=1e-3)
+    assert run_rules(RuleContext(profile, None, None, RuleConfig()), [rule("NPU102")]) == []

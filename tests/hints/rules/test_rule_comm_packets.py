@@ -49,6 +49,20 @@ def _json_packets(root) -> list[tuple[int, int, float]]:
     return out
 
 
+def _json_transit(root) -> dict[str, tuple[float, float]]:
+    """Per gradient op: (its Transit Time, the sum of its links' Size Distribution times), ms."""
+    comm = json.loads((root / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text())
+    out = {}
+    for step in comm.values():
+        for op, info in step.get("collective", {}).items():
+            if op == "Total Op Info" or "allReduce" not in op:
+                continue
+            links = sum(ms for bw in info["Communication Bandwidth Info"].values()
+                        for _, ms in bw["Size Distribution"].values())
+            out[op.partition("@")[0]] = (info["Communication Time Info"]["Transit Time(ms)"], links)
+    return out
+
+
 def test_unaligned_packets_fire_on_backward_with_the_ddp_wrap(tmp_path):
     a = analyse(_run(1.937312), tmp_path)  # 1,937,312 B = 3,783.8 x 512
     [f] = a.run("NPU203", min_share=0.0)
@@ -95,7 +109,11 @@ def test_real_alexnet_ddp_buckets_end_unaligned(export):
         assert sorted({p[0] for p in bad}) == [1162496, 1937312]
         assert f.evidence["unaligned_packets"] == sum(p[1] for p in bad) == 4
         assert f.evidence["packets"] == sum(p[1] for p in packets if p[0] > 512) == 56
-        assert f.evidence["unaligned_us"] == pytest.approx(sum(p[2] for p in bad) * 1000, abs=1e-3)
+        assert f.evidence["unaligned_link_us"] == pytest.approx(sum(p[2] for p in bad) * 1000, abs=1e-3)
+        # the time is the links' share of the ops' Transit: the per-link sum runs past it
+        transit = _json_transit(shared_fixture(ALEXNET.format("text")))
+        assert 0 < f.evidence["unaligned_us"] < f.evidence["unaligned_link_us"]
+        assert f.evidence["unaligned_us"] <= sum(t for t, _ in transit.values()) * 1000
     else:
         # the DB capture is a separate run of the same job: same buckets, its own times
         assert f.evidence["unaligned_packets"] == 4
@@ -144,7 +162,9 @@ def test_small_share_threshold_is_strictly_over_20_percent(small, fires):
     assert bool(fs) is fires
     if fires:
         assert fs[0].evidence["links"]["SDMA"]["small_ratio"] == 0.21
-        assert fs[0].evidence["small_us"] == pytest.approx(0.01 * 21 * 1000)
+        # the links' 0.21 ms of small packets (of 4.16 ms link time) inside the op's 0.8 ms Transit
+        assert fs[0].evidence["small_link_us"] == pytest.approx(0.01 * 21 * 1000)
+        assert fs[0].evidence["small_us"] == pytest.approx(0.01 * 21 * 1000 * 0.8 / (0.21 + 0.05 * 79), abs=1e-3)
 
 
 def test_rdma_uses_its_own_limit():
@@ -164,5 +184,14 @@ def test_real_alexnet_buckets_are_small_packets(export):
     assert (small, sum(c for _, c, _ in packets)) == (42, 56)  # only the 18.9 MB packets are large
     sdma = f.evidence["links"]["SDMA"]
     assert (sdma["small"], sdma["packets"]) == (42, 56) and sdma["small_ratio"] == 0.75
+    split = f.evidence["time_split"]
     if export == "text":
-        assert f.evidence["small_us"] == pytest.approx(sum(ms for b, _, ms in packets if b < 16_000_000) * 1000, abs=2e-3)  # ns rounding per size
+        link_ms = sum(ms for b, _, ms in packets if b < 16_000_000)
+        assert f.evidence["small_link_us"] == pytest.approx(link_ms * 1000, abs=2e-3)  # ns rounding per size
+        assert round(link_ms, 1) == 12.1  # what NPU204 used to print: past the ops' 3.7 ms of Transit
+        assert split["transit_us"] == pytest.approx(3683.353, abs=1e-3)
+    # issue 23: a per-link figure is never a share and never exceeds the Transit it belongs to
+    assert 0 < f.evidence["small_us"] <= split["transit_us"] < f.evidence["small_link_us"]
+    assert f.time_per_step_us == pytest.approx(f.evidence["small_us"])
+    # the collectives mostly wait: packet overhead is not what binds them
+    assert not split["transfer_bound"] and "mostly wait, not transfer" in f.message

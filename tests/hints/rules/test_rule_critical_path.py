@@ -90,6 +90,56 @@ def test_sync_bound_threshold(src, percent, fires):
     assert any(f.span.line == line_of(SOURCE, ".item()") for f in fs) is fires
 
 
+def _item_without_runtime_call(path: Path):
+    """As ``_sync_bound`` but no runtime sync call was recorded inside .item() (a Level0 capture,
+    a trace without the CANN/CUDA API events): the host's 600 µs in aten::item lie on the path
+    as host time -- the host waiting for the MatMul's value, not failing to launch."""
+    b = ProfileBuilder()
+    mm = b.op("aten::matmul", 900, 100, stack=[frame(path, line_of(SOURCE, "torch.matmul"), "step")])
+    b.kernel("MatMul", 1000, 1580, op=mm)
+    b.op("aten::item", 2000, 600, stack=[frame(path, line_of(SOURCE, ".item()"), "step")])
+    b.op("aten::add", 2600, 1000, stack=[frame(path, line_of(SOURCE, "torch.add"), "step")])
+    return b.build()
+
+
+def test_item_is_a_sync_never_the_device_waiting_for_a_launch(src):
+    """issue 23: NPU251 said the device waits for the host to launch during .item()."""
+    fs = only(findings(_item_without_runtime_call(src), ["NPU251"], [src.parent], config=_cfg(50)), "NPU251")
+    (f,) = [f for f in fs if f.span.line == line_of(SOURCE, ".item()")]
+    assert f.evidence["bound"] == "sync" and f.evidence["see"] == "NPU108"
+    assert f.evidence["charged_us"]["sync"] == 600.0 and f.evidence["charged_us"]["host"] == 0.0
+    assert f.evidence["waits"] == [{"name": "aten::item (host blocked for a device value)", "us": 600.0}]
+    assert "waits for the host to launch" not in f.message and "the host blocks here until the device is done" in f.message
+    # the add line's host time is still the host's own: launch-bound
+    (add,) = [f for f in fs if f.span.line == line_of(SOURCE, "torch.add")]
+    assert add.evidence["bound"] == "host" and "waits for the host to launch" in add.message
+
+
+def test_samples_item_lines_are_never_launch_bound():
+    """Both NPU samples call .item() every step (tiny_transformer: print(loss.item()); cnn: its
+    loss log): the host's time in aten::item / _local_scalar_dense on the path is a sync, and no
+    NPU251 finding on those lines says the device waits for a launch."""
+    from conftest import REPO
+
+    from msprof_lsp.server.analysis.run import analyse_paths
+    from msprof_lsp.server.analysis.settings import Settings
+
+    for sample, needle in (("tiny_transformer", "loss.item()"), ("cnn_classifier", ".item()")):
+        root = REPO / "samples" / sample
+        item_lines = {i + 1 for i, text in enumerate((root / "train.py").read_text().splitlines()) if needle in text}
+        assert item_lines
+        [a] = analyse_paths([root], Settings(min_share=0.0, select=("NPU251",)), profile=root / "npu_profile",
+                            use_cache=False)
+        fs = a.findings
+        assert fs  # the samples' host-bound lines still fire
+        on_item = [f for f in fs if f.span is not None and f.span.path.endswith("train.py") and f.span.line in item_lines]
+        assert all("waits for the host to launch" not in f.message for f in on_item), [f.message for f in on_item]
+        if sample == "tiny_transformer":  # its .item() lies on the path: 24.5 µs in _local_scalar_dense
+            (f,) = on_item
+            assert f.evidence["bound"] == "sync" and f.evidence["see"] == "NPU108"
+            assert f.evidence["waits"][0]["name"].startswith("aten::_local_scalar_dense (host blocked")
+
+
 def _copy_bound(path: Path):
     """.npu() [100, 200) launches an H2D copy MEMCPY_ASYNC [200, 1200) that ends the step: the
     copy's 1000 is on the path (bandwidth), with 100 of launch delay (host); own 1000 + 100."""

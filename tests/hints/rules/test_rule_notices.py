@@ -146,6 +146,57 @@ def test_source_newer_than_the_capture(tmp_path, offset_s, edited, fires):
         assert fs[0].evidence["re_anchored"] >= 1
 
 
+def _stale(tmp_path: Path, text: str, line: int, *, newer: bool = True):
+    """train.py saved 1 s after (or before) the capture, an aten::relu recorded at ``line`` of f()."""
+    src = tmp_path / "train.py"
+    src.write_text(text)
+    mtime_ns = 1_750_000_000 * 10**9
+    os.utime(src, ns=(mtime_ns, mtime_ns))
+    b = ProfileBuilder(collection_end_ns=mtime_ns - 10**9 if newer else mtime_ns + 10**9)
+    b.op("aten::relu", 10, 20, stack=[frame(src, line, "f")])
+    sc = b.op("aclnnRelu", 12, 10)
+    b.kernel("aclnnRelu_Relu_Relu", 14, 5, op=sc, type="Relu")
+    return only(findings(b.build(), ["NPU902"], [tmp_path]), "NPU902")
+
+
+RECORDED = "import torch\n\n\ndef f(x):\n    y = helper(x)\n    return torch.relu(y)\n\n\ndef helper(x):\n    return x\n"
+
+
+def test_touched_file_whose_lines_still_hold_their_calls_is_quiet(tmp_path):
+    """issue 23: a newer mtime alone never fires. The op is recorded at line 5, which holds
+    helper(x), not a relu: the anchoring re-finds torch.relu on line 6 (a miss on an unedited
+    file), which used to fire NPU902; the recorded line still holds a call of f(): no notice."""
+    assert _stale(tmp_path, RECORDED, 5) == []
+
+
+def test_edited_anchored_call_fires(tmp_path):
+    """The call on the recorded line 5 was edited away (an assignment without a call took its
+    line, the relu moved to line 6): NPU902, naming line 5."""
+    edited = "import torch\n\n\ndef f(x):\n    x = x * 2\n    return torch.relu(x)\n"
+    [f] = _stale(tmp_path, edited, 5)
+    # re-found on line 6 (the forward site and its backward's)
+    assert f.evidence["changed_lines"] == [5] and f.evidence["re_anchored"] == 2
+    assert "recorded line 5 no longer holds the recorded call" in f.message
+    older = tmp_path / "older"
+    older.mkdir()
+    assert _stale(older, edited, 5, newer=False) == []  # saved before the capture ended: not stale
+
+
+def test_call_replaced_by_another_torch_call_fires(tmp_path):
+    """torch.relu on the recorded line replaced by torch.sigmoid: a torch function named otherwise
+    cannot have launched the recorded aten::relu."""
+    edited = "import torch\n\n\ndef f(x):\n    return torch.sigmoid(x)\n"
+    [f] = _stale(tmp_path, edited, 5)
+    assert f.evidence["changed_lines"] == [5] and f.evidence["dropped"] == 1
+
+
+def test_dropped_anchor_on_an_edited_line_fires(tmp_path):
+    """The relu is gone from f() and line 5 is blank now: the anchor is dropped and NPU902 says so."""
+    edited = "import torch\n\n\ndef f(x):\n\n    return x\n"
+    [f] = _stale(tmp_path, edited, 5)
+    assert f.evidence["dropped"] == 1 and f.evidence["changed_lines"] == [5]
+
+
 # -- NPU903 ------------------------------------------------------------------------------------
 
 
@@ -179,3 +230,30 @@ def test_declared_level1_rules():
 
     all_rules()  # imports every rule module
     assert "NPU230" in gating.declared_level1()
+
+
+def test_sample_touched_is_quiet_and_edited_fires(tmp_path):
+    """The tiny_transformer sample copied and touched (every file newer than its capture, same
+    text): no NPU902. Two lines inserted at the top of model.py: NPU902 on model.py only."""
+    import shutil
+
+    from conftest import REPO
+
+    from msprof_lsp.server.analysis.run import analyse_paths
+    from msprof_lsp.server.analysis.settings import Settings
+
+    root = tmp_path / "tiny_transformer"
+    shutil.copytree(REPO / "samples" / "tiny_transformer", root)
+    settings = Settings(min_share=0.0, select=("NPU902",))
+
+    def run():
+        [a] = analyse_paths([root], settings, profile=root / "npu_profile", use_cache=False)
+        return a.findings
+
+    for py in root.glob("*.py"):
+        os.utime(py)  # now: years after the 2025 capture
+    assert run() == []
+    model = root / "model.py"
+    model.write_text("# a comment\n# another\n" + model.read_text())
+    [f] = run()
+    assert f.span.path == str(model) and f.evidence["changed_lines"]

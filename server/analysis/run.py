@@ -1,5 +1,5 @@
-"""The whole analysis, shared by ``--check`` and the language server:
-profile on disk -> Profile -> Attribution (SourceHeat) -> findings.
+"""The per-job run, shared by ``--check`` and the language server:
+discover -> load -> attribute (SourceHeat) -> rules (``hints.engine.run_rules``) -> findings.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from pathlib import Path
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.mapping.profile import safe_io
+from msprof_lsp.mapping.profile import cache, safe_io
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.profile.cluster import LoadResult, load_job, load_profile
-from msprof_lsp.mapping.profile.discover import WHAT_WE_LOOK_FOR
-from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.profile.discover import require_found
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.jobs import Job, discover_jobs
 from msprof_lsp.mapping.profile.locations import Progress, no_progress
@@ -79,6 +78,13 @@ def analyse_loaded(loaded: LoadResult, workspace: SourceWorkspace, settings: Set
     return Analysis(loaded, workspace, attribution, findings)
 
 
+def keep_derived(loaded: LoadResult, settings: Settings) -> None:
+    """Write what the analysis derived from the profile alone (critical paths, op tokens) beside
+    its cache entry, so the next run reads it (mapping.cache.store_derived); a profile that did
+    not come from or go to the cache (``--no-cache``, ranks of a process pool) has no entry."""
+    cache.store_derived(loaded.location, loaded.profile, _cache_dir(settings))
+
+
 def _cache_dir(settings: Settings) -> Path | None:
     return settings.resolve_path(settings.cache_dir) if settings.cache_dir else None
 
@@ -92,11 +98,7 @@ def load_found_job(job: Job, settings: Settings, *, use_cache: bool = True, prog
 def find_jobs(paths: Sequence[Path]) -> list[Job]:
     # One walk; runs are grouped into jobs first and newest-run-per-rank is chosen inside a job,
     # so two samples' rank-0 profiles never compete and unrelated traces never form a cluster.
-    jobs = discover_jobs(list(paths))
-    if not jobs:
-        looked = ", ".join(str(p) for p in paths)
-        raise NoProfileFound(looked, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
-    return jobs
+    return list(require_found(discover_jobs(list(paths)), ", ".join(str(p) for p in paths)))
 
 
 def analyse_paths(
@@ -128,4 +130,6 @@ def analyse_paths(
             roots = [job.source_root(boundary)]
         loaded = load_found_job(job, settings, use_cache=use_cache, progress=progress)
         analyses.append(analyse_loaded(loaded, build_workspace(roots, settings), settings))
+        if use_cache:
+            keep_derived(loaded, settings)
     return analyses

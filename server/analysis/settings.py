@@ -1,5 +1,8 @@
-"""The one settings model, read from (later wins): defaults -> ``[tool.msprof-lsp]`` in the nearest
-pyproject.toml -> LSP initializationOptions / workspace/configuration -> command-line flags.
+"""The one settings model and its one resolver (``resolve``), read from (later wins): defaults ->
+``[tool.msprof-lsp]`` in the nearest pyproject.toml at or above the checked path (``--check``) or
+the workspace folder (the editor, never above its workspace root) -> LSP initializationOptions /
+workspace/configuration -> command-line flags. What a change of each field re-triggers in the
+editor is declared on the model (``on_change``).
 
 A pyproject.toml belongs to the repository, which may be hostile: settings that name a place to
 write (``cacheDir``, ``user_only`` below) are ignored there with a warning naming the file, and
@@ -10,24 +13,26 @@ file itself is read through ``safe_io.read_toml`` (size and nesting limits). Wha
 
 The annotated ``Settings`` fields (and the rule ``Thresholds`` they compose) are the single source
 of truth: ``SETTINGS`` reads them, and the validation below, the docs table and the VS Code manifest
-(``python -m msprof_lsp.server.settings_schema``) all derive from it. Keys are camelCase in the
+(``python -m msprof_lsp.server.settings_schema``) all derive from it; the rule settings are
+declared once, on ``hints.config.RuleConfig``, which ``Settings`` extends. Keys are camelCase in the
 editor and kebab-case in TOML. Unknown keys and invalid values produce warnings (and the previous
 value), never an exception.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 import reprlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from msgspec import Meta
 
-from msprof_lsp.hints.config import DEFAULT_MIN_SHARE, RuleConfig, SettingSpec, Thresholds, setting_specs
+from msprof_lsp.hints.config import RuleConfig, SettingSpec, setting_specs
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.profile import safe_io
@@ -55,54 +60,74 @@ _PATH_MAPPING_SCHEMA = {
     }
 }
 
-CompileBackend = Literal["auto", "npu", "inductor"]
+class Retrigger(enum.Enum):
+    """What a changed setting makes the editor redo (``ON_CHANGE`` in a field's metadata)."""
+
+    RELOAD = "reload"  # load the profile again (what is loaded, how it maps to source)
+    BASELINE = "baseline"  # load the baseline again
+    RULES = "rules"  # re-run the rules on the loaded profile
+    VIEW = "view"  # refresh code lenses / inlay hints
+
+
+ON_CHANGE = "on_change"
+
+
+def _on(what: Retrigger, default: Any) -> Any:
+    return field(default=default, metadata={ON_CHANGE: what})
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(RuleConfig):
     """Every setting, annotated: ``setting_specs(Settings)`` turns the fields into keys (camelCase,
     kebab-case in TOML), JSON types, ranges, defaults and descriptions for the conversion below,
-    the docs table and the VS Code manifest (``python -m msprof_lsp.server.settings_schema``)."""
+    the docs table and the VS Code manifest (``python -m msprof_lsp.server.settings_schema``).
+
+    The rule settings (selection, severities, minimum share, thresholds, compile backend) are
+    declared once, on ``RuleConfig``, which this class extends; a change of one re-runs the rules.
+    Each field declared here names what its change re-triggers in its metadata."""
 
     profile: Annotated[str, Meta(description="Profile directory or file to load. Empty: discover under the workspace folder.",
-                                 extra={"path": True})] = ""
-    select: Annotated[tuple[str, ...], Meta(description="Rule codes or prefixes to enable (empty = all), e.g. [\"NPU1\"].")] = ()
-    ignore: Annotated[tuple[str, ...], Meta(description="Rule codes or prefixes to disable, e.g. [\"NPU9\"].")] = ()
-    severity: Annotated[dict[str, Severity], Meta(description="Severity per rule code or prefix: error, warning, info or hint.")] = field(default_factory=dict)
-    min_share: Annotated[float, Meta(ge=0, le=1, description="Findings below this share of step time (0..1) are not reported.")] = DEFAULT_MIN_SHARE
-    rank: Annotated[int | None, Meta(ge=0, description="Rank of a multi-rank profile to analyse. Empty: the slowest rank.")] = None
+                                 extra={"path": True})] = _on(Retrigger.RELOAD, "")
+    rank: Annotated[int | None, Meta(ge=0, description="Rank of a multi-rank profile to analyse. Empty: the slowest rank.")] = _on(Retrigger.RELOAD, None)
     path_mappings: Annotated[tuple[tuple[str, str], ...], Meta(
         description="Where profile paths differ from local ones: [\"/remote/prefix=/local/prefix\", ...] or [{\"remote\": ..., \"local\": ...}]. A local prefix outside the workspace folders is not followed.",
-        extra_json_schema=_PATH_MAPPING_SCHEMA)] = ()
-    code_lens: Annotated[bool, Meta(description="Show code lenses with device time over hot functions and lines.")] = True
-    inlay_hints: Annotated[bool, Meta(description="Show the share of step time at the end of hot lines.")] = False
+        extra_json_schema=_PATH_MAPPING_SCHEMA)] = _on(Retrigger.RELOAD, ())
+    code_lens: Annotated[bool, Meta(description="Show code lenses with device time over hot functions and lines.")] = _on(Retrigger.VIEW, True)
+    inlay_hints: Annotated[bool, Meta(description="Show the share of step time at the end of hot lines.")] = _on(Retrigger.VIEW, False)
     baseline: Annotated[str, Meta(description="An earlier profile of the same code to compare against (before/after).",
-                                  extra={"path": True})] = ""
+                                  extra={"path": True})] = _on(Retrigger.BASELINE, "")
     cache_dir: Annotated[str, Meta(
         description="Where the linked-profile cache lives (an absolute path; a user setting, never read from a workspace). Empty: the user cache directory.",
-        extra={"path": True, "absolute": True, "user_only": True, "scope": "machine"})] = ""
-    third_party_roots: Annotated[tuple[str, ...], Meta(description="Extra path fragments whose frames are skipped like site-packages.")] = ()
-    compile_backend: Annotated[CompileBackend, Meta(
-        description="torch.compile backend the NPU101 fix writes: auto (npu for Ascend profiles, inductor otherwise), npu or inductor.")] = "auto"
-    thresholds: Thresholds = Thresholds()  # each field is a flat setting: smallKernelUs / small-kernel-us
-    base_dir: str = ""  # not a setting: relative paths in settings resolve against this (workspace / pyproject dir)
+        extra={"path": True, "absolute": True, "user_only": True, "scope": "machine"})] = _on(Retrigger.RELOAD, "")
+    third_party_roots: Annotated[tuple[str, ...], Meta(description="Extra path fragments whose frames are skipped like site-packages.")] = _on(Retrigger.RELOAD, ())
+    # not a setting: relative paths in settings resolve against this (workspace / pyproject dir)
+    base_dir: str = _on(Retrigger.RELOAD, "")
 
     def rule_config(self) -> RuleConfig:
-        return RuleConfig(
-            select=self.select,
-            ignore=self.ignore,
-            severity=dict(self.severity),
-            min_share=self.min_share,
-            thresholds=self.thresholds,
-            compile_backend=self.compile_backend,
-            third_party_roots=self.third_party_roots,
-        )
+        """The rules' part alone (hints never see the load and view settings)."""
+        return RuleConfig(**{f.name: getattr(self, f.name) for f in fields(RuleConfig)})
 
     def resolve_path(self, value: str) -> Path:
         p = Path(value).expanduser()
         if not p.is_absolute() and self.base_dir:
             p = Path(self.base_dir) / p
         return p
+
+
+_RULE_FIELDS = frozenset(f.name for f in fields(RuleConfig))
+
+
+def on_change(name: str) -> Retrigger:
+    """What a change of the ``Settings`` field ``name`` re-triggers: RULES for the fields of
+    ``RuleConfig``, else the field's own ``ON_CHANGE`` metadata (KeyError when it has none)."""
+    if name in _RULE_FIELDS:
+        return Retrigger.RULES
+    return Settings.__dataclass_fields__[name].metadata[ON_CHANGE]
+
+
+def retriggers(old: Settings, new: Settings) -> frozenset[Retrigger]:
+    """What going from ``old`` to ``new`` re-triggers (empty: nothing changed)."""
+    return frozenset(on_change(f.name) for f in fields(Settings) if getattr(old, f.name) != getattr(new, f.name))
 
 
 SETTINGS: tuple[SettingSpec, ...] = setting_specs(Settings)
@@ -290,14 +315,59 @@ def _current(settings: Settings, spec: SettingSpec) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above ``start`` (a file or a directory)."""
+def find_pyproject(start: Path, stop: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml at or above ``start`` (a file or a directory), looking no higher
+    than ``stop`` (a workspace root) when given, else up to the filesystem root."""
     here = start if start.is_dir() else start.parent
     for d in (here, *here.parents):
         candidate = d / "pyproject.toml"
-        if candidate.is_file():
+        if candidate.exists():  # not is_file(): a FIFO or a device there gets its warning from the reader
             return candidate
+        if d == stop:
+            break
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """Settings the user gave (editor settings, command-line flags): not confined."""
+
+    origin: str  # named in warnings: "command line", "initializationOptions", ...
+    values: Mapping[str, Any] | None
+
+
+def resolve(
+    start: Path | None, *, workspace_roots: Sequence[Path] | None, layers: Sequence[Layer] = (),
+    base_dir: Path | None = None,
+) -> tuple[Settings, list[str]]:
+    """The one resolver, for ``--check`` and the editor. Later wins: the defaults ->
+    ``[tool.msprof-lsp]`` of the nearest pyproject.toml at or above ``start`` (the checked path, or
+    the workspace folder) -> each of ``layers`` in order.
+
+    ``workspace_roots`` (the editor's folders): the pyproject is looked for no higher than the
+    outermost root holding ``start``, and the paths it names to read must lie inside the roots.
+    None (``--check``): looked for up to the filesystem root; the paths it names must lie inside
+    its own folder or ``start``. Relative paths resolve against the pyproject's folder when it
+    has a ``[tool.msprof-lsp]`` table, else against ``base_dir``."""
+    settings = Settings(base_dir=str(base_dir) if base_dir else "")
+    warnings: list[str] = []
+    if start is not None:
+        start = start.resolve()
+        stop: Path | None = None  # --check: up to the filesystem root
+        confined: list[Path] | None = None
+        if workspace_roots is not None:
+            confined = [Path(r).resolve() for r in workspace_roots]
+            # the outermost workspace root holding ``start``: no folder above it is the workspace's
+            stop = min((r for r in confined if r == start or r in start.parents), key=lambda r: len(r.parts),
+                       default=start)
+        pyproject = find_pyproject(start, stop)
+        if pyproject is not None:
+            homes = confined if confined is not None else [pyproject.parent, start]
+            settings, warnings = from_pyproject(settings, pyproject, roots=homes)
+    for layer in layers:
+        settings, more = apply(settings, dict(layer.values) if layer.values is not None else None, layer.origin)
+        warnings += more
+    return settings, warnings
 
 
 def from_pyproject(
