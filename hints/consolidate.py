@@ -38,7 +38,7 @@ def consolidate(findings: list[Finding], ctx: RuleContext) -> list[Finding]:
     # (hints.fixed_in_source): it charges nothing now and folds nothing in
     charged = [{} if "fixed_in_source" in f.evidence else charges(t, f) for f in findings]
     kept: list[Finding] = []
-    for members in _groups(charged):
+    for members in _groups(charged, [GENERALITY.get(f.code, 0) > 0 for f in findings]):
         if len(members) == 1:
             kept.append(findings[members[0]])
             continue
@@ -64,8 +64,11 @@ def same_cause(a: Charges, b: Charges) -> bool:
     return overlap(a, b) >= MERGE_OVERLAP * min(sum(a.values()), sum(b.values()))
 
 
-def _groups(charged: Sequence[Charges]) -> list[list[int]]:
-    """Connected groups of findings, two joined when ``same_cause``; in input order."""
+def _groups(charged: Sequence[Charges], general: Sequence[bool]) -> list[list[int]]:
+    """Groups of findings that charge the same time, in input order. Specific findings join
+    transitively; a general one (``GENERALITY``: a broad symptom such as device idle) joins the one
+    group it shares the most time with, so it never bridges two causes (the DataLoader's wait and
+    the optimizer's host time both overlap the device idle, and stay two)."""
     parent = list(range(len(charged)))
 
     def root(i: int) -> int:
@@ -78,9 +81,22 @@ def _groups(charged: Sequence[Charges]) -> list[list[int]]:
     for i, c in enumerate(charged):
         for k in c:
             by_key[k].append(i)
-    pairs = {(a, b) for idx in by_key.values() for n, a in enumerate(idx) for b in idx[n + 1:]}
-    for a, b in sorted(pairs):
-        if root(a) != root(b) and same_cause(charged[a], charged[b]):
+    pairs = sorted({(a, b) for idx in by_key.values() for n, a in enumerate(idx) for b in idx[n + 1:]})
+    same = [(a, b) for a, b in pairs if same_cause(charged[a], charged[b])]
+    for a, b in same:
+        if not general[a] and not general[b] and root(a) != root(b):
+            parent[root(b)] = root(a)
+    best: dict[int, tuple[float, int]] = {}  # general finding -> (shared ns, specific partner)
+    for a, b in same:
+        for g, o in ((a, b), (b, a)):
+            if general[g] and not general[o]:
+                shared = overlap(charged[g], charged[o])
+                if shared > best.get(g, (-1.0, -1))[0]:
+                    best[g] = (shared, o)
+    for g, (_, o) in best.items():
+        parent[root(g)] = root(o)
+    for a, b in same:  # general findings with no specific partner: among themselves
+        if general[a] and general[b] and a not in best and b not in best and root(a) != root(b):
             parent[root(b)] = root(a)
     groups: dict[int, list[int]] = defaultdict(list)
     for i in range(len(charged)):

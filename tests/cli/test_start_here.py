@@ -43,7 +43,9 @@ def test_json_start_here_indexes_the_top_findings_by_saving_then_share(doc):
     rest = [f for i, f in enumerate(findings) if i not in top and not f["code"].startswith("NPU9")
             and (f["share"] > 0 or (f["saving"]["us_per_step"] or 0) > 0)]
     assert all(_key(f) >= _key(chosen[-1]) for f in rest)
-    assert findings[top[0]]["code"] == "NPU104"  # the DataLoader: 54 % of the wall step
+    known = [f["saving"]["us_per_step"] for f in findings if f["saving"]["us_per_step"] is not None]
+    if known:  # the biggest known saving opens the list
+        assert findings[top[0]]["saving"]["us_per_step"] == max(known)
     for f in findings:
         assert set(f["saving"]) == {"us_per_step", "low_us", "high_us", "basis"}
         assert f["share_of"] in ("wall-step", "device-step") and 0 <= f["share"] <= 1
