@@ -233,7 +233,9 @@ def run_ours(profile: Path, sources: Path, min_share_zero: bool) -> dict:
 
 
 def _codes_of(report: dict) -> set[str]:
-    return {f["code"] for f in report.get("findings", [])}
+    """The codes that fired: each finding's, and those folded into it as the same cause
+    (``evidence.same_cause``, docs/rules/README.md "One finding per cause")."""
+    return {c for f in report.get("findings", []) for c in (f["code"], *f.get("evidence", {}).get("same_cause", []))}
 
 
 def _capture_us(report: dict, key: str) -> float | None:

@@ -32,21 +32,29 @@ MAX_FIX_WORDS = 12
 MAX_LIBRARY_LINES = 3  # library lines named in relatedInformation and evidence
 
 
+def denominator(of: ShareOf) -> str:
+    """How a share's denominator is printed: "the wall step" / "the device step"."""
+    return "the wall step" if of is ShareOf.WALL_STEP else "the device step"
+
+
 def format_message(
     short: str,
     *,
     per_step_us: float,
-    share: float,
+    share: float | None,
     diagnosis: str,
     fix: str,
     count: int | None = None,
     unit: str = "",
     qualifier: str = "",
+    of: ShareOf = ShareOf.DEVICE_STEP,
 ) -> str:
-    """``<Short name>: <count> <unit>, <time>/step (<impact>% of step)[, <qualifier>]: <diagnosis>. <fix>.``
+    """``<Short name>: <count> <unit>, <time>/step (<share> of the <wall|device> step)[, <qualifier>]: <diagnosis>. <fix>.``
 
-    ``fix`` must be at most 12 words; longer advice belongs in the rule's doc
-    page, so a longer one raises ValueError (a programming error the rule's tests catch).
+    ``of``: the share's denominator, always printed with it; ``share`` None leaves the share out
+    (blocked time, time summed over links: no part of the step). ``fix`` must be at most 12 words;
+    longer advice belongs in the rule's doc page, so a longer one raises ValueError (a
+    programming error the rule's tests catch).
     """
     if len(fix.split()) > MAX_FIX_WORDS:
         raise ValueError(f"fix text longer than {MAX_FIX_WORDS} words: {fix!r}")
@@ -54,7 +62,8 @@ def format_message(
     qual = f", {qualifier}" if qualifier else ""
     diagnosis = diagnosis.rstrip(".")
     fix = fix.rstrip(".")
-    return f"{short}: {head}{format_us(per_step_us)}/step ({format_share(share)} of step){qual}: {diagnosis}. {fix}."
+    part = f" ({format_share(share)} of {denominator(of)})" if share is not None else ""
+    return f"{short}: {head}{format_us(per_step_us)}/step{part}{qual}: {diagnosis}. {fix}."
 
 
 class RuleContext:
@@ -166,18 +175,21 @@ class RuleContext:
 
     # -- findings -----------------------------------------------------------------------------
 
-    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "", wall: bool = False, step_ns: float | None = None) -> str:
-        """``format_message`` with the time and share computed from a capture total."""
+    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "", wall: bool = False, step_ns: float | None = None, show_share: bool = True) -> str:
+        """``format_message`` with the time and share computed from a capture total; the share is
+        of the wall step with ``wall``, else of the device step. ``show_share=False``: the time is
+        no part of the step to print as a share of it (time the host is blocked, summed link time)."""
         per = self.per_step_ns(total_ns)
         return format_message(
             short,
             per_step_us=per / NS_PER_US,
-            share=self.share(per, wall=wall, step_ns=step_ns),
+            share=self.share(per, wall=wall, step_ns=step_ns) if show_share else None,
             diagnosis=diagnosis,
             fix=fix,
             count=count,
             unit=unit,
             qualifier=qualifier,
+            of=ShareOf.WALL_STEP if wall else ShareOf.DEVICE_STEP,
         )
 
     def finding(

@@ -1,6 +1,7 @@
 """Run the rules over one profile: select/ignore, severity, min_share, suppressions, isolation.
 
-``run_rules`` is the single entry point the server and ``--check`` call. Rules return fix offers;
+``run_rules`` is the single entry point the server and ``--check`` call; it ends by folding
+findings that charge the same time into one (``hints.consolidate``). Rules return fix offers;
 with ``fixes=True`` (``--check``, tests) they are expanded here into edits, one parse per file;
 the language server passes False and expands them when code actions are asked for. A rule that raises does
 not stop the others: it becomes one ``Information`` notice naming the rule and the error (and
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from .context import RuleContext
 from .finding import Finding, Severity
+from .consolidate import consolidate
 from .fixes.offers import expand
 from .source_query import runs_pytorch
 from .registry import Rule, all_rules
@@ -96,6 +98,9 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
     # what each fix would save (docs/savings.md), from the effects the rules gave: savings first,
     # then anything that compares findings by them
     fill_savings(out, ctx)
+    # one finding per cause: after the cuts above, so a selected-out or suppressed rule never
+    # joins a group (docs/rules/README.md "One finding per cause")
+    out = consolidate(out, ctx)
     if fixes:
         expand(out, ctx.source_text)
     return _ordered(out)

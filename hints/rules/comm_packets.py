@@ -132,6 +132,7 @@ class CommSmallPackets(Rule):
             qualifier=f"{e['small_ratio']:.0%} of {worst} packets under {e['limit_mb']:g} MB",
             diagnosis=diagnosis,
             fix="Send larger buckets: raise bucket_cap_mb or accumulate gradients",
+            show_share=False,  # packet time summed over links and streams: no share of the step
         )
         evidence = {
             "links": {g: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in x.items()} for g, x in groups.items()},

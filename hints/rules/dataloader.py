@@ -91,7 +91,7 @@ class DataloaderInput(Rule):
         if dl_hit:
             qual = ["worker processes" if multi else "single process"]
             if h2d_hit:
-                qual.append(f"H2D copies {h2d_share * 100:.1f}% of step")
+                qual.append(f"H2D copies {h2d_share * 100:.1f}% of the device step")
             message = ctx.message(
                 "DataLoader", total_ns=dl_ns, count=round(len(rows) / steps), unit="fetch" if round(len(rows) / steps) == 1 else "fetches",
                 qualifier=", ".join(qual), diagnosis=f"the {_waiter(ctx)} waits for the next batch", fix=fix_text, wall=True,

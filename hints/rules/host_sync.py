@@ -131,7 +131,8 @@ class HostSync(Rule):
         per_count = round(count / steps)
         message = ctx.message(
             short, total_ns=float(g.ns), count=per_count, unit="sync" if per_count == 1 else "syncs",
-            diagnosis=f"host waits for the {device}", fix=fix_text, wall=True,
+            diagnosis=f"host blocked, waiting for the {device}", fix=fix_text, wall=True,
+            show_share=False,  # blocked time is no share of the step: removing the sync saves at most the device's idle after it
         )
         by_name: dict[str, list[int]] = defaultdict(list)
         for n, d in items:

@@ -244,7 +244,7 @@ class UnattributedTime(Notice):
         refused = sorted(n.removesuffix("; not mapped") for n in a.heat.notes if ": not parsed: " in n)[:3]
         if refused:  # a source file over a safety limit is said, not silently lost
             tail += "; " + "; ".join(refused)
-        msg = (f"Unattributed device time: {format_us(per / 1000)}/step ({share * 100:.1f}% of step) in "
+        msg = (f"Unattributed device time: {format_us(per / 1000)}/step ({share * 100:.1f}% of the device time) in "
                f"{len(sub)} kernels reached no workspace line, mostly {shown}{tail}.")
         yield ctx.finding(self, span=None, message=msg, total_ns=total, step_ns=device_ns, confidence=Confidence.MODULE,
                           evidence={

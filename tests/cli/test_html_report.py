@@ -172,7 +172,8 @@ def _expected(case: Case, tmp_path: Path) -> dict[str, object]:
     times = {loc.rank: _step_time(Path(loc.path)) for loc in locations}
     slowest = max(times, key=lambda r: times[r] or 0.0) if all(times.values()) else None
     return {"ranks": len(locations), "slowest": slowest, "bars": bars, "lanes": lanes, "step": step, "cells": _matrix_ranks(rank_dirs) ** 2,
-            "hotspots": len(doc["hotspots"]), "hot": hot, "multi": len(locations) > 1}
+            "hotspots": len(doc["hotspots"]), "hot": hot, "multi": len(locations) > 1,
+            "start": [doc["findings"][i]["code"] for i in doc["start_here"]]}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -194,6 +195,10 @@ def test_the_html_report_renders_with_the_profiles_counts(case: Case, tmp_path: 
     root = dom.by_id("msprof-report")
     assert root.get("data-rendered") == "true", "the renderer did not run"
 
+    # the page opens with "Start here": the JSON's start_here, in its order
+    assert [a["data-code"] for a in dom.having("msprof-start-item")] == expected["start"]
+    if expected["start"]:
+        assert dom_run.stdout.index("class=\"msprof-start-here\"") < dom_run.stdout.index("class=\"msprof-job\"")
     assert len(dom.having("msprof-bar")) == expected["bars"]
     lanes = dom.having("msprof-lane")
     assert len(lanes) == expected["lanes"], [a["data-lane"] for a in lanes]

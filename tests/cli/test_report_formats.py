@@ -133,8 +133,11 @@ def test_json_positions_are_one_based_code_points(run):
 
 def test_text_groups_by_file_and_fits_80_columns(run):
     out = text.render(run, color=False)
-    # Profile-level findings (no source line) come first, then one group per file.
-    assert out.index("(profile)") < out.index("\npkg/model.py\n")
+    # The report opens with "Start here"; then one group per file (profile-level findings under
+    # "(profile)"), the groups and the findings in them by saving, then share: NPU101's 4.8 %
+    # before the profile-level notice with none.
+    assert out.startswith("Start here\n  1. pkg/model.py:5  NPU101 relu-dropout-fusion\n")
+    assert out.index("\npkg/model.py\n") < out.index("\n(profile)\n")
     assert "warning NPU101" in out and "fix: Compile ReLU+Dropout with torch.compile (review)" in out
     assert fits_80_columns(out)
     assert "Found 3 findings (1 warning, 1 info, 1 hint) in 1 file." in out

@@ -108,11 +108,11 @@ def test_message_format_matches_the_catalog_examples():
     assert format_message(
         "ReLU→Dropout", count=3, unit="kernels", per_step_us=412, share=0.048, qualifier="each < 50 µs",
         diagnosis="dispatch-bound", fix="No fused NPU API; compile the pair or use inplace ReLU",
-    ) == "ReLU→Dropout: 3 kernels, 412 µs/step (4.8% of step), each < 50 µs: dispatch-bound. No fused NPU API; compile the pair or use inplace ReLU."
+    ) == "ReLU→Dropout: 3 kernels, 412 µs/step (4.8% of the device step), each < 50 µs: dispatch-bound. No fused NPU API; compile the pair or use inplace ReLU."
     assert format_message(
         "HCCL not overlapped", per_step_us=13_400, share=0.22, qualifier="48 allReduce",
         diagnosis="communication-bound", fix="Accumulate gradients with model.no_sync().",
-    ) == "HCCL not overlapped: 13.4 ms/step (22.0% of step), 48 allReduce: communication-bound. Accumulate gradients with model.no_sync()."
+    ) == "HCCL not overlapped: 13.4 ms/step (22.0% of the device step), 48 allReduce: communication-bound. Accumulate gradients with model.no_sync()."
     with pytest.raises(ValueError):
         format_message("X", per_step_us=1, share=0, diagnosis="d", fix="one two three four five six seven eight nine ten eleven twelve thirteen")
 
@@ -123,7 +123,7 @@ def test_context_numbers_per_step_and_share():
     assert ctx.per_step_us(8 * MS) == 2000.0
     assert ctx.share(ctx.per_step_ns(8 * MS)) == pytest.approx(0.1)
     assert ctx.message("Copy", total_ns=8 * MS, count=2, unit="copies", diagnosis="input-bound", fix="Pin memory") == \
-        "Copy: 2 copies, 2,000 µs/step (10.0% of step): input-bound. Pin memory."
+        "Copy: 2 copies, 2,000 µs/step (10.0% of the device step): input-bound. Pin memory."
     assert ctx.backend == "ascend"
 
 

@@ -66,7 +66,7 @@ async def test_ranges_on_the_sample(client: LanguageClient) -> None:
             if d.code == S.HOT:
                 line = d.range.start.line + 1
                 share = shares[("model.py", line)]
-                assert f"({share * 100:.1f}% of step)" in d.message  # the number in the message
+                assert f"({share * 100:.1f}% of the device step)" in d.message  # the number in the message
                 assert d.severity == types.DiagnosticSeverity.Warning  # >= 5 %: warning
     finally:
         doc.close()

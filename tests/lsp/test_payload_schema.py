@@ -44,11 +44,20 @@ def test_the_generated_file_is_current_and_check_catches_drift(tmp_path: Path, c
 
 
 def test_generated_names_are_the_keys_on_the_wire() -> None:
+    from msprof_lsp.hints.finding import Finding, Saving, Severity
+    from msprof_lsp.mapping.spans import Span
+
     info = ProfileInfo(kind="torch_npu", path="/p/x_ascend_pt", rank=0, ranks=(0, 1), steps=2,
                        step_time_us=2568.91234, mapped_share=0.6123456789, has_call_stacks=True, complete=True)
     loaded = to_json(ProfileStatus.of(ProfileState.LOADED, info))
     assert loaded == {"state": "loaded", "kind": "torch_npu", "path": "/p/x_ascend_pt", "rank": 0, "ranks": [0, 1],
-                      "steps": 2, "stepTimeUs": 2568.912, "mappedShare": 0.612346, "message": ""}
+                      "steps": 2, "stepTimeUs": 2568.912, "mappedShare": 0.612346, "message": "",
+                      "topCode": "", "topSavingUs": None, "headline": ""}
+    top = Finding("NPU104", "dataloader-input", Severity.WARNING, "m", Span("/w/train.py", 102, 0, 102, 9),
+                  share=0.5, saving=Saving(2100.0, 1500.0, 3000.0, "fetch prefetched by workers"))
+    first = to_json(ProfileStatus.of(ProfileState.LOADED, info, top=top))
+    assert (first["topCode"], first["topSavingUs"]) == ("NPU104", 2100.0)
+    assert first["headline"] == "Start here: saves 2,100 µs/step (1,500 µs–3,000 µs) · NPU104 dataloader-input · train.py:102"
     none = to_json(ProfileStatus.of(ProfileState.NONE, info, path="/chosen", message="no profile found"))
     assert none["rank"] is None and none["kind"] == "" and none["path"] == "/chosen" and none["ranks"] == []
     assert list(_interface("ProfileStatus")) == list(loaded) == list(none)  # every key, every time

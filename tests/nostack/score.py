@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from msprof_lsp.server.cli import CheckArgs
 from .jobs import Form, Job
 
 Key = tuple[str, str, int]  # (code, file name, line)
+SAME_CAUSE = re.compile(r"^same cause, (\S+) ")
 UNSCORED = ("NPU9", "NPU24", "NPU251", "NPU209")  # NPU251 needs recorded stacks; NPU209 needs the core count only msprof info.json writes
 
 
@@ -53,11 +55,15 @@ def check_form(job: Job, profile: Path, workspace: Path, form: Form) -> FormResu
     findings: set[Key] = set()
     confidence: dict[Key, str] = {}
     for f in doc["findings"]:
-        if f["code"].startswith(UNSCORED) or not f.get("line") or not f.get("path"):
-            continue
-        key = (f["code"], _name(f["path"]), int(f["line"]))
-        findings.add(key)
-        confidence[key] = f.get("confidence", "")
+        # a finding folded into another as the same cause (hints.consolidate) is still found, at its
+        # own line: its related entry "same cause, <CODE> …"
+        folded = [(m.group(1), r) for r in f.get("related", []) if (m := SAME_CAUSE.match(r["message"]))]
+        for code, where in [(f["code"], f), *folded]:
+            if code.startswith(UNSCORED) or not where.get("line") or not where.get("path"):
+                continue
+            key = (code, _name(where["path"]), int(where["line"]))
+            findings.add(key)
+            confidence.setdefault(key, f.get("confidence", ""))
     hot = doc.get("hotspots") or []
     top = (_name(hot[0]["path"]), int(hot[0]["line"])) if hot else None
     prof = doc["profile"]

@@ -291,7 +291,7 @@ def test_device_idle_share_is_of_the_stage_when_device_work_outlasts_the_step(tm
     # Stage [400, 1200) = 800 µs; Computing 500 + 100 = 600 µs; Free 200 µs = a quarter of the Stage
     assert (ev["free_us_per_step"], ev["computing_us_per_step"], ev["step_us"]) == (200.0, 600.0, 800.0)
     assert ev["step_is_stage"] and f.share == pytest.approx(0.25)
-    assert "(25.0% of step)" in f.message
+    assert "(25.0% of the device step)" in f.message
 
 
 def test_merge_and_cover():

@@ -36,6 +36,9 @@ export function parseProfileStatus(payload: unknown): ProfileStatus {
     stepTimeUs: num(p.stepTimeUs),
     mappedShare: num(p.mappedShare),
     message: known ? str(p.message) : `unreadable profile status from the server: ${JSON.stringify(rawState ?? payload)}`,
+    topCode: str(p.topCode),
+    topSavingUs: num(p.topSavingUs),
+    headline: str(p.headline),
   };
 }
 
@@ -73,7 +76,12 @@ export function profileStatusView(status: ProfileStatus): StatusView {
       const parts = [status.kind || "profile"];
       if (status.rank !== null) parts.push(`rank ${status.rank}`);
       if (status.stepTimeUs !== null) parts.push(`${formatDuration(status.stepTimeUs)}/step`);
+      // the headline: the biggest saving (the first "Start here" finding)
+      if (status.topCode) {
+        parts.push(status.topSavingUs !== null ? `saves ${formatDuration(status.topSavingUs)}: ${status.topCode}` : `start: ${status.topCode}`);
+      }
       const lines = [`Profile: ${status.path || "(unknown path)"}`];
+      if (status.headline) lines.push(status.headline);
       if (status.kind) lines.push(`Kind: ${status.kind}`);
       if (status.rank !== null) {
         lines.push(status.ranks.length > 1 ? `Rank: ${status.rank} (ranks ${status.ranks.join(", ")})` : `Rank: ${status.rank}`);

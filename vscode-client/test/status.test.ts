@@ -32,6 +32,15 @@ describe("status bar text from profileStatus notifications", () => {
     assert.ok(view.tooltip.includes("Mapped to source: 83.1% of device time"));
   });
 
+  test("loaded with a start-here finding names the biggest saving", () => {
+    const headline = "Start here: saves 2.1 ms/step · NPU104 dataloader-input · train.py:102";
+    const view = profileStatusView(parseProfileStatus({ ...loaded, topCode: "NPU104", topSavingUs: 2100, headline }));
+    assert.equal(view.text, "$(flame) torch_npu · rank 3 · 413 ms/step · saves 2.1 ms: NPU104");
+    assert.ok(view.tooltip.includes(headline));
+    const unknown = profileStatusView(parseProfileStatus({ ...loaded, topCode: "NPU105", topSavingUs: null, headline: "Start here: …" }));
+    assert.ok(unknown.text.endsWith(" · start: NPU105"));
+  });
+
   test("loaded without rank or step time leaves those parts out", () => {
     const view = profileStatusView(parseProfileStatus({ state: "loaded", kind: "kineto", path: "/t.json", rank: null, stepTimeUs: null }));
     assert.equal(view.text, "$(flame) kineto");

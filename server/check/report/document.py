@@ -19,6 +19,7 @@ from msprof_lsp.mapping.source.critical_path import CriticalPath
 from msprof_lsp.mapping.source.heat import SpanHeat
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 from msprof_lsp.mapping.profile.step_infer import describe as describe_steps
+from msprof_lsp.mapping.units import format_share, format_us
 from msprof_lsp.mapping.profile.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
 
 SCHEMA_VERSION = 1
@@ -62,6 +63,27 @@ def fix_dict(fix: Fix, cwd: Path) -> dict[str, Any]:
             for e in fix.edits
         ],
     }
+
+
+def saving_text(f: Finding) -> str:
+    """How much a finding saves per step, as the reports print it (docs/report.md "Start here")."""
+    s = f.saving
+    if s is not None and s.known:
+        rng = ""
+        if s.low_us is not None and s.high_us is not None:
+            rng = f" ({format_us(s.low_us)}–{format_us(s.high_us)})"
+        return f"saves {format_us(s.us_per_step)}/step{rng}"
+    return (f"saving unknown, {format_us(f.time_per_step_us)}/step charged "
+            f"({format_share(f.share)} of the {f.share_of.value.replace('-', ' ')})")
+
+
+def advice(f: Finding) -> str:
+    """What to change: the first fix's title, else the message's advice (its sentence after the
+    diagnosis, docs/rules/README.md "Message")."""
+    if f.fixes:
+        return fix_label(f.fixes[0])
+    parts = f.message.split(". ", 1)
+    return parts[1].strip() if len(parts) > 1 else f.message
 
 
 def finding_dict(f: Finding, cwd: Path, profile_path: str | None = None) -> dict[str, Any]:

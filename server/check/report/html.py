@@ -25,7 +25,8 @@ def report_model(run: CheckRun) -> model.ReportModel:
     jobs = [model.job_model(j.profile, j.attribution, j.heat, j.findings, j.cluster, j.ranks, run.cwd,
                             j.source_text or (lambda _path: None))
             for j in run.jobs]
-    return model.ReportModel(version=model.MODEL_VERSION, tool_version=run.tool_version, base="", jobs=jobs)
+    return model.ReportModel(version=model.MODEL_VERSION, tool_version=run.tool_version, base="", jobs=jobs,
+                             start_here=model.start_views([j.findings for j in run.jobs], run.cwd))
 
 
 def model_json(m: model.ReportModel) -> str:

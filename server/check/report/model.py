@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from msprof_lsp.hints.consolidate import saving_order, start_here
 from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.fixes.edits import PositionError, apply_edits
 from msprof_lsp.mapping.source.positions import split_lines
@@ -145,7 +146,25 @@ class FindingView(msgspec.Struct):
     line: int | None
     message: str
     share: float
+    share_of: str  # the share's denominator: "wall-step" or "device-step"
+    saving_us: float | None  # per step (None: unknown, see ``saving``)
+    saving: str  # how much, as the reports print it ("saves 2.1 ms/step (…)" or "saving unknown, …")
     fixes: list[FixView]
+
+
+class StartHere(msgspec.Struct):
+    """One of the top findings by saving (hints.consolidate.start_here): how much, what to change,
+    where. The report opens with them."""
+
+    rank: int  # 1, 2, 3
+    job: int  # index into ReportModel.jobs
+    finding: int  # index into that job's findings
+    code: str
+    name: str
+    path: str | None
+    line: int | None
+    saving: str
+    change: str
 
 
 class SnippetLine(msgspec.Struct):
@@ -193,6 +212,7 @@ class ReportModel(msgspec.Struct):
     tool_version: str
     base: str  # the folder the paths are relative to ("": the cwd of the --check run)
     jobs: list[JobModel]
+    start_here: list[StartHere] = msgspec.field(default_factory=list)  # the top findings by saving, all jobs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,6 +481,29 @@ def _snippet(text: str | None, line: int, end_line: int) -> list[SnippetLine]:
     return [SnippetLine(line=i, text=lines[i - 1].rstrip("\r\n")) for i in range(lo, hi + 1)]
 
 
+def report_order(findings: Sequence[Finding]) -> list[Finding]:
+    """A job's findings as the report lists them: by saving (unknown last), then share; by place
+    among equals (the order ``start_views`` indexes)."""
+    by_place = sorted(findings, key=Finding.sort_key)
+    return [by_place[i] for i in saving_order(by_place)]
+
+
+def start_views(jobs: Sequence[Sequence[Finding]], cwd: Path) -> list[StartHere]:
+    """The report's "Start here": the top findings by saving over all jobs (the same choice as the
+    JSON ``start_here`` and the text report), each pointing at its job's ``findings`` entry."""
+    at = {id(f): (j, n) for j, fs in enumerate(jobs) for n, f in enumerate(report_order(fs))}
+    by_place = [f for fs in jobs for f in sorted(fs, key=Finding.sort_key)]  # as the JSON lists them
+    out = []
+    for rank, i in enumerate(start_here(by_place), 1):
+        f = by_place[i]
+        job, n = at[id(f)]
+        out.append(StartHere(rank=rank, job=job, finding=n, code=f.code, name=f.name,
+                             path=document.rel_path(f.span.path, cwd) if f.span else None,
+                             line=f.span.line if f.span else None, saving=document.saving_text(f),
+                             change=document.advice(f)))
+    return out
+
+
 def job_model(profile: Profile, attribution: Attribution | None, heat, findings: Sequence[Finding],  # noqa: ANN001
               cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, text_of) -> JobModel:  # noqa: ANN001
     """One job's model; ``text_of(path)`` gives a workspace file's current text (None: unreadable)."""
@@ -477,10 +520,13 @@ def job_model(profile: Profile, attribution: Attribution | None, heat, findings:
         rank_bars = []
         comm = comm_matrix(comm_links(profile, profile.meta.rank))
     own_bars = [b for b in bars if b.rank == (profile.meta.rank if profile.meta.rank is not None else -1)] or bars
-    ordered = sorted(findings, key=Finding.sort_key)
+    ordered = report_order(findings)
     views = [FindingView(code=f.code, name=f.name, severity=f.severity.value,
                          path=document.rel_path(f.span.path, cwd) if f.span else None,
                          line=f.span.line if f.span else None, message=f.message, share=round(f.share, 6),
+                         share_of=f.share_of.value,
+                         saving_us=round(f.saving.us_per_step, 3) if f.saving is not None and f.saving.known else None,
+                         saving=document.saving_text(f),
                          fixes=[FixView(title=document.fix_label(x), safe=x.safe, diff=fix_diff(x, text_of, cwd)) for x in f.fixes])
              for f in ordered]
     hotspots: list[HotspotView] = []

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msprof_lsp.hints.consolidate import SAME_CAUSE, start_here
 from msprof_lsp.hints.finding import Finding, Fix, Severity
 from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.hints.verify import FindingChange
@@ -62,10 +63,24 @@ def merge_repeated(jobs: list[JobReport], cwd: Path) -> None:
                 if f.severity.rank > orig.severity.rank:
                     orig.severity = f.severity
                 orig.fixes += _other_fixes(orig.fixes, f.fixes)
+                _same_cause_of(orig, f)
         job.findings = stay
     for _n, f, seen in kept.values():
         if len(seen) > 1:
             f.evidence["profiles"] = seen
+
+
+def _same_cause_of(orig: Finding, copy: Finding) -> None:
+    """What the dropped copy's profile folded into it (hints.consolidate) stays named: its codes in
+    ``same_cause`` and its same-cause related entries."""
+    more = [c for c in copy.evidence.get("same_cause", []) if c != orig.code]
+    if not more:
+        return
+    orig.evidence["same_cause"] = list(dict.fromkeys([*orig.evidence.get("same_cause", []), *more]))
+    orig.evidence["same_cause_findings"] = [*orig.evidence.get("same_cause_findings", []),
+                                            *copy.evidence.get("same_cause_findings", [])]
+    have = {(r.span, r.message) for r in orig.related}
+    orig.related += [r for r in copy.related if r.message.startswith(SAME_CAUSE) and (r.span, r.message) not in have]
 
 
 def _other_fixes(have: list[Fix], more: list[Fix]) -> list[Fix]:
@@ -92,6 +107,16 @@ class CheckRun:
     @property
     def findings(self) -> list[Finding]:
         return [f for job in self.jobs for f in job.findings]
+
+    def ordered_findings(self) -> list[Finding]:
+        """The findings as the JSON document lists them: per job, by place."""
+        return [f for job in self.jobs for f in sorted(job.findings, key=Finding.sort_key)]
+
+    def start_here(self) -> list[Finding]:
+        """The top findings by saving over every job (hints.consolidate.start_here): what the
+        text and HTML reports open with; the JSON lists their indexes."""
+        ordered = self.ordered_findings()
+        return [ordered[i] for i in start_here(ordered)]
 
     def counts(self) -> dict[Severity, int]:
         counts = {s: 0 for s in Severity}
@@ -123,6 +148,7 @@ class CheckRun:
             "profiles": profiles,
             "findings": findings,
             "hotspots": hotspots,
+            "start_here": start_here(self.ordered_findings()),
             "baseline": document.baseline_dict(first.comparison if first else None, cwd,
                                                first.finding_changes if first else []),
         }

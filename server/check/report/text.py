@@ -1,5 +1,6 @@
-"""Human output of ``--check``: a header per profile, findings grouped by file like a compiler's,
-then the top hotspots and a summary line. Fits an 80-column terminal, except that a word is never
+"""Human output of ``--check``: the "Start here" block (the top findings by saving), then a header
+per profile, findings grouped by file like a compiler's (by saving), then the top hotspots and a
+summary line. Fits an 80-column terminal, except that a word is never
 broken or cut: a path longer than the line is printed whole (the terminal wraps it) so it can be
 pasted back into ``--profile``. Colour only when asked.
 
@@ -18,6 +19,7 @@ import textwrap
 from collections import Counter
 from collections.abc import Iterable
 
+from msprof_lsp.hints.consolidate import saving_key
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.spans import Confidence
@@ -146,10 +148,27 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     return lines
 
 
+def start_here(run: CheckRun, style: _Style) -> list[str]:
+    """The report's opening block: the top findings by saving (hints.consolidate.start_here), each
+    with how much, what to change and where."""
+    top = run.start_here()
+    if not top:
+        return []
+    out = [style("Start here", _BOLD)]
+    for n, f in enumerate(top, 1):
+        where = f"{_path(f.span.path, run)}:{f.span.line}" if f.span else "(profile)"
+        out += _wrap(f"{n}. {where}  {visible(f.code)} {visible(f.name)}", 2)
+        out += _wrap(document.saving_text(f), 5)
+        out += _wrap(f"change: {visible(' '.join(document.advice(f).split()))}", 5)
+    return out + [""]
+
+
 def findings_by_file(findings: Iterable[Finding], run: CheckRun, style: _Style) -> list[str]:
+    """Findings grouped by file; the files and the findings in each by saving (unknown last, then
+    share), so the biggest lever of a file comes first."""
     out: list[str] = []
     by_file: dict[str, list[Finding]] = {}
-    for f in sorted(findings, key=Finding.sort_key):
+    for f in sorted(sorted(findings, key=Finding.sort_key), key=saving_key):
         key = _path(f.span.path, run) if f.span else "(profile)"
         by_file.setdefault(key, []).append(f)
     for path, items in by_file.items():
@@ -221,7 +240,7 @@ def baseline(job: JobReport, run: CheckRun) -> list[str]:
 
 def render(run: CheckRun, *, color: bool = False) -> str:
     style = _Style(color)
-    out: list[str] = []
+    out: list[str] = start_here(run, style)
     for job in run.jobs:
         out += header(job, run, style)
         out.append("")

@@ -29,7 +29,7 @@ from msprof_lsp.hints.verify import FindingChange, FindingState
 from ...analysis import run
 from ...analysis.baseline import Baseline, against_baseline, load_baseline
 from ...analysis.settings import Settings
-from ...check.report.model import MODEL_VERSION, ReportModel, job_model
+from ...check.report.model import MODEL_VERSION, ReportModel, job_model, start_views
 from .snapshot import ProfileInfo, Snapshot, merge
 from .targets import JobChoice, choose_job, discovered, owner
 
@@ -177,7 +177,8 @@ class Engine:
         ranks = sorted({loc.rank for loc in self.loaded.locations if loc.rank is not None})
         job = job_model(profile, self.attribution, self.attribution.heat, findings, self.loaded.cluster, ranks, base,
                         self.workspace.text)
-        return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job])
+        return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job],
+                           start_here=start_views([findings], base))
 
     def _line_counters(self) -> dict[str, dict[int, list[OpCounters]]]:
         assert self.loaded is not None and self.attribution is not None

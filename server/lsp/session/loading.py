@@ -87,8 +87,9 @@ class Loader:
 
     def notify_status(self, state: ProfileState, message: str = "") -> None:
         # load messages name profile files: controls shown as text (status bar, messages, log)
+        top = self.ls.snapshot.start_here()
         self.status = ProfileStatus.of(state, self.ls.snapshot.info, str(self.explicit) if self.explicit else "",
-                                       visible(message))
+                                       visible(message), top[0] if top else None)
         self.ls.protocol.notify(NOTIFY_PROFILE_STATUS, to_json(self.status))
 
     def _message(self, kind: types.MessageType, text: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from msprof_lsp.hints.consolidate import start_here
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.line_counters import OpCounters
 from msprof_lsp.hints.verify import FindingChange
@@ -75,6 +76,15 @@ class Snapshot:
     steps: dict[str, int] = field(default_factory=dict)
     # values derived from this snapshot; not an init field, so ``replace`` starts a copy empty
     _derived: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def start_here(self) -> list[Finding]:
+        """The top findings by saving over every held job (hints.consolidate.start_here, as
+        ``--check`` chooses them): the status bar's headline and the "Start here" code lenses."""
+        def top() -> list[Finding]:
+            every = sorted([f for fs in self.findings.values() for f in fs] + list(self.profile_findings),
+                           key=Finding.sort_key)
+            return [every[i] for i in start_here(every)]
+        return self.derived(("start_here",), top)
 
     def derived(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
         """``compute()`` once per ``key`` for this snapshot (the key names the kind of value and

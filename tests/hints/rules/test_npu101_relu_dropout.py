@@ -81,7 +81,7 @@ def test_module_pair_numbers_anchor_related_and_fixes(tmp_path):
     assert f.share == pytest.approx(share)
     # Relu, mask generation, DoMask forward; ReluGrad, DoMask backward: 5 kernels a step
     assert f.message.startswith("ReLU→Dropout: 5 kernels, ")
-    assert f"({pct(share)} of step), each < 50 µs" in f.message
+    assert f"({pct(share)} of the device step), each < 50 µs" in f.message
     assert f.message.endswith("No fused NPU API; compile the pair or use inplace ReLU.")
     types = {k["type"]: k["count"] for k in f.evidence["kernels"]}
     assert types == {"Relu": steps, "DropOutGenMaskV4": steps, "DropOutDoMask": steps, "ReluGrad": steps}

@@ -67,7 +67,7 @@ def test_at_and_just_below_comm_max_percent(tmp_path):
     per_step = sum(s.comm_not_overlapped_ns for s in t.steps) / len(t.steps)
     assert f.time_per_step_us == pytest.approx(per_step / 1000)
     assert f.message.startswith("HCCL not overlapped: ")
-    assert f"({pct(share_above)} of step), 1 allReduce" in f.message
+    assert f"({pct(share_above)} of the device step), 1 allReduce" in f.message
     # the synthetic collective is transfer-bound (its Transit is most of its Elapse): only then
     # is it called communication-bound
     assert ": communication-bound (transfers " in f.message

@@ -48,7 +48,7 @@ def test_fires_on_the_conv_call_with_the_numbers(tmp_path):
     assert f.time_per_step_us == pytest.approx(per_step / 1000)
     assert f.share == pytest.approx(share)
     assert f.message.startswith("TransData: 2 kernels, ")
-    assert f"({pct(share)} of step), with 1 Cast, around Conv2D: format conversions around Cube ops." in f.message
+    assert f"({pct(share)} of the device step), with 1 Cast, around Conv2D: format conversions around Cube ops." in f.message
     assert f.evidence["private_formats"] == ["NC1HWC0"]
     assert f.evidence["transdata_us_per_step"] == pytest.approx(2 * 20.0)
     assert f.evidence["cast_us_per_step"] == pytest.approx(10.0)

@@ -56,7 +56,7 @@ def test_fires_anchored_on_the_loop_with_the_construction_related(tmp_path):
     assert f.time_per_step_us == pytest.approx(per_step)
     assert f.share == pytest.approx(per_step / wall)
     assert f.message.startswith(f"DataLoader: 1 fetch, {per_step / 1000:.1f} ms/step ")
-    assert f"({pct(per_step / wall)} of step), single process: the NPU waits for the next batch." in f.message
+    assert f"({pct(per_step / wall)} of the wall step), single process: the NPU waits for the next batch." in f.message
     assert f.severity is Severity.WARNING and f.confidence is Confidence.STACK
     assert span_text(f.span) == HEADER
     assert [span_text(r.span) for r in f.related] == ["DataLoader(dataset, batch_size=32)"]
@@ -133,4 +133,4 @@ def test_2024_fixture_dataloader_share_of_profiler_step():
     assert f.severity is Severity.WARNING
     assert f.time_per_step_us == pytest.approx(per_step, abs=1e-3)
     assert f.share == pytest.approx(share, rel=1e-6)
-    assert "(9.4% of step)" in f.message and f.span is None
+    assert "(9.4% of the wall step)" in f.message and f.span is None

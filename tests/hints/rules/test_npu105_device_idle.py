@@ -71,7 +71,7 @@ def test_free_share_just_below_and_above_free_max_percent(tmp_path):
     assert parts["in_step_gaps"]["us_per_step"] == pytest.approx(sum(s.free_ns for s in t.steps) / len(t.steps) / 1000)
     # the gaps between the convolutions are the larger part: launch advice, not the input pipeline
     assert f.evidence["main_part"] == "in_step_gaps" and "Compile the model" in f.message
-    assert f.message.startswith("Device idle: ") and f"({pct(f.share)} of step), Computing " in f.message
+    assert f.message.startswith("Device idle: ") and f"({pct(f.share)} of the {f.share_of.value.replace('-', ' ')}), " in f.message
     # anchored on the training loop header; manual fix only (no edits)
     assert span_text(f.span) == "for step, (x, y) in enumerate(loader)"
     assert f.fixes == [] and f.evidence["manual_fix"]

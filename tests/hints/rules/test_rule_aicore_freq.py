@@ -45,7 +45,7 @@ def test_clock_drop_fires_on_the_line(src):
     assert f.span.line == line_of(SOURCE, "torch.matmul")
     k = f.evidence["kernels"]["MatMulV3_1"]
     assert k["drop_ratio"] == pytest.approx(600 / 5400, abs=1e-4) and k["min_mhz"] == 1500 and k["count"] == 2
-    assert f.message.startswith("AI Core clock drop: 2 kernels, 200 µs/step (2.0% of step), 11% below 1800 MHz")
+    assert f.message.startswith("AI Core clock drop: 2 kernels, 200 µs/step (2.0% of the device step), 11% below 1800 MHz")
 
 
 @pytest.mark.parametrize(("mhz", "fires"), [(1710, True), (1711, False)])

@@ -94,7 +94,7 @@ def test_double_fallback_anchored_by_stack_with_fix(tmp_path):
     assert f.evidence["cause"] == "double" and f.evidence["input_dtypes"] == {"DOUBLE": 1}
     assert [r.span.line for r in f.related] == [line_of(SOURCE, "y = x.double()")]
     # 30 µs of a 10 ms step: 0.3 % -> hint
-    assert "30.0 µs/step (0.3% of step)" in f.message and f.severity is Severity.HINT
+    assert "30.0 µs/step (0.3% of the device step)" in f.message and f.severity is Severity.HINT
     (fix,) = f.fixes
     new = applied(SOURCE, fix)
     assert "y = x.float()" in new and ".double()" not in new and "(review)" in fix.title
@@ -161,7 +161,7 @@ def test_cuda_float64_is_a_hint(tmp_path):
     b.kernel("void at::native::vectorized_elementwise_kernel<4, MulFunctor<float>>", 1050, 800, op=scalar, core="GPU")
     (f,) = only(findings(b.build(), ["NPU201"], [tmp_path]), "NPU201")
     # 800 µs of 10 ms = 8 % would be a warning; float64 on CUDA is only a hint
-    assert "8.0% of step" in f.message and f.severity is Severity.HINT
+    assert "8.0% of the device step" in f.message and f.severity is Severity.HINT
     assert f.message.startswith("float64 kernels")
     assert "y = x.float()" in applied(SOURCE, f.fixes[0])
 

@@ -46,7 +46,7 @@ def test_finding_on_the_backward_call_with_the_lost_time(tmp_path):
     assert f.span.line == line_of(TRAIN, "loss.backward()") and f.related[0].span.line == line_of(TRAIN, "DDP(model")
     assert f.evidence["lost_us"] == pytest.approx((10 - 100 / 18) * 1000, abs=0.01)
     assert f.evidence["threshold_gbps"] == 14.4
-    assert f.message.startswith("SDMA contention: 1 collective, 4,444 µs/step (44.4% of step), 10.0 GB/s < 14.4 GB/s")
+    assert f.message.startswith("SDMA contention: 1 collective, 4,444 µs/step (44.4% of the device step), 10.0 GB/s < 14.4 GB/s")
 
 
 def test_slow_collective_away_from_matmuls_is_not_contention():

@@ -47,7 +47,7 @@ def test_block_dim_not_a_multiple_fires_on_the_call(src):
     (k,) = f.evidence["kernels"]
     assert (k["block_dim"], k["cores"], k["count"]) == (30, 24, 1)
     assert k["idle_core_share"] == pytest.approx(1 - 30 / 48, abs=1e-4)  # 2 waves of 24, 18 cores idle in the second
-    assert f.message.startswith("Block dim: 1 kernel, 100 µs/step (1.0% of step), MatMulV3 block dim 30 on 24 cores: 38% of")
+    assert f.message.startswith("Block dim: 1 kernel, 100 µs/step (1.0% of the device step), MatMulV3 block dim 30 on 24 cores: 38% of")
 
 
 @pytest.mark.parametrize(("block_dim", "fires"), [(24, False), (48, False), (23, True), (25, True), (8, True)])

@@ -57,7 +57,7 @@ def test_many_copies_from_one_line_fire_there(src):
     assert f.span.path == str(src) and f.span.line == line_of(SOURCE, "t.npu()") and f.confidence is Confidence.STACK
     assert f.evidence["copies"] == 8 and f.evidence["directions"] == {"H2D": 8}
     assert f.evidence["mean_us"] == 20.0 and f.evidence["pageable"] == 0
-    assert f.message.startswith("H2D copy fragments: 8 copies, 160 µs/step (1.6% of step), mean 20 µs")
+    assert f.message.startswith("H2D copy fragments: 8 copies, 160 µs/step (1.6% of the device step), mean 20 µs")
     assert f.message.endswith("Batch into one copy, or keep the tensors on the device.") and f.fixes == []
 
 

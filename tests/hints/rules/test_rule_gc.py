@@ -48,7 +48,7 @@ def test_recorded_pauses_anchor_on_the_training_loop(tmp_path):
     assert f.evidence["pauses"] == len(counted) and f.evidence["below_threshold"] == 1
     assert f.evidence["longest_us"] == max(pauses)
     #: µs below 10 ms
-    assert f.message.startswith(f"GC pauses: 2 pauses, {sum(counted):,.0f} µs/step ({sum(counted) / 100:.1f}% of step), longest 2,500 µs")
+    assert f.message.startswith(f"GC pauses: 2 pauses, {sum(counted):,.0f} µs/step ({sum(counted) / 100:.1f}% of the wall step), longest 2,500 µs")
     assert f.span.line == line_of(TRAIN, "for x in loader:") and f.confidence is Confidence.STACK
     new = applied(TRAIN, f.fixes[0])
     lines = new.splitlines()

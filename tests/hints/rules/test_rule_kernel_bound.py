@@ -84,7 +84,7 @@ def test_no_bound_kernel_fires_on_its_line_with_the_aoe_command(src):
     assert f.evidence["aoe_command"] == "aoe --job_type=2 --model_path=./aoe_dump --tune_ops_file=operator_tuning_file.cfg"
     assert json.loads(f.evidence["tune_ops"]) == {"tune_ops_name": [FA_GRAD]}
     assert "op_state" not in f.evidence  # static
-    assert f.message.startswith("Operator no-bound: 1 kernel, 300 µs/step (3.0% of step), busiest pipe 79%, "
+    assert f.message.startswith("Operator no-bound: 1 kernel, 300 µs/step (3.0% of the device step), busiest pipe 79%, "
                                 "33% of the rate the same op reaches elsewhere")
     assert AOE_COMMAND in f.message and f.fixes == []
 

@@ -221,7 +221,7 @@ def test_unattributed_time_at_five_percent(tmp_path, lost_us, fires):
         assert f.evidence["time_us_per_step"] == pytest.approx(lost_us)
         assert f.evidence["kernels"] == 2 and f.evidence["with_stack_no_user_frame"] == 2
         assert list(f.evidence["top_kernels"]) == ["aclnnMm_MatMulCommon_MatMulV2", "aclnnMm_TransData_TransData"]
-        assert "5.0% of step" in f.message and f.severity is Severity.INFO
+        assert "5.0% of the device time" in f.message and f.severity is Severity.INFO
 
 
 def test_declared_level1_rules():

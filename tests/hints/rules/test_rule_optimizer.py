@@ -50,7 +50,7 @@ def test_real_2024_adam_step():
     assert (f.evidence["item_in_step"], f.evidence["item_total"]) == (40, 45)
     assert f.time_per_step_us == pytest.approx(step["dur"], abs=1e-3)
     assert f.share == pytest.approx(step["dur"] / pstep["dur"], rel=1e-9)
-    assert "2,411 µs/step (17.1% of step)" in f.message
+    assert "2,411 µs/step (17.1% of the wall step)" in f.message
     assert "40 of 45 aten::item inside" in f.message and "NpuFusedAdam" in f.message
     assert f.span is None and f.fixes == []
 

@@ -88,7 +88,7 @@ def test_compute_bound_vector_kernel_on_its_line(src):
     assert k["ratios"] == {"aiv_vec_ratio": 0.75, "aic_mac_ratio": 0.0, "aiv_mte2_ratio": 0.3, "aiv_mte3_ratio": 0.2}
     assert k["count"] == 1 and k["total_us"] == 300.0 and k["shapes"] == "4096,4096;4096,4096-4096,4096"
     assert f.evidence["memory_bound_us"] == 0.0
-    assert f.message.startswith("Compute-bound kernels: 1 kernel, 300 µs/step (3.0% of step), Add vec 75% ≥ 70%")
+    assert f.message.startswith("Compute-bound kernels: 1 kernel, 300 µs/step (3.0% of the device step), Add vec 75% ≥ 70%")
 
 
 @pytest.mark.parametrize(("vec", "mte2", "mte3"), [(0.2, 0.5, 0.2), (0.6, 0.6, 0.6), (0.3, 0.9, 0.9)])
@@ -344,7 +344,7 @@ def test_real_alexnet_text_bound_groups_match_the_csv(alexnet_text):
     assert sum(kinds.values()) == 2 and kinds[("MatMulV2", "mte2")] == 2
     assert _groups(alexnet_text) == expected
     (f,) = _check_findings(alexnet_text, expected)  # no workspace: one profile-level finding
-    assert f.evidence["count"] == 2 and f.message.startswith("Memory-bound kernels: 2 kernels, 634 µs/step (0.5% of step), MatMulV2")
+    assert f.evidence["count"] == 2 and f.message.startswith("Memory-bound kernels: 2 kernels, 634 µs/step (0.5% of the device step), MatMulV2")
     classes = timemodel.kernel_classes(alexnet_text.kernels_in_steps())
     assert classes.count(KernelClass.CUBE) == 9 and classes.count(KernelClass.VECTOR) == 162
     assert classes.count(KernelClass.FLASH_ATTENTION) == classes.count(KernelClass.MIX) == 0

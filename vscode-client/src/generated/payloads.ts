@@ -15,6 +15,9 @@ export interface ProfileStatus {
   stepTimeUs: number | null;
   mappedShare: number | null;
   message: string;
+  topCode: string;
+  topSavingUs: number | null;
+  headline: string;
 }
 
 export interface AnalysedDocument {

@@ -86,7 +86,23 @@ export interface FindingView {
   line: number | null;
   message: string;
   share: number;
+  share_of: string;
+  saving_us: number | null;
+  saving: string;
   fixes: FixView[];
+}
+
+/** One of the top findings by saving (hints.consolidate.start_here): how much, what to change, where. The report opens with them. */
+export interface StartHere {
+  rank: number;
+  job: number;
+  finding: number;
+  code: string;
+  name: string;
+  path: string | null;
+  line: number | null;
+  saving: string;
+  change: string;
 }
 
 export interface SnippetLine {
@@ -134,4 +150,5 @@ export interface ReportModel {
   tool_version: string;
   base: string;
   jobs: JobModel[];
+  start_here: StartHere[];
 }

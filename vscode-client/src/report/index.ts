@@ -3,7 +3,7 @@
 // run this bundle (README.md here says how to host it).
 
 import { el, formatShare, formatUs } from "./dom";
-import type { BreakdownBar, CommMatrix, FindingView, JobModel, RankBar, ReportHost, ReportModel } from "./model";
+import type { BreakdownBar, CommMatrix, FindingView, JobModel, RankBar, ReportHost, ReportModel, StartHere } from "./model";
 import { renderTimeline, type StepView } from "./timeline";
 
 export type { ReportHost, ReportModel } from "./model";
@@ -93,9 +93,35 @@ function heatmap(comm: CommMatrix): HTMLElement {
   return section;
 }
 
+/** "wall-step" -> "the wall step": every share is printed with its denominator. */
+export function denominator(shareOf: string): string {
+  return `the ${shareOf.replace("-", " ")}`;
+}
+
+/** The report's opening block: the top findings by saving (the server chose them, as for --check's
+ * text and JSON), each with how much per step, what to change and where (a link to its line). */
+function startHere(items: StartHere[], host: ReportHost): HTMLElement | null {
+  if (!items.length) return null;
+  const list = el("ol", { class: "msprof-start-list" });
+  for (const s of items) {
+    const where = s.path !== null && s.line !== null ? `${s.path}:${s.line}` : "(profile)";
+    const link = el("a", { href: "#", class: "msprof-start-where" }, where);
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      if (s.path !== null && s.line !== null) host.openSource(s.path, s.line);
+    });
+    list.append(el("li", { class: "msprof-start-item", "data-code": s.code, "data-rank": s.rank },
+      el("strong", {}, `${s.code} ${s.name}`), " · ", link,
+      el("div", { class: "msprof-start-saving" }, s.saving), el("div", { class: "msprof-start-change" }, `change: ${s.change}`)));
+  }
+  return el("section", { class: "msprof-start-here" }, el("h2", {}, "Start here"),
+    el("p", { class: "msprof-note" }, "The findings with the biggest saving per step (unknown savings by their share)."), list);
+}
+
 function findingItem(f: FindingView): HTMLElement {
   const item = el("li", { class: `msprof-finding msprof-sev-${f.severity}`, "data-code": f.code },
-    el("strong", {}, `${f.code} ${f.name}`), ` ${f.severity} · ${formatShare(f.share)} of step`, el("p", {}, f.message));
+    el("strong", {}, `${f.code} ${f.name}`), ` ${f.severity} · ${f.saving} · ${formatShare(f.share)} of ${denominator(f.share_of)}`,
+    el("p", {}, f.message));
   for (const fix of f.fixes) {
     const body = fix.diff
       ? el("pre", { class: "msprof-diff" }, ...fix.diff.split("\n").map((line) =>
@@ -144,6 +170,8 @@ function header(job: JobModel): HTMLElement {
 export function renderReport(root: HTMLElement, model: ReportModel, host: ReportHost): (StepView | null)[] {
   root.classList.add("msprof-report");
   root.replaceChildren();
+  const start = startHere(model.start_here ?? [], host);
+  if (start) root.append(start);  // before anything else
   const views: (() => StepView | null)[] = [];
   model.jobs.forEach((job, i) => {
     const article = el("article", { class: "msprof-job", "data-job": i });

@@ -26,6 +26,7 @@ var MsprofReport = (() => {
     MODEL_ELEMENT_ID: () => MODEL_ELEMENT_ID,
     ROOT_ELEMENT_ID: () => ROOT_ELEMENT_ID,
     anchorOf: () => anchorOf,
+    denominator: () => denominator,
     pageHost: () => pageHost,
     renderReport: () => renderReport,
     selfTest: () => selfTest
@@ -446,12 +447,43 @@ var MsprofReport = (() => {
     section.append(el("p", { class: "msprof-note" }, "Rank × rank, from the ranks' communication matrices (sums of each op type's total per link)."), select, table);
     return section;
   }
+  function denominator(shareOf) {
+    return `the ${shareOf.replace("-", " ")}`;
+  }
+  function startHere(items, host) {
+    if (!items.length) return null;
+    const list = el("ol", { class: "msprof-start-list" });
+    for (const s of items) {
+      const where = s.path !== null && s.line !== null ? `${s.path}:${s.line}` : "(profile)";
+      const link = el("a", { href: "#", class: "msprof-start-where" }, where);
+      link.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        if (s.path !== null && s.line !== null) host.openSource(s.path, s.line);
+      });
+      list.append(el(
+        "li",
+        { class: "msprof-start-item", "data-code": s.code, "data-rank": s.rank },
+        el("strong", {}, `${s.code} ${s.name}`),
+        " · ",
+        link,
+        el("div", { class: "msprof-start-saving" }, s.saving),
+        el("div", { class: "msprof-start-change" }, `change: ${s.change}`)
+      ));
+    }
+    return el(
+      "section",
+      { class: "msprof-start-here" },
+      el("h2", {}, "Start here"),
+      el("p", { class: "msprof-note" }, "The findings with the biggest saving per step (unknown savings by their share)."),
+      list
+    );
+  }
   function findingItem(f) {
     const item = el(
       "li",
       { class: `msprof-finding msprof-sev-${f.severity}`, "data-code": f.code },
       el("strong", {}, `${f.code} ${f.name}`),
-      ` ${f.severity} · ${formatShare(f.share)} of step`,
+      ` ${f.severity} · ${f.saving} · ${formatShare(f.share)} of ${denominator(f.share_of)}`,
       el("p", {}, f.message)
     );
     for (const fix of f.fixes) {
@@ -515,6 +547,8 @@ var MsprofReport = (() => {
   function renderReport(root, model, host) {
     root.classList.add("msprof-report");
     root.replaceChildren();
+    const start2 = startHere(model.start_here ?? [], host);
+    if (start2) root.append(start2);
     const views = [];
     model.jobs.forEach((job, i) => {
       const article = el("article", { class: "msprof-job", "data-job": i });

@@ -1,0 +1,173 @@
+"""One finding per cause, and where to start (docs/rules/README.md "One finding per cause",
+docs/report.md "Start here").
+
+``consolidate`` runs once per job at the end of ``engine.run_rules``, after selection, severity,
+``minShare`` and suppressions (so a selected-out or suppressed rule never takes part): findings
+whose charges (``hints.charges``) overlap by at least half of the smaller one's become one. The
+finding whose fix acts on the cause keeps its place; the others become its related information,
+their codes listed in ``evidence["same_cause"]``, so no time is counted twice.
+
+``start_here`` and ``saving_order`` rank findings by their saving for every front-end (JSON,
+text, HTML, the editor's status bar and code lenses); no renderer ranks on its own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from .charges import Charges, Timeline, charges
+from .context import RuleContext
+from .finding import Finding, Related
+
+MERGE_OVERLAP = 0.5  # of the smaller finding's charged time, shared with the other
+SAME_CAUSE = "same cause"  # how a folded-in finding's related entry starts
+START_HERE = 3
+NOTICE_PREFIX = "NPU9"  # NPU900-NPU903: notices about the profile itself, nothing to change in the code
+# Rules whose finding names a symptom more broadly than the rule that names its cause (the critical
+# path's bound, device idle, a kernel's pipe verdict): they give way to a more specific finding.
+GENERALITY = {"NPU251": 3, "NPU105": 2, "NPU202": 1, "NPU206": 1, "NPU209": 1}
+
+
+def consolidate(findings: list[Finding], ctx: RuleContext) -> list[Finding]:
+    """The findings with each group that charges the same time folded into one (in input order)."""
+    if len(findings) < 2:
+        return findings
+    t = Timeline(ctx)
+    # a finding whose fix is already in the source is the old run's evidence, a hint to re-profile
+    # (hints.fixed_in_source): it charges nothing now and folds nothing in
+    charged = [{} if "fixed_in_source" in f.evidence else charges(t, f) for f in findings]
+    kept: list[Finding] = []
+    for members in _groups(charged, [GENERALITY.get(f.code, 0) > 0 for f in findings]):
+        if len(members) == 1:
+            kept.append(findings[members[0]])
+            continue
+        codes = {findings[i].code for i in members}
+        keeper = min(members, key=lambda i: _keeper_key(findings[i], charged[i], codes))
+        others = sorted((i for i in members if i != keeper), key=lambda i: -findings[i].time_per_step_us)
+        merge_into(findings[keeper], [findings[i] for i in others])
+        kept.append(findings[keeper])
+    order = {id(f): n for n, f in enumerate(findings)}
+    return sorted(kept, key=lambda f: order[id(f)])
+
+
+def overlap(a: Charges, b: Charges) -> float:
+    """The ns both charge (per key, the smaller of the two weights)."""
+    small, big = (a, b) if len(a) <= len(b) else (b, a)
+    return sum(min(w, big[k]) for k, w in small.items() if k in big)
+
+
+def same_cause(a: Charges, b: Charges) -> bool:
+    """At least ``MERGE_OVERLAP`` of the smaller charge is charged by the other too."""
+    if not a or not b:
+        return False
+    return overlap(a, b) >= MERGE_OVERLAP * min(sum(a.values()), sum(b.values()))
+
+
+def _groups(charged: Sequence[Charges], general: Sequence[bool]) -> list[list[int]]:
+    """Groups of findings that charge the same time, in input order. Specific findings join
+    transitively; a general one (``GENERALITY``: a broad symptom such as device idle) joins the one
+    group it shares the most time with, so it never bridges two causes (the DataLoader's wait and
+    the optimizer's host time both overlap the device idle, and stay two)."""
+    parent = list(range(len(charged)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_key: dict[tuple, list[int]] = defaultdict(list)
+    for i, c in enumerate(charged):
+        for k in c:
+            by_key[k].append(i)
+    pairs = sorted({(a, b) for idx in by_key.values() for n, a in enumerate(idx) for b in idx[n + 1:]})
+    same = [(a, b) for a, b in pairs if same_cause(charged[a], charged[b])]
+    for a, b in same:
+        if not general[a] and not general[b] and root(a) != root(b):
+            parent[root(b)] = root(a)
+    best: dict[int, tuple[float, int]] = {}  # general finding -> (shared ns, specific partner)
+    for a, b in same:
+        for g, o in ((a, b), (b, a)):
+            if general[g] and not general[o]:
+                shared = overlap(charged[g], charged[o])
+                if shared > best.get(g, (-1.0, -1))[0]:
+                    best[g] = (shared, o)
+    for g, (_, o) in best.items():
+        parent[root(g)] = root(o)
+    for a, b in same:  # general findings with no specific partner: among themselves
+        if general[a] and general[b] and a not in best and b not in best and root(a) != root(b):
+            parent[root(b)] = root(a)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(charged)):
+        groups[root(i)].append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def _keeper_key(f: Finding, charged: Charges, codes: set[str]) -> tuple:
+    """The finding whose fix acts on the cause comes first: one with a fix, not pointing at another
+    member's rule (NPU251's ``see``), the most specific rule, anchored; then the largest saving,
+    the most time of its own (it explains more of the shared time), the narrowest charge."""
+    points_elsewhere = f.evidence.get("see") in codes - {f.code}
+    return (not (f.fixes or f.offers), points_elsewhere, GENERALITY.get(f.code, 0), f.span is None,
+            -_saving_us(f), -f.time_per_step_us, sum(charged.values()), f.sort_key())
+
+
+def merge_into(keeper: Finding, others: Sequence[Finding]) -> None:
+    """``others`` become related information of ``keeper`` (their message, at their place or the
+    keeper's); their codes go to ``evidence["same_cause"]`` and their code, message, share and
+    time to ``evidence["same_cause_findings"]``; their fixes join the keeper's, the highest
+    severity stays."""
+    same = list(keeper.evidence.get("same_cause", []))
+    folded = list(keeper.evidence.get("same_cause_findings", []))
+    for o in others:
+        span = o.span or keeper.span
+        if span is not None:
+            keeper.related.append(Related(span, f"{SAME_CAUSE}, {o.code} {o.name}: {o.message}"))
+        same += [o.code, *o.evidence.get("same_cause", [])]
+        # the figures stay readable where there is no place for a related entry (profile-level findings)
+        folded += [{"code": o.code, "message": o.message, "share": round(o.share, 6), "share_of": o.share_of.value,
+                    "time_per_step_us": round(o.time_per_step_us, 3)}, *o.evidence.get("same_cause_findings", [])]
+        if o.severity.rank > keeper.severity.rank:
+            keeper.severity = o.severity
+        titles = {(x.title, x.edits) for x in keeper.fixes}
+        keeper.fixes += [x for x in o.fixes if (x.title, x.edits) not in titles]
+        keeper.offers += [x for x in o.offers if x not in keeper.offers]
+    keeper.evidence["same_cause"] = list(dict.fromkeys(c for c in same if c != keeper.code))
+    keeper.evidence["same_cause_findings"] = folded
+
+
+# ---------------------------------------------------------------------------------------------
+# Where to start
+
+
+def _saving_us(f: Finding) -> float:
+    s = f.saving
+    return s.us_per_step if s is not None and s.us_per_step is not None else 0.0
+
+
+def saving_key(f: Finding) -> tuple:
+    """Sort key, best first: a known saving (largest first), then unknown ones; ties by share."""
+    known = f.saving is not None and f.saving.known
+    return (not known, -_saving_us(f), -f.share)
+
+
+def saving_order(findings: Sequence[Finding]) -> list[int]:
+    """Indexes of ``findings`` in saving order (stable for equal keys)."""
+    return sorted(range(len(findings)), key=lambda i: saving_key(findings[i]))
+
+
+def actionable(f: Finding) -> bool:
+    """A finding worth starting with: it saves time, or (saving unknown) it has a share; the
+    profile notices never."""
+    if f.code.startswith(NOTICE_PREFIX):
+        return False
+    if f.saving is not None and f.saving.known:
+        return (f.saving.us_per_step or 0.0) > 0
+    return f.share > 0
+
+
+def start_here(findings: Sequence[Finding], limit: int = START_HERE) -> list[int]:
+    """Indexes into ``findings`` of the top ``limit`` by saving (ties: share): the JSON
+    ``start_here``, what the text and HTML reports open with and what the editor shows first."""
+    return [i for i in saving_order(findings) if actionable(findings[i])][:limit]
