@@ -14,7 +14,7 @@ text, HTML, the editor's status bar and code lenses); no renderer ranks on its o
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .charges import Charges, Timeline, charges
 from .context import RuleContext
@@ -38,7 +38,8 @@ def consolidate(findings: list[Finding], ctx: RuleContext) -> list[Finding]:
     # (hints.fixed_in_source): it charges nothing now and folds nothing in
     charged = [{} if "fixed_in_source" in f.evidence else charges(t, f) for f in findings]
     kept: list[Finding] = []
-    for members in _groups(charged, [GENERALITY.get(f.code, 0) > 0 for f in findings]):
+    alike = lambda a, b: charged_alike(findings[a], charged[a], findings[b], charged[b])  # noqa: E731
+    for members in _groups(charged, [GENERALITY.get(f.code, 0) > 0 for f in findings], alike):
         if len(members) == 1:
             kept.append(findings[members[0]])
             continue
@@ -64,11 +65,33 @@ def same_cause(a: Charges, b: Charges) -> bool:
     return overlap(a, b) >= MERGE_OVERLAP * min(sum(a.values()), sum(b.values()))
 
 
-def _groups(charged: Sequence[Charges], general: Sequence[bool]) -> list[list[int]]:
+def _modelled(f: Finding) -> bool:
+    """The finding's fix has a model: it names the work it changes (its effect's rows)."""
+    e = f.effect
+    return e is not None and not e.unknown and any(c.rows for c in e.changes)
+
+
+def _work(c: Charges) -> Charges:
+    """The charges on recorded work (kernels, host ops, syncs), without the device idle they cover."""
+    return {k: v for k, v in c.items() if k[0] != "idle"}
+
+
+def charged_alike(a: Finding, ca: Charges, b: Finding, cb: Charges) -> bool:
+    """Whether findings ``a`` and ``b`` (charging ``ca``, ``cb``) are one cause. Two modelled fixes
+    that change different work are two causes even where the device idle they cover overlaps (a
+    sync, then a data fetch, in one idle stretch): each saving is its own replay."""
+    if _modelled(a) and _modelled(b):
+        return same_cause(_work(ca), _work(cb))
+    return same_cause(ca, cb)
+
+
+def _groups(charged: Sequence[Charges], general: Sequence[bool],
+            alike: Callable[[int, int], bool] | None = None) -> list[list[int]]:
     """Groups of findings that charge the same time, in input order. Specific findings join
     transitively; a general one (``GENERALITY``: a broad symptom such as device idle) joins the one
     group it shares the most time with, so it never bridges two causes (the DataLoader's wait and
-    the optimizer's host time both overlap the device idle, and stay two)."""
+    the optimizer's host time both overlap the device idle, and stay two). Two ``modelled`` findings
+    (fixes with an effect) are compared on the work they change only, never on the idle they cover."""
     parent = list(range(len(charged)))
 
     def root(i: int) -> int:
@@ -82,7 +105,8 @@ def _groups(charged: Sequence[Charges], general: Sequence[bool]) -> list[list[in
         for k in c:
             by_key[k].append(i)
     pairs = sorted({(a, b) for idx in by_key.values() for n, a in enumerate(idx) for b in idx[n + 1:]})
-    same = [(a, b) for a, b in pairs if same_cause(charged[a], charged[b])]
+    alike = alike if alike is not None else (lambda a, b: same_cause(charged[a], charged[b]))
+    same = [(a, b) for a, b in pairs if alike(a, b)]
     for a, b in same:
         if not general[a] and not general[b] and root(a) != root(b):
             parent[root(b)] = root(a)

@@ -14,7 +14,7 @@ import pytest
 from msprof_lsp.hints import registry
 from msprof_lsp.hints.charges import Timeline, charges
 from msprof_lsp.hints.config import RuleConfig
-from msprof_lsp.hints.consolidate import MERGE_OVERLAP, overlap, same_cause, start_here, saving_order
+from msprof_lsp.hints.consolidate import MERGE_OVERLAP, charged_alike, overlap, same_cause, start_here, saving_order
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import (Change, Effect, Finding, FixOffer, Saving, Severity, ShareOf, Target)
@@ -176,7 +176,8 @@ def test_every_share_has_its_denominator_and_no_two_findings_charge_the_same_tim
             assert isinstance(f.share_of, ShareOf)
         for i, ci in enumerate(charged):
             for j in range(i + 1, len(charged)):
-                assert not same_cause(ci, charged[j]), (a.findings[i].code, a.findings[j].code)
+                fi, fj = a.findings[i], a.findings[j]
+                assert not charged_alike(fi, ci, fj, charged[j]), (fi.code, fj.code)
         for of in ShareOf:
             # findings that charge nothing in common: their shares of one denominator add up to <= 1
             disjoint = [f for f, c in zip(a.findings, charged) if c and f.share_of is of
