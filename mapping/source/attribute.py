@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -94,6 +94,15 @@ class _Group:
     forward: bool = False  # the landmark is a forward use of the layer (not a gradient)
 
 
+class _Prepared(NamedTuple):
+    """A group's decision inputs: ``kind`` stack (``obj``: its FrameChoice, None when no frame
+    maps to a local file), module (``obj``: the module chain) or inferred (``obj``: None)."""
+
+    kind: str
+    obj: Any
+    ctx: OpContext
+
+
 @dataclass(slots=True)
 class _SiteAgg:
     device_ns: int = 0
@@ -102,6 +111,19 @@ class _SiteAgg:
     host_ns: int = 0
     calls: int = 0
     ops: list[OpHeat] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _PerStep:
+    """Time over the capture -> (per step, share): ``denom`` is the step time, or the summed work
+    time per step where concurrent streams make that longer (the shares then add up to <= 1)."""
+
+    steps: int
+    denom: float
+
+    def __call__(self, ns: float) -> tuple[float, float]:
+        p = ns / self.steps
+        return p, (p / self.denom if self.denom > 0 else 0.0)
 
 
 class Attributor:
@@ -407,28 +429,48 @@ class Attributor:
         return choice, ctx, scope
 
     def _decide(self) -> None:
+        """Anchor every group: undoubted stack frames first (aligned per function against the
+        edited text), then everything else, each distinct question asked once (``cache``)."""
+        prepared = self._prepare_decisions()
+        cache: dict[tuple, Anchor | None] = {}
+        self._anchor_stack_frames(prepared, cache)
+        for g, (kind, obj, ctx) in zip(self.groups, prepared):
+            if g.anchor is not None:
+                continue
+            if kind == "stack":
+                self._anchor_final_frame(g, obj, ctx, cache)
+            elif kind == "module":
+                self._anchor_module(g, obj, ctx, cache)
+            else:
+                self._anchor_stackless(g, ctx, cache)
+
+    def _prepare_decisions(self) -> list[_Prepared]:
+        """Pass 0: each group's frame (or module chain) and context; the module instances seen
+        under each function are observed on the way."""
         a = self.anchorer
         prepared = []
-        # pass 0: frames, and the module instances seen under each function
         for g in self.groups:
             names = self._names(g)
             if g.sid >= 0:
                 choice, ctx, scope = self._stack_ctx(g, names)
                 if choice is not None and scope:
                     a.observe(choice.path, scope, ctx.modules)
-                prepared.append(("stack", choice, ctx))
+                prepared.append(_Prepared("stack", choice, ctx))
             elif g.modpath >= 0:
                 chain = self.chains[g.modpath]
                 ctx = OpContext(names, (g.ktype,) if g.ktype else (), (), True, self._annotation(g))
                 ms = a.module_scope(chain)
                 if ms is not None:
                     a.observe(ms[0], ms[1], ms[2])
-                prepared.append(("module", chain, ctx))
+                prepared.append(_Prepared("module", chain, ctx))
             else:
-                prepared.append(("inferred", None, OpContext(names, (g.ktype,) if g.ktype else (),
-                                                             annotation=self._annotation(g))))
-        cache: dict[tuple, Anchor | None] = {}
-        # pass 1: undoubted stack anchors, grouped per function for the drift alignment
+                prepared.append(_Prepared("inferred", None, OpContext(names, (g.ktype,) if g.ktype else (),
+                                                                      annotation=self._annotation(g))))
+        return prepared
+
+    def _anchor_stack_frames(self, prepared: list[_Prepared], cache: dict) -> None:
+        """Pass 1: undoubted stack anchors, grouped per function for the drift alignment."""
+        a = self.anchorer
         per_scope: dict[tuple[str, str], list[tuple[_Group, Any, OpContext]]] = {}
         for g, (kind, obj, ctx) in zip(self.groups, prepared):
             if kind != "stack" or obj is None:
@@ -445,61 +487,70 @@ class Attributor:
             if index is not None and fs.scope and fs.mode in ("line", "drift"):
                 per_scope.setdefault((obj.path, fs.scope), []).append((g, obj, ctx))
         for (path, scope), items in per_scope.items():
-            index = self.workspace.index(path)
-            assert index is not None
-            accepted = a.align(index, scope, [(obj.frame.line, ctx) for _, obj, ctx in items])
-            for g, obj, ctx in items:
-                line = obj.frame.line
-                shift = accepted.get(line)
-                if shift:
-                    g.anchor = a.shifted(obj, scope, ctx, shift)
-                    a.add_evidence(path, scope, line, shift)
-                elif shift == 0 and g.anchor is not None and g.anchor.exact:
-                    a.add_evidence(path, scope, line, 0)
-                elif ctx.keys:
-                    g.anchor = None  # a stale line that may hold some other matching call
-                    a.stale.add((path, scope, line))
-        # pass 2: everything else
-        for g, (kind, obj, ctx) in zip(self.groups, prepared):
-            if g.anchor is not None:
-                continue
-            if kind == "stack":
-                if obj is None:
-                    g.anchor = Anchor(note=self._no_frame_note(g.sid))
-                    continue
-                key = ("f", g.sid, ctx)
-                anchor = cache.get(key)
-                if anchor is None:
-                    anchor = cache[key] = a.anchor_frame(obj, ctx, final=True)
-                g.anchor = anchor
-            elif kind == "module":
-                key = ("m", obj, ctx)
-                anchor = cache.get(key)
-                if anchor is None:
-                    anchor = cache[key] = a.anchor_module(obj, ctx)
-                if not anchor.sites and ctx.keys:
-                    inferred = cache.get(("i", ctx.keys))
-                    if inferred is None:
-                        inferred = cache[("i", ctx.keys)] = a.anchor_inferred(ctx)
-                    if inferred.sites:
-                        anchor = inferred
-                g.anchor = anchor
-            else:
-                if g.ctx >= 0 and self.h_scope[g.ctx]:
-                    g.anchor = Anchor(note=f"time under {self.h_names[self.h_name[g.ctx]]} outside any op")
-                    continue
-                # the layer its shapes name first; else the one construct of its type
-                g.keys = ctx.keys
-                by_shape = self._by_shape(g, ctx, cache) if g.shapes else None
-                if by_shape is not None and by_shape.sites:
-                    g.anchor, g.by_shape = by_shape, True
-                    continue
-                key = ("i", ctx.keys) if ctx.keys else ("i", ctx)
-                anchor = cache.get(key)
-                if anchor is None:
-                    anchor = cache[key] = a.anchor_inferred(ctx)
-                # not attributed: the shape note (which layers fit) says more than the type note
-                g.anchor = anchor if anchor.sites or by_shape is None else by_shape
+            self._align_scope(path, scope, items)
+
+    def _align_scope(self, path: str, scope: str, items: list[tuple[_Group, Any, OpContext]]) -> None:
+        """Shift the frames of one function by the drift its current text shows; a stale line
+        that may hold some other matching call is left for pass 2."""
+        a = self.anchorer
+        index = self.workspace.index(path)
+        assert index is not None
+        accepted = a.align(index, scope, [(obj.frame.line, ctx) for _, obj, ctx in items])
+        for g, obj, ctx in items:
+            line = obj.frame.line
+            shift = accepted.get(line)
+            if shift:
+                g.anchor = a.shifted(obj, scope, ctx, shift)
+                a.add_evidence(path, scope, line, shift)
+            elif shift == 0 and g.anchor is not None and g.anchor.exact:
+                a.add_evidence(path, scope, line, 0)
+            elif ctx.keys:
+                g.anchor = None  # a stale line that may hold some other matching call
+                a.stale.add((path, scope, line))
+
+    def _anchor_final_frame(self, g: _Group, choice: Any, ctx: OpContext, cache: dict) -> None:
+        if choice is None:
+            g.anchor = Anchor(note=self._no_frame_note(g.sid))
+            return
+        key = ("f", g.sid, ctx)
+        anchor = cache.get(key)
+        if anchor is None:
+            anchor = cache[key] = self.anchorer.anchor_frame(choice, ctx, final=True)
+        g.anchor = anchor
+
+    def _anchor_module(self, g: _Group, chain: Any, ctx: OpContext, cache: dict) -> None:
+        """A stackless group under a module chain: the module's call, else the one construct of
+        its type."""
+        a = self.anchorer
+        key = ("m", chain, ctx)
+        anchor = cache.get(key)
+        if anchor is None:
+            anchor = cache[key] = a.anchor_module(chain, ctx)
+        if not anchor.sites and ctx.keys:
+            inferred = cache.get(("i", ctx.keys))
+            if inferred is None:
+                inferred = cache[("i", ctx.keys)] = a.anchor_inferred(ctx)
+            if inferred.sites:
+                anchor = inferred
+        g.anchor = anchor
+
+    def _anchor_stackless(self, g: _Group, ctx: OpContext, cache: dict) -> None:
+        """No stack, no module: the layer its shapes name first; else the one construct of its type."""
+        if g.ctx >= 0 and self.h_scope[g.ctx]:
+            g.anchor = Anchor(note=f"time under {self.h_names[self.h_name[g.ctx]]} outside any op")
+            return
+        g.keys = ctx.keys
+        by_shape = self._by_shape(g, ctx, cache) if g.shapes else None
+        if by_shape is not None and by_shape.sites:
+            g.anchor, g.by_shape = by_shape, True
+            return
+        key = ("i", ctx.keys) if ctx.keys else ("i", ctx)
+        anchor = cache.get(key)
+        if anchor is None:
+            anchor = cache[key] = self.anchorer.anchor_inferred(ctx)
+        # not attributed: the shape note (which layers fit) says more than the type note
+        g.anchor = anchor if anchor.sites or by_shape is None else by_shape
+
 
     def _by_shape(self, g: _Group, ctx: OpContext, cache: dict) -> Anchor | None:
         """A stackless kernel group anchored by the layer its shapes name (None: not a layer op)."""
@@ -781,17 +832,40 @@ class Attributor:
         return Attribution(current, kernel_site.astype(np.int64), op_site.astype(np.int64), heat, state=self)
 
     def _heat(self, current: list[Site], remap: np.ndarray) -> SourceHeat:
+        """Base-site aggregates merged onto the current spans, then per line and per function."""
         step = self.step_time_ns
         steps = self.num_steps
         # Share of the step; of the summed work time instead where concurrent streams make it
         # longer than the step, so the shares of all spans add up to at most 1.
-        denom = max(step, self.total_ns / steps)
+        per = _PerStep(steps, max(step, self.total_ns / steps))
+        spans, lost_edit = self._span_heat(current, remap, per)
+        lines, functions = self._line_function_heat(spans, per)
+        attributed = self.attributed_base_ns - lost_edit
+        notes = dict(self.notes)
+        for i, text in self.edit_notes.items():
+            agg = self.aggs.get(i)
+            if remap[i] < 0 and agg is not None:
+                notes[text] = notes.get(text, 0) + agg.device_ns
+        unmapped = [p for p in self.workspace.unmapped if p not in self._unmapped_before]
+        return SourceHeat(
+            step_time_ns=step,
+            num_steps=steps,
+            spans=spans,
+            lines=sorted(lines, key=lambda x: (-x.device_ns, x.path, x.line)),
+            functions=sorted(functions, key=lambda x: (-x.device_ns, x.path, x.function)),
+            total_device_ns=self.total_ns,
+            attributed_ns=attributed,
+            unattributed_ns=self.total_ns - attributed,
+            unmapped_files=unmapped,
+            notes=[n for n, _ in sorted(notes.items(), key=lambda kv: -kv[1])],
+            time_source=self.source,
+            fwd_ns=sum(s.fwd_ns for s in spans),
+            bwd_ns=sum(s.bwd_ns for s in spans),
+        )
 
-        def per(ns: float) -> tuple[float, float]:
-            p = ns / steps
-            return p, (p / denom if denom > 0 else 0.0)
-
-        # merge base-site aggregates onto current spans
+    def _span_heat(self, current: list[Site], remap: np.ndarray, per: _PerStep) -> tuple[list[SpanHeat], int]:
+        """One SpanHeat per current span (its sites' aggregates merged), hottest first; and the
+        device time of sites an edit removed (each gets an edit note)."""
         by_span: dict[Span, list[tuple[Site, _SiteAgg]]] = {}
         lost_edit = 0
         for i, agg in self.aggs.items():
@@ -821,6 +895,10 @@ class Attributor:
                                   sum(a.host_ns for _, a in parts), sum(a.calls for _, a in parts), p, share, ops,
                                   sorted(libs.items(), key=lambda kv: (-kv[1], kv[0].raw))))
         spans.sort(key=lambda s: (-s.device_ns, -s.host_ns, s.site.span))
+        return spans, lost_edit
+
+    def _line_function_heat(self, spans: list[SpanHeat], per: _PerStep) -> tuple[list[LineHeat], list[FunctionHeat]]:
+        """The spans summed per line and per function (in first-seen order)."""
         lines: dict[tuple[str, int], LineHeat] = {}
         functions: dict[tuple[str, str], FunctionHeat] = {}
         line_ops: dict[tuple[str, int], list[OpHeat]] = {}
@@ -848,28 +926,8 @@ class Attributor:
             lh.ops = merge_ops(line_ops[key])
         for fh in functions.values():
             fh.per_step_ns, fh.share = per(fh.device_ns)
-        attributed = self.attributed_base_ns - lost_edit
-        notes = dict(self.notes)
-        for i, text in self.edit_notes.items():
-            agg = self.aggs.get(i)
-            if remap[i] < 0 and agg is not None:
-                notes[text] = notes.get(text, 0) + agg.device_ns
-        unmapped = [p for p in self.workspace.unmapped if p not in self._unmapped_before]
-        return SourceHeat(
-            step_time_ns=step,
-            num_steps=steps,
-            spans=spans,
-            lines=sorted(lines.values(), key=lambda x: (-x.device_ns, x.path, x.line)),
-            functions=sorted(functions.values(), key=lambda x: (-x.device_ns, x.path, x.function)),
-            total_device_ns=self.total_ns,
-            attributed_ns=attributed,
-            unattributed_ns=self.total_ns - attributed,
-            unmapped_files=unmapped,
-            notes=[n for n, _ in sorted(notes.items(), key=lambda kv: -kv[1])],
-            time_source=self.source,
-            fwd_ns=sum(s.fwd_ns for s in spans),
-            bwd_ns=sum(s.bwd_ns for s in spans),
-        )
+        return list(lines.values()), list(functions.values())
+
 
     def _heat_function(self, site: Site) -> str:
         """Function whose heat a site counts in: a container element (``nn.ReLU()`` inside

@@ -84,10 +84,27 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
     info = _object(path, load_json(path, issues), "profiler_info.json")
     where = str(path)
     config = info.get("config") if isinstance(info.get("config"), dict) else {}
-    common = config.get("common_config") if isinstance(config.get("common_config"), dict) else {}
-    exp = config.get("experimental_config")
-    exp = exp if isinstance(exp, dict) else {}
+    _read_common_config(config, meta, issues, where)
+    _read_experimental_config(config, meta, issues, where)
+    for key in ("torch_npu_version", "cann_version"):
+        value = info.get(key)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            setattr(meta, key, str(value))
+    _read_rank(info, path, meta, issues)
+    _read_end_info(info, meta, issues, where)
+    for key, value in info.items():
+        if key not in ("config", "torch_npu_version", "cann_version", "rank_id", "end_info"):
+            meta.extra[key] = value  # start_info, ...
+    for key, value in config.items():
+        if key not in ("common_config", "experimental_config"):
+            meta.extra[key] = value
+    meta.files.append(where)
+    return issues
 
+
+def _read_common_config(config: dict[str, Any], meta: ProfileMeta, issues: list[Issue], where: str) -> None:
+    """``config.common_config``: the capture flags; the rest (activities, schedule, ...) as is."""
+    common = config.get("common_config") if isinstance(config.get("common_config"), dict) else {}
     for key in _COMMON_BOOLS:
         if key in common:
             value = common[key]
@@ -99,6 +116,12 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
         if key not in _COMMON_BOOLS:
             meta.extra[key] = value  # activities, schedule, with_flops, ...
 
+
+def _read_experimental_config(config: dict[str, Any], meta: ProfileMeta, issues: list[Issue], where: str) -> None:
+    """``config.experimental_config``: level, AI Core metrics, GC threshold, export type; the rest
+    (l2_cache, msprof_tx, ...) without the leading ``_``."""
+    exp = config.get("experimental_config")
+    exp = exp if isinstance(exp, dict) else {}
     level = exp.get("_profiler_level")
     if isinstance(level, str):
         meta.level = level
@@ -123,11 +146,11 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
         if key not in known_exp:
             meta.extra[key.lstrip("_")] = value  # l2_cache, msprof_tx, data_simplification, ...
 
-    for key in ("torch_npu_version", "cann_version"):
-        value = info.get(key)
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            setattr(meta, key, str(value))
 
+def _read_rank(info: dict[str, Any], path: Path, meta: ProfileMeta, issues: list[Issue]) -> None:
+    """``rank_id`` (string or int), else the file name's ``profiler_info_{rank}``; both said
+    when they disagree."""
+    where = str(path)
     rank = _rank_of(info.get("rank_id"))
     if "rank_id" in info and rank is None and info.get("rank_id") not in (-1, "-1", None, ""):
         issues.append(Issue(where, f"rank_id {shown(info.get('rank_id'))} is not an integer in int64 range; "
@@ -141,25 +164,21 @@ def read_profiler_info(path: Path, meta: ProfileMeta) -> list[Issue]:
     if rank is not None:
         meta.rank = rank
 
+
+def _read_end_info(info: dict[str, Any], meta: ProfileMeta, issues: list[Issue], where: str) -> None:
+    """``end_info.collectionTimeEnd`` (epoch ns); the other keys to ``meta.extra["end_info"]``."""
     end = info.get("end_info")
-    if isinstance(end, dict) and "collectionTimeEnd" in end:
-        ns = _int(end["collectionTimeEnd"])
-        if ns is None:
-            issues.append(Issue(where, f"end_info.collectionTimeEnd {shown(end['collectionTimeEnd'])} is not an "
-                                       "integer in int64 range; ignored"))
-        else:
-            meta.collection_end_ns = ns
-        rest = {k: v for k, v in end.items() if k != "collectionTimeEnd"}
-        if rest:
-            meta.extra["end_info"] = rest
-    for key, value in info.items():
-        if key not in ("config", "torch_npu_version", "cann_version", "rank_id", "end_info"):
-            meta.extra[key] = value  # start_info, ...
-    for key, value in config.items():
-        if key not in ("common_config", "experimental_config"):
-            meta.extra[key] = value
-    meta.files.append(where)
-    return issues
+    if not (isinstance(end, dict) and "collectionTimeEnd" in end):
+        return
+    ns = _int(end["collectionTimeEnd"])
+    if ns is None:
+        issues.append(Issue(where, f"end_info.collectionTimeEnd {shown(end['collectionTimeEnd'])} is not an "
+                                   "integer in int64 range; ignored"))
+    else:
+        meta.collection_end_ns = ns
+    rest = {k: v for k, v in end.items() if k != "collectionTimeEnd"}
+    if rest:
+        meta.extra["end_info"] = rest
 
 
 def _int(value: Any) -> int | None:

@@ -95,6 +95,15 @@ class Columns:
         return self._lines[original] or None
 
 
+@dataclass(slots=True)
+class _Header:
+    """Where the wanted columns (and the kept extras) are in one file's header."""
+
+    positions: dict[str, int]  # col.key -> header position
+    found: dict[str, str]  # col.key -> the header spelling present in the file
+    extra_pos: dict[int, str]  # header position -> the name an extra column is kept under
+
+
 def read_columns(
     source: CsvSource,
     cols: Sequence[Col],
@@ -110,40 +119,10 @@ def read_columns(
     Raises ProfileError when a required column is absent or the text cannot be tokenised.
     """
     path = source.name
-    by_key: dict[str, Col] = {}
-    for col in cols:
-        for name in col.names:
-            by_key.setdefault(header_key(name), col)
-    ignored = {header_key(n) for n in ignore}
-    alias_extras = alias_extras or {}
-
-    positions: dict[str, int] = {}  # col.key -> header position
-    found: dict[str, str] = {}
-    extra_pos: dict[int, str] = {}
     issues = list(source.issues)
-    for i, name in enumerate(source.header):
-        hk = header_key(name)
-        col = by_key.get(hk)
-        if col is not None:
-            if col.key in positions:
-                issues.append(Issue(path, f"duplicate column {name!r} ignored", 1))
-                continue
-            positions[col.key] = i
-            found[col.key] = name
-        elif extras and name and hk not in ignored:
-            extra_pos[i] = alias_extras.get(hk, name)
-    if extra_pos:
-        extra_pos = _numeric_extras(source, extra_pos, issues)
-
-    missing = [c for c in cols if c.required and c.key not in positions]
-    if missing:
-        wanted = ", ".join(repr(c.names[0]) for c in missing)
-        raise ProfileError(
-            path, f"missing required column {wanted}; header is: {','.join(source.header)}", 1
-        )
-
-    kinds = {positions[c.key]: c.kind for c in cols if c.key in positions}
-    float_pos = [i for i, k in kinds.items() if k in _FLOAT_KINDS] + list(extra_pos)
+    head = _find_columns(source, cols, issues, extras=extras, ignore=ignore, alias_extras=alias_extras or {})
+    kinds = {head.positions[c.key]: c.kind for c in cols if c.key in head.positions}
+    float_pos = [i for i, k in kinds.items() if k in _FLOAT_KINDS] + list(head.extra_pos)
     frame, skipped = _parse(source, kinds, float_pos, as_float=True)
     if frame is None:  # a float column holds text: parse those columns as strings instead
         frame, skipped = _parse(source, kinds, float_pos, as_float=False)
@@ -156,26 +135,8 @@ def read_columns(
 
     n = len(frame)
     lines = _LazyLines(source, n, [s[0] for s in skipped])
-    result = Columns(source, {}, n, found, issues=issues, _lines=lines)
-    drop = np.zeros(n, dtype=bool)
-    for col in cols:
-        if col.key not in positions:
-            continue
-        pos = positions[col.key]
-        name = found[col.key]
-        values, bad, bad_cells = _convert(frame[pos], col, name)
-        if bad is not None and bad.any():
-            rows = np.flatnonzero(bad)
-            if col.required:
-                drop[rows] = True
-            _report(issues, path, name, rows, bad_cells, lines, col.required)
-        result.data[col.key] = values
-    for pos, name in extra_pos.items():
-        values, bad, bad_cells = _to_float(frame[pos], frozenset())
-        if bad is not None and bad.any():
-            _report(issues, path, source.header[pos], np.flatnonzero(bad), bad_cells, lines, False)
-        result.extras[name] = values
-
+    result = Columns(source, {}, n, head.found, issues=issues, _lines=lines)
+    drop = _convert_columns(frame, cols, head, result, lines)
     if drop.any():
         keep = ~drop
         result.data = {k: v[keep] for k, v in result.data.items()}
@@ -183,6 +144,69 @@ def read_columns(
         result.length = int(keep.sum())
         result._kept = np.flatnonzero(keep)
     return result
+
+
+def _find_columns(
+    source: CsvSource, cols: Sequence[Col], issues: list[Issue], *, extras: bool, ignore: Iterable[str],
+    alias_extras: dict[str, str],
+) -> _Header:
+    """Match the header against the wanted spellings (a repeated column: the first kept); with
+    ``extras``, the other numeric columns. ProfileError when a required column is absent."""
+    path = source.name
+    by_key: dict[str, Col] = {}
+    for col in cols:
+        for name in col.names:
+            by_key.setdefault(header_key(name), col)
+    ignored = {header_key(n) for n in ignore}
+    head = _Header({}, {}, {})
+    for i, name in enumerate(source.header):
+        hk = header_key(name)
+        col = by_key.get(hk)
+        if col is not None:
+            if col.key in head.positions:
+                issues.append(Issue(path, f"duplicate column {name!r} ignored", 1))
+                continue
+            head.positions[col.key] = i
+            head.found[col.key] = name
+        elif extras and name and hk not in ignored:
+            head.extra_pos[i] = alias_extras.get(hk, name)
+    if head.extra_pos:
+        head.extra_pos = _numeric_extras(source, head.extra_pos, issues)
+
+    missing = [c for c in cols if c.required and c.key not in head.positions]
+    if missing:
+        wanted = ", ".join(repr(c.names[0]) for c in missing)
+        raise ProfileError(
+            path, f"missing required column {wanted}; header is: {','.join(source.header)}", 1
+        )
+    return head
+
+
+def _convert_columns(frame: pd.DataFrame, cols: Sequence[Col], head: _Header, result: Columns,
+                     lines: _LazyLines) -> np.ndarray:
+    """Convert each found column into ``result`` (bad cells reported); returns the rows to drop
+    (a required cell that does not convert)."""
+    source, issues = result.source, result.issues
+    path = source.name
+    drop = np.zeros(len(frame), dtype=bool)
+    for col in cols:
+        if col.key not in head.positions:
+            continue
+        pos = head.positions[col.key]
+        name = head.found[col.key]
+        values, bad, bad_cells = _convert(frame[pos], col, name)
+        if bad is not None and bad.any():
+            rows = np.flatnonzero(bad)
+            if col.required:
+                drop[rows] = True
+            _report(issues, path, name, rows, bad_cells, lines, col.required)
+        result.data[col.key] = values
+    for pos, name in head.extra_pos.items():
+        values, bad, bad_cells = _to_float(frame[pos], frozenset())
+        if bad is not None and bad.any():
+            _report(issues, path, source.header[pos], np.flatnonzero(bad), bad_cells, lines, False)
+        result.extras[name] = values
+    return drop
 
 
 # -- parsing -----------------------------------------------------------------------------------

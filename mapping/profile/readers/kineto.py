@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -231,7 +231,7 @@ class _Rows:
 
     def __init__(self) -> None:
         self.n = 0
-        # the largest |ts| written with a fraction (see _times); per batch, which gives the same
+        # the largest |ts| written with a fraction (see _Clock); per batch, which gives the same
         # verdict (>= _EXACT_US_LIMIT or not) and the same value when it is one
         self.biggest = 0.0
         self.lists: dict[str, list[Any]] = {}
@@ -288,6 +288,17 @@ def _is_named(value: int | str) -> bool:
     return not any(c.isdigit() for c in text)
 
 
+@dataclass(slots=True)
+class _Batch:
+    """One decoded batch's events of each kind the model keeps (before they become columns)."""
+
+    host: list[Event] = field(default_factory=list)
+    python: list[Event] = field(default_factory=list)
+    kernels: list[Event] = field(default_factory=list)
+    runtime: list[Event] = field(default_factory=list)
+    flows: list[Event] = field(default_factory=list)
+
+
 class _Buckets:
     """The trace's events sorted into what the model needs, in one pass over the batches.
 
@@ -316,11 +327,13 @@ class _Buckets:
         self._pool = {}
 
     def _add(self, events: list[Event]) -> None:
-        host: list[Event] = []
-        python: list[Event] = []
-        kernels: list[Event] = []
-        runtime: list[Event] = []
-        flows: list[Event] = []
+        self._append(self._split(events))
+
+    def _split(self, events: list[Event]) -> _Batch:
+        """Sort one batch's events by what the model makes of them (ids and 2021 names normalised);
+        count what is left out."""
+        batch = _Batch()
+        host, python, kernels, runtime, flows = batch.host, batch.python, batch.kernels, batch.runtime, batch.flows
         found = self.found
         for e in events:
             ph = e.ph
@@ -367,9 +380,13 @@ class _Buckets:
                     e.pid, e.tid = pid, tid
                     flows.append(e)
             # "M" metadata, "i" instants, counters: nothing the model holds.
+        return batch
+
+    def _append(self, batch: _Batch) -> None:
+        """Turn one sorted batch into columns (its event objects can go after this)."""
         pool, text = self._pool, self.text
 
-        args = self.host.add(host, pool)
+        args = self.host.add(batch.host, pool)
         self.host.put_ints("seq", [a.seq for a in args])
         self.host.put_ints("fwd_thread", [a.fwd_thread for a in args])
         self.host.put_ints("ext_id", [a.ext_id for a in args])
@@ -380,21 +397,22 @@ class _Buckets:
         ])
         self.host.extend("call_stack", [pool.setdefault(a.call_stack, a.call_stack) for a in args])
 
-        args = self.python.add(python, pool)
+        args = self.python.add(batch.python, pool)
         self.python.extend("python_id", [a.python_id for a in args])
         self.python.extend("parent_id", [a.python_parent_id for a in args])
 
-        args = self.kernels.add(kernels, pool)
+        args = self.kernels.add(batch.kernels, pool)
         self.kernels.put_ints("device", [a.device for a in args])
         self.kernels.put_ints("stream", [a.stream for a in args])
         self.kernels.put_ints("ext_id", [a.ext_id for a in args])
         self.kernels.put_ints("correlation", [a.correlation for a in args])
         self.kernels.extend("collective", [pool.setdefault(a.collective, a.collective) for a in args])
 
-        args = self.runtime.add(runtime, pool)
+        args = self.runtime.add(batch.runtime, pool)
         self.runtime.put_ints("correlation", [a.correlation for a in args])
         self.runtime.put_ints("ext_id", [a.ext_id for a in args])
 
+        flows = batch.flows
         self.flows.add(flows, pool, times=False)
         self.flows.extend("ph", [pool.setdefault(e.ph, e.ph) for e in flows])
         self.flows.extend("id", [e.id for e in flows])
@@ -417,38 +435,130 @@ class _Buckets:
                                 f"does not know: {listing(self.unknown)}")]
         return []
 
+    def skipped(self, path: str) -> list[Issue]:
+        """Events and arguments left out for what they held (no ts, a broken id, bad JSON)."""
+        issues = []
+        if self.untimed:
+            issues.append(Issue(path, f"skipped {self.untimed} event(s) without a 'ts'"))
+        if self.bad_ids:
+            issues.append(Issue(path, f"skipped {self.bad_ids} event(s) whose pid/tid is not an integer "
+                                      f"in int64 range (first: {self.first_bad_id})"))
+        if self.text.unreadable:
+            issues.append(Issue(path, f"{self.text.unreadable} distinct shape/type argument list(s) are not "
+                                      "readable JSON; those operators have no shapes"))
+        return issues
 
-def _times(rows: _Rows, base_ns: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """Start (epoch ns) and duration (ns) columns, and the largest |ts| written with a fraction.
 
-    Only fractional values can lose nanoseconds: whole µs (JSON integers, what most traces with
-    epoch-µs ``ts`` write) stay exact in a float64 up to 2**53.
-    """
-    ts = rows.array("ts", np.float64)
-    dur = rows.array("dur", np.float64)
-    start = _us_to_ns(ts) + base_ns
-    dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
-    return start, dur_ns, rows.biggest
+class _Clock:
+    """Turns each kind's ``ts``/``dur`` into epoch ns; remembers the largest |ts| written with a
+    fraction over all kinds (past ``_EXACT_US_LIMIT`` a float64 no longer holds single ns)."""
+
+    __slots__ = ("base_ns", "biggest_ts")
+
+    def __init__(self, base_ns: int) -> None:
+        self.base_ns = base_ns
+        self.biggest_ts = 0.0
+
+    def times(self, rows: _Rows) -> tuple[np.ndarray, np.ndarray]:
+        """Start (epoch ns) and duration (ns) columns of ``rows``.
+
+        Only fractional values can lose nanoseconds: whole µs (JSON integers, what most traces
+        with epoch-µs ``ts`` write) stay exact in a float64 up to 2**53.
+        """
+        ts = rows.array("ts", np.float64)
+        dur = rows.array("dur", np.float64)
+        start = _us_to_ns(ts) + self.base_ns
+        dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
+        self.biggest_ts = max(self.biggest_ts, rows.biggest)
+        return start, dur_ns
+
+    def notices(self, path: str) -> list[Issue]:
+        if self.biggest_ts < _EXACT_US_LIMIT:
+            return []
+        error_ns = float(np.spacing(self.biggest_ts)) * 1000.0 / 2
+        return [Issue(path, f"timestamps with fractions reach {self.biggest_ts:.0f} µs after baseTimeNanoseconds; "
+                            f"a float64 holds such values only to ±{error_ns:.0f} ns")]
+
+
+@dataclass(slots=True)
+class _Span:
+    """Start and end (epoch ns) of one kind's events: the capture step is their union."""
+
+    start: np.ndarray
+    end: np.ndarray
+
+
+@dataclass(slots=True)
+class _HostOps:
+    """The host_ops table and what the later phases read of it in table order."""
+
+    table: pd.DataFrame
+    names: list[str]
+    span: _Span
+    ext_id: list[int]  # External id per op (kernels and runtime calls name their op by it)
+    has_call_stack: bool  # some op carried a recorded ``Call stack``
+
+
+@dataclass(slots=True)
+class _RuntimeCalls:
+    """Runtime calls' args in start order (parallel to the host_events rows)."""
+
+    correlation: list[int]
+    ext_id: list[int]
+    op: list[int]  # the host op around each call (for kernels whose launch has no External id)
 
 
 def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
-    path = trace.path
-    base = trace.base_time_ns
+    """Python calls -> host ops (stacks, parents, modules, backward links) -> steps -> runtime
+    calls -> kernels linked to their ops; then the fallback steps and what was not read."""
+    path = str(trace.path)
     buckets = _Buckets(trace.batches)
     trace.batches = ()  # decoded and dropped: the JSON text is free from here on
     issues: list[Issue] = list(trace.issues)
     stacks = StackTable()
-    biggest_ts = 0.0
+    clock = _Clock(trace.base_time_ns)
 
-    # -- python calls ---------------------------------------------------------------------------
-    py = buckets.python
-    py_start, py_dur, big = _times(py, base)
-    biggest_ts = max(biggest_ts, big)
+    tree, py_span = _python_tree(buckets.python, clock, stacks)
+    host = _host_ops(buckets, clock, tree, stacks)
+    unmatched_flows = _link_backward(host.table, buckets.flows, clock.base_ns, host.names)
+    if unmatched_flows:
+        issues.append(Issue(path, f"{unmatched_flows} fwdbwd flow(s) point at no recorded op; "
+                                  "those backward ops stay unlinked"))
+    steps = profiler_steps(host.names, host.span.start, host.span.end, issues, path)
+
+    host_events, rt_calls, rt_span = _runtime_calls(buckets.runtime, clock, host.table)
+    k_start, k_dur = clock.times(buckets.kernels)
+    kernels, unlinked = _kernels(buckets, clock.base_ns, k_start, k_dur, host.table, host.ext_id, rt_calls, steps)
+    meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(buckets.runtime)))
+    if not steps:
+        spans = (py_span, host.span, rt_span, _Span(k_start, k_start + k_dur))
+        steps = _steps_without_markers(kernels, meta, issues, path, spans)
+
+    issues += buckets.notices(path)
+    issues += buckets.skipped(path)
+    issues += clock.notices(path)
+    _stack_meta(meta, buckets, host.has_call_stack, unlinked)
+    return Profile(
+        meta=meta,
+        kernels=kernels,
+        host_ops=host.table,
+        modules=tree.modules,
+        host_events=host_events,
+        stacks=stacks.stacks,
+        steps=steps,
+        issues=issues,
+    )
+
+
+def _python_tree(py: _Rows, clock: _Clock, stacks: StackTable) -> tuple[PythonTree, _Span]:
+    """The python_function call tree (stacks and ``nn.Module`` rows come from it)."""
+    py_start, py_dur = clock.times(py)
+    span = _Span(py_start, py_start + py_dur)
     tree = PythonTree(
         PythonCalls(
             names=py.col("name"),
             start=py_start,
-            end=py_start + py_dur,
+            end=span.end,
             pid=py.array("pid"),
             tid=py.array("tid"),
             python_id=py.col("python_id"),
@@ -457,43 +567,27 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
         stacks,
     )
     py.release()
+    return tree, span
 
-    # -- host ops -------------------------------------------------------------------------------
+
+def _host_ops(buckets: _Buckets, clock: _Clock, tree: PythonTree, stacks: StackTable) -> _HostOps:
+    """The host ops in (start, longer first) order, each with its stack, parent and module."""
     host = buckets.host
-    h_start, h_dur, big = _times(host, base)
-    biggest_ts = max(biggest_ts, big)
+    h_start, h_dur = clock.times(host)
     order = np.lexsort((-h_dur, h_start))
     pick = order.tolist()
     h_start, h_dur = h_start[order], h_dur[order]
     h_pid, h_tid = host.array("pid")[order], host.array("tid")[order]
     h_end = h_start + h_dur
-
-    text = buckets.text
-    n_host = len(host)
-    seq = host.array("seq")[order]
-    fwd_thread = host.array("fwd_thread")[order]
     ext_id = host.array("ext_id")[order].tolist()
 
     def ordered(key: str) -> list[Any]:
         values = host.col(key)
         return [values[i] for i in pick]
 
-    dims, types, concrete = ordered("dims"), ordered("types"), ordered("concrete")
-    op_stack = [-1] * n_host
-    has_call_stack = False
-    for i, call_stack in enumerate(ordered("call_stack")):
-        if call_stack:
-            op_stack[i] = stacks.intern_text(call_stack)
-            has_call_stack = True
-
-    # Ops without a recorded Call stack: the stack of the deepest Python call around them.
-    enclosing = tree.enclosing_calls(h_pid, h_tid, h_start, h_end).tolist()
-    for i, call in enumerate(enclosing):
-        if call >= 0 and op_stack[i] < 0:
-            op_stack[i] = tree.stack_id(call)
-
+    op_stack, has_call_stack = _op_stacks(ordered("call_stack"), stacks, tree, (h_pid, h_tid, h_start, h_end))
     names = ordered("name")
-    host_ops = make_table(
+    table = make_table(
         HOST_OP_SCHEMA,
         {
             "name": names,
@@ -502,36 +596,44 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
             "dur_ns": h_dur,
             "pid": h_pid,
             "tid": h_tid,
-            "seq": seq,
-            "fwd_thread": fwd_thread,
-            "input_dims": dims,
-            "input_types": types,
-            "concrete_inputs": concrete,
+            "seq": host.array("seq")[order],
+            "fwd_thread": host.array("fwd_thread")[order],
+            "input_dims": ordered("dims"),
+            "input_types": ordered("types"),
+            "concrete_inputs": ordered("concrete"),
             "stack": op_stack,
         },
-        n_host,
+        len(host),
     )
     # The table holds them now; what stays alive through the kernels is the profile's own.
-    del seq, fwd_thread, dims, types, concrete, op_stack, enclosing
+    del op_stack
     host.release()
-    assign_parents(host_ops)
-    assign_modules(host_ops, tree.modules)
-    unmatched_flows = _link_backward(host_ops, buckets.flows, base, names)
-    if unmatched_flows:
-        issues.append(
-            Issue(
-                str(path),
-                f"{unmatched_flows} fwdbwd flow(s) point at no recorded op; "
-                "those backward ops stay unlinked",
-            )
-        )
+    assign_parents(table)
+    assign_modules(table, tree.modules)
+    return _HostOps(table, names, _Span(h_start, h_end), ext_id, has_call_stack)
 
-    steps = profiler_steps(names, h_start, h_end, issues, str(path))
 
-    # -- runtime calls and kernels --------------------------------------------------------------
-    rt = buckets.runtime
-    r_start, r_dur, big = _times(rt, base)
-    biggest_ts = max(biggest_ts, big)
+def _op_stacks(
+    call_stacks: list[str], stacks: StackTable, tree: PythonTree, where: tuple[np.ndarray, ...]
+) -> tuple[list[int], bool]:
+    """Each op's stack: its recorded ``Call stack``, else that of the deepest Python call around
+    it (``where``: the ops' pid, tid, start, end). Also whether any op recorded one."""
+    op_stack = [-1] * len(call_stacks)
+    has_call_stack = False
+    for i, call_stack in enumerate(call_stacks):
+        if call_stack:
+            op_stack[i] = stacks.intern_text(call_stack)
+            has_call_stack = True
+    enclosing = tree.enclosing_calls(*where).tolist()
+    for i, call in enumerate(enclosing):
+        if call >= 0 and op_stack[i] < 0:
+            op_stack[i] = tree.stack_id(call)
+    return op_stack, has_call_stack
+
+
+def _runtime_calls(rt: _Rows, clock: _Clock, host_ops: pd.DataFrame) -> tuple[pd.DataFrame, _RuntimeCalls, _Span]:
+    """The host_events table (runtime/driver calls in start order) and their launch args."""
+    r_start, r_dur = clock.times(rt)
     r_order = np.argsort(r_start, kind="stable")
     r_pick = r_order.tolist()
     r_start, r_dur = r_start[r_order], r_dur[r_order]
@@ -549,71 +651,44 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
         },
         len(rt),
     )
-    # The op around each runtime call, for kernels whose launch carries no External id.
-    rt_op = innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_start + r_dur).tolist()
-
-    k_start, k_dur, big = _times(buckets.kernels, base)
-    biggest_ts = max(biggest_ts, big)
-
-    # -- steps: ProfilerStep#N ranges, else the iterations of a repeating launch sequence, else the
-    # measured span of the whole capture ------------------------------------------------------------
-    rt_calls = _RuntimeCalls(rt.array("correlation")[r_order].tolist(), rt.array("ext_id")[r_order].tolist())
+    r_end = r_start + r_dur
+    calls = _RuntimeCalls(
+        rt.array("correlation")[r_order].tolist(),
+        rt.array("ext_id")[r_order].tolist(),
+        innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_end).tolist(),
+    )
     rt.release()
-    kernels, unlinked = _kernels(buckets, base, k_start, k_dur, host_ops, ext_id, rt_calls, rt_op, steps)
-    meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(rt)))
-    if not steps:
-        capture = capture_step(
-            (py_start, h_start, r_start, k_start),
-            (py_start + py_dur, h_end, r_start + r_dur, k_start + k_dur),
-        )
-        steps = steps_from_launches(kernels, meta, issues, start_ns=None if capture is None else capture.start_ns)
-        if not steps and capture is not None:
-            steps = [capture]
-            meta.steps_source = StepsSource.CAPTURE
-            issues.append(Issue(str(path), no_step_markers_note(capture)))
-            kernels["step"] = step_ids(kernels["start_ns"].to_numpy(np.int64), steps)
+    return host_events, calls, _Span(r_start, r_end)
 
-    issues += buckets.notices(str(path))
-    if buckets.untimed:
-        issues.append(Issue(str(path), f"skipped {buckets.untimed} event(s) without a 'ts'"))
-    if buckets.bad_ids:
-        issues.append(Issue(str(path), f"skipped {buckets.bad_ids} event(s) whose pid/tid is not an integer "
-                                       f"in int64 range (first: {buckets.first_bad_id})"))
-    if text.unreadable:
-        issues.append(Issue(str(path), f"{text.unreadable} distinct shape/type argument list(s) are not "
-                                       "readable JSON; those operators have no shapes"))
-    if biggest_ts >= _EXACT_US_LIMIT:
-        error_ns = float(np.spacing(biggest_ts)) * 1000.0 / 2
-        issues.append(
-            Issue(
-                str(path),
-                f"timestamps with fractions reach {biggest_ts:.0f} µs after baseTimeNanoseconds; a "
-                f"float64 holds such values only to ±{error_ns:.0f} ns",
-            )
-        )
 
+def _steps_without_markers(
+    kernels: pd.DataFrame, meta: ProfileMeta, issues: list[Issue], path: str, spans: tuple[_Span, ...]
+) -> list[Step]:
+    """No ``ProfilerStep#N``: the iterations of a repeating launch sequence, else the measured
+    span of the whole capture (one step, said in a notice)."""
+    capture = capture_step(tuple(s.start for s in spans), tuple(s.end for s in spans))
+    steps = steps_from_launches(kernels, meta, issues, start_ns=None if capture is None else capture.start_ns)
+    if not steps and capture is not None:
+        steps = [capture]
+        meta.steps_source = StepsSource.CAPTURE
+        issues.append(Issue(path, no_step_markers_note(capture)))
+        kernels["step"] = step_ids(kernels["start_ns"].to_numpy(np.int64), steps)
+    return steps
+
+
+def _stack_meta(meta: ProfileMeta, buckets: _Buckets, has_call_stack: bool, unlinked: int) -> None:
+    """Where the stacks came from and what their lines mean, for attribution."""
     # The 2021 schema took its Call stack from the running frames (current lines: resnet.py's
     # _forward_impl shows at 237, 238, 239, 240); the current profiler records def lines.
     call_lines = buckets.old_schema and has_call_stack
     meta.extra["frame_lines"] = "call" if call_lines else "def"
     meta.extra["frame_lines_note"] = CALL_FRAME_LINES_NOTE if call_lines else FRAME_LINES_NOTE
     meta.extra["stack_source"] = (
-        "call_stack" if has_call_stack else "python_function" if len(py) else "none"
+        "call_stack" if has_call_stack else "python_function" if len(buckets.python) else "none"
     )
     meta.extra["kernels_without_host_op"] = unlinked
     if buckets.unknown:
         meta.extra["unknown_categories"] = dict(buckets.unknown)
-
-    return Profile(
-        meta=meta,
-        kernels=kernels,
-        host_ops=host_ops,
-        modules=tree.modules,
-        host_events=host_events,
-        stacks=stacks.stacks,
-        steps=steps,
-        issues=issues,
-    )
 
 
 def _link_backward(host_ops: pd.DataFrame, flows: _Rows, base: int, names: list[str]) -> int:
@@ -666,11 +741,41 @@ def _link_backward(host_ops: pd.DataFrame, flows: _Rows, base: int, names: list[
 
 
 @dataclass(slots=True)
-class _RuntimeCalls:
-    """Runtime calls' args in start order (parallel to the host_events rows)."""
+class _Launches:
+    """How a kernel finds the op that launched it: by External id, else by correlation id (its
+    own or the ``ac2g`` flow's that ends on it) to the runtime call and that call's op."""
 
-    correlation: list[int]
+    op_of_ext: dict[int, int]  # External id -> host op (a cpu_op wins over an annotation)
+    rt_of_corr: dict[int, int]  # correlation id -> runtime call (host_events row)
+    corr_at: dict[tuple[int, int, int], int]  # ac2g flow end (device pid, stream tid, ns) -> correlation
+    rt: _RuntimeCalls
+
+
+@dataclass(slots=True)
+class _KernelColumns:
+    """The kernel events' columns in start order, as lists for the linking loop."""
+
+    names: list[str]
+    cats: list[str]
+    collectives: list[str]
+    pid: list[int]
+    tid: list[int]
+    device: list[int]  # the ``device`` arg (-1 when the event has no args)
+    stream: list[int]  # the ``stream`` arg
     ext_id: list[int]
+    correlation: list[int]
+    start: list[int]
+
+
+@dataclass(slots=True)
+class _KernelLinks:
+    """What the linking loop decides per kernel."""
+
+    device: list[int]
+    stream: list[int]
+    host_op: list[int]
+    core: list[str]
+    type: list[str]
 
 
 def _kernels(
@@ -681,7 +786,6 @@ def _kernels(
     host_ops: pd.DataFrame,
     ext_id: list[int],
     rt: _RuntimeCalls,
-    rt_op: list[int],
     steps: list[Step],
 ) -> tuple[pd.DataFrame, int]:
     """GPU activity -> kernels table linked to launching ops (and, via linking, to stacks).
@@ -691,26 +795,64 @@ def _kernels(
     """
     ev = buckets.kernels
     order = np.argsort(k_start, kind="stable")
-    pick = order.tolist()
     k_start, k_dur = k_start[order], k_dur[order]
-    n = len(ev)
     # Both lists index host ops (ext_id is per host op), so they are built even without kernels.
-    host_names = host_ops["name"].astype(str).tolist() if n else []
+    host_names = host_ops["name"].astype(str).tolist() if len(ev) else []
     host_cat = host_ops["cat"].astype(str).tolist() if len(ext_id) else []
+    launches = _Launches(_ops_by_external_id(ext_id, host_cat), _calls_by_correlation(rt.correlation),
+                         _flow_correlations(buckets.flows, base), rt)
+    cols = _kernel_columns(ev, order, k_start)
+    ev.release()  # the last users of the kernel and flow columns
+    buckets.flows.release()
+    links = _link_kernels(cols, launches, host_names)
 
-    # External id -> op (a cpu_op wins over an annotation carrying the same id).
+    # Step of each kernel: that of its launching op, else of its own start.
+    host_arr = np.asarray(links.host_op, dtype=np.int64)
+    when = k_start.copy()
+    linked = host_arr >= 0
+    if linked.any():
+        when[linked] = host_ops["start_ns"].to_numpy()[host_arr[linked]]
+
+    table = make_table(
+        KERNEL_SCHEMA,
+        {
+            "name": cols.names,
+            "type": links.type,
+            "core": links.core,
+            "start_ns": k_start,
+            "dur_ns": k_dur,
+            "device": links.device,
+            "stream": links.stream,
+            "step": step_ids(when, steps),
+            "host_op": links.host_op,
+        },
+        len(cols.names),
+    )
+    resolve_kernel_links(table, host_ops)
+    return table, int((~linked).sum())
+
+
+def _ops_by_external_id(ext_id: list[int], host_cat: list[str]) -> dict[int, int]:
+    """External id -> op (a cpu_op wins over an annotation carrying the same id)."""
     op_of_ext: dict[int, int] = {}
     for i, x in enumerate(ext_id):
         if x > 0 and (x not in op_of_ext or host_cat[op_of_ext[x]] != "cpu_op"):
             op_of_ext[x] = i
-    # Runtime calls by correlation id.
+    return op_of_ext
+
+
+def _calls_by_correlation(correlation: list[int]) -> dict[int, int]:
+    """Runtime calls by correlation id (the first call of each)."""
     rt_of_corr: dict[int, int] = {}
-    for j, c in enumerate(rt.correlation):
+    for j, c in enumerate(correlation):
         if c >= 0:
             rt_of_corr.setdefault(c, j)
-    # ac2g flow ends: kernel (device pid, stream tid, ts) -> correlation, for kernels without one.
+    return rt_of_corr
+
+
+def _flow_correlations(flows: _Rows, base: int) -> dict[tuple[int, int, int], int]:
+    """ac2g flow ends: kernel (device pid, stream tid, ts) -> correlation, for kernels without one."""
     corr_at: dict[tuple[int, int, int], int] = {}
-    flows = buckets.flows
     f_cat, f_ph, f_id = flows.col("cat"), flows.col("ph"), flows.col("id")
     ac2g = [
         i for i in range(len(flows))
@@ -722,24 +864,41 @@ def _kernels(
         f_pid, f_tid = flows.array("pid")[at].tolist(), flows.array("tid")[at].tolist()
         for i, p, t, s in zip(ac2g, f_pid, f_tid, f_start.tolist()):
             corr_at[(p, t, s)] = f_id[i]
+    return corr_at
+
+
+def _kernel_columns(ev: _Rows, order: np.ndarray, k_start: np.ndarray) -> _KernelColumns:
+    """``ev``'s columns taken in ``order`` (``k_start``: the starts already in that order)."""
+    pick = order.tolist()
 
     def ordered(values: list[Any]) -> list[Any]:
         return [values[i] for i in pick]
 
-    names = ordered(ev.col("name"))
-    cats = ordered(ev.col("cat"))
-    collectives = ordered(ev.col("collective"))
-    pids, tids = ev.array("pid")[order].tolist(), ev.array("tid")[order].tolist()
-    k_device, k_stream = ev.array("device")[order].tolist(), ev.array("stream")[order].tolist()
-    k_ext, k_corr = ev.array("ext_id")[order].tolist(), ev.array("correlation")[order].tolist()
+    return _KernelColumns(
+        names=ordered(ev.col("name")),
+        cats=ordered(ev.col("cat")),
+        collectives=ordered(ev.col("collective")),
+        pid=ev.array("pid")[order].tolist(),
+        tid=ev.array("tid")[order].tolist(),
+        device=ev.array("device")[order].tolist(),
+        stream=ev.array("stream")[order].tolist(),
+        ext_id=ev.array("ext_id")[order].tolist(),
+        correlation=ev.array("correlation")[order].tolist(),
+        start=k_start.tolist(),
+    )
+
+
+def _link_kernels(cols: _KernelColumns, launches: _Launches, host_names: list[str]) -> _KernelLinks:
+    """Each kernel's device, stream, launching op, core and (for collectives) type."""
+    n = len(cols.names)
+    names, cats, collectives = cols.names, cols.cats, cols.collectives
+    pids, tids, starts = cols.pid, cols.tid, cols.start
+    k_device, k_stream, k_ext, k_corr = cols.device, cols.stream, cols.ext_id, cols.correlation
+    op_of_ext, rt_of_corr, corr_at, rt = launches.op_of_ext, launches.rt_of_corr, launches.corr_at, launches.rt
     types, cores = [], []
     device = [-1] * n
     stream = [-1] * n
     host_op = [-1] * n
-    starts = k_start.tolist()
-    ev.release()  # the last users of the kernel and flow columns
-    flows.release()
-    del f_cat, f_ph, f_id
     for i in range(n):
         # Kineto writes pid = device and tid = stream for GPU activity; the args say it again
         # (an event without args has them at -1).
@@ -758,7 +917,7 @@ def _kernels(
                 rt_ext = rt.ext_id[j]
                 op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
                 if op < 0:
-                    op = rt_op[j]
+                    op = rt.op[j]
         host_op[i] = op
         core, kind = KERNEL_CORES[cats[i]], ""
         if collectives[i]:
@@ -767,31 +926,7 @@ def _kernels(
             core = "COMMUNICATION"
         cores.append(core)
         types.append(kind)
-
-    # Step of each kernel: that of its launching op, else of its own start.
-    host_arr = np.asarray(host_op, dtype=np.int64)
-    when = k_start.copy()
-    linked = host_arr >= 0
-    if linked.any():
-        when[linked] = host_ops["start_ns"].to_numpy()[host_arr[linked]]
-
-    table = make_table(
-        KERNEL_SCHEMA,
-        {
-            "name": names,
-            "type": types,
-            "core": cores,
-            "start_ns": k_start,
-            "dur_ns": k_dur,
-            "device": device,
-            "stream": stream,
-            "step": step_ids(when, steps),
-            "host_op": host_op,
-        },
-        n,
-    )
-    resolve_kernel_links(table, host_ops)
-    return table, int((~linked).sum())
+    return _KernelLinks(device, stream, host_op, cores, types)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -282,9 +282,44 @@ def _read_info(lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue]) -> Non
 # CSV / JSON exports
 
 
+@dataclass(slots=True)
+class _Timelines:
+    """What the ``msprof_*.json`` timelines (slices, devices) held, one table per file."""
+
+    kernels: list[pd.DataFrame] = field(default_factory=list)
+    host_events: list[pd.DataFrame] = field(default_factory=list)
+    overlap: list[pd.DataFrame] = field(default_factory=list)
+
+
 def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress: Progress) -> None:
+    """op_summary and the timelines -> kernels (joined), CANN API events and Overlap Analysis;
+    then steps, statistics, memory and communication."""
     meta = profile.meta
-    # -- op_summary (+ slices, + one file per device in the 7.0.x layout) ---------------------------
+    details = _read_op_summary(lay, meta, issues)
+    timelines = _read_timelines(lay, meta, issues, progress)
+    progress("Joining op_summary and the timeline", 0.85)
+    kernels = _join_kernels(lay, meta, issues, details, timelines.kernels)
+    if timelines.host_events:
+        profile.host_events = _concat_schema(timelines.host_events, HOST_EVENT_SCHEMA)
+    if timelines.overlap:
+        profile.overlap = _concat_schema(timelines.overlap, OVERLAP_SCHEMA)
+
+    # -- steps (graph-mode iterations) -------------------------------------------------------------
+    iterations = [it for its in _each(lay, "step_trace", ascend_csv.read_msprof_step_trace, profile, issues) for it in its]
+    _name_runtime_tasks(kernels)
+    profile.steps = _steps_from_iterations(iterations)
+    if not profile.steps:  # an eager job: msprof writes step_trace in graph mode only
+        profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_events,), say_none=True)
+    attach_kernels(profile, kernels)
+
+    _read_statistics(lay, profile, issues)
+    _read_analyze(lay, profile, issues)
+    if not profile.step_breakdown and len(profile.overlap):
+        profile.step_breakdown = breakdown_from_overlap(profile.overlap, profile.steps, profile.kernels)
+
+
+def _read_op_summary(lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue]) -> pd.DataFrame | None:
+    """op_summary (+ slices, + one file per device in the 7.0.x layout) as one kernel table."""
     frames: list[pd.DataFrame] = []
     for path, dev in lay.get("op_summary"):
         table = optional(path, issues, _kernel_table)
@@ -294,13 +329,13 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
         if dev >= 0:
             table.loc[table["device"] < 0, "device"] = dev
         frames.append(table)
-    details = _concat_kernels(frames) if frames else None
+    return _concat_kernels(frames) if frames else None
 
-    # -- msprof_*.json (+ slices): device tasks, CANN API, Overlap Analysis -------------------------
+
+def _read_timelines(lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue], progress: Progress) -> _Timelines:
+    """msprof_*.json (+ slices): device tasks, CANN API, Overlap Analysis."""
     timelines = lay.get("msprof")
-    trace_kernels: list[pd.DataFrame] = []
-    events: list[pd.DataFrame] = []
-    overlap: list[pd.DataFrame] = []
+    out = _Timelines()
     counts: dict[str, int] = {}
     stacks = StackTable()
     for i, (path, dev) in enumerate(timelines):
@@ -327,13 +362,19 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
         k = tables.kernels
         if dev >= 0:
             k.loc[k["device"] < 0, "device"] = dev
-        trace_kernels.append(k)
-        events.append(tables.host_events)
-        overlap.append(tables.overlap)
+        out.kernels.append(k)
+        out.host_events.append(tables.host_events)
+        out.overlap.append(tables.overlap)
     if counts:
         meta.extra["trace_counts"] = counts
-    progress("Joining op_summary and the timeline", 0.85)
+    return out
 
+
+def _join_kernels(
+    lay: MsprofLayout, meta: ProfileMeta, issues: list[Issue], details: pd.DataFrame | None,
+    trace_kernels: list[pd.DataFrame],
+) -> pd.DataFrame:
+    """The kernels: op_summary rows joined to the timeline's tasks, else whichever one exists."""
     tk = _concat_kernels(trace_kernels) if trace_kernels else None
     if details is not None and tk is not None:
         kernels, matched = join_kernel_details(tk, details)
@@ -341,31 +382,22 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
         if len(details) and len(tk) and not matched:
             issues.append(Issue(str(lay.root), "no op_summary row matches the msprof timeline by (name, start "
                                                "time): they seem to come from different exports; both kept"))
-    elif details is not None:
-        kernels = details
+        return kernels
+    if details is not None:
         if lay.style == "current":
             issues.append(Issue(str(lay.root / OUTPUT), "no msprof_*.json timeline: no CANN API events"))
-    elif tk is not None:
-        kernels = tk
+        return details
+    if tk is not None:
         issues.append(Issue(str(lay.root), "no op_summary_*.csv: kernels come from the timeline only (no core "
                                            "type, shapes or PMU ratios)"))
-    else:
-        raise ProfileError(lay.root, f"no readable op_summary_*.csv or msprof_*.json in this PROF_* directory; "
-                                     f"{EXPORT_HINT}")
-    if events:
-        profile.host_events = _concat_schema(events, HOST_EVENT_SCHEMA)
-    if overlap:
-        profile.overlap = _concat_schema(overlap, OVERLAP_SCHEMA)
+        return tk
+    raise ProfileError(lay.root, f"no readable op_summary_*.csv or msprof_*.json in this PROF_* directory; "
+                                 f"{EXPORT_HINT}")
 
-    # -- steps (graph-mode iterations) -------------------------------------------------------------
-    iterations = [it for its in _each(lay, "step_trace", ascend_csv.read_msprof_step_trace, profile, issues) for it in its]
-    _name_runtime_tasks(kernels)
-    profile.steps = _steps_from_iterations(iterations)
-    if not profile.steps:  # an eager job: msprof writes step_trace in graph mode only
-        profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_events,), say_none=True)
-    attach_kernels(profile, kernels)
 
-    # -- statistics, memory, communication ----------------------------------------------------------
+def _read_statistics(lay: MsprofLayout, profile: Profile, issues: list[Issue]) -> None:
+    """op/api/communication statistics and the memory files (each kind: every file of it)."""
+    meta = profile.meta
     profile.op_statistic = [r for rows in _each(lay, "op_statistic", ascend_csv.read_op_statistic, profile, issues) for r in rows]
     api = [f for f in (optional(p, issues, ascend_csv.read_api_statistic) for p, _ in lay.get("api_statistic"))
            if f is not None]
@@ -384,9 +416,6 @@ def _read_text(lay: MsprofLayout, profile: Profile, issues: list[Issue], progres
                           for p, _ in lay.get("operator_memory") + lay.get("ge_operator_memory")) if f is not None]
     if op_mem:
         profile.op_memory = pd.concat(op_mem, ignore_index=True)
-    _read_analyze(lay, profile, issues)
-    if not profile.step_breakdown and len(profile.overlap):
-        profile.step_breakdown = breakdown_from_overlap(profile.overlap, profile.steps, profile.kernels)
 
 
 _RUNTIME_TASK_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")

@@ -37,7 +37,7 @@ from msprof_lsp.mapping.profile.model import (
 from msprof_lsp.mapping.profile.overlap import breakdown_from_overlap
 from msprof_lsp.mapping.profile.step_infer import steps_from_launches
 from msprof_lsp.mapping.profile.readers.assemble import attach_kernels, optional, read_into
-from msprof_lsp.mapping.profile.readers.npu_trace import tables_from_trace
+from msprof_lsp.mapping.profile.readers.npu_trace import TraceTables, tables_from_trace
 from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY
 from msprof_lsp.mapping.profile.readers.protocol import (
     Candidate,
@@ -219,31 +219,7 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
         issues.append(Issue(str(lay.output), f"still being written (no {DONE}); loaded what is readable"))
 
     _read_meta(lay, meta, issues)
-
-    # -- trace_view.json ---------------------------------------------------------------------------
-    tables = None
-    if lay.trace is not None:
-        def scaled(message: str, fraction: float | None) -> None:
-            progress(message, None if fraction is None else 0.85 * fraction)
-
-        try:
-            events = read_trace_events(lay.trace, progress=scaled)
-        except ProfileError as exc:
-            if meta.complete:  # only a result still being written may lack a readable trace
-                raise
-            issues.append(Issue(exc.path, exc.message, exc.line))
-            events = None
-        if events is not None:
-            meta.files.append(str(lay.trace))
-            issues.extend(events.issues)
-            if not events.complete:
-                meta.complete = False
-            tables = tables_from_trace(events, stacks)
-            del events  # the raw columns are not kept: only the linked tables
-            issues.extend(tables.issues)
-            meta.extra["trace_counts"] = dict(tables.counts)
-            if tables.aicore_freq:
-                meta.extra[AICORE_FREQ_KEY] = tables.aicore_freq
+    tables = _read_trace_view(lay, meta, issues, stacks, progress)
     progress("Linking", 0.9)
 
     if tables is not None:
@@ -256,31 +232,7 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
     else:
         kernels = empty_table(KERNEL_SCHEMA)
         _host_ops_without_trace(lay, profile, stacks, issues, meta)
-
-    # -- kernel_details.csv ----------------------------------------------------------------------
-    kd_path = lay.out("kernel_details.csv")
-    if kd_path is not None:
-        details = optional(kd_path, issues, _read_kernel_details)
-        if details is not None:
-            meta.files.append(str(kd_path))
-            kernels, matched = join_kernel_details(kernels, details)
-            meta.extra["kernel_details_matched"] = matched
-            if tables is not None and len(details) and len(tables.kernels) and not matched:
-                issues.append(
-                    Issue(
-                        str(kd_path),
-                        "no kernel matches trace_view.json by (name, start time): the two files seem to "
-                        "come from different runs; kernels are kept from both, unlinked ones marked",
-                    )
-                )
-    elif lay.output is not None and meta.level != "Level_none":
-        issues.append(
-            Issue(
-                str(lay.output),
-                "kernel_details.csv missing: kernels come from trace_view.json only "
-                "(no core type, shapes, formats or PMU ratios)",
-            )
-        )
+    kernels = _join_kernel_details_csv(lay, meta, issues, kernels, trace_kernels=None if tables is None else tables.kernels)
 
     if not profile.steps and not (kernels["step"].to_numpy() >= 0).any():
         profile.steps = steps_from_launches(kernels, meta, issues, host=(profile.host_ops, profile.host_events))
@@ -294,6 +246,80 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
     profile.stacks = stacks.stacks
     _gate_on_meta(lay, profile, issues)
     profile.issues = issues
+    _require_data(lay, meta)
+    if meta.rank is None:
+        meta.rank = location.rank
+    progress("Loaded", 1.0)
+    return profile
+
+
+def _read_trace_view(
+    lay: NpuLayout, meta: ProfileMeta, issues: list[Issue], stacks: StackTable, progress: Progress
+) -> TraceTables | None:
+    """trace_view.json as linked tables; None when there is none, or (for a result still being
+    written) when it does not read."""
+    if lay.trace is None:
+        return None
+
+    def scaled(message: str, fraction: float | None) -> None:
+        progress(message, None if fraction is None else 0.85 * fraction)
+
+    try:
+        events = read_trace_events(lay.trace, progress=scaled)
+    except ProfileError as exc:
+        if meta.complete:  # only a result still being written may lack a readable trace
+            raise
+        issues.append(Issue(exc.path, exc.message, exc.line))
+        return None
+    meta.files.append(str(lay.trace))
+    issues.extend(events.issues)
+    if not events.complete:
+        meta.complete = False
+    tables = tables_from_trace(events, stacks)
+    del events  # the raw columns are not kept: only the linked tables
+    issues.extend(tables.issues)
+    meta.extra["trace_counts"] = dict(tables.counts)
+    if tables.aicore_freq:
+        meta.extra[AICORE_FREQ_KEY] = tables.aicore_freq
+    return tables
+
+
+def _join_kernel_details_csv(
+    lay: NpuLayout, meta: ProfileMeta, issues: list[Issue], kernels: pd.DataFrame, *,
+    trace_kernels: pd.DataFrame | None,
+) -> pd.DataFrame:
+    """kernel_details.csv joined into the trace's kernels (``trace_kernels``: None without a
+    trace); a missing file is said unless the level records no kernels."""
+    kd_path = lay.out("kernel_details.csv")
+    if kd_path is None:
+        if lay.output is not None and meta.level != "Level_none":
+            issues.append(
+                Issue(
+                    str(lay.output),
+                    "kernel_details.csv missing: kernels come from trace_view.json only "
+                    "(no core type, shapes, formats or PMU ratios)",
+                )
+            )
+        return kernels
+    details = optional(kd_path, issues, _read_kernel_details)
+    if details is None:
+        return kernels
+    meta.files.append(str(kd_path))
+    kernels, matched = join_kernel_details(kernels, details)
+    meta.extra["kernel_details_matched"] = matched
+    if trace_kernels is not None and len(details) and len(trace_kernels) and not matched:
+        issues.append(
+            Issue(
+                str(kd_path),
+                "no kernel matches trace_view.json by (name, start time): the two files seem to "
+                "come from different runs; kernels are kept from both, unlinked ones marked",
+            )
+        )
+    return kernels
+
+
+def _require_data(lay: NpuLayout, meta: ProfileMeta) -> None:
+    """ProfileError when nothing but the metadata files could be read."""
     data_files = [f for f in meta.files if not Path(f).name.startswith(("profiler_info", "profiler_metadata"))]
     if not data_files:
         raise ProfileError(
@@ -301,10 +327,6 @@ def read(location: ProfileLocation, progress: Progress = no_progress) -> Profile
             f"no readable profile data: neither {TRACE} nor any of the CSV/JSON outputs could be read"
             + ("" if meta.complete else f" (still being written: no {DONE})"),
         )
-    if meta.rank is None:
-        meta.rank = location.rank
-    progress("Loaded", 1.0)
-    return profile
 
 
 def _read_kernel_details(path: Path) -> tuple[pd.DataFrame, list[Issue]]:

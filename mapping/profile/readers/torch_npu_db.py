@@ -284,13 +284,53 @@ class _Framework:
         self.mstx: dict[str, np.ndarray] = {}
 
 
+@dataclass(slots=True)
+class _ApiRows:
+    """PYTORCH_API as read: every row's kind (op, python trace, mstx), name and process/thread."""
+
+    api: pd.DataFrame
+    kinds: np.ndarray
+    names: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+
+    def spans(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Start, duration (end - start, at least 0), pid and tid of ``rows``."""
+        start = self.api["start_ns"].to_numpy()[rows]
+        return {
+            "start_ns": start,
+            "dur_ns": np.maximum(self.api["end_ns"].to_numpy()[rows] - start, 0),
+            "pid": self.pid[rows],
+            "tid": self.tid[rows],
+        }
+
+
 def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _Framework:
+    """PYTORCH_API -> host ops (stacks from PYTORCH_CALLCHAINS, kernels' launches and backward
+    links from CONNECTION_IDS), nn.Module rows and mstx ranges."""
     fw = _Framework()
-    where = str(db.path)
     if not db.has("PYTORCH_API"):
-        issues.append(Issue(where, "no PYTORCH_API table: no framework ops, kernels cannot be mapped to "
-                                   "source (capture with ProfilerActivity.CPU)"))
+        issues.append(Issue(str(db.path), "no PYTORCH_API table: no framework ops, kernels cannot be mapped to "
+                                          "source (capture with ProfilerActivity.CPU)"))
         return fw
+    rows = _read_api(db)
+    # Stacks: one PYTORCH_CALLCHAINS row per frame, stackDepth 0 = innermost.
+    stack_of_chain = _read_callchains(db, stacks, issues)
+    op_rows = np.flatnonzero(rows.kinds == OP)
+    fw.host_ops = _op_table(db, rows, op_rows, stack_of_chain)
+    _connect(db, fw, rows.api["conn"].to_numpy()[op_rows], issues)
+    fw.modules = _module_table(rows)
+    mstx_rows = np.flatnonzero(rows.kinds == MSTX)
+    if len(mstx_rows):
+        fw.mstx = {
+            "name": rows.names[mstx_rows],
+            "cat": np.full(len(mstx_rows), "mstx", dtype=object),
+            **rows.spans(mstx_rows),
+        }
+    return fw
+
+
+def _read_api(db: SqliteDb) -> _ApiRows:
     api = db.frame(
         "PYTORCH_API",
         {
@@ -314,28 +354,27 @@ def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _F
     gtid = api["gtid"].to_numpy()
     pid = np.where(gtid >= 0, gtid >> 32, -1)
     tid = np.where(gtid >= 0, gtid & 0xFFFFFFFF, -1)
+    return _ApiRows(api, kinds, names, pid, tid)
 
-    # Stacks: one PYTORCH_CALLCHAINS row per frame, stackDepth 0 = innermost.
-    stack_of_chain = _read_callchains(db, stacks, issues)
 
-    is_op = kinds == OP
-    ops = api[is_op]
-    op_rows = np.flatnonzero(is_op)
+def _op_table(db: SqliteDb, rows: _ApiRows, op_rows: np.ndarray, stack_of_chain: pd.Series) -> pd.DataFrame:
+    """The framework ops (``op_rows`` of PYTORCH_API) as host_ops, each with its stack."""
+    ops = rows.api.iloc[op_rows]
     chain = ops["callchain"].to_numpy()
     op_stack = (
         stack_of_chain.reindex(chain).fillna(-1).to_numpy(dtype=np.int64)
         if len(stack_of_chain)
         else np.full(len(ops), -1, dtype=np.int64)
     )
-    fw.host_ops = make_table(
+    return make_table(
         HOST_OP_SCHEMA,
         {
-            "name": names[op_rows],
+            "name": rows.names[op_rows],
             "cat": np.full(len(ops), "cpu_op", dtype=object),
             "start_ns": ops["start_ns"].to_numpy(),
             "dur_ns": np.maximum(ops["end_ns"].to_numpy() - ops["start_ns"].to_numpy(), 0),
-            "pid": pid[op_rows],
-            "tid": tid[op_rows],
+            "pid": rows.pid[op_rows],
+            "tid": rows.tid[op_rows],
             "seq": ops["seq"].to_numpy(),
             "fwd_thread": ops["fwd_thread"].to_numpy(),
             "input_dims": _clean(db.resolve(ops["shapes"].to_numpy())),
@@ -343,45 +382,37 @@ def _read_framework(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> _F
             "stack": op_stack,
         },
     )
-    # Connection groups: PYTORCH_API.connectionId is a CONNECTION_IDS.id.
-    conn_group = ops["conn"].to_numpy()
+
+
+def _connect(db: SqliteDb, fw: _Framework, conn_group: np.ndarray, issues: list[Issue]) -> None:
+    """Connection groups (PYTORCH_API.connectionId is a CONNECTION_IDS.id): the op of each
+    group, the group of each connectionId, and the ops' backward -> forward links."""
     has = conn_group >= 0
     fw.op_by_conn_group = pd.Series(np.flatnonzero(has), index=conn_group[has])
     fw.op_by_conn_group = fw.op_by_conn_group[~fw.op_by_conn_group.index.duplicated(keep="first")]
     conns = db.frame("CONNECTION_IDS", {"group": (("id",), _INT), "conn": (("connectionId",), _INT)})
     if not db.has("CONNECTION_IDS"):
-        issues.append(Issue(where, "no CONNECTION_IDS table: kernels cannot be linked to their launching ops"))
+        issues.append(Issue(str(db.path), "no CONNECTION_IDS table: kernels cannot be linked to their launching ops"))
     fw.group_by_conn = _group_by_connection(conns, fw.op_by_conn_group)
     fw.host_ops["fwd_op"] = _forward_links(fw.host_ops, conns, fw.op_by_conn_group)
 
-    # Modules from the python tracer rows (``nn.Module: Linear_0``).
-    trace_rows = np.flatnonzero(kinds == TRACE)
-    mod_rows = [i for i in trace_rows if _MODULE_RE.match(names[i])]
-    if mod_rows:
-        rows = np.asarray(mod_rows)
-        matches = [_MODULE_RE.match(names[i]) for i in rows]
-        fw.modules = make_table(
-            MODULE_SCHEMA,
-            {
-                "cls": [m.group("cls") for m in matches],  # type: ignore[union-attr]
-                "k": [_module_k(m.group("k")) for m in matches],  # type: ignore[union-attr]
-                "start_ns": api["start_ns"].to_numpy()[rows],
-                "dur_ns": np.maximum(api["end_ns"].to_numpy()[rows] - api["start_ns"].to_numpy()[rows], 0),
-                "pid": pid[rows],
-                "tid": tid[rows],
-            },
-        )
-    mstx_rows = np.flatnonzero(kinds == MSTX)
-    if len(mstx_rows):
-        fw.mstx = {
-            "name": names[mstx_rows],
-            "cat": np.full(len(mstx_rows), "mstx", dtype=object),
-            "start_ns": api["start_ns"].to_numpy()[mstx_rows],
-            "dur_ns": np.maximum(api["end_ns"].to_numpy()[mstx_rows] - api["start_ns"].to_numpy()[mstx_rows], 0),
-            "pid": pid[mstx_rows],
-            "tid": tid[mstx_rows],
-        }
-    return fw
+
+def _module_table(rows: _ApiRows) -> pd.DataFrame:
+    """Modules from the python tracer rows (``nn.Module: Linear_0``); empty when there are none."""
+    trace_rows = np.flatnonzero(rows.kinds == TRACE)
+    mod_rows = [i for i in trace_rows if _MODULE_RE.match(rows.names[i])]
+    if not mod_rows:
+        return make_table(MODULE_SCHEMA, {}, 0)
+    at = np.asarray(mod_rows)
+    matches = [_MODULE_RE.match(rows.names[i]) for i in at]
+    return make_table(
+        MODULE_SCHEMA,
+        {
+            "cls": [m.group("cls") for m in matches],  # type: ignore[union-attr]
+            "k": [_module_k(m.group("k")) for m in matches],  # type: ignore[union-attr]
+            **rows.spans(at),
+        },
+    )
 
 
 def _read_callchains(db: SqliteDb, stacks: StackTable, issues: list[Issue]) -> pd.Series:
