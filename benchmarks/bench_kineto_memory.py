@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from _common import ChildFailed, report_usage
+from _common import ChildFailed, archive, report_usage, use_tree
 
 REPO = Path(__file__).resolve().parents[1]
 # 5b23080: before the reader freed the JSON text early and gzip inflated in place (issue 22);
@@ -33,17 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 BASELINE_REV = "0350d32"
 
 
-def _use_tree(tree: str) -> None:
-    """Import msprof_lsp from ``tree`` (a git archive) instead of the editable install."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
-    sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
-    sys.path_importer_cache.clear()
-    sys.path.insert(0, tree)
-
-
 def child(tree: str, path: str) -> None:
     if tree != "-":
-        _use_tree(tree)
+        use_tree(tree)
     import resource
 
     from msprof_lsp.mapping.profile.locations import ProfileLocation
@@ -57,16 +47,6 @@ def child(tree: str, path: str) -> None:
     seconds = time.perf_counter() - t
     print(f"imports {base}")
     report_usage(seconds)
-
-
-def archive(rev: str, dest: Path) -> Path:
-    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "mapping", "hints", "server"],
-                          capture_output=True, check=True).stdout
-    tree = dest / "tree" / "msprof_lsp"
-    tree.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(tree)
-    return tree.parent
 
 
 def measure(tree: str, path: Path) -> tuple[float, float, float]:
