@@ -176,9 +176,9 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     print(f"NPU104 {change['state']}: {shown.message!r}; data.py:{line['line']}: {lens.command.title!r}")
 
     # 6. the estimate made before the fix against what the fix really saved: the recorded step before
-    # minus after. The estimate's high end removes the whole fetch from the training thread; the
-    # workers can save no more than that (they still hand over the batch), so the measured saving
-    # stays under it (with the 35 % / 0.5 ms tolerance of docs/savings.md); its low end halves it.
+    # minus after. Two real CPU recordings on a shared 2-core machine move by tens of percent (the
+    # blur in the workers also stops competing with the training thread for a core), so the check is
+    # a factor of two either way; the figures are printed (docs/savings.md "The CPU loop").
     est = subprocess.run(
         [sys.executable, "-m", "msprof_lsp.server", "--check", str(root), "--profile", str(first),
          "--select", "NPU104", "--format", "json", "--fail-on", "never", "--cache-dir", str(root.parent / "cache")],
@@ -189,7 +189,7 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     assert saving["us_per_step"] is not None and 0 < saving["low_us"] <= saving["us_per_step"] <= saving["high_us"]
     step_before, step_after = report["step_time_us"], report["current_step_time_us"]
     measured = step_before - step_after
-    assert measured <= saving["high_us"] * 1.35 + 500, (measured, saving)
+    assert measured > 0 and 0.5 <= measured / saving["us_per_step"] <= 2.0, (measured, saving)
     print(f"NPU104 estimate before the fix {saving['us_per_step']:.0f} µs/step "
           f"({saving['low_us']:.0f}-{saving['high_us']:.0f}); recorded step {step_before:.0f} -> {step_after:.0f} µs: "
           f"saved {measured:.0f} µs/step")
