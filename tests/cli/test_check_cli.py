@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -15,17 +18,42 @@ from tests.synth import truth
 from tests.synth.sample_runs import cnn_runs
 
 from cli_support import isolated_cache  # noqa: F401 - autouse fixture
-from cli_support import CnnKnobs, copy_sample_sources, fits_80_columns, run_cli, single_rank, write_cnn_profiles
+from cli_support import CnnKnobs, Result, copy_sample_sources, fits_80_columns, run_cli, single_rank, write_cnn_profiles
+from msprof_lsp.server.__main__ import main
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """The CNN sample's sources plus a generated 2-rank torch_npu profile, written once per module
+    (generating is deterministic and costs more than a copy); tests get copies, never this tree."""
+    proj = tmp_path_factory.mktemp("pristine") / "proj"
+    src = copy_sample_sources(proj / "cnn_classifier")
+    write_cnn_profiles(src, proj / "cnn_classifier" / "prof")
+    return proj
 
 
 @pytest.fixture()
-def project(tmp_path, monkeypatch):
-    """A project folder: the CNN sample's sources plus a generated 2-rank torch_npu profile."""
+def project(pristine, tmp_path, monkeypatch):
+    """A project folder of this test's own (it may change it): a copy of ``pristine``, the cwd."""
     proj = tmp_path / "proj"
-    src = copy_sample_sources(proj / "cnn_classifier")
-    write_cnn_profiles(src, proj / "cnn_classifier" / "prof")
+    shutil.copytree(pristine, proj)
     monkeypatch.chdir(proj)
     return proj
+
+
+@pytest.fixture(scope="module")
+def check_json(pristine, tmp_path_factory) -> Result:
+    """One cold `--check . --format json --fail-on never` on a copy of the project, with a cache of
+    its own, shared by the tests that only read its output (each parses its own copy of the text)."""
+    proj = tmp_path_factory.mktemp("checked") / "proj"
+    shutil.copytree(pristine, proj)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.chdir(proj)
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        mp.delenv("MSPROF_LSP_DEBUG", raising=False)
+        code = main(["--check", ".", "--format", "json", "--fail-on", "never"])
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def one_line(err: str) -> str:
@@ -72,8 +100,8 @@ def test_text_report_prints_long_profile_paths_whole_so_they_paste_back(tmp_path
     assert again.out.splitlines()[at + 1] == f"  {rel}"
 
 
-def test_json_follows_schema(project, capsys):
-    r = run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys)
+def test_json_follows_schema(check_json):
+    r = check_json
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["version"] == 1
@@ -93,19 +121,19 @@ def test_json_follows_schema(project, capsys):
                           "message", "share", "device_time_us", "confidence", "evidence", "fixes"}
 
 
-def test_hotspot_shares_match_the_profile(project, capsys):
+def test_hotspot_shares_match_the_profile(check_json):
     """share = per-step device time of the span / step time, as the JSON states both."""
-    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    doc = json.loads(check_json.out)
     step_us = doc["profile"]["step_time_us"]
     for h in doc["hotspots"]:
         assert h["share"] == pytest.approx(h["device_time_us"] / step_us, rel=1e-3, abs=1e-6)
         assert h["device_time_us"] == pytest.approx(sum(o["time_us"] for o in h["ops"]), rel=1e-3, abs=0.01)
 
 
-def test_json_critical_path(project, capsys):
+def test_json_critical_path(check_json):
     """profile.critical_path: its kinds add up to its total, the total fits the path's span and the
     step, and each line's time on the path is at most its total (all steps analysed here)."""
-    doc = json.loads(run_cli(["--check", ".", "--format", "json", "--fail-on", "never"], capsys).out)
+    doc = json.loads(check_json.out)
     cp = doc["profile"]["critical_path"]
     assert cp is not None and len(cp["steps_analysed"]) == doc["profile"]["steps"]
     assert set(cp["by_kind_us"]) == {"host", "kernel", "comm", "wait"}

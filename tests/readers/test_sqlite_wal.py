@@ -181,7 +181,12 @@ def test_a_file_that_keeps_changing_while_copied_is_refused(tmp_path: Path, monk
     db, _ = _pending(tmp_path, live=False)
     ticks = iter(range(1_000_000))
     monkeypatch.setattr(sqlite_db, "_stamp", lambda _p: (next(ticks), 0))
+    # A private temp dir: a reader in another test (or xdist worker) may copy a WAL meanwhile.
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     folders_before = set(Path(tempfile.gettempdir()).glob("msprof-lsp-wal-*"))
+    assert Path(tempfile.gettempdir()) == private_tmp
     with pytest.raises(ProfileError) as exc:
         SqliteDb(db)
     assert str(db) in str(exc.value) and "still being written" in str(exc.value)
