@@ -67,9 +67,9 @@ OFFERED: set[Key] = (
              ("NPU107", "npu_switches.disable_jit_compile", "train.py", CNN_IMPORT),
              ("NPU220", "optimizer.npu_fused_optimizer", "train.py", CNN_SGD),
              ("NPU102", "grad_accum.accumulate_gradients", "train.py", "loss.backward()"),
-             # the synchronize()'s idle is the DataLoader's wait: NPU104 keeps the finding and
-             # offers NPU108's fix with its own (hints.consolidate, "One finding per cause")
-             ("NPU104", "host_sync.remove_synchronize", "train.py", "torch.npu.synchronize()  # make the per-st"),
+             # the synchronize() is its own cause (its fix changes the sync calls, the DataLoader's
+             # the fetch): NPU108 keeps it (hints.consolidate.charged_alike)
+             ("NPU108", "host_sync.remove_synchronize", "train.py", "torch.npu.synchronize()  # make the per-st"),
              ("NPU108", "host_sync.defer_loss_item", "train.py", PRINT_LOSS))
     | _pairs("tiny_transformer", "kineto",
              ("NPU213", "fused_api.attention", "model.py", "out = attn @ v"),

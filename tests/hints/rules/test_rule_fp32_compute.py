@@ -54,7 +54,7 @@ def test_real_alexnet_text_export_fp32_matmuls_and_convolutions():
     assert ev["hf32_eligible"] == {"YES": sum(r["HF32 Eligible"] == "YES" for r in rows),
                                    "NO": sum(r["HF32 Eligible"] == "NO" for r in rows)} == {"YES": 14, "NO": 9}
     assert 0.3 < ev["share_of_compute"] < 0.33  # 2,806 of the 8,874 µs of Computing
-    assert f.message.startswith("fp32 compute: 23 kernels, 2,806 µs/step (2.1% of step), 32% of the compute time, most in MatMulV2")
+    assert f.message.startswith("fp32 compute: 23 kernels, 2,806 µs/step (2.1% of the device step), 32% of the compute time, most in MatMulV2")
     # no bf16 kernel in the job: the peak ratio as the best case, the worst case unknown (nothing saved)
     assert f.effect is not None and all(c.target is Target.KERNELS for c in f.effect.changes)
     assert {(c.factor, c.best, c.worst) for c in f.effect.changes} == {(PEAK_RATIO, PEAK_RATIO, 1.0)}

@@ -190,7 +190,7 @@ def test_tiny_transformer_rms_norm_charges_its_backward_kernels():
     back_us = k["dur_ns"].to_numpy()[sel].sum() / 1000 / profile.num_steps
     assert back_us > 90 and f.evidence["backward_us_per_step"] == round(back_us, 1)
     assert f.evidence["time_us_per_step"] == 199.3 and f.evidence["kernels"] == 50  # 5 matches x (5 forward + 5 backward)
-    assert f.message.startswith("RMSNorm written out: 5 matches, 199 µs/step (2.2% of step), 10 kernels each")
+    assert f.message.startswith("RMSNorm written out: 5 matches, 199 µs/step (2.2% of the device step), 10 kernels each")
     # the effect fuses each pass on its own: forward kernels, backward kernels, and the autograd
     # nodes of the matched ops at one call per match
     from msprof_lsp.hints.finding import Target
