@@ -19,10 +19,10 @@ from tests.conftest import server_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-# The code each train.py finding of the NPU profile stands on (--check on the sample)
+# The code each train.py finding of the NPU profile stands on (--check on the sample); the device
+# idle (NPU105) is the DataLoader's wait, one cause: folded into NPU104 (hints.consolidate)
 ANCHORS = {
     "NPU104": "for step, (tokens, targets) in enumerate(loader):",
-    "NPU105": "for step, (tokens, targets) in enumerate(loader):",
     "NPU107": "import torch_npu",
     "NPU220": "torch.optim.AdamW(model.parameters()",
 }
