@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from cli_support import isolated_cache  # noqa: F401 - autouse fixture
-from cli_support import run_cli
+from cli_support import REPO, run_cli
 from msprof_lsp.hints.fixes import fixes_for
 from msprof_lsp.hints.registry import all_rules
 from msprof_lsp.hints.savings import UNMODELLED
@@ -115,3 +115,13 @@ def test_a_bare_start_on_a_terminal_says_it_is_a_language_server(tmp_path):
         proc.kill()
         proc.wait(timeout=60)
         os.close(master)
+
+
+def test_every_option_and_command_is_in_docs_cli():
+    from msprof_lsp.server.cli import build_parser
+    from msprof_lsp.server.commands import SUBCOMMANDS
+
+    doc = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    options = {o for a in build_parser()._actions for o in a.option_strings if o not in ("-h", "--help")}
+    assert not {o for o in options if f"`{o}" not in doc}
+    assert not {name for name in SUBCOMMANDS if f"msprof-lsp {name}" not in doc}
