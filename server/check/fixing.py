@@ -112,14 +112,15 @@ def _plan_files(chosen: list[_Chosen], roots: list[Path], out: FixPlan) -> set[i
             for c, _ in parts:
                 done[id(c.fix)] = False
             continue
-        old, encoding = read
+        real, old, encoding = read
         result = apply_fixes(old, [part for _, part in parts], path)
         applied = {id(p) for p in result.applied}
         out.skipped += len(result.declined)
         for c, part in parts:
             done[id(c.fix)] = done.get(id(c.fix), True) and id(part) in applied
         if result.source != old:
-            out.files.append(FileFix(path, old, result.source, encoding, len(result.applied)))
+            distinct = {p.edits for p in result.applied}  # one fix offered by two jobs' copies of a finding counts once
+            out.files.append(FileFix(str(real), old, result.source, encoding, len(distinct)))
     failed = {id(c.fix) for c in chosen if not done[id(c.fix)] and len({e.path for e in c.fix.edits}) > 1}
     fixed = {id(c.finding): c.finding for c in chosen if done[id(c.fix)]}
     out.fixed = list(fixed.values())
@@ -130,8 +131,9 @@ def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-def _readable(path: str, roots: list[Path], analysed: str | None) -> tuple[str, str] | str:
-    """(text, encoding) of a file fixes may be written to, else why not."""
+def _readable(path: str, roots: list[Path], analysed: str | None) -> tuple[Path, str, str] | str:
+    """(the file with symlinks resolved, its text, its encoding) when fixes may be written to it,
+    else why not."""
     try:
         real = Path(path).resolve()
     except (OSError, RuntimeError):
@@ -149,7 +151,7 @@ def _readable(path: str, roots: list[Path], analysed: str | None) -> tuple[str, 
         return "does not decode in its declared encoding; not written"
     if text != analysed:
         return "changed since it was analysed; not written (run the check again)"
-    return text, encoding
+    return real, text, encoding
 
 
 def write(plan: FixPlan) -> list[FileFix]:
@@ -158,7 +160,12 @@ def write(plan: FixPlan) -> list[FileFix]:
     written = []
     for f in plan.files:
         try:
-            _write_regular(f.path, f.new.encode(f.encoding))
+            data = f.new.encode(f.encoding)
+        except UnicodeEncodeError:
+            plan.refused.append(f"{f.path}: the fixed text cannot be written in the file's encoding {f.encoding}; not written")
+            continue
+        try:
+            _write_regular(f.path, data)
         except OSError as exc:
             plan.refused.append(f"{f.path}: cannot write: {exc.strerror or exc}")
             continue

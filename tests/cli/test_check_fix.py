@@ -177,6 +177,9 @@ def test_a_file_changed_since_the_analysis_is_not_written_and_encodings_are_kept
     plan = fixing.plan(run, [ws], unsafe=False)
     fixing.write(plan)
     assert latin.read_bytes() == b"# -*- coding: latin-1 -*-\r\nname = '\xe9'\r\nx = 2\r\n"
+    arrow = fixing.plan(_run_with(latin, Fix("t", True, (_edit(latin, 3, 4, 5, "'\u2192'"),))), [ws], unsafe=False)
+    assert not fixing.write(arrow) and "cannot be written in the file's encoding" in arrow.refused[0]
+    assert latin.read_bytes().endswith(b"x = 2\r\n")
     run.jobs[0].source_text = lambda p: "something else"
     assert "changed since it was analysed" in fixing.plan(run, [ws], unsafe=False).refused[0]
 
