@@ -8,6 +8,7 @@ once, so adding a family is adding a file.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 import re
@@ -149,3 +150,13 @@ def rules_matching(prefixes: Iterable[str]) -> list[Rule]:
     """Rules whose code starts with any of the prefixes (codes or families, e.g. NPU1)."""
     ps = tuple(p.upper() for p in prefixes)
     return [r for r in all_rules() if r.code.startswith(ps)]
+
+
+def nearest_codes(prefix: str, n: int = 3) -> list[str] | None:
+    """None when ``prefix`` selects a rule (a code or a prefix of one, matched as
+    ``RuleConfig.enabled`` matches: case-sensitively); else the nearest known codes (difflib),
+    for the one line that names a misspelt ``--select``/``--ignore``/pyproject code."""
+    codes = [r.code for r in all_rules()]
+    if any(c.startswith(prefix) for c in codes):
+        return None
+    return difflib.get_close_matches(prefix.upper(), codes, n=n, cutoff=0.5)

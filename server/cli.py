@@ -1,6 +1,9 @@
-"""Command-line parsing for ``msprof-lsp`` (the contract in design.md).
+"""Command-line parsing for ``msprof-lsp`` (the contract in design.md): the flags of ``check``
+(also spelt ``--check``) and of a bare start. The subcommands are in ``commands.py``.
 
-Bad arguments exit 2 with one line on stderr, like every other failure of the run itself.
+Bad arguments exit 2 with one line on stderr, like every other failure of the run itself, and are
+found before any analysis: the formats, ``--output``'s folder, the rule codes of ``--select`` and
+``--ignore`` (a misspelt code would select nothing and turn CI green).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class CheckArgs:
     cache_dir: str | None = None
     color: str = "auto"
     quiet: bool = False
+    fix: bool = False  # write the safe fixes (ruff's --fix)
+    unsafe_fixes: bool = False  # with --fix / --diff: the review fixes too
+    diff: bool = False  # print what --fix would write as a unified diff; write nothing
 
 
 def version() -> str:
@@ -70,18 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="msprof-lsp",
         description=(
-            "Profile-guided optimization hints for PyTorch on Ascend NPUs. Without --check, serves "
-            "the Language Server Protocol on stdio (what editors start)."
+            "Profile-guided optimization hints for PyTorch on Ascend NPUs. Without a command or "
+            "--check, serves the Language Server Protocol on stdio (what editors start)."
         ),
-        epilog="Exit status: 0 nothing at or above --fail-on, 1 findings at or above it, 2 the run failed.",
+        epilog=f"commands:\n{commands_help()}\n\n"
+               "Exit status: 0 nothing at or above --fail-on, 1 findings at or above it, 2 the run failed.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     p.add_argument("--check", action="store_true", help="analyse headless, print findings, exit with a status")
     # vscode-languageclient (and other editors' client libraries) append --stdio for a stdio server.
     p.add_argument("--stdio", action="store_true", help="serve LSP on stdio (the default without --check)")
     p.add_argument("paths", nargs="*", metavar="PATH", help="source folders/files to check; profiles are discovered under them (default: the current directory)")
     p.add_argument("--profile", metavar="DIR_OR_FILE", help="profile to load (default: discover under PATH)")
-    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("--format", choices=FORMATS, help="output format (default: text)")
     p.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--baseline", metavar="DIR_OR_FILE", help="an earlier profile of the same code to compare against")
     p.add_argument("--select", metavar="CODES", type=_codes, help="comma-separated rule codes or prefixes to enable")
@@ -93,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="do not read or write the profile cache")
     p.add_argument("--cache-dir", metavar="DIR", help="where the profile cache lives (default: the user cache directory)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in text output (default: auto = only on a terminal)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output on stderr")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="findings only: no progress, job or fix summary lines; nothing at all on a run without findings")
+    p.add_argument("--fix", action="store_true", help="apply the safe fixes to the files (inside PATH only), then report what remains")
+    p.add_argument("--unsafe-fixes", action="store_true", help="with --fix or --diff: the review fixes too")
+    p.add_argument("--diff", action="store_true", help="print the fixes --fix would apply as a unified diff and write nothing")
     p.add_argument("--print-profiler-snippet", action="store_true",
                    help="print a profiling block for a training loop (off unless MSPROF_LSP_PROFILE is set) and exit")
     kind = p.add_mutually_exclusive_group()
@@ -104,23 +116,74 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]:
-    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+def commands_help() -> str:
+    """One line per subcommand, for the top-level --help."""
+    from .commands import SUBCOMMANDS  # the registry imports this module
+
+    return "\n".join(f"  {c.name:<8} {c.summary}" for c in SUBCOMMANDS.values())
+
+
+def _needs_check(ns: argparse.Namespace) -> None:
+    given = [
+        flag
+        for flag, present in (
+            ("PATH", bool(ns.paths)),
+            ("--profile", ns.profile is not None),
+            ("--format", ns.format is not None),
+            ("--output", ns.output is not None),
+            ("--baseline", ns.baseline is not None),
+            ("--rank", ns.rank is not None),
+            ("--cache-dir", ns.cache_dir is not None),
+            ("--fix", ns.fix),
+            ("--diff", ns.diff),
+            ("--unsafe-fixes", ns.unsafe_fixes),
+        )
+        if present
+    ]
+    if given and not ns.version:
+        raise UsageError(f"{given[0]} needs the check command (msprof-lsp check ..., or --check); "
+                         "without it msprof-lsp serves LSP on stdio")
+
+
+def _check_fix_flags(ns: argparse.Namespace) -> None:
+    if ns.unsafe_fixes and not (ns.fix or ns.diff):
+        raise UsageError("--unsafe-fixes needs --fix or --diff")
+    if ns.diff and ns.fix:
+        raise UsageError("--diff writes nothing and --fix writes the files: give one of them")
+    if ns.diff and (ns.format is not None or ns.output is not None):
+        raise UsageError("--diff prints a diff on stdout: it does not go with --format or --output")
+
+
+def check_codes(codes: list[str] | tuple[str, ...] | None, origin: str) -> None:
+    """UsageError naming the first code or prefix in ``codes`` that selects no rule, with the
+    nearest known codes (``hints.registry.nearest_codes``)."""
+    from msprof_lsp.hints.registry import nearest_codes  # the rules load only for a check
+
+    for code in codes or ():
+        near = nearest_codes(code)
+        if near is not None:
+            hint = f"; did you mean {' or '.join(near)}?" if near else "; msprof-lsp rule lists the rules"
+            raise UsageError(f"unknown rule code {code!r} in {origin}{hint}")
+
+
+def check_output(path: str) -> None:
+    """``--output`` must name a file that can be written, in a folder that exists: said before the
+    analysis, not after it."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"--output {path}: is a folder; name a file")
+    if not folder.is_dir():
+        raise UsageError(f"--output {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"--output {path}: cannot be written (permission denied)")
+
+
+def _validate(ns: argparse.Namespace) -> None:
+    """Every option checked before anything is analysed (exit 2, one line)."""
     if not ns.check:
-        given = [
-            flag
-            for flag, present in (
-                ("PATH", bool(ns.paths)),
-                ("--profile", ns.profile is not None),
-                ("--output", ns.output is not None),
-                ("--baseline", ns.baseline is not None),
-                ("--rank", ns.rank is not None),
-                ("--cache-dir", ns.cache_dir is not None),
-            )
-            if present
-        ]
-        if given and not ns.version:
-            raise UsageError(f"{given[0]} needs --check (without --check msprof-lsp serves LSP on stdio)")
+        _needs_check(ns)
+    _check_fix_flags(ns)
     if ns.snippet_flavour is not None and not ns.print_profiler_snippet:
         raise UsageError(f"--{ns.snippet_flavour} needs --print-profiler-snippet")
     if ns.print_profiler_snippet and ns.check:
@@ -132,6 +195,16 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
             raise UsageError("--fail-on-regression needs --baseline")
         if ns.fail_on_regression < 0:
             raise UsageError("--fail-on-regression must be a non-negative percentage")
+    if ns.check and not ns.version:
+        check_codes(ns.select, "--select")
+        check_codes(ns.ignore, "--ignore")
+        if ns.output is not None:
+            check_output(ns.output)
+
+
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]:
+    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    _validate(ns)
     try:
         path_map = [parse_path_mapping(v) for v in ns.path_map]
     except ValueError as exc:
@@ -139,7 +212,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
     args = CheckArgs(
         paths=list(ns.paths),
         profile=ns.profile,
-        format=ns.format,
+        format=ns.format or "text",
         output=ns.output,
         baseline=ns.baseline,
         select=ns.select,
@@ -152,5 +225,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
         cache_dir=str(Path(ns.cache_dir).expanduser().absolute()) if ns.cache_dir else None,
         color=ns.color,
         quiet=ns.quiet,
+        fix=ns.fix,
+        unsafe_fixes=ns.unsafe_fixes,
+        diff=ns.diff,
     )
     return ns, args

@@ -6,6 +6,7 @@ beyond --fail-on-regression); 2 the run itself failed — one line on stderr, ne
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -20,12 +21,13 @@ from msprof_lsp.mapping.profile.jobs import Job
 
 from ..analysis import run
 from ..analysis.baseline import against_baseline, load_baseline
-from ..cli import CheckArgs, UsageError, version
+from ..cli import CheckArgs, UsageError, check_codes, version
+from . import fixing
 from .progress import ProgressLine
 from .report import github, html, sarif, text
 from .report.run import CheckRun, JobReport, merge_repeated
 from ..escape import json_text, visible
-from ..analysis.settings import Layer, Settings, resolve
+from ..analysis.settings import Layer, Settings, find_pyproject, resolve
 
 
 class CheckFailed(Exception):
@@ -50,12 +52,16 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
     settings, warnings = resolve(path, workspace_roots=None, layers=[Layer("command line", flags)], base_dir=Path.cwd())
     for w in warnings:
         print(f"msprof-lsp: warning: {visible(w)}", file=warn)
+    pyproject = find_pyproject(path.resolve())
+    for key, flag in (("select", args.select), ("ignore", args.ignore)):
+        if flag is None:  # the flag's own codes were checked with the arguments
+            check_codes(getattr(settings, key), f"{pyproject} [tool.msprof-lsp] {key}")
     return settings
 
 
-def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
+def _say_jobs(jobs: list[Job], base: Path, warn: TextIO | None) -> None:
     """One line per job when a folder holds several: each is analysed (and reported) on its own."""
-    if len(jobs) < 2:
+    if len(jobs) < 2 or warn is None:
         return
     for i, job in enumerate(jobs, 1):
         print(visible(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}"), file=warn)
@@ -72,11 +78,12 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
         raise CheckFailed(f"{profile}: no such file or directory (--profile)")
     use_cache = not args.no_cache
     jobs: list[JobReport] = []
-    for path in paths:
-        settings = settings_for(path, args, warn)
+    every = [(path, settings_for(path, args, warn)) for path in paths]  # a bad setting stops the run before any analysis
+    say = None if args.quiet else warn
+    for path, settings in every:
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
         analyses = run.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
-                                     on_jobs=lambda found, base: _say_jobs(found, base, warn))
+                                     on_jobs=lambda found, base: _say_jobs(found, base, say))
         baseline = args.baseline or settings.baseline
         for a in analyses:
             against = None
@@ -142,6 +149,10 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
     progress = bar if bar is not None else (lambda message, fraction: None)
     try:
         run = collect(args, progress, stderr)
+        if args.diff:
+            return _diff(run, args, stdout, stderr)
+        if args.fix and _fix(run, args, stderr):
+            run = collect(args, progress, io.StringIO())  # the fixed files' report and status; the job lines were said
         report = render(run, args, stdout)
     except (ProfileError, CheckFailed, UsageError) as exc:
         if bar:
@@ -158,7 +169,41 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
         except OSError as exc:
             print(visible(f"msprof-lsp: error: {args.output}: cannot write: {exc.strerror}"), file=stderr)
             return 2
-    else:
+    elif not (args.quiet and not run.findings and args.format in QUIET_WHEN_CLEAN):
         stdout.write(report)
         stdout.flush()
     return exit_status(run, args)
+
+
+QUIET_WHEN_CLEAN = ("text", "concise", "github")
+"""Formats for people and annotations: with -q a run without findings prints nothing (ruff's
+-q); a document format (json, sarif, html) is always written, its readers need one."""
+
+
+def _fix_roots(args: CheckArgs) -> list[Path]:
+    """Where fixes may be written: the checked PATHs (the current directory by default)."""
+    return [Path(p) for p in args.paths] or [Path.cwd()]
+
+
+def _diff(run: CheckRun, args: CheckArgs, stdout: TextIO, stderr: TextIO) -> int:
+    """``--diff``: the fixes ``--fix`` would write, as one unified diff on stdout; nothing written,
+    so every finding remains for the exit status."""
+    plan = fixing.plan(run, _fix_roots(args), args.unsafe_fixes)
+    stdout.write(fixing.diff(plan, run.cwd))
+    stdout.flush()
+    _say(fixing.summary(plan, wrote=False), args, stderr)
+    return exit_status(run, args)
+
+
+def _fix(run: CheckRun, args: CheckArgs, stderr: TextIO) -> bool:
+    """``--fix``: write the fixes; True when a file changed."""
+    plan = fixing.plan(run, _fix_roots(args), args.unsafe_fixes)
+    written = fixing.write(plan)
+    _say(fixing.summary(plan, wrote=True), args, stderr)
+    return bool(written)
+
+
+def _say(lines: list[str], args: CheckArgs, stderr: TextIO) -> None:
+    if not args.quiet:
+        for line in lines:
+            print(visible(f"msprof-lsp: {line}"), file=stderr)

@@ -187,7 +187,8 @@ def test_rank_flag_and_wrong_rank(project, capsys):
         (["--check", ".", "--fail-on-regression", "5"], "--fail-on-regression needs --baseline"),
         (["--check", ".", "--path-map", "no-equals-sign"], "--path-map"),
         (["--check", ".", "--format", "xml"], "invalid choice"),
-        (["somewhere"], "needs --check"),
+        (["somewhere"], "unknown command 'somewhere'"),
+        (["--profile", "p"], "--profile needs the check command"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(project, capsys, argv, needle):

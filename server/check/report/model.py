@@ -10,7 +10,6 @@ is one the JSON document already defines (docs/numbers.md); times are µs.
 
 from __future__ import annotations
 
-import difflib
 import enum
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, profil
 from msprof_lsp.mapping.source.heat import Attribution, Site
 
 from . import document
+from ..diff import unified_diff
 
 MODEL_VERSION = 1
 MAX_TIMELINE_STEPS = 6  # the slowest and the ones around it; a selector switches between them
@@ -462,15 +462,8 @@ def fix_diff(fix: Fix, text_of, cwd: Path) -> str:  # noqa: ANN001 - text_of: pa
             new = apply_edits(old, edits)
         except PositionError:
             return ""
-        rel = document.rel_path(path, cwd)
-        parts += difflib.unified_diff(_lines(old), _lines(new), f"a/{rel}", f"b/{rel}", n=2)
-    return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
-
-
-def _lines(text: str) -> list[str]:
-    """Lines with their endings, without the empty "line" after a final newline."""
-    lines = split_lines(text)
-    return lines[:-1] if lines and not lines[-1] else lines
+        parts.append(unified_diff(old, new, document.rel_path(path, cwd), context=2))
+    return "".join(parts)
 
 
 def _snippet(text: str | None, line: int, end_line: int) -> list[SnippetLine]:
