@@ -32,7 +32,7 @@ import msgspec
 from msprof_lsp.mapping.profile import codec
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.locations import ProfileLocation
-from msprof_lsp.mapping.profile.model import Profile, ProfileKind
+from msprof_lsp.mapping.profile.model import Profile, ProfileKind, RankSummary
 
 CACHE_FORMAT = 6
 """Bump when the readers change what a cached Profile means (the model's shape is in the schema
@@ -464,3 +464,95 @@ def store_derived(location: ProfileLocation, profile: Profile, cache_dir: Path |
         return False
     derived.written(values)
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank summaries (a job's cluster view): one small file per rank, beside the profile entries,
+#
+#     magic (8 bytes) | body sha256 (32) | body
+#
+# the body msgpack decoded into a typed struct (no pickle): package version and code digest, the
+# stamps of the files the summary was read from and of their folders (a file added or removed
+# changes its folder's mtime), and the RankSummary. A lookup is one read and a stat per stamp.
+
+SUMMARY_MAGIC = b"MSPLRANK"
+SUMMARY_SUFFIX = ".rank.msplc"
+MAX_SUMMARY_BYTES = 16 * 1024 * 1024  # a rank's links and breakdown: kilobytes
+
+
+class _SummaryFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    version: str
+    code: str
+    stamps: tuple[FileStamp, ...]
+    summary: RankSummary
+
+
+_SUMMARY_DECODER = msgspec.msgpack.Decoder(_SummaryFile)
+
+
+def summary_stamps(files: tuple[Path, ...]) -> tuple[FileStamp, ...]:
+    """Stamps of ``files`` and of the folders holding them (sorted, each once)."""
+    paths = sorted({*files, *(Path(f).parent for f in files)})
+    stamps = []
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        stamps.append(FileStamp(str(p.resolve()), st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
+
+
+def _summary_path(location: ProfileLocation, cache_dir: Path | None) -> Path:
+    return entry_path(location, cache_dir).with_suffix(SUMMARY_SUFFIX)
+
+
+def load_summary(location: ProfileLocation, cache_dir: Path | None = None) -> RankSummary | None:
+    """The rank's cached summary when every file it was read from is unchanged (never raises;
+    anything that is not a valid entry is removed and read again)."""
+    path = _summary_path(location, cache_dir)
+    try:
+        fd = _open_entry(path)
+        if fd is None:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if not 40 <= size <= MAX_SUMMARY_BYTES:
+                raise BadEntry("size")
+            data = _read_exact(fd, size)
+        finally:
+            os.close(fd)
+        if data[:8] != SUMMARY_MAGIC or _digest(data[40:]) != data[8:40]:
+            raise BadEntry("not a rank summary entry")
+        entry = _SUMMARY_DECODER.decode(data[40:])
+    except Exception:  # noqa: BLE001 - damaged, crafted or another build's: only a miss
+        _remove(path)
+        return None
+    if entry.version != package_version() or entry.code != code_version("mapping"):
+        return None
+    files = tuple(Path(s.path) for s in entry.stamps if not Path(s.path).is_dir())
+    if summary_stamps(files) != entry.stamps:
+        return None
+    return entry.summary
+
+
+RACY_NS = 2_000_000_000  # a file written this close to the read may have changed during it
+
+
+def store_summary(location: ProfileLocation, summary: RankSummary, files: tuple[Path, ...], read_started_ns: int,
+                  cache_dir: Path | None = None) -> bool:
+    """Write the rank's summary entry, stamped with ``files`` (those the summary was read from).
+
+    Nothing is written when any of them (or their folders) changed within RACY_NS of the read's
+    start (``time.time_ns()`` before reading): the summary might describe a half-written file, and
+    its stamp would then vouch for it.
+    """
+    stamps = summary_stamps(files)
+    if any(s.mtime_ns >= read_started_ns - RACY_NS for s in stamps):
+        return False
+    try:
+        body = msgspec.msgpack.encode(_SummaryFile(package_version(), code_version("mapping"), stamps, summary))
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        return False
+    return _write_atomic(_summary_path(location, cache_dir),
+                         [memoryview(SUMMARY_MAGIC), memoryview(_digest(body)), memoryview(body)])

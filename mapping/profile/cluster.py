@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -21,13 +22,14 @@ import msgspec
 import numpy as np
 
 from msprof_lsp.mapping.children import isolated_children
-from msprof_lsp.mapping.profile import codec, comm_time, safe_io
+from msprof_lsp.mapping.profile import cache, codec, comm_time, safe_io
 from msprof_lsp.mapping.profile.discover import require_found
 from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
 from msprof_lsp.mapping.numbers import float_of, int64_of
 from msprof_lsp.mapping.profile.cache import default_cache_dir
 from msprof_lsp.mapping.profile.jobs import discover_jobs
 from msprof_lsp.mapping.profile.load import load_location
+from msprof_lsp.mapping.profile.readers.registry import reader_for
 from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
 from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, CommOp, Profile, RankSummary
 from msprof_lsp.mapping.profile.timemodel import TaskClass, collective_mask, exclusive_ns, is_class, profile_breakdown
@@ -100,24 +102,124 @@ def load_job(
     # the environment (XDG_CACHE_HOME) of that moment, not of this call.
     if use_cache and cache_dir is None:
         cache_dir = default_cache_dir()
-    profiles, failures = _load_ranks(locations, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
-    if not profiles:
+    # Summary first: every rank's cluster figures from its small summary files (cached per rank);
+    # only ranks without them are loaded whole, and then only the analysed rank.
+    summaries = read_summaries(locations, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
+    whole = [loc for loc in locations if loc.rank not in summaries]
+    profiles, failures = (_load_ranks(whole, use_cache=use_cache, cache_dir=cache_dir, progress=progress)
+                          if whole else ({}, []))
+    by_rank = {loc.rank: loc for loc in locations if loc.rank is not None}
+    summaries.update((r, rank_summary_of(r, p, str(by_rank[r].path) if r in by_rank else p.meta.path))
+                     for r, p in profiles.items())
+    if not summaries:
         loc, err = failures[0]
         raise err
-    if rank is not None and rank not in profiles:
+    if rank is not None and rank not in summaries:
         raise next(err for loc, err in failures if loc.rank == rank)
-    summary = summarize(profiles, {loc.rank: loc for loc in locations if loc.rank is not None}, rank)
-    analysed = summary.analysed_rank
-    profile = profiles[analysed]
+    summary = cluster_of(summaries, rank)
+    profile = _load_analysed(summary, rank is not None, by_rank, profiles, failures,
+                             use_cache=use_cache, cache_dir=cache_dir, progress=progress)
+    location = by_rank[summary.analysed_rank]
     for loc, err in failures:
         profile.issues.append(Issue(err.path, f"rank {loc.rank} left out of the cluster summary: {err.message}",
                                     err.line))
-    location = next(loc for loc in locations if loc.rank == analysed)
     return LoadResult(profile, location, summary, locations)
 
 
 # ---------------------------------------------------------------------------------------------
 # Loading ranks
+
+
+def _load_analysed(summary: ClusterSummary, requested: bool, by_rank: dict[int, ProfileLocation],
+                   profiles: dict[int, Profile], failures: list[tuple[ProfileLocation, ProfileError]], *,
+                   use_cache: bool, cache_dir: Path | None, progress: Progress) -> Profile:
+    """The analysed rank's whole Profile. When that rank cannot be loaded and the user did not ask
+    for it, the next slowest rank with device data is analysed instead (``summary`` updated, the
+    failure appended to ``failures``); a requested rank's error is raised."""
+    order = [summary.analysed_rank] + [
+        s.rank for s in sorted(summary.ranks, key=lambda s: (-s.step_time_ns, s.rank))
+        if s.rank != summary.analysed_rank and s.device_data and not requested]
+    for r in order:
+        if r in profiles:
+            summary.analysed_rank = r
+            return profiles[r]
+        progress(f"Loading rank {r} (the rank analysed)", None)
+        try:
+            profile = load_location(by_rank[r], use_cache=use_cache, cache_dir=cache_dir, progress=progress)
+        except ProfileError as exc:
+            if requested or r == order[-1]:
+                raise
+            failures.append((by_rank[r], exc))
+            continue
+        summary.analysed_rank = r
+        return profile
+    raise AssertionError("unreachable: order is never empty")
+
+
+SUMMARY_CHUNK = 64
+"""Ranks per pool task when summaries are read in worker processes: a rank's summary takes
+milliseconds, so one task per rank would cost more in hand-offs than it reads."""
+_SUMMARIES = msgspec.msgpack.Decoder(list[tuple[int, RankSummary]])
+
+
+def read_summaries(locations: Sequence[ProfileLocation], *, use_cache: bool, cache_dir: Path | None,
+                   progress: Progress = no_progress, workers: int | None = None) -> dict[int, RankSummary]:
+    """Each rank's cluster figures from its summary files alone (its reader's ``summary``), from
+    the rank summary cache where the files are unchanged; ranks whose reader has no summary, or
+    whose summary files give no step time, are left out (the caller loads them whole). More than
+    one chunk of ranks is read in the rank pool, in chunks, each handing back typed msgpack."""
+    todo = [replace(loc, path=Path(loc.path).absolute()) for loc in locations
+            if loc.rank is not None and reader_for(loc.kind, loc.path).summary is not None]
+    if not todo:
+        return {}
+    n = len(todo)
+    cache_dir = None if cache_dir is None else cache_dir.absolute()
+    workers = workers or max(1, min(os.cpu_count() or 1, -(-n // SUMMARY_CHUNK)))
+    progress(f"Reading {n} ranks' summary files ({workers} processes)", 0.0)
+    if workers == 1:
+        return dict(_summaries(todo, use_cache, cache_dir))
+    out: dict[int, RankSummary] = {}
+    with _rank_pool(workers) as pool:
+        with isolated_children():
+            pending = [pool.submit(_summaries_encoded, todo[i:i + SUMMARY_CHUNK], use_cache, cache_dir)
+                       for i in range(0, n, SUMMARY_CHUNK)]
+        for fut in pending:
+            out.update(_SUMMARIES.decode(fut.result()))
+            progress(f"Read {len(out)}/{n} ranks' summary files", len(out) / n)
+    return out
+
+
+def _summaries(locations: list[ProfileLocation], use_cache: bool, cache_dir: Path | None) -> list[tuple[int, RankSummary]]:
+    out = []
+    for loc in locations:
+        assert loc.rank is not None
+        hit = cache.load_summary(loc, cache_dir) if use_cache else None
+        if hit is None:
+            started = time.time_ns()
+            try:
+                read = reader_for(loc.kind, loc.path).summary(loc)  # type: ignore[misc]
+            except ProfileError:
+                continue  # loaded whole: its error is reported the way a load's is
+            if read is None:
+                continue
+            hit = rank_summary_of(loc.rank, read.profile, str(loc.path), read.device_data)
+            if use_cache:
+                cache.store_summary(loc, hit, read.files, started, cache_dir)
+        out.append((loc.rank, hit))
+    return out
+
+
+def _summaries_encoded(locations: list[ProfileLocation], use_cache: bool, cache_dir: Path | None) -> bytes:
+    """Worker: a chunk of ranks' summaries as msgpack (decoded by a typed decoder, never unpickled)."""
+    return msgspec.msgpack.encode(_summaries(locations, use_cache, cache_dir))
+
+
+def _rank_pool(workers: int) -> ProcessPoolExecutor:
+    # The pool's constructor makes semaphores (which start the resource tracker) and submit()
+    # starts the forkserver and the workers: all of them isolated and outside the workspace
+    # (mapping.children); the workers get absolute paths only.
+    with isolated_children():
+        return ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
 
 
 def _load_one(
@@ -178,12 +280,7 @@ def _load_ranks(
     profiles: dict[int, Profile] = {}
     failures: list[tuple[ProfileLocation, ProfileError]] = []
     progress(f"Loading {n} ranks ({workers} processes)", 0.0)
-    # The pool's constructor makes semaphores (which start the resource tracker) and submit()
-    # starts the forkserver and the workers: all of them isolated and outside the workspace
-    # (mapping.children); the workers get absolute paths only.
-    with isolated_children():
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context())
-    with pool:
+    with _rank_pool(workers) as pool:
         with isolated_children():
             pending: dict[Future, ProfileLocation] = {
                 pool.submit(_load_one, replace(loc, path=Path(loc.path).absolute()), use_cache,
@@ -225,22 +322,35 @@ def load_ranks_sequential(
 def summarize(
     profiles: dict[int, Profile], locations: dict[int, ProfileLocation], rank: int | None = None
 ) -> ClusterSummary:
-    """Per-rank step time and not-overlapped communication; the slowest rank; the analysed one."""
-    ranks: list[RankSummary] = []
-    for r in sorted(profiles):
-        p = profiles[r]
-        where = str(locations[r].path) if r in locations else p.meta.path
-        try:
-            ranks.append(_rank_summary(r, p, where))
-        except Exception as exc:
-            # A bug, computed in this process from a rank the workers read: the one-line report
-            # names that rank's profile, not whichever file this thread opened last.
-            raise safe_io.mark(exc, where)
+    """The cluster summary of fully loaded ranks (see :func:`cluster_of`)."""
+    return cluster_of({r: rank_summary_of(r, p, str(locations[r].path) if r in locations else p.meta.path)
+                       for r, p in profiles.items()}, rank)
+
+
+def cluster_of(summaries: dict[int, RankSummary], rank: int | None = None) -> ClusterSummary:
+    """Per-rank figures in rank order; the slowest rank; the analysed one: ``rank`` when given,
+    else the slowest among the ranks that kept device data (the kernel rules need it), else the
+    slowest."""
+    ranks = [summaries[r] for r in sorted(summaries)]
     slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
-    return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=slowest if rank is None else rank)
+    if rank is None:
+        with_data = [s for s in ranks if s.device_data] or ranks
+        rank = max(with_data, key=lambda s: (s.step_time_ns, -s.rank)).rank
+    return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=rank)
 
 
-def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
+def rank_summary_of(r: int, p: Profile, where: str, device_data: bool | None = None) -> RankSummary:
+    """One rank's cluster figures from its Profile (whole, or read from its summary files: then
+    ``device_data`` says whether the rank kept its trace)."""
+    try:
+        return _rank_summary(r, p, where, device_data)
+    except Exception as exc:
+        # A bug, computed in this process from a rank the workers read: the one-line report
+        # names that rank's profile, not whichever file this thread opened last.
+        raise safe_io.mark(exc, where)
+
+
+def _rank_summary(r: int, p: Profile, where: str, device_data: bool | None = None) -> RankSummary:
     step_ns = float(p.step_time_ns)
     comm_ns = comm_not_overlapped_per_step(p)
     breakdown = profile_breakdown(p)
@@ -258,6 +368,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
         link_totals=link_transfers(p.comm_ops),
         links=comm_links(p, r),
         comm_wait_ns=-1.0 if grad is None else grad.wait_ns,
+        device_data=len(p.kernels) > 0 if device_data is None else device_data,
     )
 
 

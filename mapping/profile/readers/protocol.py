@@ -125,12 +125,30 @@ class Reader:
 
     ``probe_dir`` claims a folder as a profile root (discovery does not descend into it);
     ``probe_file`` recognises a single file. Both return None for what is not theirs.
+    ``summary`` reads only the small per-rank files a cluster view needs (see :class:`RankFiles`);
+    readers without one are loaded whole for the cluster view.
     """
 
     kind: ProfileKind
     read: Callable[[ProfileLocation, Progress], Profile]
     probe_dir: Callable[[Folder], Candidate | None] = _no_probe
     probe_file: Callable[[SeenFile], Candidate | None] = _no_probe
+    summary: Callable[[ProfileLocation], RankFiles | None] | None = None
+
+
+@dataclass(slots=True)
+class RankFiles:
+    """One rank read from its summary files only (a job's cluster view; never its trace).
+
+    ``profile`` holds the metadata, the producer's step breakdown and the communication ops and
+    matrix -- nothing else; ``device_data`` says whether the rank kept the files the kernel rules
+    read (a rank that kept only summaries is never the one analysed in full when another has
+    them); ``files`` are the files read, the key of the rank's summary cache entry.
+    """
+
+    profile: Profile
+    device_data: bool
+    files: tuple[Path, ...]
 
 
 def _probe_path(reader: Reader, path: Path) -> Candidate | None:

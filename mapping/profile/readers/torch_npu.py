@@ -42,6 +42,7 @@ from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY
 from msprof_lsp.mapping.profile.readers.protocol import (
     Candidate,
     Folder,
+    RankFiles,
     Reader,
     SeenFile,
     as_rank,
@@ -417,23 +418,51 @@ def _read_meta(lay: NpuLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
         optional(md, issues, lambda p: (None, read_profiler_metadata(p, meta)))
 
 
+def _summary_files():  # noqa: ANN202 - (file name, reader, Profile attribute)
+    from msprof_lsp.mapping.profile.readers import ascend_csv, ascend_json
+
+    return (("step_trace_time.csv", ascend_csv.read_step_trace_time, "step_breakdown"),
+            ("communication.json", ascend_json.read_communication, "comm_ops"),
+            ("communication_matrix.json", ascend_json.read_communication_matrix, "comm_matrix"))
+
+
 def _read_other_files(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None:
     if lay.output is None:
         return
-    from msprof_lsp.mapping.profile.readers import ascend_csv, ascend_json
+    from msprof_lsp.mapping.profile.readers import ascend_csv
 
-    def simple(name: str, reader, attr: str) -> None:  # noqa: ANN001
+    others = (("op_statistic.csv", ascend_csv.read_op_statistic, "op_statistic"),
+              ("api_statistic.csv", ascend_csv.read_api_statistic, "api_statistic"),
+              ("operator_memory.csv", ascend_csv.read_operator_memory, "op_memory"),
+              ("memory_record.csv", ascend_csv.read_memory_record, "memory_record"))
+    for name, reader, attr in (*_summary_files(), *others):
         path = lay.out(name)
         if path is not None:
             read_into(profile, attr, path, reader, issues)
 
-    simple("step_trace_time.csv", ascend_csv.read_step_trace_time, "step_breakdown")
-    simple("op_statistic.csv", ascend_csv.read_op_statistic, "op_statistic")
-    simple("api_statistic.csv", ascend_csv.read_api_statistic, "api_statistic")
-    simple("communication.json", ascend_json.read_communication, "comm_ops")
-    simple("communication_matrix.json", ascend_json.read_communication_matrix, "comm_matrix")
-    simple("operator_memory.csv", ascend_csv.read_operator_memory, "op_memory")
-    simple("memory_record.csv", ascend_csv.read_memory_record, "memory_record")
+
+def read_summary(location: ProfileLocation) -> RankFiles | None:
+    """The rank's cluster-view files only: profiler_info/metadata, step_trace_time.csv,
+    communication.json and communication_matrix.json. None without a step_trace_time.csv that
+    gives a step time (the rank is then loaded whole)."""
+    lay = own_layout(location, READER, NpuLayout, f"is not a torch_npu result (no {OUTPUT_DIR}/, no {TRACE})")
+    if lay.out("step_trace_time.csv") is None:
+        return None
+    meta = ProfileMeta(kind=ProfileKind.TORCH_NPU, path=str(location.path), rank=location.rank)
+    issues: list[Issue] = []
+    profile = Profile(meta=meta)
+    _read_meta(lay, meta, issues)
+    for name, reader, attr in _summary_files():
+        path = lay.out(name)
+        if path is not None:
+            read_into(profile, attr, path, reader, issues)
+    if not any(b.step_time_ns > 0 and not b.derived for b in profile.step_breakdown):
+        return None
+    profile.issues = issues
+    if meta.rank is None:
+        meta.rank = location.rank
+    device = lay.trace is not None or lay.out("kernel_details.csv") is not None
+    return RankFiles(profile, device, tuple(Path(f) for f in meta.files))
 
 
 def _gate_on_meta(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None:
@@ -461,4 +490,4 @@ def _gate_on_meta(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None
             )
 
 
-READER = Reader(ProfileKind.TORCH_NPU, read, probe_dir, probe_file)
+READER = Reader(ProfileKind.TORCH_NPU, read, probe_dir, probe_file, summary=read_summary)
