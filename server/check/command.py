@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -61,8 +62,12 @@ def _say_jobs(jobs: list[Job], base: Path, warn: TextIO) -> None:
         print(visible(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}"), file=warn)
 
 
-def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
-    cwd = Path.cwd()
+def collect(args: CheckArgs, progress, warn: TextIO, *, cwd: Path | None = None,
+            settings_of: Callable[[Path], Settings] | None = None) -> CheckRun:
+    """The run every structured front-end reads (``--check``, the MCP server, the Python API):
+    paths in the report are relative to ``cwd`` (default: the current directory); ``settings_of``
+    replaces ``--check``'s resolver (the MCP server confines a workspace's settings to it)."""
+    cwd = cwd or Path.cwd()
     paths = [Path(p) for p in args.paths] or [cwd]
     for p in paths:
         if not p.exists():
@@ -73,7 +78,7 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
     use_cache = not args.no_cache
     jobs: list[JobReport] = []
     for path in paths:
-        settings = settings_for(path, args, warn)
+        settings = settings_of(path) if settings_of is not None else settings_for(path, args, warn)
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
         analyses = run.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
                                      on_jobs=lambda found, base: _say_jobs(found, base, warn))
