@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     from .cli import DEBUG_ENV, UsageError, debug_enabled, parse, version
     from .escape import visible
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mcp"]:
+        from .cli import serve_mcp
+
+        return serve_mcp(argv[1:])
     try:
         ns, args = parse(argv)
     except UsageError as exc:
