@@ -3,6 +3,7 @@ definitions (``check.report.document``), so their figures are the report's (docs
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -51,17 +52,21 @@ def steps(run: CheckRun) -> pd.DataFrame:
     return _frame(rows, STEP_COLUMNS)
 
 
-def job_kernels(job: JobReport, cwd: Path) -> pd.DataFrame:
-    """``kernels`` of one job."""
+def job_kernels(job: JobReport, cwd: Path, sites: Collection[int] | None = None) -> pd.DataFrame:
+    """``kernels`` of one job; only the tasks attributed to ``sites`` (indexes into the attribution's
+    sites) when given."""
     k = job.profile.kernels
     profile = document.rel_path(job.profile.meta.path, cwd)
     attribution = job.attribution
-    sites = attribution.kernel_site if attribution is not None and attribution.heat.time_source is TimeSource.DEVICE \
+    sites_of = attribution.kernel_site if attribution is not None and attribution.heat.time_source is TimeSource.DEVICE \
         else np.full(len(k), -1, dtype=np.int64)
     paths = [document.rel_path(s.span.path, cwd) for s in attribution.sites] if attribution is not None else []
     lines = [s.span.line for s in attribution.sites] if attribution is not None else []
     in_step = np.zeros(len(k), dtype=bool)
     in_step[k.index.get_indexer(job.profile.kernels_in_steps().index)] = True
+    if sites is not None:
+        keep = np.isin(sites_of, np.fromiter(sites, dtype=np.int64))
+        k, in_step, sites_of = k[keep], in_step[keep], sites_of[keep]
     return pd.DataFrame({
         "profile": profile,
         "name": k["name"].astype(str).to_numpy(),
@@ -77,8 +82,8 @@ def job_kernels(job: JobReport, cwd: Path) -> pd.DataFrame:
         # memory copies; docs/numbers.md) inside the profiled steps
         "in_step": in_step,
         "work": work_mask(k),
-        "path": [paths[i] if i >= 0 else None for i in sites],
-        "line": pd.array([lines[i] if i >= 0 else None for i in sites], dtype="Int64"),
+        "path": [paths[i] if i >= 0 else None for i in sites_of],
+        "line": pd.array([lines[i] if i >= 0 else None for i in sites_of], dtype="Int64"),
     }, columns=KERNEL_COLUMNS)
 
 

@@ -90,9 +90,10 @@ def run_request(request: Request) -> tuple[CheckRun, list[str]]:
 
 
 def _stamp(run: CheckRun) -> tuple[tuple[str, int, int], ...]:
-    """What the run read that an agent or a profiler may change: each profile and each source file
-    a finding, fix or hotspot names (size and modification time)."""
-    paths = {str(job.profile.meta.path) for job in run.jobs}
+    """What the run read that an agent or a profiler may change: each profile and the folder holding
+    it (a new run written beside it), and each source file a finding, fix or hotspot names (size and
+    modification time)."""
+    paths = {str(p) for job in run.jobs for p in (job.profile.meta.path, Path(job.profile.meta.path).parent)}
     for job in run.jobs:
         paths.update(f.span.path for f in job.findings if f.span is not None)
         paths.update(e.path for f in job.findings for x in f.fixes for e in x.edits)

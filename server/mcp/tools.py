@@ -59,11 +59,11 @@ def propose_fix(run: CheckRun, finding_id: str) -> dict[str, Any]:
     return out
 
 
-def _line_kernels(job: JobReport, run: CheckRun, rel: str, line: int) -> list[dict[str, Any]]:
-    k = tables.job_kernels(job, run.cwd)
-    if not len(k):
-        return []
-    mine = k[k["in_step"] & k["work"] & (k["path"] == rel) & (k["line"] == line)]
+def _line_kernels(job: JobReport, run: CheckRun, target: str, line: int) -> list[dict[str, Any]]:
+    sites = job.attribution.sites if job.attribution is not None else []
+    here = [i for i, s in enumerate(sites) if s.span.line == line and os.path.realpath(s.span.path) == target]
+    k = tables.job_kernels(job, run.cwd, here)
+    mine = k[k["in_step"] & k["work"]]
     steps = max(job.profile.num_steps, 1)
     by_name = mine.groupby(["name", "type", "core"], observed=True)["duration_us"].agg(["sum", "size", "mean"])
     by_name = by_name.sort_values("sum", ascending=False).head(MAX_LINE_KERNELS)
@@ -71,7 +71,7 @@ def _line_kernels(job: JobReport, run: CheckRun, rel: str, line: int) -> list[di
              "mean_us": round(r["mean"], 3)} for (n, t, c), r in by_name.iterrows()]
 
 
-def _line_in(job: JobReport, run: CheckRun, target: str, rel: str, line: int) -> dict[str, Any] | None:
+def _line_in(job: JobReport, run: CheckRun, target: str, line: int) -> dict[str, Any] | None:
     heat = next((lh for lh in job.heat.lines if os.path.realpath(lh.path) == target and lh.line == line), None)
     if heat is None:
         return None
@@ -81,7 +81,7 @@ def _line_in(job: JobReport, run: CheckRun, target: str, rel: str, line: int) ->
             "forward_us": round(heat.fwd_ns / steps / 1000, 3), "backward_us": round(heat.bwd_ns / steps / 1000, 3),
             "operators": [{"name": o.name, "type": o.type, "core": o.core, "count": o.count, "backward": o.backward,
                            "time_us_per_step": round(o.total_ns / steps / 1000, 3)} for o in heat.ops],
-            "kernels": _line_kernels(job, run, rel, line)}
+            "kernels": _line_kernels(job, run, target, line)}
 
 
 def explain_line(run: CheckRun, request: Request, path: str, line: int) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def explain_line(run: CheckRun, request: Request, path: str, line: int) -> dict[
     if not 1 <= line <= n:
         raise RequestError(f"{path}: line {line} is out of range (the file has {n} lines)")
     rel = document.rel_path(target, run.cwd)
-    found = [x for job in run.jobs if (x := _line_in(job, run, target, rel, line)) is not None]
+    found = [x for job in run.jobs if (x := _line_in(job, run, target, line)) is not None]
     found.sort(key=lambda x: -x["time_us_per_step"])
     views = [v for v in finding_views(run, run.to_document()) if v.path == rel and v.line == line]
     return {"path": rel, "line": line, "text": lines[line - 1].rstrip("\r\n"),
