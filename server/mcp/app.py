@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from msprof_lsp.mapping.errors import ProfileError
+from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.safe_io import describe_unexpected
 
 from ..analysis.settings import parse_path_mapping
@@ -55,6 +55,8 @@ class Tools:
             with self._lock:
                 run, notes = self.cache.get(request)
                 return fn(run, notes, *args) if fn is tools.analyse else fn(run, *args)
+        except NoProfileFound as exc:
+            raise ToolError(visible(f"{exc}; profiler_snippet gives a block that records one")) from None
         except (RequestError, ProfileError, ValueError) as exc:
             raise ToolError(visible(str(exc))) from None
         except Exception as exc:  # noqa: BLE001 - an internal error is a result too; the session goes on

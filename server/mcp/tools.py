@@ -88,7 +88,8 @@ def explain_line(run: CheckRun, request: Request, path: str, line: int) -> dict[
     """The line's device time per step in each profile that has time on it (the most first), its
     operators and kernels, and the findings on it."""
     target = str(request.place(path, "path"))
-    text = run.jobs[0].source_text(target) if run.jobs and run.jobs[0].source_text else None
+    # each job reads the source under its own root: the first that has the file
+    text = next((t for job in run.jobs if job.source_text and (t := job.source_text(target)) is not None), None)
     if text is None:
         raise RequestError(f"{path}: not a readable source file of the workspace")
     lines = split_lines(text)

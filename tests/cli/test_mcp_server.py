@@ -98,6 +98,8 @@ async def test_a_session_on_the_sample(tmp_path, workspace):
         assert "out of range" in await error(s, "explain_line", workspace=ws, path="model.py", line=10_000)
         assert "no finding" in await error(s, "propose_fix", workspace=ws, finding_id="NPU999:model.py:1")
         assert "kind" in await error(s, "profiler_snippet", kind="tpu", one_line=False)
+        (tmp_path / "empty").mkdir()
+        assert "profiler_snippet" in await error(s, "analyse", workspace=str(tmp_path / "empty"))
         line = await call(s, "explain_line", workspace=ws, path="model.py", line=25, profile="npu_profile")
         fix = await call(s, "propose_fix", workspace=ws, finding_id="NPU104:train.py:95", profile="npu_profile")
         inplace = await call(s, "propose_fix", workspace=ws, finding_id="NPU101:model.py:34", profile="npu_profile")
