@@ -116,6 +116,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+MCP_USAGE = ("usage: msprof-lsp mcp\n\nServes the Model Context Protocol on stdio for coding agents "
+             "(tools: analyse, explain_line, propose_fix, compare, profiler_snippet; docs/agents.md).\n")
+
+
+def serve_mcp(argv: list[str]) -> int:
+    """``msprof-lsp mcp``: the MCP server on stdio (server/mcp; the optional extra ``msprof-lsp[mcp]``)."""
+    if argv in (["-h"], ["--help"]):
+        print(MCP_USAGE, end="")
+        return 0
+    if argv:
+        print(f"msprof-lsp: error: mcp takes no arguments, got {argv[0]!r} (see msprof-lsp mcp --help)", file=sys.stderr)
+        return 2
+    try:
+        from .mcp.app import serve
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "mcp":
+            raise
+        print("msprof-lsp: error: the MCP server needs the mcp package: pip install 'msprof-lsp[mcp]'", file=sys.stderr)
+        return 2
+    from msprof_lsp.mapping.children import install
+
+    install()  # every child process starts isolated, as under --check and the language server
+    try:
+        return serve()
+    except KeyboardInterrupt:  # the client stopped us
+        return 0
+
+
 def commands_help() -> str:
     """One line per subcommand, for the top-level --help."""
     from .commands import SUBCOMMANDS  # the registry imports this module

@@ -1,14 +1,8 @@
-"""The subcommands of ``msprof-lsp``: ``check``, ``server``, ``rule``; and a start without one.
+"""The subcommands of ``msprof-lsp``: ``check``, ``server``, ``rule``, ``mcp``; and a start without one.
 
 A subcommand is one function registered with ``@subcommand``: it gets the arguments after its
-name and returns the exit status (a ``UsageError`` it raises is the exit-2 line). Another front
-end is added the same way, e.g.::
-
-    @subcommand("mcp", "serve the Model Context Protocol on stdio (AI assistants)")
-    def _mcp(argv: list[str]) -> int:
-        from .mcp import serve  # imported only when asked for
-
-        return serve(argv)
+name and returns the exit status (a ``UsageError`` it raises is the exit-2 line); ``mcp`` below is
+the pattern for another front end (its module imported only when asked for).
 
 A first argument that is neither a flag nor a command is refused with the commands' names, so a
 command added later never changes what an earlier command line meant.
@@ -100,6 +94,13 @@ def _rule(argv: list[str]) -> int:
 
     print(listing() if ns.code is None else describe(ns.code), end="")
     return 0
+
+
+@subcommand("mcp", "serve the Model Context Protocol on stdio (coding agents; docs/agents.md)")
+def _mcp(argv: list[str]) -> int:
+    from .cli import serve_mcp
+
+    return serve_mcp(argv)
 
 
 LSP_ON_A_TERMINAL = ("msprof-lsp: this is a language server speaking LSP on stdio (editors start it); "

@@ -48,9 +48,22 @@ def test_each_arrow_runs_one_way(package):
     assert not bad, "\n".join(bad)
 
 
-def test_language_server_never_prints():
+def test_only_the_mcp_adapter_imports_the_sdk():
+    """``mcp`` is an optional extra (msprof-lsp[mcp]): nothing outside server/mcp may need it."""
     bad = []
-    for path in sorted((REPO / "server" / "lsp").rglob("*.py")):
+    for package in ("mapping", "hints", "server", "msprof_lsp"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            if (REPO / "server" / "mcp") in path.parents:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            bad += [f"{path.relative_to(REPO)}:{line} imports {name}" for line, name in _imports(tree, package)
+                    if name == "mcp" or name.startswith("mcp.")]
+    assert not bad, "\n".join(bad)
+
+
+def test_language_server_never_prints():
+    bad = []  # the MCP server's stdout is its JSON-RPC stream too
+    for path in sorted([*(REPO / "server" / "lsp").rglob("*.py"), *(REPO / "server" / "mcp").rglob("*.py")]):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":

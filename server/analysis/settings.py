@@ -276,9 +276,12 @@ def apply(
     return replace(settings, **top), warnings
 
 
-def _inside(value: str, base_dir: str, roots: Sequence[Path]) -> str:
-    """``value`` (relative to ``base_dir``) resolved, symlinks followed; ValueError when that is
-    not inside one of ``roots`` (themselves resolved)."""
+REPOSITORY_ONLY = "a repository may only name files inside it (the command line and the editor's settings may name any)"
+
+
+def inside(value: str, base_dir: str, roots: Sequence[Path], why: str = REPOSITORY_ONLY) -> str:
+    """``value`` (relative to ``base_dir``) resolved, symlinks followed; ValueError (ending in
+    ``why``) when that is not inside one of ``roots`` (themselves resolved)."""
     try:
         p = Path(value).expanduser()
         if not p.is_absolute():
@@ -291,8 +294,7 @@ def _inside(value: str, base_dir: str, roots: Sequence[Path]) -> str:
         raise ValueError(f"{_short(value)} cannot be resolved ({exc})") from None
     if not any(real == h or h in real.parents for h in homes):
         where = ", ".join(str(h) for h in homes) or "no workspace root"
-        raise ValueError(f"{_short(value)} resolves to {real}, outside the workspace ({where}); a repository "
-                         "may only name files inside it (the command line and the editor's settings may name any)")
+        raise ValueError(f"{_short(value)} resolves to {real}, outside the workspace ({where}); {why}")
     return str(real)
 
 
@@ -303,9 +305,9 @@ def confine(spec: SettingSpec, value: Any, base_dir: str, roots: Sequence[Path])
     path mapping is checked the same way (the workspace also refuses to follow it outside).
     ValueError (the caller's warning) when it does not."""
     if spec.name == "path_mappings":
-        return tuple((remote, _inside(local, base_dir, roots)) for remote, local in value)
+        return tuple((remote, inside(local, base_dir, roots)) for remote, local in value)
     if spec.path and isinstance(value, str) and value:
-        return _inside(value, base_dir, roots)
+        return inside(value, base_dir, roots)
     return value
 
 

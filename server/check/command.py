@@ -10,6 +10,7 @@ import io
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -67,8 +68,12 @@ def _say_jobs(jobs: list[Job], base: Path, warn: TextIO | None) -> None:
         print(visible(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}"), file=warn)
 
 
-def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
-    cwd = Path.cwd()
+def collect(args: CheckArgs, progress, warn: TextIO, *, cwd: Path | None = None,
+            settings_of: Callable[[Path], Settings] | None = None) -> CheckRun:
+    """The run every structured front-end reads (``--check``, the MCP server, the Python API):
+    paths in the report are relative to ``cwd`` (default: the current directory); ``settings_of``
+    replaces ``--check``'s resolver (the MCP server confines a workspace's settings to it)."""
+    cwd = cwd or Path.cwd()
     paths = [Path(p) for p in args.paths] or [cwd]
     for p in paths:
         if not p.exists():
@@ -78,7 +83,8 @@ def collect(args: CheckArgs, progress, warn: TextIO) -> CheckRun:
         raise CheckFailed(f"{profile}: no such file or directory (--profile)")
     use_cache = not args.no_cache
     jobs: list[JobReport] = []
-    every = [(path, settings_for(path, args, warn)) for path in paths]  # a bad setting stops the run before any analysis
+    # a bad setting stops the run before any analysis
+    every = [(path, settings_of(path) if settings_of is not None else settings_for(path, args, warn)) for path in paths]
     say = None if args.quiet else warn
     for path, settings in every:
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)

@@ -79,7 +79,9 @@ def test_one_settings_model_and_one_resolver():
              and node.right.value == "pyproject.toml"]
     assert built == ["server/analysis/settings.py"]
     settings = "msprof_lsp.server.analysis.settings"
-    assert importers(settings, "resolve") == {"server/check/command.py", "server/lsp/configuration.py"}
+    # each front-end adds its layer to the one resolver: --check, the editor, the MCP server and Python API
+    assert importers(settings, "resolve") == {"server/check/command.py", "server/lsp/configuration.py",
+                                              "server/api/workspace_run.py"}
     assert importers(settings, "apply") == importers(settings, "from_pyproject") == set()
     # what a change re-triggers is read from the model, not listed by hand
     assert importers(settings, "retriggers") == {"server/lsp/lifecycle.py"}

@@ -258,6 +258,7 @@ _BREAKDOWN_FIELDS = {
     "host_wall_us": "host_wall_ns",
     "preparing_us": "preparing_ns",
 }
+BREAKDOWN_KEYS = list(_BREAKDOWN_FIELDS)  # the per-step keys, in order
 
 
 def _step_times(s: StepTimes) -> dict[str, Any]:

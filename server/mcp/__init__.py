@@ -1,0 +1,2 @@
+"""``msprof-lsp mcp``: the MCP server for coding agents (docs/agents.md). Only this package
+imports the ``mcp`` SDK (the optional extra ``msprof-lsp[mcp]``)."""
