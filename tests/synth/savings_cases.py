@@ -169,6 +169,13 @@ def _confusion_transpose(k: TransformerKnobs) -> Callable[[Run], Run]:
     return lambda r: fx.one_launch(r, frozenset(f"block{i}.merge_heads" for i in LAYERS), lambda _call: fused)
 
 
+def _foreach_clip(k: TransformerKnobs) -> Callable[[Run], Run]:
+    """``clip_grad_norm_(..., foreach=True)``: two multi-tensor kernels instead of a norm and a
+    ``mul_`` per gradient."""
+    launches = L.clip_grad_norm_foreach(_tf_params(32003, 128, 256, 2), norm_us=k.clip_norm_us)
+    return lambda r: fx.map_calls(r, frozenset({"clip_grad_norm_"}), lambda c: replace(c, launches=launches))
+
+
 def _fused_adamw(k: TransformerKnobs) -> Callable[[Run], Run]:
     return lambda r: fx.fused_optimizer(r, L.adamw_step(_tf_params(32003, 128, 256, 2), kernel_us=k.adamw_kernel_us,
                                                         fused=True))
@@ -179,6 +186,8 @@ EW40 = TransformerKnobs(elementwise_us=40.0)
 BMM120 = TransformerKnobs(attn_bmm_us=120.0)
 COPY150 = TransformerKnobs(copy_us=150.0)
 ADAMW30 = TransformerKnobs(adamw_kernel_us=30.0)
+NORM60 = TransformerKnobs(clip_norm_us=60.0)
+FOREACH = "the generator's multi-tensor kernels take 4x a per-tensor kernel's time: a chosen duration"
 ADAMW = "the generator's fused AdamW is one kernel per parameter at 4x an unfused kernel's time: a chosen duration"
 DEVICE_BOUND_AR = dict(transdata_us=400.0, linear_transdata_us=200.0)
 NO_SYNC = Build("cnn without synchronize()", lambda: fx.without_syncs(_cnn()(), ops=False))
@@ -216,8 +225,9 @@ CASES: tuple[Case, ...] = (
     Case("NPU220", "transformer: unfused AdamW, 19 parameters", "tiny_transformer", _tf(), _fused_adamw(TF), ADAMW),
     Case("NPU220", "transformer, 30 us AdamW kernels: unfused AdamW, 19 parameters", "tiny_transformer",
          _tf(adamw_kernel_us=30.0), _fused_adamw(ADAMW30), ADAMW),
-    Case("NPU221", "transformer: per-tensor clip_grad_norm_", "tiny_transformer", _tf(), None,
-         "the generator has no multi-tensor clipping to lay out"),
+    Case("NPU221", "transformer: per-tensor clip_grad_norm_", "tiny_transformer", _tf(), _foreach_clip(TF), FOREACH),
+    Case("NPU221", "transformer, 60 us norm kernels: per-tensor clip_grad_norm_", "tiny_transformer",
+         _tf(clip_norm_us=60.0), _foreach_clip(NORM60), FOREACH),
     Case("NPU210", "transformer: RMSNorm written out", "tiny_transformer", _tf(), _rms_norm(TF), FUSED_KNOB,
          picks="x.pow(2)"),
     Case("NPU210", "transformer, 40 us elementwise: RMSNorm written out", "tiny_transformer", _tf(elementwise_us=40.0),
