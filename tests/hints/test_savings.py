@@ -102,6 +102,7 @@ def test_rules_without_a_model_say_why_on_the_samples(sample_findings):
     "cnn, device-bound, 1.5 ms all-reduce: the convs",
     "transformer: RMSNorm written out",
     "transformer: per-tensor clip_grad_norm_",  # the whole clip: its per-tensor mul_ too
+    "transformer: permute().contiguous() before the output projection",  # autograd nodes without kernels
 ])
 def test_estimate_within_35_percent_of_the_resimulated_truth(name):
     """The finding's estimate, made from the generated export, against the generator's own layout
