@@ -45,7 +45,7 @@ import numpy as np
 
 from msprof_lsp.mapping.profile.model import Profile
 from msprof_lsp.mapping.profile.step_windows import step_markers, windows
-from msprof_lsp.mapping.profile.timemodel import TaskClass, task_classes
+from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, task_classes
 from msprof_lsp.mapping.source.critical_path import (
     _DEPS, _HOST, _KINDS, MAX_STEPS, Dependency, SegmentKind, _Graph, step_graph, step_tables, why_no_path,
 )
@@ -155,7 +155,10 @@ def _replay_base(profile: Profile, max_steps: int) -> ReplayBase:
     if why is not None:
         return ReplayBase(unavailable=why)
     tables = step_tables(profile, runtime_on_caller=True)
-    markers = step_markers(profile.host_ops["name"].tolist()) if len(profile.host_ops) else np.zeros(0, bool)
+    markers = np.zeros(0, bool)
+    if len(profile.host_ops):
+        codes, names = column_codes(profile.host_ops["name"])  # each distinct name matched once
+        markers = step_markers(names)[codes]
     k = profile.kernels
     lanes = (k["device"].to_numpy(np.int64) << 32) + k["stream"].to_numpy(np.int64) if len(k) else np.zeros(0, np.int64)
     comm = task_classes(k) == TaskClass.COMMUNICATION if len(k) else np.zeros(0, bool)
