@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.profile import step_windows, timemodel
+from msprof_lsp.mapping.profile.model import Profile
 
 from . import profile_query as pq
 from .context import RuleContext
@@ -35,6 +36,32 @@ Charges = dict[tuple, float]  # key -> ns over the capture
 
 _ROW_KIND = {Target.KERNELS: "kernel", Target.HOST_OPS: "host-op", Target.SYNC_CALLS: "sync"}
 TRANSDATA_TYPES = frozenset({"TransData", "Cast"})
+
+
+def device_busy(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """The device's busy stretches (compute, copies, communication), merged: (starts, ends)."""
+    k = profile.kernels
+    sel = timemodel.is_class(k, timemodel.TaskClass.COMPUTE, timemodel.TaskClass.MEMCPY,
+                             timemodel.TaskClass.COMMUNICATION)
+    start = k["start_ns"].to_numpy(np.int64)
+    sel &= start >= 0
+    return step_windows.merge_intervals(start[sel], start[sel] + k["dur_ns"].to_numpy(np.int64)[sel])
+
+
+def idle_gaps(profile: Profile, busy: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Device idle: between consecutive ``busy`` stretches, inside the first step window's start
+    and the last one's end (across step boundaries: the wait from one step's last task to the
+    next one's first is one stretch). Empty without device tasks."""
+    bs, be = busy
+    wins = step_windows.windows(profile)
+    if not len(bs) or not wins:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = wins[0].start_ns, wins[-1].end_ns
+    gs = np.concatenate([[lo], be])
+    ge = np.concatenate([bs, [hi]])
+    gs, ge = np.maximum(gs, lo), np.minimum(ge, hi)
+    keep = ge > gs
+    return gs[keep], ge[keep]
 
 
 class Timeline:
@@ -62,30 +89,18 @@ class Timeline:
     def in_steps(self) -> np.ndarray:
         return pq.kernels_in_steps_mask(self.profile)
 
-    @cached_property
+    # the busy and idle stretches depend on the profile alone: once per loaded profile, since the
+    # editor consolidates again on every edit (profile.derived.memo)
+    @property
     def _busy(self) -> tuple[np.ndarray, np.ndarray]:
-        k = self.profile.kernels
-        sel = timemodel.is_class(k, timemodel.TaskClass.COMPUTE, timemodel.TaskClass.MEMCPY,
-                                 timemodel.TaskClass.COMMUNICATION)
-        start = k["start_ns"].to_numpy(np.int64)
-        sel &= start >= 0
-        return step_windows.merge_intervals(start[sel], start[sel] + k["dur_ns"].to_numpy(np.int64)[sel])
+        p = self.profile
+        return p.derived.memo("charges/busy", p.fields(), lambda: device_busy(p))
 
-    @cached_property
+    @property
     def gaps(self) -> tuple[np.ndarray, np.ndarray]:
-        """Device idle: between consecutive busy stretches, inside the first step window's start
-        and the last one's end (across step boundaries: the wait from one step's last task to the
-        next one's first is one stretch). None without device tasks."""
-        bs, be = self._busy
-        wins = step_windows.windows(self.profile)
-        if not len(bs) or not wins:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        lo, hi = wins[0].start_ns, wins[-1].end_ns
-        gs = np.concatenate([[lo], be])
-        ge = np.concatenate([bs, [hi]])
-        gs, ge = np.maximum(gs, lo), np.minimum(ge, hi)
-        keep = ge > gs
-        return gs[keep], ge[keep]
+        """Device idle stretches (``idle_gaps``)."""
+        p = self.profile
+        return p.derived.memo("charges/idle_gaps", p.fields(), lambda: idle_gaps(p, self._busy))
 
     def idle_covered(self, starts: np.ndarray, ends: np.ndarray) -> Charges:
         """Per idle stretch, the ns of it the union of [starts, ends) covers."""

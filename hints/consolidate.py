@@ -171,9 +171,11 @@ def _saving_us(f: Finding) -> float:
 
 
 def saving_key(f: Finding) -> tuple:
-    """Sort key, best first: a known saving (largest first), then unknown ones; ties by share."""
+    """Sort key, best first: a known saving (largest first), then the unknown ones by their time
+    per step (µs), never by share: shares of the wall step and of the device step have different
+    denominators (docs/savings.md "Ranking"). Ties: the time per step."""
     known = f.saving is not None and f.saving.known
-    return (not known, -_saving_us(f), -f.share)
+    return (not known, -_saving_us(f), -f.time_per_step_us)
 
 
 def saving_order(findings: Sequence[Finding]) -> list[int]:
@@ -192,6 +194,6 @@ def actionable(f: Finding) -> bool:
 
 
 def start_here(findings: Sequence[Finding], limit: int = START_HERE) -> list[int]:
-    """Indexes into ``findings`` of the top ``limit`` by saving (ties: share): the JSON
+    """Indexes into ``findings`` of the top ``limit`` by saving (``saving_key``): the JSON
     ``start_here``, what the text and HTML reports open with and what the editor shows first."""
     return [i for i in saving_order(findings) if actionable(findings[i])][:limit]

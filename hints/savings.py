@@ -9,9 +9,9 @@ effect is missing, or the profile's steps cannot be replayed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+import hashlib
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -64,6 +64,16 @@ def fill_savings(findings: Sequence[Finding], ctx: RuleContext) -> None:
 
 
 def saving_of(ctx: RuleContext, code: str, effect: Effect | None) -> Saving:
+    """The saving of ``effect`` (rule ``code``), once per loaded profile and effect: the editor
+    re-runs the rules on every edit, and the replays depend on the profile alone
+    (``profile.derived.memo``, the one memo of profile-derived values)."""
+    p = ctx.profile
+    digest = hashlib.blake2b(repr((code, effect)).encode(), digest_size=16).hexdigest()
+    inputs = (p.kernels, p.host_ops, p.host_events, p.steps, p.meta)
+    return p.derived.memo(f"saving/{digest}", inputs, lambda: _saving_of(ctx, code, effect))
+
+
+def _saving_of(ctx: RuleContext, code: str, effect: Effect | None) -> Saving:
     if effect is None:
         return Saving.unknown(UNMODELLED.get(code.upper(), "unknown: no model of this rule's fix yet"))
     if effect.unknown:

@@ -311,6 +311,16 @@ def _best_vector_rate(ctx: RuleContext) -> float | None:
     return float(np.percentile(nbytes[ok] / dur[ok], 90)) if ok.any() else None
 
 
+def _one_call_per_match(ctx: RuleContext, ops: np.ndarray | None, matches: int) -> Change | None:
+    """The host time of ``ops`` and everything inside them at matches / ops: one call per match
+    stays (low end: all of it). None where there is no more than one op per match."""
+    if ops is None or len(ops) <= matches:
+        return None
+    f = matches / len(ops)
+    inside = np.flatnonzero(pq.descendants(ctx.profile, np.asarray(ops).tolist()))
+    return Change(Target.HOST_OPS, tuple(int(r) for r in inside), f, best=f, worst=1.0)
+
+
 def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, api: str,
                          ops: np.ndarray | None = None) -> Effect:
     """Each match's kernels replaced by the one fused kernel: the estimate and low end keep the
@@ -340,10 +350,9 @@ def one_kernel_per_match(ctx: RuleContext, under: pd.DataFrame, matches: int, ap
     changes = [Change(Target.KERNELS, gone, 0.0, best=best if best is not None else 0.0, worst=0.0)] if gone else []
     changes.append(Change(Target.KERNELS, kept, 1.0, best=best if best is not None else 1.0, worst=1.0))
     host = ""
-    if ops is not None and len(ops) > matches:
-        f = matches / len(ops)
-        inside = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist()))
-        changes.append(Change(Target.HOST_OPS, tuple(int(r) for r in inside), f, best=f, worst=1.0))
+    calls = _one_call_per_match(ctx, ops, matches)
+    if calls is not None:
+        changes.append(calls)
         host = f", one call per match ({matches}/{len(ops)} of the ops' host time; low end: all of it)"
     return Effect(tuple(changes), basis=f"each match as one {api} kernel: its longest kernel type kept{host} "
                                         f"(high end: {high})")
@@ -365,10 +374,15 @@ def fused_effect(ctx: RuleContext, forward: pd.DataFrame, backward: pd.DataFrame
                  ops: np.ndarray | None) -> Effect:
     """The forward kernels of each match as one fused kernel and their backward kernels as one
     fused backward kernel (``one_kernel_per_match`` on each pass: the fused API has a kernel of
-    its own for each); the autograd nodes of the matched ops become one per match too."""
+    its own for each); the autograd nodes of the matched ops become one per match too, also where
+    the backward launches no kernel."""
     fwd = one_kernel_per_match(ctx, forward, matches, api, ops)
     if not len(backward):
-        return fwd
+        # a backward without kernels (views, permutes) still runs an autograd node per op
+        nodes = _one_call_per_match(ctx, _autograd_nodes(ctx, ops), matches) if ops is not None else None
+        if fwd.unknown or nodes is None:
+            return fwd
+        return Effect(fwd.changes + (nodes,), basis=f"{fwd.basis}; its autograd nodes one per match")
     bwd = one_kernel_per_match(ctx, backward, matches, api, _autograd_nodes(ctx, ops) if ops is not None else None)
     if fwd.unknown:
         return bwd

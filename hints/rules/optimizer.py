@@ -50,6 +50,7 @@ CLIP_PATTERN = "add-reciprocal-mul"
 CLIP_KERNELS = "(Add|Adds)-Reciprocal-(Mul|Muls)"  # the same coefficient as eager aclnn kernels
 NORM_KERNELS = ("LpNormReduceV2", "LpNormUpdateV2")
 PER_TENSOR_NORMS = ("linalg_vector_norm", "norm")
+CLAMP_OPS = ("clamp", "clamp_")  # the coefficient clamped to 1 before the per-tensor mul_
 
 
 def _optimizer_construction(ctx: RuleContext, name: str, step_site) -> tuple[Span | None, Confidence]:  # noqa: ANN001
@@ -365,8 +366,34 @@ class FusedGradClip(Rule):
             fix="Use clip_grad_norm_fused_ (NpuFused optimizers) or foreach=True" if ascend else "Pass foreach=True to clip_grad_norm_",
         )
         norm_rows = p.kernels.index.get_indexer(k.index[norm_k]) if n_norm else np.zeros(0, np.int64)
+        whole = [toks.rows[x:y] for a, b in matches for x, y in (_clip_extent(toks, a, b),)]
+        fused = np.concatenate(whole) if whole else rows
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes,
-                          effect=multi_tensor(ctx, rows, norm_rows, "the clipping"))
+                          effect=multi_tensor(ctx, fused, norm_rows, "the clipping"))
+
+
+def _clip_extent(toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:
+    """The whole per-tensor clip around a match [a, b) of ``CLIP_PATTERN``, what ``foreach=True``
+    fuses: the per-tensor norms and their stack before it, the clamp and one ``mul_`` per norm
+    after it (the optimizer's own ``mul_`` that may follow is not the clip's)."""
+    names = toks.names
+    i = a - 1
+    while i >= 0 and names[i] in PER_TENSOR_NORMS:  # the total norm
+        i -= 1
+    tensors = 0
+    if i >= 0 and names[i] == "stack":
+        i -= 1
+        while i >= 0 and names[i] in PER_TENSOR_NORMS:
+            tensors += 1
+            i -= 1
+    j = b
+    while j < len(names) and names[j] in CLAMP_OPS:
+        j += 1
+    scaled = 0
+    while j < len(names) and names[j] == "mul_" and scaled < tensors:
+        j += 1
+        scaled += 1
+    return i + 1, j
 
 
 def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: str) -> Effect:

@@ -23,6 +23,11 @@ from msprof_lsp.mapping.units import NS_PER_US, format_us
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
+def step_markers(names: Sequence[str]) -> np.ndarray:
+    """Per name, whether it is a ``ProfilerStep#N`` step marker (bool array)."""
+    return np.fromiter((bool(_PROFILER_STEP.match(str(n))) for n in names), dtype=bool, count=len(names))
+
+
 def profiler_steps(
     names: Sequence[str], starts: np.ndarray, ends: np.ndarray, issues: list[Issue] | None = None, where: str = ""
 ) -> list[Step]:

@@ -44,17 +44,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from msprof_lsp.mapping.profile.model import Profile
-from msprof_lsp.mapping.profile.step_windows import windows
+from msprof_lsp.mapping.profile.step_windows import step_markers, windows
+from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, task_classes
 from msprof_lsp.mapping.source.critical_path import (
     _DEPS, _HOST, _KINDS, MAX_STEPS, Dependency, SegmentKind, _Graph, step_graph, step_tables, why_no_path,
 )
 
 _SYNC = _DEPS.index(Dependency.SYNC)
+_EVENT = _DEPS.index(Dependency.EVENT)
 _LAUNCH = _DEPS.index(Dependency.LAUNCH)
 _STREAM = _DEPS.index(Dependency.STREAM)
 _WAIT = _KINDS.index(SegmentKind.WAIT)
 _NEG = -(1 << 42)  # "not reached yet" (times are relative to the step's start, far from this)
 MAX_ROUNDS = 20_000  # chain switches on one path before the graph is taken for cyclic
+UNRECORDED_WAIT_NS = 2_000  # a task starting this soon after another stream's task ends, nothing else explaining
+# its start, waited for it (docs/savings.md "The replay")
 WORK_BUDGET = 50_000_000  # node and edge visits of the vectorised rounds before one ordered pass
 
 # what the edge into a node along its chain is; a wait task is an EVENT_WAIT / Notify Wait; an idle
@@ -151,12 +155,19 @@ def _replay_base(profile: Profile, max_steps: int) -> ReplayBase:
     if why is not None:
         return ReplayBase(unavailable=why)
     tables = step_tables(profile, runtime_on_caller=True)
+    markers = np.zeros(0, bool)
+    if len(profile.host_ops):
+        codes, names = column_codes(profile.host_ops["name"])  # each distinct name matched once
+        markers = step_markers(names)[codes]
+    k = profile.kernels
+    lanes = (k["device"].to_numpy(np.int64) << 32) + k["stream"].to_numpy(np.int64) if len(k) else np.zeros(0, np.int64)
+    comm = task_classes(k) == TaskClass.COMMUNICATION if len(k) else np.zeros(0, bool)
     out = ReplayBase()
     for step in windows(profile)[:max_steps]:
         built = step_graph(profile, step, tables)
         if built is None:
             continue
-        model = _model(step.id, built[0])
+        model = _model(step.id, built[0], markers, lanes, comm)
         if model is None:
             out.notes.append(f"step {step.id}: its graph has a cycle; not replayed")
             continue
@@ -230,7 +241,7 @@ class _Chains:
     gap: np.ndarray  # recorded length of the chain edge
 
 
-def _chains(g: _Graph, rec: np.ndarray) -> _Chains:
+def _chains(g: _Graph, rec: np.ndarray, markers: np.ndarray) -> _Chains:
     n = len(rec)
     src, dst, kind, dep = g.src, g.dst, g.kind, g.dep
     host_piece = (src < g.n_host) & (dst < g.n_host) & (dst == src + 1)
@@ -254,26 +265,39 @@ def _chains(g: _Graph, rec: np.ndarray) -> _Chains:
     call[dst[sync_piece]] = g.call[sync_piece]
     gap = np.zeros(n, np.int64)
     gap[dst[is_chain]] = rec[dst[is_chain]] - rec[src[is_chain]]
-    # a worker thread's idle time (no op open) ends when another thread hands it work
-    chain[(chain == _PIECE) & (op < 0)] = _IDLE
+    # a thread's idle time ends when another thread hands it work: no op open (a worker thread), or
+    # only the step marker (the main thread blocked in backward() until the autograd thread is done)
+    in_marker = np.zeros(n, bool)
+    own = op >= 0
+    in_marker[own] = markers[op[own]] if len(markers) else False
+    chain[(chain == _PIECE) & ((op < 0) | in_marker)] = _IDLE
     return _Chains(is_chain, chain, head, op, kernel, call, gap)
 
 
-def _model(step_id: int, g: _Graph) -> StepModel | None:
-    """Split the graph into chains and cross edges and read each edge's latency from the record."""
+def _model(step_id: int, g: _Graph, markers: np.ndarray, lanes: np.ndarray, comm: np.ndarray) -> StepModel | None:
+    """Split the graph into chains and cross edges and read each edge's latency from the record
+    (per host_ops row ``markers``: a step marker; per kernels row ``lanes``: its device and stream
+    as one number, ``comm``: a collective)."""
     n = len(g.time)
     t0 = int(g.time.min())
     rec = g.time - t0
     if len(rec) and int(rec.max()) >= (1 << 40):
         return None  # a step over 18 minutes: outside the scan's integer range
-    c = _chains(g, rec)
+    c = _chains(g, rec, markers)
     # cross edges, plus an anchor into each node nothing leads to but the step's first, and one
     # into each idle piece's end from the latest point of another thread before it (the task
     # queue's dequeue after the enqueue, a backward node after the forward)
     x = ~c.is_chain
     xs, xd, xdep, xcall = g.src[x], g.dst[x], g.dep[x], np.where(g.dep[x] == _SYNC, g.call[x], -1)
+    w_src, w_dst = _unrecorded_waits(rec, g.n_host, c, xs, xd, lanes)
+    s_src, s_dst = _gradient_sync(rec, g, c, lanes, comm)
+    w_src, w_dst = np.concatenate([w_src, s_src]), np.concatenate([w_dst, s_dst])
+    xs, xd = np.concatenate([xs, w_src]), np.concatenate([xd, w_dst])
+    xdep = np.concatenate([xdep, np.full(len(w_src), _EVENT, np.int8)])
+    xcall = np.concatenate([xcall, np.full(len(w_src), -1, np.int64)])
     has_in = np.zeros(n, bool)
     has_in[g.dst] = True
+    has_in[w_dst] = True
     orphans = np.flatnonzero(~has_in)
     a_src, a_dst = _anchors(rec, g.n_host, orphans)
     h_src, h_dst = _handed(rec, c.head[:g.n_host], np.flatnonzero(c.chain == _IDLE))
@@ -296,6 +320,67 @@ def _model(step_id: int, g: _Graph) -> StepModel | None:
     m = StepModel(step_id, t0, rec, g.n_host, c.head, c.chain, chain_w, c.op, c.kernel, c.call, xs, xd, x_w,
                   xcall, x_heads, fixed, np.arange(g.n_host, n, 2), g.kernels)
     return m if _settle(m) else None
+
+
+def _unrecorded_waits(rec: np.ndarray, n_host: int, c: _Chains, xs: np.ndarray, xd: np.ndarray,
+                      lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-stream waits no task records: a device task that starts within ``UNRECORDED_WAIT_NS``
+    after a task of another stream of its device ends, later than its launch and its stream
+    predecessor's end, waited for that task (the optimizer's kernels for the gradient all-reduce
+    where the export has no EVENT_WAIT). (sources: those ends, destinations: the starts)."""
+    starts = np.arange(n_host, len(rec), 2)
+    none = np.zeros(0, np.int64)
+    if len(starts) < 2 or not len(lanes):
+        return none, none
+    ends = starts + 1
+    lane = lanes[c.kernel[ends]]
+    latest = np.where(c.head[starts], _NEG, rec[np.maximum(starts - 1, 0)])  # the stream predecessor's end
+    x_latest = np.full(len(rec), _NEG, np.int64)
+    np.maximum.at(x_latest, xd, rec[xs])
+    latest = np.maximum(latest, x_latest[starts])
+    o = np.argsort(rec[ends], kind="stable")
+    e_t, e_lane = rec[ends][o], lane[o]
+    run_head = np.ones(len(o), bool)
+    run_head[1:] = e_lane[1:] != e_lane[:-1]
+    before_run = np.maximum.accumulate(np.where(run_head, np.arange(len(o)), 0)) - 1
+    j = np.searchsorted(e_t, rec[starts], side="right") - 1  # the latest end at or before each start
+    jc = np.maximum(j, 0)
+    j = np.where((j >= 0) & (e_lane[jc] == lane), before_run[jc], j)  # ... on another stream
+    jc = np.maximum(j, 0)
+    ok = (j >= 0) & (e_t[jc] > latest) & (rec[starts] - e_t[jc] <= UNRECORDED_WAIT_NS)
+    return ends[o[jc[ok]]], starts[ok]
+
+
+def _gradient_sync(rec: np.ndarray, g: _Graph, c: _Chains, lanes: np.ndarray,
+                   comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The wait for the gradient collectives that an export without event tasks does not show,
+    per device: the first task on another stream launched, after the step's last collective was
+    launched, by another host thread than the collectives' (the optimizer after DDP's backward
+    hooks) waits for the collectives' last end -- where it started after that end, so the
+    recording agrees. (sources: those ends, destinations: the starts; at most one per device)."""
+    none = np.zeros(0, np.int64)
+    launch = (g.dep == _LAUNCH) & (g.src < g.n_host) & (g.dst >= g.n_host)
+    if not len(lanes) or not launch.any():
+        return none, none
+    start, host = g.dst[launch], g.src[launch]
+    row = c.kernel[start + 1]
+    thread = (np.cumsum(c.head[:g.n_host]) - 1)[host]
+    is_comm = comm[row]
+    device = lanes[row] >> 32
+    src, dst = [], []
+    for dev in np.unique(device[is_comm]).tolist():
+        mine = device == dev
+        cs = np.flatnonzero(mine & is_comm)
+        last = cs[np.argmax(rec[host[cs]])]
+        end = int(start[cs[np.argmax(rec[start[cs] + 1])]] + 1)
+        after = np.flatnonzero(mine & ~is_comm & (lanes[row] != lanes[row[last]]) & (thread != thread[last])
+                               & (rec[host] > rec[host[last]]))
+        if len(after):
+            first = int(start[after[np.argmin(rec[host[after]])]])
+            if rec[first] >= rec[end]:
+                src.append(end)
+                dst.append(first)
+    return np.asarray(src, np.int64), np.asarray(dst, np.int64)
 
 
 def _latencies(rec: np.ndarray, c: _Chains, xs: np.ndarray, xd: np.ndarray,
@@ -352,7 +437,7 @@ def _anchors(rec: np.ndarray, n_host: int, orphans: np.ndarray) -> tuple[np.ndar
 
 def _handed(rec: np.ndarray, host_head: np.ndarray, idle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each idle piece's end (host nodes), the latest point of another host thread strictly
-    before it: (sources, the idle ends that have one)."""
+    before it and not before the piece's start: (sources, the idle ends that have one)."""
     if not len(idle):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     thread = np.cumsum(host_head) - 1  # host points are in (thread, time) order: a chain per thread
@@ -365,7 +450,8 @@ def _handed(rec: np.ndarray, host_head: np.ndarray, idle: np.ndarray) -> tuple[n
     j = np.searchsorted(times, rec[idle], side="left") - 1
     jc = np.maximum(j, 0)
     j = np.where((j >= 0) & (th[jc] == thread[idle]), other[jc], j)
-    ok = j >= 0
+    # only a point inside the idle piece can have ended it (one before its start explains nothing)
+    ok = (j >= 0) & (times[np.maximum(j, 0)] >= rec[idle - 1])
     return o[j[ok]], idle[ok]
 
 

@@ -14,7 +14,9 @@ import pytest
 from msprof_lsp.hints import registry
 from msprof_lsp.hints.charges import Timeline, charges
 from msprof_lsp.hints.config import RuleConfig
-from msprof_lsp.hints.consolidate import MERGE_OVERLAP, charged_alike, overlap, same_cause, start_here, saving_order
+from msprof_lsp.hints.consolidate import (
+    MERGE_OVERLAP, charged_alike, overlap, same_cause, saving_key, saving_order, start_here,
+)
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import (Change, Effect, Finding, FixOffer, Saving, Severity, ShareOf, Target)
@@ -136,9 +138,21 @@ def test_a_selected_out_or_suppressed_rule_never_joins(tmp_path):
     assert not any("TST101" in r.message for r in out[0].related)
 
 
-def _finding(code: str, share: float, saving: float | None) -> Finding:
+def _finding(code: str, share: float, saving: float | None, share_of: ShareOf = ShareOf.WALL_STEP,
+             step_us: float = 10_000.0) -> Finding:
     s = Saving(saving, saving, saving, "test") if saving is not None else Saving.unknown("no model")
-    return Finding(code, "x", Severity.WARNING, "m", None, share=share, saving=s)
+    return Finding(code, "x", Severity.WARNING, "m", None, share=share, time_per_step_us=share * step_us,
+                   share_of=share_of, saving=s)
+
+
+def test_unknown_savings_rank_by_time_not_by_shares_of_different_steps():
+    """A 3 ms wall-step finding (30 % of 10 ms) outranks a 0.5 ms device-step one (50 % of a 1 ms
+    device step); neither outranks a modelled saving, however small."""
+    wall = _finding("NPU104", 0.30, None)
+    device = _finding("NPU206", 0.50, None, ShareOf.DEVICE_STEP, step_us=1_000.0)
+    small = _finding("NPU101", 0.001, 3.0)
+    assert [f.code for f in sorted([device, wall, small], key=saving_key)] == ["NPU101", "NPU104", "NPU206"]
+    assert start_here([device, wall, small]) == [2, 1, 0]
 
 
 def test_start_here_ranks_by_known_saving_then_share_and_leaves_out_notices():

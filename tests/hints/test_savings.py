@@ -97,6 +97,12 @@ def test_rules_without_a_model_say_why_on_the_samples(sample_findings):
     "transformer: single-process DataLoader, 11 ms",
     "cnn without synchronize(): loss.item()",
     "cnn: 1.5 ms all-reduce, events, accumulation over 4",
+    # issue 23's misses: the wait for the all-reduce not recorded, the main thread blocked in backward()
+    "cnn: 1.5 ms all-reduce, no events",
+    "cnn, device-bound, 1.5 ms all-reduce: the convs",
+    "transformer: RMSNorm written out",
+    "transformer: per-tensor clip_grad_norm_",  # the whole clip: its per-tensor mul_ too
+    "transformer: permute().contiguous() before the output projection",  # autograd nodes without kernels
 ])
 def test_estimate_within_35_percent_of_the_resimulated_truth(name):
     """The finding's estimate, made from the generated export, against the generator's own layout
@@ -137,3 +143,21 @@ def test_a_cpu_trace_replays_its_host_threads():
     assert f.saving is not None and f.saving.known
     assert f.time_per_step_us * 0.95 <= f.saving.us_per_step <= f.time_per_step_us * 1.01
     assert f.saving.low_us == pytest.approx(f.saving.us_per_step / 2, rel=0.05)
+
+
+
+def test_the_split_names_every_case_once():
+    """tests/synth/savings_split.txt, fixed before any model change: every case in one half, every
+    line a case, each modelled rule with a case in the held-out half unless it has no truth."""
+    sys.path.insert(0, str(REPO))
+    from tests.synth.savings_cases import CASES, HALVES, SPLIT_FILE, split
+
+    halves = split()
+    names = [c.name for c in CASES]
+    assert len(set(names)) == len(names)
+    assert set(halves) == set(names) and set(halves.values()) <= set(HALVES)
+    lines = [x for x in SPLIT_FILE.read_text(encoding="utf-8").splitlines() if x.strip() and not x.startswith("#")]
+    assert len(lines) == len(halves)
+    truthful = {c.rule for c in CASES if c.fix is not None}
+    held = {c.rule for c in CASES if halves[c.name] == "held-out"}
+    assert truthful <= held, truthful - held

@@ -92,6 +92,13 @@ def one_launch(run: Run, labels: frozenset[str], launch: Callable[[UserCall], La
         replace(i, launches=(launch(i),)) if isinstance(i, UserCall) and i.label in labels else i for i in items))
 
 
+def map_calls(run: Run, labels: frozenset[str], fn: Callable[[UserCall], UserCall]) -> Run:
+    """The calls ``labels`` replaced by ``fn(call)`` (a fused API: the first call of a pattern
+    launches the fused op, the others nothing)."""
+    return _map_items(run, lambda items: tuple(
+        fn(i) if isinstance(i, UserCall) and i.label in labels else i for i in items))
+
+
 def step_ns(run: Run) -> float:
     """Mean ProfilerStep duration of the laid-out run, ns."""
     steps = truth(run).steps

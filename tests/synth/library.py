@@ -541,6 +541,27 @@ def clip_grad_norm(params: Sequence[Shape], *, norm_us: float, frames: tuple[Sta
     return tuple(out)
 
 
+def clip_grad_norm_foreach(params: Sequence[Shape], *, norm_us: float,
+                           frames: tuple[StackEntry, ...] = ()) -> tuple[Launch, ...]:
+    """``clip_grad_norm_(..., foreach=True)``: one multi-tensor norm over every gradient, the total
+    norm and ``add-reciprocal-mul-clamp`` as in ``clip_grad_norm``, one multi-tensor ``mul_``.
+    Each multi-tensor kernel takes 4x a per-tensor kernel's time (the generator's choice, as for
+    the fused AdamW)."""
+    clip = lambda line, func, d: lib("torch/nn/utils/clip_grad.py", line, func, d)  # noqa: E731
+    norm_frames = (clip(61, "_get_total_norm", 31), clip(138, "clip_grad_norm_", 98)) + tuple(frames)
+    scale_frames = (clip(172, "_clip_grads_with_norm_", 143), clip(139, "clip_grad_norm_", 98)) + tuple(frames)
+    n = len(params)
+    norms = aclnn("aclnnForeachNorm", "ForeachNorm", "ForeachNorm", AI_VECTOR_CORE, 4 * norm_us,
+                  inputs=tuple(params), outputs=((),) * n, dtype="FLOAT")
+    out = [Launch(op("aten::_foreach_norm", scope("aclnnForeachNorm", norms)), norm_frames)]
+    per_tensor = clip_grad_norm(params, norm_us=norm_us, frames=frames)
+    out += per_tensor[n:n + 6]  # stack, the total norm, add, reciprocal, mul, clamp
+    mul = aclnn("aclnnForeachMulScalar", "ForeachMulScalar", "ForeachMulScalar", AI_VECTOR_CORE, 4 * norm_us,
+                inputs=tuple(params), outputs=tuple(params), dtype="FLOAT")
+    out.append(Launch(op("aten::_foreach_mul_", scope("aclnnForeachMulScalar", mul)), scale_frames))
+    return tuple(out)
+
+
 def no_kernel(name: str, *, inputs: Shapes = (), autograd: str = "", children: tuple[OpSpec, ...] = (),
               frames: tuple[StackEntry, ...] = ()) -> Launch:
     """A view/shape op without kernels (aten::view, aten::transpose, aten::chunk ...)."""
