@@ -53,7 +53,7 @@ def test_version(flag, capsys):
     (["check", ".", "--diff", "--format", "json"], "--diff prints a diff on stdout"),
     (["check", ".", "--format", "xml"], "invalid choice"),
     (["--fix"], "--fix needs the check command"),
-    (["chek", "."], "unknown command 'chek' (commands: check, server, rule); did you mean check?"),
+    (["chek", "."], "unknown command 'chek' (commands: check, server, rule, mcp); did you mean check?"),
     (["server", "--port", "1"], "unrecognized arguments: --port 1"),
 ])
 def test_bad_options_exit_2_before_any_analysis(empty, capsys, argv, needle):
