@@ -225,7 +225,8 @@ def load_ranks_sequential(
 def summarize(
     profiles: dict[int, Profile], locations: dict[int, ProfileLocation], rank: int | None = None
 ) -> ClusterSummary:
-    """Per-rank step time and not-overlapped communication; the slowest rank; the analysed one."""
+    """Per-rank step time and not-overlapped communication; the slowest rank; the analysed one
+    (``rank`` when given, else :func:`pick_rank`)."""
     ranks: list[RankSummary] = []
     for r in sorted(profiles):
         p = profiles[r]
@@ -237,7 +238,26 @@ def summarize(
             # names that rank's profile, not whichever file this thread opened last.
             raise safe_io.mark(exc, where)
     slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
-    return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=slowest if rank is None else rank)
+    if rank is not None:
+        return ClusterSummary(ranks, slowest, rank, f"rank {rank} was asked for")
+    analysed, why = pick_rank(ranks)
+    return ClusterSummary(ranks, slowest, analysed, why)
+
+
+def pick_rank(ranks: list[RankSummary]) -> tuple[int, str]:
+    """The rank to analyse and why: the slowest of the ranks whose profile holds device tasks --
+    the kernel rules need them, and a rank trimmed to step_trace_time.csv and communication.json
+    (the others' step times differ by a fraction of a percent in a synchronous job) would be
+    analysed with none -- else the slowest rank."""
+    slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank))
+    with_tasks = [r for r in ranks if r.device_tasks > 0]
+    if not with_tasks:
+        return slowest.rank, "the slowest rank (no rank holds device tasks)"
+    pick = max(with_tasks, key=lambda s: (s.step_time_ns, -s.rank))
+    if pick.rank == slowest.rank:
+        return pick.rank, "the slowest rank"
+    without = ", ".join(str(r.rank) for r in ranks if r.device_tasks == 0)
+    return pick.rank, f"the slowest rank with device tasks (none in rank{'s' if ',' in without else ''} {without})"
 
 
 def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
@@ -258,6 +278,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
         link_totals=link_transfers(p.comm_ops),
         links=comm_links(p, r),
         comm_wait_ns=-1.0 if grad is None else grad.wait_ns,
+        device_tasks=len(p.kernels),
     )
 
 

@@ -654,6 +654,9 @@ class RankSummary:
     # per step, the Wait Time of its gradient collectives (comm_time.split; -1 unknown): the rank
     # the others wait for waits least
     comm_wait_ns: float = -1.0
+    # device tasks (kernels) the rank's profile holds: a rank trimmed to its step breakdown and
+    # communication files has none, and the kernel rules cannot run on it
+    device_tasks: int = 0
 
 
 @dataclass(slots=True)
@@ -661,6 +664,7 @@ class ClusterSummary:
     ranks: list[RankSummary]
     slowest_rank: int
     analysed_rank: int
+    analysed_why: str = ""  # why this rank is the one analysed (docs/cli.md "What is analysed")
 
     @property
     def slowest_over_fastest(self) -> float:

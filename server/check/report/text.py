@@ -93,7 +93,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
             lines += _wrap(
                 f"cluster: {len(c.ranks)} ranks, slowest rank {c.slowest_rank} "
                 f"({format_us(slow.step_time_ns / 1000)}/step, +{extra:.1f}% vs fastest); "
-                f"analysing rank {c.analysed_rank}",
+                f"analysing rank {c.analysed_rank}" + (f": {c.analysed_why}" if c.analysed_why else ""),
                 2,
             )
             for r in c.ranks:
