@@ -266,6 +266,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
     breakdown = profile_breakdown(p)
     computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
     grad = comm_time.split(p.comm_ops, frozenset({comm_time.CommRole.GRADIENT}))
+    stage = comm_time.pipeline_stage(p.meta.parallel_groups)
     return RankSummary(
         rank=r,
         path=where,
@@ -279,6 +280,7 @@ def _rank_summary(r: int, p: Profile, where: str) -> RankSummary:
         links=comm_links(p, r),
         comm_wait_ns=-1.0 if grad is None else grad.wait_ns,
         device_tasks=len(p.kernels),
+        pipeline_stage=-1 if stage is None else stage,
     )
 
 

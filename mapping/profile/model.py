@@ -657,6 +657,7 @@ class RankSummary:
     # device tasks (kernels) the rank's profile holds: a rank trimmed to its step breakdown and
     # communication files has none, and the kernel rules cannot run on it
     device_tasks: int = 0
+    pipeline_stage: int = -1  # its stage in a pipeline-parallel job (comm_time.pipeline_stage; -1 unknown)
 
 
 @dataclass(slots=True)
