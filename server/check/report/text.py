@@ -142,7 +142,8 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     body = textwrap.wrap(message, width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
     lines = [f"  {where:>7} {sev} {style(code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
     if s is not None and f.confidence is Confidence.INFERRED:  # beside the severity, never lowering it
-        lines.append(style(" " * indent + "anchor inferred: no call stack, the line was found by pattern search", _DIM))
+        lines += [style(x, _DIM) for x in _wrap("anchor inferred: no call stack, the line was found by pattern search",
+                                                indent)]
     for fix in f.fixes[:2]:
         lines += [style(x, _DIM) for x in _wrap(f"fix: {visible(document.fix_label(fix))}", indent)]
     if len(f.fixes) > 2:
