@@ -136,7 +136,7 @@ def read_overlap(db: SqliteDb) -> pd.DataFrame:
     start = t["start_ns"].to_numpy(np.int64) if len(t) else np.zeros(0, np.int64)
     end = t["end_ns"].to_numpy(np.int64) if len(t) else np.zeros(0, np.int64)
     ok = np.isin(types, list(OVERLAP_LANES)) & (start >= 0) & (end >= start)
-    lanes = np.array([OVERLAP_LANES[int(x)] for x in types[ok]], dtype=object)
+    lanes = np.array([OVERLAP_LANES[i] for i in range(len(OVERLAP_LANES))], dtype=object)[types[ok]]  # type = index
     cols = {"lane": lanes, "start_ns": start[ok], "dur_ns": end[ok] - start[ok],
             "device": t["device"].to_numpy(np.int64)[ok] if len(t) else np.zeros(0, np.int64)}
     return make_table(OVERLAP_SCHEMA, cols, int(ok.sum()))
