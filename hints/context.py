@@ -149,12 +149,11 @@ class RuleContext:
         """
         return max(self.profile.wall_step_ns() or 0.0, self.step_time_ns)
 
-    def severity(self, code: str, share: float, confidence: Confidence = Confidence.STACK) -> Severity:
-        """Severity by share (docs/rules/README.md); inferred anchors are at most a hint unless configured."""
-        sev = self.config.severity_for_share(code, share)
-        if confidence is Confidence.INFERRED and self.config.severity_override(code) is None:
-            return Severity.HINT
-        return sev
+    def severity(self, code: str, share: float) -> Severity:
+        """Severity by share (docs/rules/README.md): the time at stake, never how well the line was
+        anchored -- adding the profiled source must not turn a warning into a hint (the finding's
+        confidence is shown beside it)."""
+        return self.config.severity_for_share(code, share)
 
     # -- capture gating -------------------------------------------------------------------------
 

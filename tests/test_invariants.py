@@ -99,6 +99,8 @@ CASES = [
                         "pytorch-kineto-tb_plugin/workspace"),
     real_with_workspace("Ascend-msinsight/text/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
     real_with_workspace("Ascend-msinsight/db/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
+    real_with_workspace("pytorch-kineto-tb_plugin-2021q1/resnet50_profiler_api_num_workers_0",
+                        "pytorch-kineto-tb_plugin-2021q1/workspace-profiler"),
     sample("cnn_classifier/npu_profile"),
     sample("cnn_classifier/kineto"),
     sample("tiny_transformer/npu_profile"),
@@ -166,6 +168,33 @@ def test_invariants(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert_document_invariants(doc)
     if case.maps_to_code:  # else the hotspot checks above would hold vacuously
         assert doc["hotspots"] and doc["profile"]["mapped_share"] > 0, case.id
+
+
+WITH_SOURCE = [c for c in CASES if c.maps_to_code]
+
+
+@pytest.mark.parametrize("case", WITH_SOURCE, ids=[c.id for c in WITH_SOURCE])
+def test_exit_status_does_not_depend_on_the_source(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Severity is the time at stake, not how well a line was anchored (issue 25 defect 4: the
+    Feb-2021 ResNet trace's three warnings became hints once its script was there, exit 1 -> 0):
+    the same profile checked with and without the profiled source exits alike, and each rule's
+    highest severity is the same."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    workspace, profile = case.make(tmp_path)
+    runs = {}
+    for name, root in (("source", workspace), ("none", _mkdir(tmp_path / "empty"))):
+        out = tmp_path / f"{name}.json"
+        code = main(["--check", str(root), "--profile", str(profile), "--no-cache", "--format", "json",
+                     "--output", str(out)])
+        worst: dict[str, int] = {}
+        for f in json.loads(out.read_text(encoding="utf-8"))["findings"]:
+            rank = ("hint", "info", "warning", "error").index(f["severity"])
+            worst[f["code"]] = max(worst.get(f["code"], 0), rank)
+        runs[name] = code, worst
+    (with_source, by_code), (without, by_code_bare) = runs["source"], runs["none"]
+    assert with_source == without, case.id
+    both = by_code.keys() & by_code_bare.keys()
+    assert {c: by_code[c] for c in both} == {c: by_code_bare[c] for c in both}, case.id
 
 
 def test_invariants_catch_a_share_above_one() -> None:

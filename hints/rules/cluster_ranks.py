@@ -19,6 +19,7 @@ lowest bandwidth is named, with the time its transfers lost against the fastest 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
@@ -48,6 +49,42 @@ def rank_gaps(ranks: list[RankSummary]) -> dict[str, dict]:
                       "min_us": round(getattr(lo, attr) / 1000, 3), "gap_us": round(gap / 1000, 3),
                       "gap_ratio": gap / mean_total if mean_total > 0 else 0.0}
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageGap:
+    """The computing of the heaviest and the lightest pipeline stage (per step, mean over the
+    stage's ranks): in a pipeline-parallel job the lighter stage waits in its send/recv."""
+
+    heavy: int
+    light: int
+    heavy_ns: float
+    light_ns: float
+    heavy_ranks: tuple[int, ...]
+    light_ranks: tuple[int, ...]
+
+    @property
+    def gap_ns(self) -> float:
+        return self.heavy_ns - self.light_ns
+
+
+def stage_gap(known: list[RankSummary]) -> StageGap | None:
+    """The stage imbalance, when the ranks know their pipeline stage and there are at least two."""
+    stages: dict[int, list[RankSummary]] = {}
+    for r in known:
+        if r.pipeline_stage >= 0:
+            stages.setdefault(r.pipeline_stage, []).append(r)
+    if len(stages) < 2:
+        return None
+    mean = {s: sum(r.computing_ns for r in rs) / len(rs) for s, rs in stages.items()}
+    heavy = max(mean, key=lambda s: (mean[s], -s))
+    light = min(mean, key=lambda s: (mean[s], s))
+    ranks = lambda s: tuple(sorted(r.rank for r in stages[s]))  # noqa: E731
+    return StageGap(heavy, light, mean[heavy], mean[light], ranks(heavy), ranks(light))
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
 @register
@@ -86,7 +123,22 @@ class SlowRank(Rule):
                                     "free_us": round(r.free_ns / 1000, 3)} for r in known},
             "threshold_ratio": limit,
         }
-        if worst == "Computing":
+        qualifier = (f"{worst} {format_us(w['max_us'])} on rank {w['max_rank']} vs {format_us(w['min_us'])} on rank "
+                     f"{w['min_rank']} ({w['gap_ratio']:.0%} of the mean step)")
+        stage = stage_gap(known)
+        if stage is not None and stage.gap_ns > 0:
+            # pipeline stages compute different layers: the gap is the split of the model, not a
+            # late rank, and the lighter stage's wait sits in its send/recv, not in bucketed all-reduces
+            gap_ns = min(stage.gap_ns, ctx.step_time_ns) if ctx.step_time_ns > 0 else stage.gap_ns
+            evidence["stage_imbalance"] = {"heavy_stage": stage.heavy, "light_stage": stage.light,
+                                           "heavy_computing_us": round(stage.heavy_ns / 1000, 3),
+                                           "light_computing_us": round(stage.light_ns / 1000, 3)}
+            qualifier = (f"pipeline stage {stage.heavy} computes {format_us(stage.heavy_ns / 1000)} "
+                         f"({_ranks_text(stage.heavy_ranks)}) vs {format_us(stage.light_ns / 1000)} on stage "
+                         f"{stage.light} ({_ranks_text(stage.light_ranks)})")
+            diagnosis, fix = (f"stage imbalance: stage {stage.light} waits for stage {stage.heavy} in its send/recv",
+                              f"Move layers from stage {stage.heavy} to stage {stage.light}")
+        elif worst == "Computing":
             diagnosis, fix = f"rank {slow.rank} computes longest; the others wait in its collectives", \
                 "Balance the ranks' batches and sequence lengths"
         elif worst == "Free":
@@ -95,12 +147,8 @@ class SlowRank(Rule):
         else:
             diagnosis, fix = "ranks wait for each other inside the collectives", \
                 "Find the late rank; overlap with bucket_cap_mb or gradient accumulation"
-        message = ctx.message(
-            "Slow rank", total_ns=gap_ns * ctx.num_steps,
-            qualifier=f"{worst} {format_us(w['max_us'])} on rank {w['max_rank']} vs {format_us(w['min_us'])} on rank "
-                      f"{w['min_rank']} ({w['gap_ratio']:.0%} of the mean step)",
-            diagnosis=diagnosis, fix=fix,
-        )
+        message = ctx.message("Slow rank", total_ns=gap_ns * ctx.num_steps, qualifier=qualifier,
+                              diagnosis=diagnosis, fix=fix)
         span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=gap_ns * ctx.num_steps, confidence=conf,
                           evidence=evidence, related=related)

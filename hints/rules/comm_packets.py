@@ -33,6 +33,7 @@ import numpy as np
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.mapping.profile import comm_time
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
@@ -171,7 +172,9 @@ def contended_ops(ctx: RuleContext) -> list[dict]:
     out = []
     for op in ctx.profile.comm_ops:
         sdma = op.bandwidth.get("SDMA")
-        if not isinstance(sdma, dict):
+        # pipeline send/recv move activations between stages when the schedule needs them: not
+        # an overlap bucket_cap_mb or accumulation could weigh (docs/rules/NPU219.md)
+        if not isinstance(sdma, dict) or comm_time.role(op) == comm_time.CommRole.PIPELINE:
             continue
         try:
             mb, ms, gbps = (float(sdma.get(key, 0) or 0) for key in ("Transit Size(MB)", "Transit Time(ms)", "Bandwidth(GB/s)"))

@@ -56,6 +56,7 @@ class DeviceIdle(Rule):
     )
     thresholds = ("freeMaxPercent", "computeMinPercent", "schedulingDelayUs", "smallKernelUs")
     backends = (Backend.ASCEND, Backend.CUDA)
+    pytorch_only = True  # every lever it names is PyTorch's: torch.compile, the batch, DataLoader, torch_npu fusions
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         got = _breakdown(ctx)

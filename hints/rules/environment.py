@@ -54,6 +54,7 @@ class EnvSpec:
     value: env_vars.Value | str = ""  # what the fix writes (None: delete the statement); "" = no fix
     summary: str = ""
     rationale: str = ""
+    pytorch_only: bool = False  # a variable only torch_npu reads: no advice for a program without it
 
 
 SPECS: tuple[EnvSpec, ...] = (
@@ -76,12 +77,14 @@ SPECS: tuple[EnvSpec, ...] = (
             "Host op cache off", "op host information is recomputed on every launch",
             "export HOST_CACHE_CAPACITY=20", "20",
             "HOST_CACHE_CAPACITY is unset or 0.",
-            "With the host cache off, torch_npu rebuilds the host-side description of every op launch instead of reusing it."),
+            "With the host cache off, torch_npu rebuilds the host-side description of every op launch instead of reusing it.",
+            pytorch_only=True),
     EnvSpec("NPU245", "env-alloc-conf", ("PYTORCH_NPU_ALLOC_CONF",), _lacks_expandable,
             "No expandable segments", "the caching allocator fragments device memory",
             "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True", env_vars.merge_setting("expandable_segments:True"),
             "PYTORCH_NPU_ALLOC_CONF lacks expandable_segments:True.",
-            "Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees, re-allocations and out-of-memory retries."),
+            "Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees, re-allocations and out-of-memory retries.",
+            pytorch_only=True),
     EnvSpec("NPU246", "env-launch-blocking", ("ASCEND_LAUNCH_BLOCKING",), lambda v: v.strip() == "1",
             "Synchronous launches", "every op waits for the device to finish",
             "unset ASCEND_LAUNCH_BLOCKING", None,
@@ -165,7 +168,7 @@ class EnvRule(Rule):
 def _make(spec: EnvSpec) -> type[EnvRule]:
     cls = type("Rule" + spec.code, (EnvRule,), {
         "code": spec.code, "name": spec.name, "summary": spec.summary, "rationale": spec.rationale,
-        "spec": spec, "__module__": __name__, "__qualname__": "Rule" + spec.code,
+        "spec": spec, "pytorch_only": spec.pytorch_only, "__module__": __name__, "__qualname__": "Rule" + spec.code,
     })
     return register(cls)  # type: ignore[return-value]
 

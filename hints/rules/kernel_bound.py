@@ -44,6 +44,7 @@ class OperatorNoBound(Rule):
     thresholds = ("noBoundMinUs", "pipeBoundPercent", "noBoundRatePercent", "cubeMacBoundPercent", "cubeMte2BoundPercent",
                   "faMte2BoundPercent", "faPipeBoundPercent", "vectorPipeBoundPercent")
     backends = (Backend.ASCEND,)
+    pytorch_only = True  # AOE tunes CANN's built-in ops from torch_npu.npu.set_aoe dumps, not a custom kernel
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()

@@ -65,6 +65,7 @@ class NoCallStacks(Notice):
         "Without with_stack=True the profiler does not record which line launched an op; hints "
         "are then placed by pattern search (inferred confidence) or not at all."
     )
+    pytorch_only = True  # the capture it advises is torch_npu.profiler / torch.profiler
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
@@ -91,6 +92,7 @@ class NeedsLevel1(Notice):
         "this notice says which."
     )
     backends = (Backend.ASCEND,)
+    pytorch_only = True  # the capture it advises is torch_npu.profiler's
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         gap = ctx.level1_gap

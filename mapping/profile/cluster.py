@@ -140,8 +140,10 @@ def _load_analysed(summary: ClusterSummary, requested: bool, by_rank: dict[int, 
         s.rank for s in sorted(summary.ranks, key=lambda s: (-s.step_time_ns, s.rank))
         if s.rank != summary.analysed_rank and s.device_data and not requested]
     for r in order:
-        if r in profiles:
+        if r != order[0]:
             summary.analysed_rank = r
+            summary.analysed_why = f"the next slowest rank with device tasks (rank {order[0]} cannot be read)"
+        if r in profiles:
             return profiles[r]
         progress(f"Loading rank {r} (the rank analysed)", None)
         try:
@@ -151,7 +153,6 @@ def _load_analysed(summary: ClusterSummary, requested: bool, by_rank: dict[int, 
                 raise
             failures.append((by_rank[r], exc))
             continue
-        summary.analysed_rank = r
         return profile
     raise AssertionError("unreachable: order is never empty")
 
@@ -328,15 +329,30 @@ def summarize(
 
 
 def cluster_of(summaries: dict[int, RankSummary], rank: int | None = None) -> ClusterSummary:
-    """Per-rank figures in rank order; the slowest rank; the analysed one: ``rank`` when given,
-    else the slowest among the ranks that kept device data (the kernel rules need it), else the
-    slowest."""
+    """Per-rank figures in rank order; the slowest rank; the analysed one (``rank`` when given,
+    else :func:`pick_rank`) and why."""
     ranks = [summaries[r] for r in sorted(summaries)]
     slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank)).rank
-    if rank is None:
-        with_data = [s for s in ranks if s.device_data] or ranks
-        rank = max(with_data, key=lambda s: (s.step_time_ns, -s.rank)).rank
-    return ClusterSummary(ranks=ranks, slowest_rank=slowest, analysed_rank=rank)
+    if rank is not None:
+        return ClusterSummary(ranks, slowest, rank, f"rank {rank} was asked for")
+    analysed, why = pick_rank(ranks)
+    return ClusterSummary(ranks, slowest, analysed, why)
+
+
+def pick_rank(ranks: list[RankSummary]) -> tuple[int, str]:
+    """The rank to analyse and why: the slowest of the ranks that kept device data -- the kernel
+    rules need it, and a rank trimmed to step_trace_time.csv and communication.json (the others'
+    step times differ by a fraction of a percent in a synchronous job) would be analysed with
+    none -- else the slowest rank."""
+    slowest = max(ranks, key=lambda s: (s.step_time_ns, -s.rank))
+    with_tasks = [r for r in ranks if r.device_data]
+    if not with_tasks:
+        return slowest.rank, "the slowest rank (no rank holds device tasks)"
+    pick = max(with_tasks, key=lambda s: (s.step_time_ns, -s.rank))
+    if pick.rank == slowest.rank:
+        return pick.rank, "the slowest rank"
+    without = ", ".join(str(r.rank) for r in ranks if not r.device_data)
+    return pick.rank, f"the slowest rank with device tasks (none in rank{'s' if ',' in without else ''} {without})"
 
 
 def rank_summary_of(r: int, p: Profile, where: str, device_data: bool | None = None) -> RankSummary:
@@ -356,6 +372,7 @@ def _rank_summary(r: int, p: Profile, where: str, device_data: bool | None = Non
     breakdown = profile_breakdown(p)
     computing, free = breakdown.mean("computing_ns"), breakdown.mean("free_ns")
     grad = comm_time.split(p.comm_ops, frozenset({comm_time.CommRole.GRADIENT}))
+    stage = comm_time.pipeline_stage(p.meta.parallel_groups)
     return RankSummary(
         rank=r,
         path=where,
@@ -369,6 +386,7 @@ def _rank_summary(r: int, p: Profile, where: str, device_data: bool | None = Non
         links=comm_links(p, r),
         comm_wait_ns=-1.0 if grad is None else grad.wait_ns,
         device_data=len(p.kernels) > 0 if device_data is None else device_data,
+        pipeline_stage=-1 if stage is None else stage,
     )
 
 

@@ -80,6 +80,17 @@ class CommSplit:
                 "steps": self.steps, "largest": self.largest.value}
 
 
+def pipeline_stage(groups: Mapping[str, object]) -> int | None:
+    """The rank's pipeline stage: its ``group_rank`` in the ``pp`` group of profiler_metadata.json's
+    parallel_group_info (Megatron / MindSpeed name their groups so); None without one."""
+    for info in groups.values():
+        if isinstance(info, Mapping) and info.get("group_name") == "pp":
+            stage = info.get("group_rank")
+            if isinstance(stage, int) and not isinstance(stage, bool) and stage >= 0:
+                return stage
+    return None
+
+
 def split(ops: Iterable[CommOp], roles: frozenset[CommRole] | None = None) -> CommSplit | None:
     """The split of the ops of the given roles (all when None), per step of the ops' steps.
     Absent times (-1) count as 0; a missing Idle is Elapse − Transit − Wait."""

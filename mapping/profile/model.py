@@ -666,6 +666,7 @@ class RankSummary:
     # the rank kept the files the kernel rules read (trace / kernel details); a rank that kept only
     # its summary files is shown in the cluster view but never analysed in full while another has them
     device_data: bool = True
+    pipeline_stage: int = -1  # its stage in a pipeline-parallel job (comm_time.pipeline_stage; -1 unknown)
 
 
 @dataclass(slots=True)
@@ -673,6 +674,7 @@ class ClusterSummary:
     ranks: list[RankSummary]
     slowest_rank: int
     analysed_rank: int
+    analysed_why: str = ""  # why this rank is the one analysed (docs/cli.md "What is analysed")
 
     @property
     def slowest_over_fastest(self) -> float:

@@ -20,8 +20,11 @@ NOT_OVERLAPPED = "Communication(Not Overlapped)"
 FREE = "Free"
 
 
-def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd.DataFrame) -> list[StepBreakdown]:
-    """One StepBreakdown per (step, device); step -1 (whole capture) when there are no steps."""
+def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd.DataFrame, *,
+                           preparing: bool = True) -> list[StepBreakdown]:
+    """One StepBreakdown per (step, device); step -1 (whole capture) when there are no steps.
+    ``preparing=False`` leaves Preparing unknown (-1), so the time model takes it from the tasks'
+    launches (the DB readers: there it equals analysis.db's Preparing, this span's does not)."""
     if not len(overlap):
         return []
     lane = overlap["lane"].astype(str).to_numpy()
@@ -43,7 +46,7 @@ def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd
         ids = np.array([s.id for s in steps], dtype=np.int64)
         lo = np.array([s.start_ns for s in steps], dtype=np.int64)
         hi = np.array([s.end_ns for s in steps], dtype=np.int64)
-        preparing = np.full(len(steps), -1, dtype=np.int64)
+        before = np.full(len(steps), -1, dtype=np.int64)
         if len(steps):
             mine = (k_step >= 0) & ((k_dev == dev) | (k_dev < 0) | (dev < 0))
             spans = (
@@ -56,10 +59,10 @@ def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd
             host_lo = lo.copy()
             lo[pos[ok]] = spans["lo"].to_numpy()[ok]
             hi[pos[ok]] = spans["hi"].to_numpy()[ok] + 1
-            preparing[pos[ok]] = lo[pos[ok]] - host_lo[pos[ok]]
+            before[pos[ok]] = lo[pos[ok]] - host_lo[pos[ok]]
         else:
             ids, lo, hi = np.array([-1]), np.array([np.iinfo(np.int64).min]), np.array([big])
-            preparing = np.array([-1])
+            before = np.array([-1])
         order = np.argsort(lo, kind="stable")
         sel = np.flatnonzero((device == dev) & (lane_id >= 0))
         # a slice belongs to the last range that starts at or before it, if it is still open
@@ -79,7 +82,7 @@ def breakdown_from_overlap(overlap: pd.DataFrame, steps: list[Step], kernels: pd
                     overlapped_ns=comm - not_ov,
                     comm_ns=comm,
                     free_ns=free,
-                    preparing_ns=int(preparing[i]),
+                    preparing_ns=int(before[i]) if preparing else -1,
                     derived=True,
                 )
             )

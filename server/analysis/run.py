@@ -11,6 +11,7 @@ from pathlib import Path
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding
+from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.profile import cache, safe_io
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.profile.cluster import LoadResult, load_job, load_profile
@@ -101,6 +102,14 @@ def find_jobs(paths: Sequence[Path]) -> list[Job]:
     return list(require_found(discover_jobs(list(paths)), ", ".join(str(p) for p in paths)))
 
 
+@dataclass(frozen=True, slots=True)
+class UnreadableJob:
+    """One job of several that could not be read: the file and why, as the one-line error says it."""
+
+    job: str  # Job.describe(base)
+    error: ProfileError
+
+
 def analyse_paths(
     paths: Sequence[Path],
     settings: Settings,
@@ -109,12 +118,16 @@ def analyse_paths(
     use_cache: bool = True,
     progress: Progress = no_progress,
     on_jobs: Callable[[list[Job], Path], None] | None = None,
+    on_unreadable: Callable[[UnreadableJob], None] | None = None,
 ) -> list[Analysis]:
     """``--check`` semantics: one analysis per job found under ``paths`` (or under ``profile``).
 
     Each job is checked against the source folder nearest to it (so two samples' ``model.py``
     stay apart); the jobs of ``--profile`` are each checked against all of ``paths``.
-    ``on_jobs(jobs, base)`` hears which jobs were found before any is loaded.
+    ``on_jobs(jobs, base)`` hears which jobs were found before any is loaded. With
+    ``on_unreadable``, a job that cannot be read while others can is handed to it and the others
+    are still analysed (one bad run never hides the good ones); when none can be read, or without
+    it, the first error is raised.
     """
     paths = [p.resolve() for p in paths]
     base = profile.resolve() if profile is not None else paths[0]
@@ -122,14 +135,26 @@ def analyse_paths(
     if on_jobs is not None:
         on_jobs(jobs, base if base.is_dir() else base.parent)
     analyses = []
+    failed: list[UnreadableJob] = []
+    base_dir = base if base.is_dir() else base.parent
     for job in jobs:
         if profile is not None:
             roots = paths
         else:
             boundary = next((p for p in paths if p == job.folder or p in job.folder.parents), paths[0])
             roots = [job.source_root(boundary)]
-        loaded = load_found_job(job, settings, use_cache=use_cache, progress=progress)
+        try:
+            loaded = load_found_job(job, settings, use_cache=use_cache, progress=progress)
+        except ProfileError as exc:
+            if on_unreadable is None or len(jobs) < 2:
+                raise
+            failed.append(UnreadableJob(job.describe(base_dir), exc))
+            continue
         analyses.append(analyse_loaded(loaded, build_workspace(roots, settings), settings))
         if use_cache:
             keep_derived(loaded, settings)
+    if failed and not analyses:
+        raise failed[0].error
+    for bad in failed:
+        on_unreadable(bad)  # type: ignore[misc]  # failed is only filled with a callback
     return analyses

@@ -83,13 +83,21 @@ def collect(args: CheckArgs, progress, warn: TextIO, *, cwd: Path | None = None,
         raise CheckFailed(f"{profile}: no such file or directory (--profile)")
     use_cache = not args.no_cache
     jobs: list[JobReport] = []
+    unreadable: list[run.UnreadableJob] = []
+
+    def say_unreadable(bad: run.UnreadableJob) -> None:
+        # the same one line (naming the file) a fatal error gets; the exit status is 2 as for it
+        unreadable.append(bad)
+        print(visible(f"msprof-lsp: error: {bad.error}"), file=warn)
+
     # a bad setting stops the run before any analysis
     every = [(path, settings_of(path) if settings_of is not None else settings_for(path, args, warn)) for path in paths]
     say = None if args.quiet else warn
     for path, settings in every:
         chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
         analyses = run.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
-                                     on_jobs=lambda found, base: _say_jobs(found, base, say))
+                                     on_jobs=lambda found, base: _say_jobs(found, base, say),
+                                     on_unreadable=say_unreadable)
         baseline = args.baseline or settings.baseline
         for a in analyses:
             against = None
@@ -114,10 +122,12 @@ def collect(args: CheckArgs, progress, warn: TextIO, *, cwd: Path | None = None,
                 )
             )
     merge_repeated(jobs, cwd)
-    return CheckRun(jobs=jobs, cwd=cwd, tool_version=version())
+    return CheckRun(jobs=jobs, cwd=cwd, tool_version=version(), unreadable=unreadable)
 
 
 def exit_status(run: CheckRun, args: CheckArgs) -> int:
+    if run.unreadable:  # an input could not be read (docs/cli.md "Exit status"); the rest is reported
+        return 2
     if args.fail_on != "never":
         floor = Severity(args.fail_on).rank
         if any(f.severity.rank >= floor for f in run.findings):

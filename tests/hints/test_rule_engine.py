@@ -144,9 +144,13 @@ def test_severity_from_share_and_min_share_cut():
     assert [f.span.line for f in got] == [1, 2]
 
 
-def test_inferred_confidence_is_at_most_a_hint_unless_configured():
-    rule = _rule("NPU777", _emit_shares((0.2, 1), confidence=Confidence.INFERRED))
-    assert run_rules(_ctx(), [rule])[0].severity is Severity.HINT
+def test_severity_is_the_time_at_stake_whatever_the_anchor():
+    """Issue 25 defect 4: a 20 % share is a warning whether its line came from a call stack or a
+    pattern search (adding the profiled source must not turn warnings into hints)."""
+    for confidence in Confidence:
+        rule = _rule("NPU777", _emit_shares((0.2, 1), confidence=confidence))
+        [f] = run_rules(_ctx(), [rule])
+        assert f.severity is Severity.WARNING and f.confidence is confidence
     cfg = RuleConfig(severity={"NPU7": Severity.ERROR})
     assert run_rules(_ctx(cfg), [rule])[0].severity is Severity.ERROR
 

@@ -293,3 +293,34 @@ def test_found_and_loaded_through_load_profile(tmp_path: Path) -> None:
     res = load_profile([tmp_path], use_cache=False)
     assert (res.location.kind, res.location.path, res.location.rank) == (ProfileKind.MSPROF, root, 1)
     assert res.cluster is None and len(res.profile.kernels) == truth(run).kernel_count + truth(run).memcpy_count
+
+
+def test_db_overlap_analysis_is_the_breakdown(tmp_path: Path) -> None:
+    """Issue 25 defect 8: an msprof DB export's OVERLAP_ANALYSIS (type 0 Computing, 1 Communication,
+    2 Communication(Not Overlapped), 3 Free; one slice per row, as in the real torch_npu DB export) is
+    the producer's breakdown and wins over one recomputed from the tasks. Here the producer's Free
+    slices are 96 µs where the tasks leave 100 µs gaps: the breakdown says 96 µs each, not 100."""
+    from msprof_lsp.mapping.profile.timemodel import BreakdownSource, profile_breakdown
+
+    root = tmp_path / PROF
+    b = DbBuilder()
+    b.tables["OVERLAP_ANALYSIS"] = ["id INTEGER", "deviceId INTEGER", "startNs INTEGER", "endNs INTEGER",
+                                    "type INTEGER"]
+    b.rows["OVERLAP_ANALYSIS"] = []
+    t0 = int(T0_US * 1000)
+    for i in range(5):  # 100 µs kernels every 200 µs
+        s = t0 + i * 200_000
+        g = b.task(s, s + 100_000, connection=i, task_type="KERNEL_AICORE")
+        b.compute_info(g, name=f"MatMulV2_{i}", op_type="MatMulV2", core="AI_CORE")
+        b.rows["OVERLAP_ANALYSIS"].append((2 * i + 1, 0, s, s + 100_000, 0))
+        if i < 4:
+            b.rows["OVERLAP_ANALYSIS"].append((2 * i + 2, 0, s + 100_000, s + 196_000, 3))
+    b.write(root / "msprof_20250102030600.db",
+            only={"STRING_IDS", "ENUM_API_TYPE", "TASK", "COMPUTE_TASK_INFO", "CANN_API", "OVERLAP_ANALYSIS"})
+    (root / "device_0" / "data").mkdir(parents=True)
+    p = load(root)
+    assert sorted(set(p.overlap["lane"].astype(str))) == ["Computing", "Free"]
+    br = profile_breakdown(p)
+    assert br.source is BreakdownSource.OVERLAP_ANALYSIS
+    assert sum(s.free_ns for s in br.steps) == 4 * 96_000  # the tasks' gaps would give 4 * 100_000
+    assert sum(s.computing_ns for s in br.steps) == 5 * 100_000

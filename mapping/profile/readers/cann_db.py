@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from msprof_lsp.mapping.errors import Issue
-from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, CommOp, make_table
+from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, OVERLAP_SCHEMA, CommOp, empty_table, make_table
+from msprof_lsp.mapping.profile.overlap import COMMUNICATION, COMPUTING, FREE, NOT_OVERLAPPED
 from msprof_lsp.mapping.profile.readers.sqlite_db import SqliteDb
 
 CORE_BY_TASK_TYPE = {
@@ -61,6 +62,7 @@ class CannData:
     host_events: dict[str, list | np.ndarray] = field(default_factory=dict)  # HOST_EVENT_SCHEMA columns
     comm_ops: list[CommOp] = field(default_factory=list)  # from COMMUNICATION_OP (durations only)
     issues: list[Issue] = field(default_factory=list)
+    overlap: pd.DataFrame = field(default_factory=lambda: empty_table(OVERLAP_SCHEMA))  # OVERLAP_ANALYSIS
 
 
 def comm_type(name: str) -> str:
@@ -113,7 +115,31 @@ def read_cann(db: SqliteDb, *, device_hint: int = -1) -> CannData:
         host_events=_read_cann_api(db),
         comm_ops=comm_ops,
         issues=issues,
+        overlap=read_overlap(db),
     )
+
+
+OVERLAP_LANES = {0: COMPUTING, 1: COMMUNICATION, 2: NOT_OVERLAPPED, 3: FREE}
+"""OVERLAP_ANALYSIS.type -> lane: on the real torch_npu DB export (Ascend-msinsight db/level1 rank 0)
+the four types' sums equal analysis.db StepTraceTime's Computing, Communication, Communication(Not
+Overlapped) and Free to the ns."""
+
+
+def read_overlap(db: SqliteDb) -> pd.DataFrame:
+    """The producer's own Overlap Analysis (the DB form of trace_view.json's lanes): its Free is the
+    device's idle as the producer counts it, so it wins over one recomputed from the tasks."""
+    if not db.has("OVERLAP_ANALYSIS"):
+        return empty_table(OVERLAP_SCHEMA)
+    t = db.frame("OVERLAP_ANALYSIS", {"start_ns": (("startNs",), _INT), "end_ns": (("endNs",), _INT),
+                                      "device": (("deviceId",), _INT), "type": (("type",), _INT)})
+    types = t["type"].to_numpy(np.int64) if len(t) else np.zeros(0, np.int64)
+    start = t["start_ns"].to_numpy(np.int64) if len(t) else np.zeros(0, np.int64)
+    end = t["end_ns"].to_numpy(np.int64) if len(t) else np.zeros(0, np.int64)
+    ok = np.isin(types, list(OVERLAP_LANES)) & (start >= 0) & (end >= start)
+    lanes = np.array([OVERLAP_LANES[i] for i in range(len(OVERLAP_LANES))], dtype=object)[types[ok]]  # type = index
+    cols = {"lane": lanes, "start_ns": start[ok], "dur_ns": end[ok] - start[ok],
+            "device": t["device"].to_numpy(np.int64)[ok] if len(t) else np.zeros(0, np.int64)}
+    return make_table(OVERLAP_SCHEMA, cols, int(ok.sum()))
 
 
 def _read_tasks(db: SqliteDb, issues: list[Issue]) -> pd.DataFrame:

@@ -294,13 +294,13 @@ def _join_kernel_details_csv(
     kd_path = lay.out("kernel_details.csv")
     if kd_path is None:
         if lay.output is not None and meta.level != "Level_none":
-            issues.append(
-                Issue(
-                    str(lay.output),
-                    "kernel_details.csv missing: kernels come from trace_view.json only "
-                    "(no core type, shapes, formats or PMU ratios)",
-                )
-            )
+            # without trace_view.json either, there are no kernels at all: say that, not that
+            # they come from a file that is not there
+            what = ("kernel_details.csv missing: kernels come from trace_view.json only "
+                    "(no core type, shapes, formats or PMU ratios)") if trace_kernels is not None else (
+                    "no kernel table (kernel_details.csv and trace_view.json both absent): only the "
+                    "step breakdown and communication of this rank are read")
+            issues.append(Issue(str(lay.output), what))
         return kernels
     details = optional(kd_path, issues, _read_kernel_details)
     if details is None:

@@ -41,6 +41,7 @@ from msprof_lsp.mapping.profile.step_windows import profiler_steps, step_ids
 from msprof_lsp.mapping.numbers import float_of, int64_of, scaled_int64, shown
 from msprof_lsp.mapping.profile.readers.ascend_json import read_env_variables, read_profiler_info, read_profiler_metadata
 from msprof_lsp.mapping.profile.readers.assemble import optional
+from msprof_lsp.mapping.profile.overlap import breakdown_from_overlap
 from msprof_lsp.mapping.profile.readers.cann_db import api_type_names, read_cann
 from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
 from msprof_lsp.mapping.profile.readers.msprof_cli import DB_RE as MSPROF_DB_RE
@@ -177,6 +178,10 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
     else:
         issues.append(Issue(str(analysis), "no analysis.db beside the DB: no step-trace breakdown or "
                                            "communication analysis (single-rank runs may not have it)"))
+    profile.overlap = cann.overlap
+    if not profile.step_breakdown and len(profile.overlap):  # no analysis.db: the DB's own lanes
+        profile.step_breakdown = breakdown_from_overlap(profile.overlap, profile.steps, profile.kernels,
+                                                        preparing=False)
     profile.comm_ops = _assign_comm_steps(profile.comm_ops, steps)
     profile.issues = issues
     meta.with_stack = meta.with_stack if meta.with_stack is not None else bool(stacks.stacks)

@@ -208,6 +208,7 @@ def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
     return {
         "slowest_rank": cluster.slowest_rank,
         "analysed_rank": cluster.analysed_rank,
+        "analysed_because": cluster.analysed_why,
         "slowest_over_fastest": round(cluster.slowest_over_fastest, 6),
         "ranks": [
             {
@@ -216,6 +217,7 @@ def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
                 "step_time_us": _us(r.step_time_ns),
                 "comm_not_overlapped_us": _us(r.comm_not_overlapped_ns),
                 "comm_share": round(r.comm_share, 6),
+                "device_data": r.device_data,
             }
             for r in cluster.ranks
         ],

@@ -15,6 +15,7 @@ from msprof_lsp.mapping.source.compare import Comparison
 from msprof_lsp.mapping.source.critical_path import CriticalPath
 from msprof_lsp.mapping.source.heat import Attribution, SourceHeat
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
+from msprof_lsp.server.analysis.run import UnreadableJob
 
 from . import document
 
@@ -103,6 +104,7 @@ class CheckRun:
     jobs: list[JobReport]
     cwd: Path
     tool_version: str
+    unreadable: list[UnreadableJob] = field(default_factory=list)  # jobs of several that could not be read
 
     @property
     def findings(self) -> list[Finding]:
@@ -149,6 +151,7 @@ class CheckRun:
             "findings": findings,
             "hotspots": hotspots,
             "start_here": start_here(self.ordered_findings()),
+            "unreadable": [{"job": u.job, "error": str(u.error)} for u in self.unreadable],
             "baseline": document.baseline_dict(first.comparison if first else None, cwd,
                                                first.finding_changes if first else []),
         }

@@ -93,7 +93,7 @@ def header(job: JobReport, run: CheckRun, style: _Style) -> list[str]:
             lines += _wrap(
                 f"cluster: {len(c.ranks)} ranks, slowest rank {c.slowest_rank} "
                 f"({format_us(slow.step_time_ns / 1000)}/step, +{extra:.1f}% vs fastest); "
-                f"analysing rank {c.analysed_rank}",
+                f"analysing rank {c.analysed_rank}" + (f": {c.analysed_why}" if c.analysed_why else ""),
                 2,
             )
             for r in c.ranks:
@@ -141,6 +141,9 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     message = visible(" ".join(f.message.split()))
     body = textwrap.wrap(message, width=WIDTH - indent, break_on_hyphens=False, break_long_words=False) or [""]
     lines = [f"  {where:>7} {sev} {style(code, _BOLD):<6} " + body[0]] + [" " * indent + b for b in body[1:]]
+    if s is not None and f.confidence is Confidence.INFERRED:  # beside the severity, never lowering it
+        lines += [style(x, _DIM) for x in _wrap("anchor inferred: no call stack, the line was found by pattern search",
+                                                indent)]
     for fix in f.fixes[:2]:
         lines += [style(x, _DIM) for x in _wrap(f"fix: {visible(document.fix_label(fix))}", indent)]
     if len(f.fixes) > 2:

@@ -82,3 +82,15 @@ def test_real_alexnet_pairs_match_the_files():
     got = {o["op"]: o["gbps"] for o in contended_ops(context(profile))}
     assert got == expected and len(got) == 1 and min(got.values()) > 14.4
     assert not findings(profile, ["NPU219"])
+
+
+def test_pipeline_send_recv_is_not_counted():
+    """Issue 25 defect 5: a batch send/recv (communication.json's p2p section) beside a MatMul moves
+    activations between pipeline stages; only the all-reduce is counted."""
+    send = CommOp("hcom_batchSendRecv__128_4_1", "g", 1, "p2p", T0 + 2500 * US, 8000 * US, 0, 0, 0, 0,
+                  {"SDMA": {"Transit Size(MB)": 100.0, "Transit Time(ms)": 10.0, "Bandwidth(GB/s)": 10.0}})
+    assert not findings(_profile(send), ["NPU219"])
+    both = _profile(send, _op("hcom_allReduce__1_0_1", 2500, 8000, 10.0))
+    assert [o["op"] for o in contended_ops(context(both))] == ["hcom_allReduce__1_0_1"]
+    (f,) = only(findings(both, ["NPU219"]), "NPU219")
+    assert f.evidence["lost_us"] == pytest.approx((10 - 100 / 18) * 1000, abs=0.01)

@@ -177,3 +177,45 @@ def test_real_two_rank_job_is_balanced(fmt):
     ctx.thresholds = ctx.config.thresholds
     (f,) = only(run_rules(ctx, rules_matching(["NPU207"])), "NPU207")
     assert f.evidence["over"] == ["Communication(Not Overlapped)"] and f.confidence is Confidence.MODULE
+
+
+# -- issue 25 defect 5: a pipeline stage imbalance is not a late rank ---------------------------
+
+
+def test_stage_imbalance_names_the_stages_not_bucket_cap_mb():
+    # two stages of two ranks each: stage 1 computes 400 ms, stage 0 231 ms and waits in send/recv
+    ranks = [_rank(0, 231, 420, 159), _rank(1, 231, 440, 139), _rank(2, 400, 270, 140), _rank(3, 402, 262, 146)]
+    for r, stage in zip(ranks, (0, 0, 1, 1)):
+        r.pipeline_stage = stage
+    (f,) = only(_run(ranks, ["NPU207"]), "NPU207")
+    assert "bucket_cap_mb" not in f.message
+    assert "pipeline stage 1 computes 401.0 ms (ranks 2, 3) vs 231.0 ms on stage 0 (ranks 0, 1)" in f.message
+    assert "stage imbalance" in f.message and "Move layers from stage 1 to stage 0" in f.message
+    assert f.evidence["stage_imbalance"]["heavy_computing_us"] - f.evidence["stage_imbalance"]["light_computing_us"] \
+        == pytest.approx(170_000)
+    assert f.time_per_step_us == pytest.approx(100_000)  # capped at the analysed profile's 100 ms step
+    # without stages the same figures read as ranks waiting inside the collectives
+    for r in ranks:
+        r.pipeline_stage = -1
+    (g,) = only(_run(ranks, ["NPU207"]), "NPU207")
+    assert "bucket_cap_mb" in g.message
+
+
+def test_real_pp2_job_is_a_stage_imbalance():
+    """The real 4-rank PP=2 job: ranks 0, 1 are stage 0 and ranks 2, 3 stage 1
+    (profiler_metadata.json), whose step_trace_time.csv Computing is compared here."""
+    root = shared_fixture("Ascend-msinsight-st-level2/level2")
+    computing = {}
+    for r in range(4):
+        with open(root / f"rank_{r}_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv", newline="") as fh:
+            [row] = list(csv.DictReader(fh))
+        computing[r] = float(row["Computing"])
+    loaded = load_profile([root], use_cache=False)
+    assert {r.rank: r.pipeline_stage for r in loaded.cluster.ranks} == {0: 0, 1: 0, 2: 1, 3: 1}
+    ctx = context(loaded.profile, [])
+    ctx.cluster = loaded.cluster
+    (f,) = only(run_rules(ctx, rules_matching(["NPU207"])), "NPU207")
+    heavy, light = (computing[2] + computing[3]) / 2, (computing[0] + computing[1]) / 2
+    assert f.time_per_step_us == pytest.approx(heavy - light, rel=1e-6)
+    assert round(heavy / 1000) == 401 and round(light / 1000) == 231
+    assert "bucket_cap_mb" not in f.message and "stage imbalance" in f.message
