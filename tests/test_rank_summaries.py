@@ -95,10 +95,13 @@ def test_summaries_are_cached_per_rank(tmp_path: Path) -> None:
     csv.write_text(csv.read_text().replace("1800.000", "1900.000"))
     assert cache.load_summary(stale, tmp_path / "cache") is None
     assert all(cache.load_summary(loc, tmp_path / "cache") is not None for loc in locations if loc.rank != 2)
-    # a damaged entry is a miss and is removed
-    entries[0].write_bytes(b"MSPLRANK" + b"\0" * 40)
-    hits = [cache.load_summary(loc, tmp_path / "cache") for loc in locations]
-    assert hits.count(None) == 2 and not entries[0].exists()
+    # a damaged entry (rank 0's) is a miss and is removed
+    rank0 = next(loc for loc in locations if loc.rank == 0)
+    damaged = cache.entry_path(rank0, tmp_path / "cache").with_suffix(cache.SUMMARY_SUFFIX)
+    assert damaged in entries
+    damaged.write_bytes(b"MSPLRANK" + b"\0" * 40)
+    hits = {loc.rank: cache.load_summary(loc, tmp_path / "cache") for loc in locations}
+    assert [r for r, hit in sorted(hits.items()) if hit is None] == [0, 2] and not damaged.exists()
 
 
 def test_fresh_files_are_not_cached(tmp_path: Path) -> None:
