@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from msprof_lsp.mapping.spans import Confidence
 from .context import RuleContext
 from .finding import Finding, Severity
 from .consolidate import consolidate
@@ -59,7 +60,7 @@ def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
         fixed = True
     else:
         fixed = False
-        computed = ctx.severity(f.code, f.share, f.confidence)
+        computed = ctx.severity(f.code, f.share, Confidence.STACK if rule.measured_time else f.confidence)
         # A rule may lower its own finding (a weak variant), never raise it above the share.
         f.severity = computed if computed.rank <= f.severity.rank else f.severity
     if not rule.fixed_severity and f.time_per_step_us < ZERO_US:

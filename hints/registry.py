@@ -46,6 +46,8 @@ class Rule(ABC):
       backends          profile backends the rule applies to
       pytorch_only      its advice is PyTorch code or settings: it does not run on a profile of a
                         program that is not PyTorch (``profile_query.is_pytorch``)
+      measured_time     its time is measured on the profile whatever line it is anchored to: the
+                        severity follows the share alone (an inferred anchor does not cap it)
     """
 
     code: ClassVar[str]
@@ -56,6 +58,7 @@ class Rule(ABC):
     thresholds: ClassVar[tuple[str, ...]] = ()
     backends: ClassVar[tuple[Backend, ...]] = BACKENDS
     pytorch_only: ClassVar[bool] = False
+    measured_time: ClassVar[bool] = False
 
     @property
     def doc(self) -> str:
