@@ -456,20 +456,25 @@ def _profile_breakdown(profile: Profile) -> TimeBreakdown:
 
 def device_time_per_step_ns(profile: Profile) -> float:
     """Device work time per step: compute kernels and memory copies inside the profiled steps,
-    the union of their intervals per (device, stream) lane, summed over the lanes, divided by the
-    number of steps (the ``device_time_us`` of the JSON profile). One stream runs one task at a
-    time: where a trace's µs rounding makes neighbours overlap (a 2021 Kineto trace: 57 µs over
-    a step) the overlap is counted once, so one stream's work never exceeds its span."""
+    the union of their intervals per (device, stream) lane (summed where the stream is unknown),
+    summed over the lanes, divided by the number of steps (the ``device_time_us`` of the JSON
+    profile). One stream runs one task at a time: where a trace's µs rounding makes neighbours
+    overlap (a 2021 Kineto trace: 57 µs over a step) the overlap counts once, so one stream's work
+    never exceeds its span."""
     k = profile.kernels_in_steps()
     if not len(k):
         return 0.0
     work = work_mask(k)
+    dur = np.maximum(k["dur_ns"].to_numpy(np.int64)[work], 0)
     start = k["start_ns"].to_numpy(np.int64)[work]
-    end = start + np.maximum(k["dur_ns"].to_numpy(np.int64)[work], 0)
-    lanes = row_groups([k["device"].to_numpy(np.int64)[work], k["stream"].to_numpy(np.int64)[work]])
+    stream = k["stream"].to_numpy(np.int64)[work]
+    known = stream >= 0  # tasks of an unknown stream: no lane to merge them in, summed
+    total = int(dur[~known].sum())
+    lanes = row_groups([k["device"].to_numpy(np.int64)[work][known], stream[known]]) if known.any() else []
     order = np.argsort(lanes, kind="stable")
-    cuts = np.flatnonzero(np.diff(lanes[order])) + 1
-    total = sum(union_ns(start[rows], end[rows]) for rows in np.split(order, cuts)) if len(order) else 0
+    cuts = np.flatnonzero(np.diff(np.asarray(lanes)[order])) + 1
+    s, e = start[known], start[known] + dur[known]
+    total += sum(union_ns(s[rows], e[rows]) for rows in np.split(order, cuts)) if len(order) else 0
     return float(total) / max(profile.num_steps, 1)
 
 
