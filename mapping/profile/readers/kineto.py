@@ -9,11 +9,13 @@
   the ``python_function`` events (kineto_stacks); ``nn.Module: X_k`` calls -> ``modules``;
 * ``fwdbwd`` flows (or, without flows, equal sequence numbers) -> the forward op of each
   backward autograd node;
-* GPU ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` (MTIA: ``mtia_ccp_events``) -> ``kernels``, linked to the launching
-  ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g`` to the CUDA runtime
-  call and the op around it), then to a stack: the op's or an ancestor's, or for backward
-  kernels the forward op's; NCCL kernels (``Collective name``) get core COMMUNICATION;
-* ``cuda_runtime`` / ``cuda_driver`` (ROCm's ``hip*`` calls too; MTIA: ``mtia_runtime``) -> ``host_events``; ``distributedInfo`` -> rank/world size;
+* GPU ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` (MTIA: ``mtia_ccp_events``) -> ``kernels``,
+  linked to the launching ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g``
+  to the CUDA runtime call and the op around it), then to a stack: the op's or an ancestor's, or
+  for backward kernels the forward op's; NCCL kernels (``Collective name``) get core
+  COMMUNICATION; each kernel's step is the one whose ProfilerStep range holds its launch;
+* ``cuda_runtime`` / ``cuda_driver`` (ROCm's ``hip*`` calls too; MTIA: ``mtia_runtime``) ->
+  ``host_events``; ``distributedInfo`` -> rank/world size;
 * the 2021 schema (``Operator``, ``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, text thread ids,
   ``external id``, ``async``/``launch`` flows, running-line ``Call stack``) read as the same;
 * no ``ProfilerStep#N``: one step, the capture's measured span, and one notice saying so;
