@@ -8,7 +8,11 @@ document it writes:
 * each step of the breakdown adds up: computing + communication not overlapped + free = step,
   overlapped + not overlapped = communication, overlapped <= computing, no figure negative;
 * device time per step <= the step (the longer of the device step and the host wall step) times the
-  number of device streams it ran on.
+  number of device streams it ran on;
+* on the profiles themselves (``test_step_truth``, issue 25): the step windows on each device are
+  disjoint, each step's communication fits in its step, and the free time of all steps together
+  is at most the capture's idle time (its device span less the time some compute or
+  communication task runs).
 
 Cases: the real shared fixtures, the committed samples, and every synthetic writer of
 tests/synth. To add a fixture, append a ``Case`` to ``CASES`` (a real one: ``real("<path under
@@ -23,14 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from msprof_lsp.mapping.profile.discover import find_all
+from msprof_lsp.mapping.profile.load import load_location
 from msprof_lsp.mapping.profile.locations import ProfileLocation, no_progress
 from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.profile.readers import torch_npu, torch_npu_db
-from msprof_lsp.mapping.profile.timemodel import StepTimes, compute_breakdown, profile_breakdown
+from msprof_lsp.mapping.profile.timemodel import (
+    StepTimes, TaskClass, compute_breakdown, device_windows, is_class, merge_intervals, profile_breakdown)
 from msprof_lsp.server.__main__ import main
 from tests.conftest import REPO, shared_fixture
 from tests.synth import truth, write_kineto, write_msprof_cli, write_torch_npu_db, write_torch_npu_text
@@ -92,15 +100,18 @@ CASES = [
     real("Ascend-msinsight/db/level1"),
     real("Ascend-msprof-analyze/test/ut/advisor/timeline_advice/trace_view.json"),
     real("pytorch-kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"),
+    real("pytorch-kineto-tb_plugin-2021q1/resnet50_profiler_api_num_workers_0"),
+    real("pytorch-kineto-tb_plugin-2021q1/resnet50_autograd_api_num_workers_0"),
+    real("Ascend-msinsight-st-level2/level2"),
     real("HolisticTraceAnalysis/critical_path/alexnet"),
     real("HolisticTraceAnalysis/trace_diff/control"),
     real("HolisticTraceAnalysis/trace_filter"),
     real_with_workspace("pytorch-kineto-tb_plugin/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
                         "pytorch-kineto-tb_plugin/workspace"),
     real_with_workspace("Ascend-msinsight/text/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
-    real_with_workspace("Ascend-msinsight/db/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
     real_with_workspace("pytorch-kineto-tb_plugin-2021q1/resnet50_profiler_api_num_workers_0",
                         "pytorch-kineto-tb_plugin-2021q1/workspace-profiler"),
+    real_with_workspace("Ascend-msinsight/db/level1/rank0_ascend_pt", "Ascend-msinsight/workspace"),
     sample("cnn_classifier/npu_profile"),
     sample("cnn_classifier/kineto"),
     sample("tiny_transformer/npu_profile"),
@@ -195,6 +206,59 @@ def test_exit_status_does_not_depend_on_the_source(case: Case, tmp_path: Path, m
     assert with_source == without, case.id
     both = by_code.keys() & by_code_bare.keys()
     assert {c: by_code[c] for c in both} == {c: by_code_bare[c] for c in both}, case.id
+
+
+def capture_idle_ns(profile) -> int | None:
+    """Per device, its compute and communication tasks' span less their union, summed; None when
+    the profile holds no such task (ranks that keep only step_trace_time.csv)."""
+    k = profile.kernels
+    staged = is_class(k, TaskClass.COMPUTE, TaskClass.COMMUNICATION) if len(k) else np.zeros(0, bool)
+    if not staged.any():
+        return None
+    start = k["start_ns"].to_numpy(np.int64)[staged]
+    end = start + np.maximum(k["dur_ns"].to_numpy(np.int64)[staged], 0)
+    device = k["device"].to_numpy(np.int64)[staged]
+    idle = 0
+    for d in np.unique(device):
+        s, e = merge_intervals(start[device == d], end[device == d])
+        idle += int(e.max() - s.min() - (e - s).sum())
+    return idle
+
+
+def assert_disjoint(windows: list[tuple[int, int, int, int]]) -> None:
+    """(step, device, start, end) windows: on each device, one closes before the next opens."""
+    for d in {w[1] for w in windows}:
+        mine = sorted((w[2], w[3], w[0]) for w in windows if w[1] == d)
+        for (_, end, a), (start, _, b) in zip(mine, mine[1:]):
+            assert end <= start, f"steps {a} and {b} overlap on device {d} by {end - start} ns"
+
+
+def assert_step_truth(profile) -> None:
+    assert_disjoint(device_windows(profile))
+    rows = profile_breakdown(profile).steps
+    for r in rows:
+        assert r.communication_ns <= r.stage_ns + US_SLACK * 1000, r
+    idle = capture_idle_ns(profile)
+    if idle is not None:
+        free = sum(r.free_ns for r in rows)
+        assert free <= idle + len(rows) * 1000, (free, idle)  # written figures: 1 µs per step
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_step_truth(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step windows disjoint, communication <= step, free <= the capture's idle (every profile
+    of the case, every rank)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _workspace, profile = case.make(tmp_path)
+    for loc in find_all([profile]):
+        assert_step_truth(load_location(loc, use_cache=False))
+
+
+def test_step_truth_catches_overlapping_windows() -> None:
+    """The check above can fail: step 2 opening 1 ns before step 1 closes is rejected."""
+    assert_disjoint([(1, 0, 0, 100), (2, 0, 100, 200), (1, 1, 0, 150)])
+    with pytest.raises(AssertionError, match="steps 1 and 2 overlap on device 0 by 1 ns"):
+        assert_disjoint([(1, 0, 0, 100), (2, 0, 99, 200)])
 
 
 def test_invariants_catch_a_share_above_one() -> None:

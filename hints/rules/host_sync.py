@@ -34,6 +34,7 @@ from ..fixes import host_sync as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
 from ..fixed_in_source import as_fixed
+from .memory import ALLOC_APIS
 
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"})
 # A synchronous aclrtMemcpy alone is left out: torch_npu also uses it for pageable host-to-device
@@ -50,14 +51,21 @@ NONZERO_CALLS = frozenset({"nonzero", "argwhere", "masked_select", "unique"})
 OPTIMIZER_STEP = "Optimizer.step#"
 DEVICE_SYNC = re.compile(r"SynchronizeDevice|DeviceSynchronize")  # what torch.npu/cuda.synchronize() records
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
+# One-off start-up work a blocking op may hold (the first .to(device) creates the context and
+# allocates: a 24.6 s cudaMalloc): no sync, and gone after the first step; not counted as blocked.
+STARTUP_APIS = ALLOC_APIS | frozenset({
+    "cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cudaSetDevice", "cudaGetDeviceCount",
+    "hipInit", "hipMalloc", "hipFree", "hipSetDevice", "aclInit", "aclrtSetDevice",
+})
 
 
 @dataclass(slots=True)
 class _Group:
     ops: list[int] = field(default_factory=list)  # host op rows
     apis: list[int] = field(default_factory=list)  # host_events rows outside any framework op
-    ns: int = 0  # blocked time inside the step windows (union per window)
+    ns: int = 0  # blocked time inside the step windows (union per window), start-up calls left out
     inside: list[int] = field(default_factory=list)  # per op, then per api: its own time inside them
+    startup: list[int] = field(default_factory=list)  # host_events rows of start-up calls inside its ops
     removed: bool = False  # a synchronize() between its anchored neighbours that the source no longer has
 
 
@@ -103,11 +111,19 @@ class HostSync(Rule):
             groups[key].removed = gone
             anchors.setdefault(key, found)
         windows = step_windows.windows(prof)
+        startup = _startup_calls(prof)
         for g in groups.values():
             s = np.concatenate([start[g.ops], ev_start[g.apis]])
             e = s + np.concatenate([dur[g.ops], ev_dur[g.apis]])
-            g.ns = int(step_windows.covered_per_step(s, e, windows).sum())
-            g.inside = [int(step_windows.covered_per_step(s[i : i + 1], e[i : i + 1], windows).sum()) for i in range(len(s))]
+            held = [_held(prof, startup, int(r)) for r in g.ops] + [np.zeros(0, np.int64)] * len(g.apis)
+            g.startup = sorted({int(x) for rows in held for x in rows})
+            off_s, off_e = ev_start[g.startup], ev_start[g.startup] + ev_dur[g.startup]
+            g.ns = int(step_windows.covered_per_step(s, e, windows).sum()
+                       - step_windows.covered_per_step(off_s, off_e, windows).sum())
+            g.inside = [int(step_windows.covered_per_step(s[i : i + 1], e[i : i + 1], windows).sum()
+                            - step_windows.covered_per_step(ev_start[held[i]], ev_start[held[i]] + ev_dur[held[i]],
+                                                            windows).sum())
+                        for i in range(len(s))]
         excluded_ns = int(dur[excluded].sum()) if len(excluded) else 0
         for key, g in groups.items():
             yield self._finding(ctx, g, anchors[key], names, api_names, len(excluded), excluded_ns)
@@ -146,6 +162,8 @@ class HostSync(Rule):
                         "share_of_wall_step": ctx.share(longest[1], wall=True)},
             "wall_step_us": round(ctx.wall_step_time_ns / NS_PER_US, 3),
             "in_optimizer_step": {"count": n_excluded, "total_us": round(excluded_ns / NS_PER_US, 3), "rule": "NPU220"},
+            "startup_left_out": {"count": len(g.startup), "total_us": round(
+                int(prof.host_events["dur_ns"].to_numpy(np.int64)[g.startup].sum()) / NS_PER_US, 3)},
             "construct": kind,
             "debug_mode": "torch.npu.set_sync_debug_mode(\"warn\")" if device == "NPU" else "torch.cuda.set_sync_debug_mode(\"warn\")",
         }
@@ -187,6 +205,27 @@ def _syncs_removed(ctx: RuleContext, g: _Group) -> Effect:
         return Effect(unknown="unknown: the profile records no runtime call for this sync (no CANN/CUDA API events)")
     return Effect((Change(Target.SYNC_CALLS, tuple(sorted(rows)), 0.0, best=0.0, worst=0.0),),
                   basis="its sync calls removed: the host runs ahead of the device")
+
+
+def _startup_calls(prof) -> np.ndarray:
+    """host_events rows of one-off start-up calls (context creation, allocation), by start."""
+    names = pq.strs(prof.host_events["name"])
+    rows = np.flatnonzero([str(n).removeprefix("AscendCL@") in STARTUP_APIS for n in names])
+    return rows[np.argsort(prof.host_events["start_ns"].to_numpy(np.int64)[rows], kind="stable")]
+
+
+def _held(prof, startup: np.ndarray, op: int) -> np.ndarray:
+    """The start-up calls inside host op ``op``, on its thread (tid alone: torch_npu records the CANN
+    layer under a pid of its own)."""
+    if not len(startup):
+        return startup
+    ev, h = prof.host_events, prof.host_ops
+    e_start = ev["start_ns"].to_numpy(np.int64)[startup]
+    e_end = e_start + ev["dur_ns"].to_numpy(np.int64)[startup]
+    h_start = int(h["start_ns"].iloc[op])
+    h_end = h_start + int(h["dur_ns"].iloc[op])
+    inside = (ev["tid"].to_numpy(np.int64)[startup] == int(h["tid"].iloc[op])) & (e_start >= h_start) & (e_end <= h_end)
+    return startup[inside]
 
 
 def _advice(call: CallSite | None, op: str) -> tuple[str, str]:

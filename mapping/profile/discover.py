@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from msprof_lsp.mapping.errors import NoProfileFound
+from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.locations import ProfileLocation
 from msprof_lsp.mapping.profile.readers.msprof_cli import PROF_DIR_RE
-from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Listings, SeenFile
+from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Listings, SeenFile, sniff
 from msprof_lsp.mapping.profile.readers.registry import READERS
 from msprof_lsp.mapping.profile.readers.torch_npu import OUTPUT_DIR
 
@@ -45,12 +45,34 @@ WHAT_WE_LOOK_FOR = (
 T = TypeVar("T")
 
 
+# Files of other profilers that users name as the profile: said for what they are (their head
+# holds the marker), never "no profile found ... record one".
+FOREIGN_FORMATS = (
+    (b'"rocprofiler-sdk-tool"', "a rocprofv3 JSON (ROCm rocprofiler-sdk tool output)"),
+)
+
+
 def require_found(found: Sequence[T], where: str | Path) -> Sequence[T]:
     """``found`` (jobs, a job's profiles, the editor's job choices) when it holds one; else
-    NoProfileFound naming ``where`` and what we look for -- the one place that says it."""
+    NoProfileFound naming ``where`` and what we look for -- the one place that says it. A file of
+    another profiler (FOREIGN_FORMATS) is a ProfileError naming what it is (a profile is there, in
+    a format we do not read: no "record one")."""
     if not found:
+        what = foreign_format(Path(where))
+        if what is not None:
+            raise ProfileError(where, f"{what}, not a format msprof-lsp reads: profile the job with "
+                                        "torch.profiler and point at its Kineto trace (*.pt.trace.json[.gz]; "
+                                        "ROCm builds of PyTorch write it too)")
         raise NoProfileFound(where, f"no profile found (looked for {WHAT_WE_LOOK_FOR})")
     return found
+
+
+def foreign_format(path: Path) -> str | None:
+    """What another profiler's file at ``path`` is, from its first bytes; None for anything else."""
+    if not path.is_file():
+        return None
+    head, _gz = sniff(path)
+    return next((what for marker, what in FOREIGN_FORMATS if marker in head), None)
 
 
 def discover(paths: Sequence[Path], *, max_depth: int = DEFAULT_MAX_DEPTH) -> list[ProfileLocation]:

@@ -27,6 +27,10 @@ from msprof_lsp.mapping.profile.frames import Stack
 T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------
+STEP_LAUNCHED_OUTSIDE = -2
+"""A kernel's ``step`` when its launch is known to lie outside every captured step (before the
+first ProfilerStep, between two, after the last): outside every step, never re-filed by its start."""
+
 # Table schemas: column -> (kind, default). kind: "cat" categorical string, "str" plain string,
 # "i8" int64, "f8" float64, "bool".
 
@@ -41,7 +45,7 @@ KERNEL_SCHEMA: dict[str, tuple[str, Any]] = {
     "device": ("i8", -1),
     "stream": ("i8", -1),
     "task_id": ("i8", -1),
-    "step": ("i8", -1),  # Step Id / ProfilerStep number, -1 outside steps
+    "step": ("i8", -1),  # Step Id / ProfilerStep number; -1 none known, STEP_LAUNCHED_OUTSIDE (-2)
     "block_dim": ("i8", -1),
     "op_state": ("cat", ""),  # dynamic / static
     "input_shapes": ("cat", ""),  # "81920,4096;8192,512" (quotes stripped)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,7 +53,7 @@ class TaskClass(enum.IntEnum):
 COMM_CORES = frozenset({"HCCL", "COMMUNICATION"})
 COMPUTE_CORES = frozenset(
     {"AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE", "GPU", "KERNEL_AICORE",
-     "KERNEL_AIVEC", "KERNEL_AICPU", "KERNEL_MIX_AIC", "KERNEL_MIX_AIV", "FFTS_PLUS", "STARS_COMMON"}
+     "KERNEL_AIVEC", "KERNEL_AICPU", "KERNEL_MIX_AIC", "KERNEL_MIX_AIV", "FFTS_PLUS", "STARS_COMMON", "MTIA"}
 )
 COPY_CORES = frozenset({"MEMCPY", "MEMSET", "MEMCPY_ASYNC", "MEMSET_ASYNC", "PCIE_DMA_SQE", "SDMA_SQE"})
 COPY_NAMES = re.compile(r"^(MEMCPY_ASYNC|MEMSET_ASYNC|Memcpy\b|Memset\b|memcpy|memset)")
@@ -237,39 +238,109 @@ def exclusive_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndar
 # The per-step breakdown
 
 
+@dataclass(frozen=True, slots=True)
+class StepTasks:
+    """The tasks of the profiled steps as the breakdown counts them: one interval per row (a task
+    split at a step window's edge is two rows), its step, class and device."""
+
+    start: np.ndarray
+    end: np.ndarray
+    step: np.ndarray
+    cls: np.ndarray
+    device: np.ndarray
+
+
+def step_tasks(
+    kernels: pd.DataFrame,
+    steps: Sequence[Step] = (),
+    classes: np.ndarray | None = None,
+    launch_ns: np.ndarray | None = None,
+) -> StepTasks:
+    """Each task's step and interval, windows made disjoint (``_disjoint_windows``).
+
+    A task's step is its ``step`` column; tasks without one (-1) take the ProfilerStep window around
+    ``launch_ns`` (per task: its launching op's start -- device work runs behind the host -- by
+    default its own start); a reader's STEP_LAUNCHED_OUTSIDE stays outside every step; with no
+    steps at all the whole capture is one step (-1).
+    """
+    cls = task_classes(kernels) if classes is None else classes
+    start = kernels["start_ns"].to_numpy(np.int64)
+    end = start + np.maximum(kernels["dur_ns"].to_numpy(np.int64), 0)
+    step = kernels["step"].to_numpy(np.int64).copy()
+    device = kernels["device"].to_numpy(np.int64)
+    unknown = step == -1
+    if steps and unknown.any():
+        when = start if launch_ns is None else np.asarray(launch_ns, dtype=np.int64)
+        step[unknown] = step_ids(when[unknown], list(steps))
+    if (step >= 0).any():
+        keep = step >= 0
+        start, end, step, cls, device = start[keep], end[keep], step[keep], cls[keep], device[keep]
+    else:
+        step[:] = -1  # no steps: the whole capture is one
+    return StepTasks(*_disjoint_windows(start, end, step, device, cls))
+
+
 def compute_breakdown(
     kernels: pd.DataFrame,
     steps: Sequence[Step] = (),
     classes: np.ndarray | None = None,
     launch_ns: np.ndarray | None = None,
 ) -> list[StepTimes]:
-    """Per (step, device) breakdown from the classified tasks (any producer, Kineto included).
-
-    A task's step is its ``step`` column; tasks without one take the ProfilerStep window around
-    ``launch_ns`` (per task: its launching op's start -- device work runs behind the host -- by
-    default its own start); with no steps at all the whole capture is one step (-1).
-    """
+    """Per (step, device) breakdown from the classified tasks (any producer, Kineto included),
+    each task in its step as ``step_tasks`` files it."""
     if not len(kernels):
         return []
-    cls = task_classes(kernels) if classes is None else classes
-    start = kernels["start_ns"].to_numpy(np.int64)
-    end = start + np.maximum(kernels["dur_ns"].to_numpy(np.int64), 0)
-    step = kernels["step"].to_numpy(np.int64).copy()
-    device = kernels["device"].to_numpy(np.int64)
-    if steps and (step < 0).any():
-        when = start if launch_ns is None else np.asarray(launch_ns, dtype=np.int64)
-        step[step < 0] = step_ids(when[step < 0], list(steps))
-    if (step >= 0).any():
-        keep = step >= 0
-        start, end, step, cls, device = start[keep], end[keep], step[keep], cls[keep], device[keep]
-    else:
-        step[:] = -1  # no steps: the whole capture is one
+    t = step_tasks(kernels, steps, classes, launch_ns)
     host = {s.id: s for s in steps}
     out: list[StepTimes] = []
-    frame = pd.DataFrame({"step": step, "device": device})
+    frame = pd.DataFrame({"step": t.step, "device": t.device})
     for (sid, dev), rows in frame.groupby(["step", "device"], sort=True).indices.items():
-        out.append(_one_step(int(sid), int(dev), start[rows], end[rows], cls[rows], host.get(int(sid))))
+        out.append(_one_step(int(sid), int(dev), t.start[rows], t.end[rows], t.cls[rows], host.get(int(sid))))
     return out
+
+
+def device_windows(profile: Profile) -> list[tuple[int, int, int, int]]:
+    """(step, device, first start, last end) of each step's compute and communication tasks, as
+    the breakdown counts them: the step's window on the device (disjoint per device)."""
+    if not len(profile.kernels):
+        return []
+    t = step_tasks(profile.kernels, profile.steps, launch_ns=launch_times(profile))
+    staged = (t.cls == TaskClass.COMPUTE) | (t.cls == TaskClass.COMMUNICATION)
+    frame = pd.DataFrame({"step": t.step[staged], "device": t.device[staged], "start": t.start[staged],
+                          "end": t.end[staged]})
+    spans = frame.groupby(["step", "device"], sort=True).agg(start=("start", "min"), end=("end", "max"))
+    return [(int(s), int(d), int(a), int(b)) for (s, d), a, b in zip(spans.index, spans["start"], spans["end"])]
+
+
+def _disjoint_windows(start: np.ndarray, end: np.ndarray, step: np.ndarray, device: np.ndarray,
+                      cls: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The tasks as intervals per step such that on each device a step's window (first to last
+    compute or communication task) opens where the earlier steps' close -- the Kineto profiler's
+    own step view: a step lasts until the last task it launched ends, the next starts after.
+    A task launched in step k that starts inside step k-1's window (beside its tail, on another
+    stream) is split there: the part before counts in step k-1, whose window holds that time,
+    the rest in step k. Nothing is counted twice or lost. Returns (start, end, step, cls, device)."""
+    if not len(start):
+        return start, end, step, cls, device
+    lowest = np.iinfo(np.int64).min
+    staged = (cls == TaskClass.COMPUTE) | (cls == TaskClass.COMMUNICATION)
+    groups = pd.DataFrame({"device": device, "step": step, "end": np.where(staged, end, lowest)})
+    last = groups.groupby(["device", "step"], sort=True)["end"].max()  # step ids run in time order
+    by_device = last.groupby(level="device")
+    # per (device, step): the latest end of the device's earlier steps, and the step before it
+    before = by_device.transform(lambda e: e.cummax().shift(1, fill_value=lowest))
+    previous = pd.Series(last.index.get_level_values("step"), index=last.index).groupby(level="device").shift(
+        1, fill_value=-1)
+    at = pd.MultiIndex.from_arrays([device, step])
+    floor = before.reindex(at).to_numpy(np.int64)
+    cut = (start < floor) & staged
+    if not cut.any():
+        return start, end, step, cls, device
+    head = (start[cut], np.minimum(end[cut], floor[cut]), previous.reindex(at).to_numpy(np.int64)[cut], cls[cut],
+            device[cut])
+    floor = np.where(staged, floor, lowest)
+    tail = (np.maximum(start, floor), np.maximum(end, floor), step, cls, device)
+    return tuple(np.concatenate([t, h]) for t, h in zip(tail, head))
 
 
 def _one_step(sid: int, dev: int, start: np.ndarray, end: np.ndarray, cls: np.ndarray,
@@ -385,11 +456,26 @@ def _profile_breakdown(profile: Profile) -> TimeBreakdown:
 
 def device_time_per_step_ns(profile: Profile) -> float:
     """Device work time per step: compute kernels and memory copies inside the profiled steps,
-    summed, divided by the number of steps (the ``device_time_us`` of the JSON profile)."""
+    the union of their intervals per (device, stream) lane (summed where the stream is unknown),
+    summed over the lanes, divided by the number of steps (the ``device_time_us`` of the JSON
+    profile). One stream runs one task at a time: where a trace's µs rounding makes neighbours
+    overlap (a 2021 Kineto trace: 57 µs over a step) the overlap counts once, so one stream's work
+    never exceeds its span."""
     k = profile.kernels_in_steps()
     if not len(k):
         return 0.0
-    return float(k["dur_ns"].to_numpy()[work_mask(k)].sum()) / max(profile.num_steps, 1)
+    work = work_mask(k)
+    dur = np.maximum(k["dur_ns"].to_numpy(np.int64)[work], 0)
+    start = k["start_ns"].to_numpy(np.int64)[work]
+    stream = k["stream"].to_numpy(np.int64)[work]
+    known = stream >= 0  # tasks of an unknown stream: no lane to merge them in, summed
+    total = int(dur[~known].sum())
+    lanes = row_groups([k["device"].to_numpy(np.int64)[work][known], stream[known]]) if known.any() else []
+    order = np.argsort(lanes, kind="stable")
+    cuts = np.flatnonzero(np.diff(np.asarray(lanes)[order])) + 1
+    s, e = start[known], start[known] + dur[known]
+    total += sum(union_ns(s[rows], e[rows]) for rows in np.split(order, cuts)) if len(order) else 0
+    return float(total) / max(profile.num_steps, 1)
 
 
 def device_streams(kernels: pd.DataFrame, mask: np.ndarray) -> int:
@@ -409,6 +495,7 @@ __all__ = [
     "collective_mask",
     "compute_breakdown",
     "device_streams",
+    "device_windows",
     "device_time_per_step_ns",
     "exclusive_ns",
     "is_class",

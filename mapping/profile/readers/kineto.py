@@ -9,11 +9,13 @@
   the ``python_function`` events (kineto_stacks); ``nn.Module: X_k`` calls -> ``modules``;
 * ``fwdbwd`` flows (or, without flows, equal sequence numbers) -> the forward op of each
   backward autograd node;
-* GPU ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` -> ``kernels``, linked to the launching
-  ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g`` to the CUDA runtime
-  call and the op around it), then to a stack: the op's or an ancestor's, or for backward
-  kernels the forward op's; NCCL kernels (``Collective name``) get core COMMUNICATION;
-* ``cuda_runtime`` / ``cuda_driver`` -> ``host_events``; ``distributedInfo`` -> rank/world size;
+* GPU ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` (MTIA: ``mtia_ccp_events``) -> ``kernels``,
+  linked to the launching ``cpu_op`` by ``External id`` (else through ``correlation`` / ``ac2g``
+  to the CUDA runtime call and the op around it), then to a stack: the op's or an ancestor's, or
+  for backward kernels the forward op's; NCCL kernels (``Collective name``) get core
+  COMMUNICATION; each kernel's step is the one whose ProfilerStep range holds its launch;
+* ``cuda_runtime`` / ``cuda_driver`` (ROCm's ``hip*`` calls too; MTIA: ``mtia_runtime``) ->
+  ``host_events``; ``distributedInfo`` -> rank/world size;
 * the 2021 schema (``Operator``, ``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, text thread ids,
   ``external id``, ``async``/``launch`` flows, running-line ``Call stack``) read as the same;
 * no ``ProfilerStep#N``: one step, the capture's measured span, and one notice saying so;
@@ -43,6 +45,7 @@ import pandas as pd
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import Issue, ProfileError
 from msprof_lsp.mapping.numbers import int64_of, shown
+from msprof_lsp.mapping.units import NS_PER_US, format_us
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.locations import ProfileLocation, Progress, no_progress
 from msprof_lsp.mapping.profile.model import (
@@ -50,6 +53,7 @@ from msprof_lsp.mapping.profile.model import (
     HOST_OP_SCHEMA,
     KERNEL_SCHEMA,
     Backend,
+    STEP_LAUNCHED_OUTSIDE,
     Profile,
     ProfileKind,
     ProfileMeta,
@@ -81,8 +85,9 @@ from msprof_lsp.mapping.profile.readers.protocol import (
 )
 
 HOST_CATS = frozenset({"cpu_op", "user_annotation"})
-KERNEL_CORES = {"kernel": "GPU", "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET"}
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver"})
+# MTIA traces write their device work as "mtia_ccp_events" and the host calls as "mtia_runtime"
+KERNEL_CORES = {"kernel": "GPU", "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET", "mtia_ccp_events": "MTIA"}
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "privateuse1_runtime", "privateuse1_driver", "mtia_runtime"})
 _BACKWARD_NODE_PREFIX = "autograd::engine::evaluate_function: "
 _COMM_OP = "record_param_comms"
 _NCCL_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel")
@@ -506,6 +511,7 @@ class _RuntimeCalls:
     correlation: list[int]
     ext_id: list[int]
     op: list[int]  # the host op around each call (for kernels whose launch has no External id)
+    start: np.ndarray  # each call's start (epoch ns): a kernel's step is that of its launch
 
 
 def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
@@ -528,7 +534,9 @@ def build_profile(trace: KinetoFile, location: ProfileLocation) -> Profile:
 
     host_events, rt_calls, rt_span = _runtime_calls(buckets.runtime, clock, host.table)
     k_start, k_dur = clock.times(buckets.kernels)
-    kernels, unlinked = _kernels(buckets, clock.base_ns, k_start, k_dur, host.table, host.ext_id, rt_calls, steps)
+    kernels, unlinked, outside = _kernels(buckets, clock.base_ns, k_start, k_dur, host.table, host.ext_id, rt_calls,
+                                          steps)
+    issues += [Issue(path, note) for note in outside]
     meta = _meta(trace, location, has_kernels=bool(len(kernels) or len(buckets.runtime)))
     if not steps:
         spans = (py_span, host.span, rt_span, _Span(k_start, k_start + k_dur))
@@ -656,6 +664,7 @@ def _runtime_calls(rt: _Rows, clock: _Clock, host_ops: pd.DataFrame) -> tuple[pd
         rt.array("correlation")[r_order].tolist(),
         rt.array("ext_id")[r_order].tolist(),
         innermost_enclosing(host_ops, r_pid, r_tid, r_start, r_end).tolist(),
+        r_start,
     )
     rt.release()
     return host_events, calls, _Span(r_start, r_end)
@@ -774,6 +783,7 @@ class _KernelLinks:
     device: list[int]
     stream: list[int]
     host_op: list[int]
+    launch: list[int]  # the runtime call that launched it (host_events row), -1 unknown
     core: list[str]
     type: list[str]
 
@@ -787,11 +797,11 @@ def _kernels(
     ext_id: list[int],
     rt: _RuntimeCalls,
     steps: list[Step],
-) -> tuple[pd.DataFrame, int]:
+) -> tuple[pd.DataFrame, int, list[str]]:
     """GPU activity -> kernels table linked to launching ops (and, via linking, to stacks).
 
-    ``k_start`` / ``k_dur``: the times of ``buckets.kernels``. Returns the table and the number of
-    kernels with no launching op.
+    ``k_start`` / ``k_dur``: the times of ``buckets.kernels``. Returns the table, the number of
+    kernels with no launching op and the notes on kernels launched outside every step.
     """
     ev = buckets.kernels
     order = np.argsort(k_start, kind="stable")
@@ -805,14 +815,7 @@ def _kernels(
     ev.release()  # the last users of the kernel and flow columns
     buckets.flows.release()
     links = _link_kernels(cols, launches, host_names)
-
-    # Step of each kernel: that of its launching op, else of its own start.
-    host_arr = np.asarray(links.host_op, dtype=np.int64)
-    when = k_start.copy()
-    linked = host_arr >= 0
-    if linked.any():
-        when[linked] = host_ops["start_ns"].to_numpy()[host_arr[linked]]
-
+    launched = _launch_times(k_start, cols, links, host_ops, rt)
     table = make_table(
         KERNEL_SCHEMA,
         {
@@ -823,13 +826,78 @@ def _kernels(
             "dur_ns": k_dur,
             "device": links.device,
             "stream": links.stream,
-            "step": step_ids(when, steps),
+            "step": _launch_steps(launched, steps),
             "host_op": links.host_op,
         },
         len(cols.names),
     )
     resolve_kernel_links(table, host_ops)
-    return table, int((~linked).sum())
+    outside = _launched_outside_notes(table, launched, steps)
+    return table, int((np.asarray(links.host_op, dtype=np.int64) < 0).sum()), outside
+
+
+@dataclass(slots=True)
+class _Launched:
+    """When each kernel was launched on the host, and whether the trace says so."""
+
+    when: np.ndarray  # its launch call's start, else its launching op's, else its own start
+    known: np.ndarray  # bool: ``when`` is a launch (or the launch predates the capture)
+    before_capture: np.ndarray  # bool: no launch recorded, its correlation older than every one that is
+
+
+def _launch_times(k_start: np.ndarray, cols: _KernelColumns, links: _KernelLinks, host_ops: pd.DataFrame,
+                  rt: _RuntimeCalls) -> _Launched:
+    """Per kernel: when the host launched it. The runtime call (``cudaLaunchKernel``,
+    ``hipLaunchKernel``; found by correlation id or launch flow) gives the time, even in the 2021
+    schema where backward-thread launches have no enclosing op; else the op found by External id.
+    CUPTI and roctracer number correlations in launch order, so a kernel with no recorded launch
+    and a correlation below every recorded one was launched before the capture began."""
+    when = k_start.copy()
+    call = np.asarray(links.launch, dtype=np.int64)
+    op = np.asarray(links.host_op, dtype=np.int64)
+    by_call = call >= 0
+    when[by_call] = rt.start[call[by_call]]
+    by_op = ~by_call & (op >= 0)
+    when[by_op] = host_ops["start_ns"].to_numpy(np.int64)[op[by_op]]
+    corr = np.asarray(cols.correlation, dtype=np.int64)
+    recorded = [c for c in rt.correlation if c >= 0]
+    before = ~(by_call | by_op) & (corr >= 0) & (corr < (min(recorded) if recorded else -1))
+    return _Launched(when, by_call | by_op | before, before)
+
+
+def _launched_outside_notes(kernels: pd.DataFrame, launched: _Launched, steps: list[Step]) -> list[str]:
+    """What the steps leave out: how many tasks were launched before the first captured step and
+    after the last (or between two), their device time and the collectives among them."""
+    outside = kernels["step"].to_numpy(np.int64) == STEP_LAUNCHED_OUTSIDE
+    if not steps or not outside.any():
+        return []
+    before = outside & (launched.before_capture | (launched.when < steps[0].start_ns))
+    after = outside & ~before & (launched.when >= max(s.end_ns for s in steps))
+    dur = kernels["dur_ns"].to_numpy(np.int64)
+    comm = kernels["core"].astype(str).to_numpy() == "COMMUNICATION"
+    notes = []
+    for where, sel in ((f"before the first captured step (ProfilerStep#{steps[0].id})", before),
+                       ("after the last captured step", after), ("between two captured steps", outside & ~before & ~after)):
+        if not sel.any():
+            continue
+        among = ""
+        if (sel & comm).any():
+            among = (f", {int((sel & comm).sum()):,} collective(s) of "
+                     f"{format_us(int(dur[sel & comm].sum()) / NS_PER_US)} among them")
+        notes.append(f"{int(sel.sum()):,} device task(s) launched {where} ran for "
+                     f"{format_us(int(dur[sel].sum()) / NS_PER_US)} of device time{among}: "
+                     "they are outside every step and in no per-step figure")
+    return notes
+
+
+def _launch_steps(launched: _Launched, steps: list[Step]) -> np.ndarray:
+    """Each kernel's step: the ProfilerStep window its launch lies in. A known launch outside every
+    window (before the first captured step, between two, after the last) puts the kernel outside
+    every step (STEP_LAUNCHED_OUTSIDE), however late it ran; a kernel without one goes by its start."""
+    out = step_ids(launched.when, steps)
+    if steps:
+        out[launched.before_capture | (launched.known & (out < 0))] = STEP_LAUNCHED_OUTSIDE
+    return out
 
 
 def _ops_by_external_id(ext_id: list[int], host_cat: list[str]) -> dict[int, int]:
@@ -899,6 +967,7 @@ def _link_kernels(cols: _KernelColumns, launches: _Launches, host_names: list[st
     device = [-1] * n
     stream = [-1] * n
     host_op = [-1] * n
+    launch = [-1] * n
     for i in range(n):
         # Kineto writes pid = device and tid = stream for GPU activity; the args say it again
         # (an event without args has them at -1).
@@ -908,17 +977,17 @@ def _link_kernels(cols: _KernelColumns, launches: _Launches, host_names: list[st
         ext = k_ext[i]
         if ext > 0:
             op = op_of_ext.get(ext, -1)
-        if op < 0:
-            corr = k_corr[i]
-            if corr < 0:
-                corr = corr_at.get((pids[i], tids[i], starts[i]), -1)  # type: ignore[arg-type]
-            j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
-            if j >= 0:
-                rt_ext = rt.ext_id[j]
-                op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
-                if op < 0:
-                    op = rt.op[j]
+        corr = k_corr[i]
+        if corr < 0:
+            corr = corr_at.get((pids[i], tids[i], starts[i]), -1)  # type: ignore[arg-type]
+        j = rt_of_corr.get(corr, -1) if corr >= 0 else -1
+        if op < 0 and j >= 0:
+            rt_ext = rt.ext_id[j]
+            op = op_of_ext.get(rt_ext, -1) if rt_ext > 0 else -1
+            if op < 0:
+                op = rt.op[j]
         host_op[i] = op
+        launch[i] = j
         core, kind = KERNEL_CORES[cats[i]], ""
         if collectives[i]:
             core, kind = "COMMUNICATION", collectives[i]
@@ -926,7 +995,7 @@ def _link_kernels(cols: _KernelColumns, launches: _Launches, host_names: list[st
             core = "COMMUNICATION"
         cores.append(core)
         types.append(kind)
-    return _KernelLinks(device, stream, host_op, cores, types)
+    return _KernelLinks(device, stream, host_op, launch, cores, types)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -102,7 +102,7 @@ class SeenFile:
     def head(self) -> tuple[bytes, bool]:
         """The first bytes (decompressed when gzipped) and whether the file is gzipped; read once."""
         if self._head is None:
-            self._head = _sniff(self.path)
+            self._head = sniff(self.path)
         return self._head
 
 
@@ -236,7 +236,7 @@ def mtime_path(p: Path) -> float:
         return 0.0
 
 
-def _sniff(path: Path) -> tuple[bytes, bool]:
+def sniff(path: Path) -> tuple[bytes, bool]:
     """The first bytes of a (possibly gzipped) file; never the whole file."""
     try:
         head = safe_io.read_head(path, SNIFF_BYTES)
