@@ -40,6 +40,7 @@ class FormResult:
     steps_source: str | None
     status: int
     stderr: str
+    step_time_us: float | None = None  # the report's profile.step_time_us
 
 
 def check_form(job: Job, profile: Path, workspace: Path, form: Form) -> FormResult:
@@ -68,7 +69,7 @@ def check_form(job: Job, profile: Path, workspace: Path, form: Form) -> FormResu
     top = (_name(hot[0]["path"]), int(hot[0]["line"])) if hot else None
     prof = doc["profile"]
     return FormResult(form, frozenset(findings), confidence, top, prof.get("steps"), prof.get("steps_source"), status,
-                      err.getvalue())
+                      err.getvalue(), prof.get("step_time_us"))
 
 
 def _name(path: str) -> str:
