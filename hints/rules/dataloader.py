@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.timemodel import work_mask
 from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
@@ -49,6 +50,9 @@ class DataloaderInput(Rule):
         prof = ctx.profile
         h = prof.host_ops
         steps = ctx.num_steps
+        if not len(h) and (inferred := self._inferred_wait(ctx)) is not None:
+            yield inferred  # no host data at all (msprof CLI): the wait is read off the device
+            return
         rows = np.zeros(0, np.int64)
         if len(h):
             is_dl = pq.mask(h["name"], DATALOADER.search)
@@ -109,6 +113,39 @@ class DataloaderInput(Rule):
                                     "the profile")
         yield self._anchored(ctx, rows, message, total, wall, evidence, effect)
 
+    def _inferred_wait(self, ctx: RuleContext) -> Finding | None:
+        """A profile without host data (msprof CLI): the device's idle before each step's first task
+        is the wait for the next batch when the workspace has one DataLoader and one loop over it;
+        anchored on that loop's header, inferred (nothing names the fetch)."""
+        per = _lead_idle_ns(ctx)
+        built = _one_loader(ctx)
+        if per is None or built is None or built[2] is None:
+            return None
+        index, call, loop_span = built
+        share = ctx.share(per, wall=True)
+        max_us, max_pct = float(ctx.thresholds.dataloader_max_us), float(ctx.thresholds.dataloader_max_percent)
+        if per < max_us * NS_PER_US and share * 100 < max_pct:
+            return None
+        total = per * ctx.num_steps
+        message = ctx.message(
+            "Data wait", total_ns=total, qualifier="inferred: device idle before each step's first task, no host data",
+            diagnosis=f"the {_waiter(ctx)} waits between iterations, as for the next batch",
+            fix="Use DataLoader workers, pinned memory and non-blocking copies", wall=True)
+        evidence = {
+            "backend": ctx.backend, "inferred_from": "device idle before each step's first task (median over steps)",
+            "idle_us_per_step": round(per / NS_PER_US, 3), "idle_share_of_wall_step": share,
+            "wall_step_us": round(ctx.wall_step_time_ns / NS_PER_US, 3),
+            "thresholds": {"dataloaderMaxUs": max_us, "dataloaderMaxPercent": max_pct}, "crossed": ["dataloader"],
+        }
+        workers = ctx.thresholds.dataloader_workers
+        fixes = sq.fixes(ctx, (fx.tune_dataloader, call.span, index.path, {"workers": workers}),
+                         (fx.non_blocking_copies, loop_span, index.path, {}))
+        related = [Related(call.span, f"the DataLoader is built here: {sq.text(index, call.span)}")]
+        effect = Effect(unknown="A/B test: without host data the profile does not say how much of the idle is the "
+                                "fetch itself")
+        return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=True, evidence=evidence,
+                           confidence=Confidence.INFERRED, related=related, fixes=fixes, effect=effect)
+
     def _anchored(self, ctx: RuleContext, rows: np.ndarray, message: str, total: float, wall: bool, evidence: dict,
                   effect: Effect) -> Finding:
         workers = ctx.thresholds.dataloader_workers
@@ -134,14 +171,10 @@ class DataloaderInput(Rule):
             cands.append((fx.non_blocking_copies, loop_span, index.path, {}))
             return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall, evidence=evidence,
                                confidence=place.confidence, related=related, fixes=sq.fixes(ctx, *cands), effect=effect)
-        built = _constructions(ctx)
-        if len(built) == 1:
-            index, call = built[0]
-            # no stack: the gaps are between iterations of the one loop over that loader
-            loops = [lp for lp, b in sq.loops_iterating_loader(index, call.function)
-                     if b is not None and call.stmt.line <= b.span.line <= call.stmt.end_line]
-            if len(loops) == 1:
-                loop_span = loops[0].header
+        built = _one_loader(ctx)
+        if built is not None:
+            index, call, loop_span = built
+            if loop_span is not None:
                 fixes = sq.fixes(ctx, *tune(call.span, index.path), (fx.non_blocking_copies, loop_span, index.path, {}))
                 related = [Related(call.span, f"the DataLoader is built here: {sq.text(index, call.span)}")]
                 return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall,
@@ -203,6 +236,37 @@ def _loop_of(place: sq.Place) -> tuple[Span, Span | None] | None:
             lp, b = cands[0]
             return lp.header, (b.span if b is not None else None)
     return None
+
+
+def _one_loader(ctx: RuleContext) -> tuple[SourceIndex, CallSite, Span | None] | None:
+    """The workspace's one ``DataLoader(...)`` construction and the one ``for`` loop over it (its
+    header; None when there is not exactly one); None when there is not exactly one construction."""
+    built = _constructions(ctx)
+    if len(built) != 1:
+        return None
+    index, call = built[0]
+    # no stack: the gaps are between iterations of the one loop over that loader
+    loops = [lp for lp, b in sq.loops_iterating_loader(index, call.function)
+             if b is not None and call.stmt.line <= b.span.line <= call.stmt.end_line]
+    return index, call, (loops[0].header if len(loops) == 1 else None)
+
+
+def _lead_idle_ns(ctx: RuleContext) -> float | None:
+    """Median over the steps of the device's idle from the step's start to its first task (compute
+    or copy); None without steps. Inferred step windows start where the previous iteration's last
+    task ended (mapping/profile/step_infer), so this is the wait between iterations: data loading,
+    the host work before the first launch."""
+    prof = ctx.profile
+    k = prof.kernels
+    if not prof.steps or not len(k):
+        return None
+    start = k["start_ns"].to_numpy(np.int64)[work_mask(k)]
+    leads = []
+    for s in prof.steps:
+        inside = start[(start >= s.start_ns) & (start < s.end_ns)]
+        if len(inside):
+            leads.append(int(inside.min()) - s.start_ns)
+    return float(np.median(leads)) if leads else None
 
 
 def _constructions(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite]]:

@@ -30,6 +30,7 @@ from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.source.optimizer_anchor import adam_update_pattern
 
 from .. import profile_query as pq, source_query as sq
 
@@ -42,8 +43,9 @@ APPLY_KERNELS = {
     "ApplyAdadelta": "Adadelta", "ApplyAdadeltaD": "Adadelta",
 }
 # Single-tensor Adam/AdamW's per-parameter update as eager aclnn kernels: exp_avg_sq.addcmul_, the
-# denominator sqrt / bias correction + eps, param.addcdiv_ (the kernel types determine the update)
-ADAM_UPDATE = "Addcmul-Sqrt-(RealDiv|Div|Divs)-(Add|Adds)-Addcdiv"
+# denominator sqrt / bias correction + eps, param.addcdiv_ (the kernel types determine the update;
+# the mapping places the same kernels on optimizer.step(): one spelling, in mapping)
+ADAM_UPDATE = adam_update_pattern()
 FUSED, FOREACH = "_fused_", "_foreach_"  # inner op names of the fused and the multi-tensor update
 CLIP_CALLS = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_")
 CLIP_PATTERN = "add-reciprocal-mul"

@@ -32,6 +32,7 @@ from msprof_lsp.mapping.source.heat import MAX_SHAPES, Attribution, FunctionHeat
 from msprof_lsp.mapping.profile.frames import Frame
 from msprof_lsp.mapping.profile.linking import row_groups
 from msprof_lsp.mapping.profile.model import Profile
+from msprof_lsp.mapping.source.optimizer_anchor import adam_update_pattern, update_rows
 from msprof_lsp.mapping.source.sequence_anchor import SequenceAnchorer, attached, shared_tensor
 from msprof_lsp.mapping.source.shape_anchor import Form, ShapeAnchorer
 from msprof_lsp.mapping.source.source_index import SourceIndex
@@ -593,6 +594,8 @@ class Attributor:
         self.i_site = self._sites_for(self.i_group, self.i_bwd, self.i_ctx, self.i_dur)
         if self.source is TimeSource.DEVICE:
             self._by_sequence()
+            if not self.n_host:
+                self._optimizer_updates()
         n = self.n_host
         if n:
             real = ~self.h_scope
@@ -653,6 +656,28 @@ class Attributor:
                 for p, site in zip(pending, sites):
                     if site is not None:
                         self.i_site[p] = self._register(site)
+
+    def _optimizer_updates(self) -> None:
+        """No host data: single-tensor Adam update kernels still without a site go to the one
+        ``optimizer.step()`` (mapping.source.optimizer_anchor), per stream in launch order."""
+        free = self.i_stackless & (self.i_site < 0)
+        if not free.any():
+            return
+        anchor = self.anchorer.anchor_inferred(OpContext(annotation="Optimizer.step#"))
+        if len(anchor.sites) != 1:
+            return
+        k = self.profile.kernels
+        stream = k["stream"].to_numpy(np.int64) if "stream" in k else np.zeros(len(k), np.int64)
+        rows = np.lexsort((k["start_ns"].to_numpy(np.int64), stream))
+        pattern = adam_update_pattern()
+        site = self._register(replace(anchor.sites[0], note=f"by kernel types: a single-tensor Adam update "
+                                                            f"({pattern}) of one parameter; no call stack"))
+        for s in np.unique(stream[rows]):
+            on = rows[stream[rows] == s]
+            for j in update_rows(self.i_type[on].tolist(), self.i_shapes[on].tolist()):
+                r = on[j]
+                if free[r]:
+                    self.i_site[r] = site
 
     def _host_by_sequence(self) -> None:
         """Stackless forward ops without kernels (``chunk``, ``view``) placed by launch order

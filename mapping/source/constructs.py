@@ -59,7 +59,8 @@ _ops("to", "to", "to_copy", "npu_dtype_cast", "dtype_cast", "cast", "copy", "cop
 _ops("layout", "transpose", "permute", "contiguous", "t", "as_strided", "format_contiguous",
      "format_contiguousv2", "npu_format_cast", "clone", "transdata")
 _ops("item", "item", "local_scalar_dense")
-_ops("embedding", "embedding", "embedding_backward", "embedding_dense_backward")
+_ops("embedding", "embedding", "embedding_backward", "embedding_dense_backward", "embedding_bag", "_embedding_bag",
+     "_embedding_bag_backward", "embedding_bag_backward")
 _ops("attention", "scaled_dot_product_attention", "flash_attention_score", "npu_fusion_attention",
      "flash_attention", "efficient_attention", "scaled_dot_product_flash_attention",
      "scaled_dot_product_efficient_attention", "flash_attention_score_grad", "npu_fusion_attention_grad")
@@ -217,7 +218,7 @@ _q("silu", _F + "silu", "torch_npu.npu_silu")
 _q("sigmoid", _F + "sigmoid", "torch.sigmoid")
 _q("tanh", _F + "tanh", "torch.tanh")
 _q("layout", "torch.transpose", "torch.permute", "torch.t", "torch_npu.npu_format_cast", "torch.clone")
-_q("embedding", _F + "embedding", "torch.embedding")
+_q("embedding", _F + "embedding", "torch.embedding", _F + "embedding_bag", "torch.embedding_bag")
 _q("attention", _F + "scaled_dot_product_attention", "torch_npu.npu_fusion_attention",
    "torch_npu.npu_prompt_flash_attention", "torch_npu.npu_incre_flash_attention")
 _q("pool", _F + "max_pool2d", _F + "avg_pool2d", _F + "adaptive_avg_pool2d", _F + "max_pool1d",
@@ -246,7 +247,7 @@ MODULE_CLASS_KEYS: dict[str, frozenset[str]] = {
         "Softmax": "softmax", "LogSoftmax": "log_softmax",
         "CrossEntropyLoss": "cross_entropy log_softmax", "NLLLoss": "cross_entropy",
         "GELU": "gelu", "SiLU": "silu", "Sigmoid": "sigmoid", "Tanh": "tanh",
-        "Embedding": "embedding",
+        "Embedding": "embedding", "EmbeddingBag": "embedding",
         "MultiheadAttention": "matmul softmax attention layout",
         "MaxPool1d": "pool", "MaxPool2d": "pool", "AvgPool2d": "pool", "AdaptiveAvgPool2d": "pool",
         "AdaptiveMaxPool2d": "pool",

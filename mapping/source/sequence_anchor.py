@@ -37,10 +37,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from msprof_lsp.mapping.source.constructs import call_keys
+from msprof_lsp.mapping.source.constructs import call_keys, class_keys
 from msprof_lsp.mapping.source.heat import Site, SiteKind
 from msprof_lsp.mapping.profile.shapes import parse_shapes
-from msprof_lsp.mapping.source.source_index import CallSite, ClassInfo, SourceIndex
+from msprof_lsp.mapping.source.source_index import CallSite, ClassInfo, ModuleAttr, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
@@ -55,7 +55,21 @@ class Entry:
 
     index: SourceIndex
     call: CallSite
-    inlined: bool  # a sub-module call whose forward follows in the sequence
+    inlined: bool  # a sub-module call whose forward (or Sequential elements) follows in the sequence
+    element: ModuleAttr | None = None  # an nn.Sequential element the call runs, in order
+
+    @property
+    def span(self) -> Span:
+        return self.element.span if self.element is not None else self.call.span
+
+    @property
+    def keys(self) -> frozenset[str]:
+        return class_keys(self.element.class_name) if self.element is not None else call_keys(self.index, self.call.idx)
+
+    @property
+    def stmt(self) -> Span:
+        """What one statement is: each element counts as its own."""
+        return self.element.span if self.element is not None else self.call.stmt
 
 
 class SequenceAnchorer:
@@ -72,7 +86,7 @@ class SequenceAnchorer:
         if self._flat is None:
             self._flat = self._flatten_all()
             for i, e in enumerate(self._flat):
-                self._pos.setdefault((e.index.path, e.call.span), []).append(i)
+                self._pos.setdefault((e.index.path, e.span), []).append(i)
         return self._flat
 
     def _classes(self) -> dict[str, list[tuple[SourceIndex, ClassInfo]]]:
@@ -137,15 +151,30 @@ class SequenceAnchorer:
             c = index.calls[i]
             sub = self._sub_forward(index, c, classes) if depth < _MAX_DEPTH else None
             key = f"{sub[0].path}:{sub[1]}" if sub is not None else ""
+            elements = self._sequential_elements(index, c) if sub is None else ()
             if sub is not None and key not in active:
                 out.append(Entry(index, c, True))
                 self._flatten(sub[0], sub[1], classes, out, depth + 1, (*active, key))
+            elif elements:
+                # self.features(x) on an nn.Sequential runs its elements in order: one position each
+                out.append(Entry(index, c, True))
+                out.extend(Entry(index, c, False, e) for e in elements)
             else:
                 out.append(Entry(index, c, False))
 
+    @staticmethod
+    def _sequential_elements(index: SourceIndex, c: CallSite) -> tuple[ModuleAttr, ...]:
+        """The elements, in order, of the ``nn.Sequential`` attribute a call runs (() otherwise)."""
+        if not c.self_attr or not c.cls or c.element >= 0 or c.operator:
+            return ()
+        attr = index.module_attr(c.cls, c.self_attr)
+        if attr is None or attr.class_name != "Sequential" or len(attr.elements) < 2:
+            return ()
+        return tuple(sorted(attr.elements, key=lambda e: e.index))
+
     def position(self, site: Site) -> int | None:
         """The one position of a landmark's call in the flattened forward (None: not there once)."""
-        if site.kind is not SiteKind.CALL:
+        if site.kind not in (SiteKind.CALL, SiteKind.ELEMENT):
             return None
         _ = self.flat
         found = self._pos.get((site.span.path, site.span), [])
@@ -173,7 +202,7 @@ class SequenceAnchorer:
             calls.reverse()
         if not calls:
             return tuple(out)
-        ckeys = [call_keys(e.index, e.call.idx) for e in calls]
+        ckeys = [e.keys for e in calls]
         placed: list[int] = [-1] * len(families)  # position in ``calls`` of each placed kernel
         # 1. per family, in order
         by_family: dict[str, list[int]] = {}
@@ -200,7 +229,7 @@ class SequenceAnchorer:
                          if (keys & ckeys[j]) or not keys]
             if not cands:
                 continue
-            stmts = {(calls[j].index.path, calls[j].call.stmt) for j in cands}
+            stmts = {(calls[j].index.path, calls[j].stmt) for j in cands}
             if len(cands) == 1 and keys:
                 placed[i] = cands[0]
             elif len(stmts) == 1:
@@ -218,10 +247,18 @@ class SequenceAnchorer:
 
     def _site(self, e: Entry, a: Site, b: Site) -> Site:
         c = e.call
+        if e.element is not None:
+            fn = f"{c.cls}.__init__"
+            occ = next((x.occurrence for x in e.index.calls_in(fn) if x.span == e.element.span), 0)
+            return Site(e.element.span, Confidence.INFERRED, fn, e.element.text, None,
+                        f"{self._note(a, b)}; element of the nn.Sequential run by {c.text} (line {c.span.line})",
+                        kind=SiteKind.ELEMENT, occurrence=occ)
         return Site(c.span, Confidence.INFERRED, c.function, c.text, None, self._note(a, b), kind=SiteKind.CALL,
                     occurrence=c.occurrence)
 
     def _statement(self, e: Entry, a: Site, b: Site) -> Site:
+        if e.element is not None:
+            return self._site(e, a, b)
         stmt = e.call.stmt
         text = e.index.lines.slice(stmt.line, stmt.col, stmt.end_line, stmt.end_col)
         return Site(stmt, Confidence.INFERRED, e.call.function, text, None, self._note(a, b), kind=SiteKind.STATEMENT,

@@ -111,6 +111,7 @@ _LAYERS: dict[str, LayerKind] = {
     "torch.nn.Conv2d": LayerKind.CONV,
     "torch.nn.Conv3d": LayerKind.CONV,
     "torch.nn.Embedding": LayerKind.EMBEDDING,
+    "torch.nn.EmbeddingBag": LayerKind.EMBEDDING,
     "torch.nn.LayerNorm": LayerKind.NORM,
     "torch.nn.RMSNorm": LayerKind.NORM,
     "torch.nn.MultiheadAttention": LayerKind.ATTENTION,
@@ -125,6 +126,7 @@ _PARAMS: dict[str, tuple[str, ...]] = {
     "Conv2d": ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups"),
     "Conv3d": ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups"),
     "Embedding": ("num_embeddings", "embedding_dim"),
+    "EmbeddingBag": ("num_embeddings", "embedding_dim"),
     "LayerNorm": ("normalized_shape", "eps", "elementwise_affine"),
     "RMSNorm": ("normalized_shape", "eps", "elementwise_affine"),
     "MultiheadAttention": ("embed_dim", "num_heads"),
@@ -588,7 +590,7 @@ class SizeResolver:
             if dims is None:
                 return
             weights = ((dims[0], dims[1]),)
-            label = f"nn.Embedding({dims[0]}, {dims[1]})"
+            label = f"nn.{short}({dims[0]}, {dims[1]})"
         elif kind is LayerKind.NORM:
             v = args.get("normalized_shape", Unknown("`normalized_shape` is not given"))
             shape = (_as_int(v),) if _as_int(v) is not None else (

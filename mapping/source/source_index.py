@@ -312,6 +312,13 @@ _AUG_OPERATORS: dict[type, str] = {
 }
 
 
+
+def _tuple_name(target: cst.BaseExpression, k: int) -> str:
+    """The ``k``-th name of a tuple target (``i, v``), or ""."""
+    if isinstance(target, cst.Tuple) and len(target.elements) > k and isinstance(target.elements[k].value, cst.Name):
+        return target.elements[k].value.value
+    return ""
+
 def _dotted(node: cst.BaseExpression) -> str | None:
     parts = []
     while isinstance(node, cst.Attribute):
@@ -656,15 +663,43 @@ class _Collector(cst.CSTVisitor):
         loop = self.f.loops[i]
         self.f.loops[i] = loop[:7] + (len(self.f.calls),)
 
+    def _bound_modules(self, target: cst.BaseExpression, it: cst.BaseExpression) -> dict[str, str]:
+        """Loop variables bound to the elements of a module attribute: ``for v in self.X``,
+        ``for i, v in enumerate(self.X)``, ``for k, v in self.X.items()``, ``for v in self.X.values()``."""
+        _, self_name = self.method_class()
+        if not self_name:
+            return {}
+        name = target.value if isinstance(target, cst.Name) else ""
+        if isinstance(it, cst.Call) and len(it.args) == 1 and _dotted(it.func) == "enumerate":
+            it, name = it.args[0].value, _tuple_name(target, 1)
+        elif isinstance(it, cst.Call) and not it.args and isinstance(it.func, cst.Attribute) \
+                and it.func.attr.value in ("items", "values"):
+            if it.func.attr.value == "items":
+                name = _tuple_name(target, 1)
+            it = it.func.value
+        dotted = _dotted(it)
+        if name and dotted and dotted.startswith(self_name + ".") and dotted.count(".") == 1:
+            return {name: dotted.split(".", 1)[1]}
+        return {}
+
     def visit_For_body(self, node: cst.For) -> None:
         self._loop_body_start("for", node)
+        self.loop_vars.append(self._bound_modules(node.target, node.iter))
+
+    def _visit_comprehension(self, node: cst.ListComp | cst.GeneratorExp | cst.SetComp | cst.DictComp) -> None:
+        # the element is visited before ``for_in``: bind the comprehension's variables up front
         bound: dict[str, str] = {}
-        if isinstance(node.target, cst.Name):
-            dotted = _dotted(node.iter)
-            _, self_name = self.method_class()
-            if dotted and self_name and dotted.startswith(self_name + ".") and dotted.count(".") == 1:
-                bound[node.target.value] = dotted.split(".", 1)[1]
+        comp: cst.CompFor | None = node.for_in
+        while comp is not None:
+            bound.update(self._bound_modules(comp.target, comp.iter))
+            comp = comp.inner_for_in
         self.loop_vars.append(bound)
+
+    def _leave_comprehension(self, original_node: cst.CSTNode) -> None:
+        self.loop_vars.pop()
+
+    visit_ListComp = visit_GeneratorExp = visit_SetComp = visit_DictComp = _visit_comprehension
+    leave_ListComp = leave_GeneratorExp = leave_SetComp = leave_DictComp = _leave_comprehension
 
     def leave_For_body(self, node: cst.For) -> None:
         self.loop_vars.pop()
@@ -807,6 +842,13 @@ class _Collector(cst.CSTVisitor):
                 if isinstance(item, cst.Call) and _dotted(item.func):
                     es = self.span(item)
                     elements.append((i, es, _dotted(item.func) or "", self.text_of(es)))
+            comp = value.args[0].value if last != "Sequential" and value.args else None
+            if isinstance(comp, (cst.ListComp, cst.GeneratorExp)) and isinstance(comp.elt, cst.Call) \
+                    and _dotted(comp.elt.func):
+                # ModuleList([Block(cfg) for _ in range(n)]): every element is one construction;
+                # index -1, as no element has a position of its own
+                es = self.span(comp.elt)
+                elements.append((-1, es, _dotted(comp.elt.func) or "", self.text_of(es)))
         self.f.attrs.append(_RawAttr(cls, target.attr.value, span, ctor, self.text_of(span), elements))
 
 
