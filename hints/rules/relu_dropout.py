@@ -457,7 +457,7 @@ def _at_line(index: SourceIndex, line: int, function: str, conf: Confidence, pre
 
 def _compiled_since(ctx: RuleContext, pairs: list[_Pair]) -> bool:
     """The profile's pairs no longer anchor, and every file their frames name now holds the compile
-    fix's helper (``_relu_dropout = torch.compile(...)`` at module level) and no ReLU->Dropout
+    fix's helper (``_compiled_helper``) and no ReLU->Dropout
     construct outside it: the profile predates the fix. One construct left uncompiled and the
     finding stays as it is (which pairs were compiled cannot be told apart)."""
     indexes: dict[str, SourceIndex] = {}
@@ -471,9 +471,16 @@ def _compiled_since(ctx: RuleContext, pairs: list[_Pair]) -> bool:
 
 
 def _compiled_helper(index: SourceIndex) -> Span | None:
-    """The compile fix's helper binding, if the file has it."""
+    """The compile fix's helper, if the file has it: ``_relu_dropout = torch.compile(...)``, or
+    (the "npu" form) the module-level ``_relu_dropout_fn`` that calls ``torch.compile``."""
     b = index.binding_for(MODULE_SCOPE, fx.HELPER)
-    return b.span if b is not None and b.ctor_qualname == "torch.compile" else None
+    if b is not None and b.ctor_qualname == "torch.compile":
+        return b.span
+    lazy = index.functions.get(fx.LAZY)
+    if lazy is None or fx.HELPER not in index.functions:
+        return None
+    compiles = any(c.qualname == "torch.compile" and _inside(c.span, lazy.span) for c in index.calls)
+    return lazy.span if compiles else None
 
 
 def _uncompiled_pairs(index: SourceIndex) -> bool:
