@@ -241,7 +241,7 @@ def _helper_stmts(torch: str, functional: str, backend: str) -> list[cst.BaseSta
         "        import torchair  # noqa: F401  (without it the npu backend runs the graph eagerly)\n"
         "    except ImportError:\n"
         "        return pair\n"
-        f"    if \"npu\" not in {torch}.compiler.list_backends(exclude_tags=()):  # registered by import torch_npu\n"
+        f"    if \"npu\" not in {torch}.compiler.list_backends(exclude_tags=()):  # torch_npu registers it on import\n"
         "        return pair\n"
         f"    return {torch}.compile(pair, backend=\"npu\")\n"
         "\n"
