@@ -401,6 +401,17 @@ def _init_related(index: SourceIndex, *calls: CallSite) -> tuple[Related, ...]:
 
 
 def _construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
+    """The source construct of a recorded pair; None when its line is gone, or now lands in the
+    compile fix's own helper (the profile predates the fix: its pair is not the user's)."""
+    found = _recorded_construct(ctx, pair)
+    if found is None:
+        return None
+    index = sq.index_of(ctx, found.span.path)
+    helper = _compiled_helper(index) if index is not None else None
+    return None if helper is not None and _inside(found.span, helper) else found
+
+
+def _recorded_construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
     rs, ds = _site(ctx, pair.relu), _site(ctx, pair.dropout)
     if ds is None and rs is None:
         place = sq.op_place(ctx, pair.dropout)

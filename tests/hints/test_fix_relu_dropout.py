@@ -127,6 +127,22 @@ def test_npu_form_imports_everywhere_and_compiles_only_where_the_backend_can_fus
         assert ns["_relu_dropout_fn"]().__name__ == "pair"  # not compiled: no torchair here
 
 
+@pytest.mark.parametrize("order", ["sequential first", "call first"])
+def test_npu_fixes_applied_together_add_the_helper_once(order):
+    """Fix all: each fix computed on the same text adds the helper (one also the ReLUDropout class
+    after it); applied together the helper is written once, the class once."""
+    from msprof_lsp.hints.fixes import apply_fixes
+
+    fixes = [rd.compile_pair(MLP, line_of(MLP, needle), backend="npu").fix
+             for needle in ("nn.Dropout(0.2)", "h = self.drop(self.act(")]
+    done = apply_fixes(MLP, fixes if order == "sequential first" else fixes[::-1])
+    assert len(done.applied) == 2 and not done.declined
+    new = done.source
+    assert new.count("def _relu_dropout_fn():") == 1 and new.count("class ReLUDropout(") == 1
+    assert new.count("import functools") == 1
+    compile(new, "mlp.py", "exec")
+
+
 def _no_torch_npu():
     import contextlib
     import sys
