@@ -1,7 +1,9 @@
 """NPU201 aicpu-fallback fixes (review): move work that falls back to the AI CPU onto AI Cores.
 
 * ``double_to_float``: ``.double()`` -> ``.float()`` and ``torch.float64``/``torch.double`` ->
-  ``torch.float32`` on the anchor line (precision changes; integer dtypes are never touched).
+  ``torch.float32`` on the anchor line and at every other float64 site of the same function (of the
+  module level outside functions): a float64 accumulator left behind would promote the op back to
+  float64 and keep it on the AI CPU (precision changes; integer dtypes are never touched).
 * ``masked_fill``: ``t[mask] = v`` -> ``t.masked_fill_(mask, v)`` for a scalar ``v`` and an index
   that is visibly boolean (a comparison, ``~m``, ``a & b``, ``isnan(...)``, a name containing
   "mask"). The mask must also have ``t``'s shape: ``masked_fill_`` broadcasts from the right,
@@ -26,25 +28,42 @@ INDEX_METHODS = ("argsort", "long")
 BOOL_FUNCS = ("isnan", "isinf", "isfinite", "isneginf", "isposinf", "logical_and", "logical_or", "logical_not", "logical_xor", "bool")
 
 
+def _float64_sites(src: Source, nodes: list[cst.CSTNode]) -> dict[cst.CSTNode, cst.CSTNode]:
+    """The edits that make float32 of the ``.double()`` calls and ``torch.float64``/``torch.double``
+    among ``nodes``."""
+    changes: dict[cst.CSTNode, cst.CSTNode] = {}
+    for node in nodes:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "double" and not node.args:
+            changes[node.func.attr] = cst.Name("float")
+        elif isinstance(node, cst.Attribute) and src.is_api(node, *FLOAT64):
+            changes[node.attr] = cst.Name("float32")
+    return changes
+
+
 def double_to_float(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
+    """float32 for the float64 on the anchor line and every other float64 site of the same function
+    (module level: outside any function): one float64 operand left (an accumulator, a constant)
+    promotes the op back to float64 and keeps it on the AI CPU."""
     src = ct.parse(source)
     if src is None:
         return decline(why, "the file does not parse")
-    changes: dict[cst.CSTNode, cst.CSTNode] = {}
-    for call in src.at(where(anchor), cst.Call):
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "double" and not call.args and src.lines(call)[0] == where(anchor).line:
-            changes[call.func.attr] = cst.Name("float")
-    for attr in src.at(where(anchor), cst.Attribute):
-        if src.is_api(attr, *FLOAT64) and src.lines(attr)[0] == where(anchor).line:
-            changes[attr.attr] = cst.Name("float32")
-    if not changes:
+    line = where(anchor).line
+    here = [n for n in [*src.at(where(anchor), cst.Call), *src.at(where(anchor), cst.Attribute)] if src.lines(n)[0] == line]
+    if not _float64_sites(src, here):
         return decline(why, "no .double() or torch.float64 on this line")
+    scope = src.function_of(here[0])
+    kinds = (cst.Call, cst.Attribute)
+    nodes = list(src.within(scope, kinds)) if scope is not None else [n for n in src.walk(kinds) if src.function_of(n) is None]
+    changes = _float64_sites(src, nodes)
+    sites = len({src.lines(n)[0] for n in changes})
     return src.fixed(
         changes,
         "Compute in float32 instead of float64 (AI Cores have no float64)",
         safe=False,
         path=anchor_path(anchor, path),
-        notes=("precision drops to float32",),
+        notes=("precision drops to float32",
+               *([f"{sites} lines of this function make float64: all become float32 (one left keeps the op on the AI CPU)"]
+                 if sites > 1 else [])),
     )
 
 

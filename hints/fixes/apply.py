@@ -3,6 +3,7 @@ another applied fix already changed. What ``source.fixAll`` and the tests apply.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,7 +35,9 @@ def apply_fixes(source: str, fixes: Iterable[Fix], path: str | None = None) -> A
       is no longer there), or
     * edits another file than ``path`` (when given).
 
-    An insertion identical to one already applied (the same ``import torch_npu``) is made once.
+    An insertion identical to one already applied (the same ``import torch_npu``) is made once, and
+    one that extends an applied insertion at the same point (a helper, then a class using it) adds
+    only what follows (``_beyond``).
     """
     applied: list[Fix] = []
     declined: list[Declined] = []
@@ -48,7 +51,7 @@ def apply_fixes(source: str, fixes: Iterable[Fix], path: str | None = None) -> A
         if fix.group and fix.group in groups:
             declined.append(Declined(fix, f"an alternative to '{groups[fix.group].title}', which was applied"))
             continue
-        new = [e for e in fix.edits if not any(_same(e, o) for o in edits)]
+        new = [e for e in (_beyond(x, edits) for x in fix.edits) if e is not None]
         clash = sorted(edited_lines(new) & taken.keys())
         if clash or _overlaps(new, edits):
             by = taken[clash[0]].title if clash else "another fix"
@@ -66,6 +69,21 @@ def apply_fixes(source: str, fixes: Iterable[Fix], path: str | None = None) -> A
 
 def _same(a: TextEdit, b: TextEdit) -> bool:
     return (a.line, a.col, a.end_line, a.end_col, a.new_text) == (b.line, b.col, b.end_line, b.end_col, b.new_text)
+
+
+def _beyond(edit: TextEdit, applied: list[TextEdit]) -> TextEdit | None:
+    """``edit`` less what the applied edits already insert at its point: None when one inserts
+    the same text or more, the rest when one inserts a prefix of it (fixes computed on one text
+    that add the same helper, one of them with more after it)."""
+    if any(_same(edit, o) for o in applied):
+        return None
+    if (edit.line, edit.col) != (edit.end_line, edit.end_col):
+        return edit
+    at = [o.new_text for o in applied if (o.line, o.col, o.end_line, o.end_col) == (edit.line, edit.col, edit.line, edit.col)]
+    if any(t.startswith(edit.new_text) for t in at):
+        return None
+    done = max((t for t in at if edit.new_text.startswith(t)), key=len, default="")
+    return dataclasses.replace(edit, new_text=edit.new_text[len(done):]) if done else edit
 
 
 def _overlaps(new: list[TextEdit], old: list[TextEdit]) -> bool:

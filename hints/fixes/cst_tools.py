@@ -733,22 +733,6 @@ def add_import_after(module: cst.Module, name: str, after: str) -> cst.Module:
     return _import_into_head(module, name, idx + 1 if idx is not None else import_section_end(module))
 
 
-def add_guarded_import(module: cst.Module, name: str, after: str, why: str) -> cst.Module:
-    """``try: import name`` / ``except ImportError: pass`` once, right after the import of ``after``.
-
-    For a module that registers something on import (torch_npu: the ``npu`` device and
-    ``torch.compile`` backend) in a file that must still import where it is not installed.
-    """
-    if binds_module(module, name):
-        return module
-    guard = cst.parse_module(f"try:\n    import {name}  # noqa: F401  ({why})\nexcept ImportError:\n    pass\n").body[0]
-    idx = import_statement_index(module, after)
-    at = idx + 1 if idx is not None else import_section_end(module)
-    body = list(module.body)
-    body.insert(at, guard)
-    return module.with_changes(body=body)
-
-
 def insert_after_imports(module: cst.Module, statements: Sequence[cst.BaseStatement], *, blank_line: bool = True) -> cst.Module:
     """Module-level statements placed after the leading imports, separated by one blank line."""
     if not statements:

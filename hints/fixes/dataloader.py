@@ -5,7 +5,10 @@
   above 0, since torch raises otherwise — ``persistent_workers=True`` and ``prefetch_factor=2``.
   Arguments the user wrote are kept.
 * ``non_blocking_copies``: in the loop that consumes the loader, ``<batch>.to(device)`` ->
-  ``<batch>.to(device, non_blocking=True)`` (pinning only pays off with non-blocking copies);
+  ``<batch>.to(device, non_blocking=True)`` (pinning only pays off with non-blocking copies), and
+  only together with ``pin_memory=True`` on that loader's construction in the same file (added when
+  absent or False): from pageable memory a non-blocking copy is synchronous, so without a
+  construction it can see the fix is declined;
   ``.cuda()`` / ``.npu()`` get ``non_blocking=True`` as well. Only copies of the loop's own batch
   variables are touched, never ``model.to(...)`` or a ``.to("cpu")``.
 """
@@ -49,12 +52,32 @@ def _loader_calls(src: Source, anchor: Anchor) -> list[cst.Call]:
     if calls:
         return calls[:1]
     for loop in src.at(where(anchor), cst.For):
-        name = _iterated_name(loop)
-        if name:
-            for a in src.walk(cst.Assign, hint=name.rsplit(".", 1)[-1]):
-                if _is_loader_call(src, a.value) and any(ct.dotted(t.target) == name for t in a.targets):
-                    return [a.value]  # type: ignore[list-item]
+        built = _construction_of(src, loop)
+        if built is not None:
+            return [built]
     return []
+
+
+def _construction_of(src: Source, loop: cst.For) -> cst.Call | None:
+    """The ``DataLoader(...)`` call bound to the name the loop iterates, in this file."""
+    name = _iterated_name(loop)
+    if name:
+        for a in src.walk(cst.Assign, hint=name.rsplit(".", 1)[-1]):
+            if _is_loader_call(src, a.value) and any(ct.dotted(t.target) == name for t in a.targets):
+                return a.value  # type: ignore[return-value]
+    return None
+
+
+def _pinned(src: Source, call: cst.Call) -> dict[cst.CSTNode, cst.CSTNode] | None:
+    """The edit that makes the loader pin its batches ({} when it does), None when unknown."""
+    if ct.has_star(call):
+        return None
+    pin = ct.argument(call, POSITIONAL.index("pin_memory"), "pin_memory")
+    if pin is None:
+        return {call: ct.append_args(call, [ct.kwarg("pin_memory", "True")])}
+    if ct.literal(pin.value) is True:
+        return {}
+    return {call: _replace_arg(call, pin, "True")} if ct.literal(pin.value) is False else None
 
 
 def _iterated_name(loop: cst.For) -> str | None:
@@ -166,7 +189,12 @@ def non_blocking_copies(source: Text, anchor: Anchor, *, path: str | None = None
         name = ct.dotted(assign.targets[0].target) if assign is not None else None
         loops = [lp for lp in src.walk(cst.For, hint=name.rsplit(".", 1)[-1]) if _iterated_name(lp) == name] if name else []
     changes: dict[cst.CSTNode, cst.CSTNode] = {}
+    pinning: dict[cst.CSTNode, cst.CSTNode] | None = None
     for loop in loops:
+        built = _construction_of(src, loop)
+        pinning = _pinned(src, built) if built is not None else None
+        if pinning is None:
+            continue  # a copy from pageable memory is synchronous whatever non_blocking says
         batch = _bound_by_target(loop.target)
         if not batch:
             continue
@@ -188,13 +216,17 @@ def non_blocking_copies(source: Text, anchor: Anchor, *, path: str | None = None
         if changes:
             break
     if not changes:
+        if loops and pinning is None:
+            return decline(why, "the loop's DataLoader is not built in this file with a known pin_memory: "
+                                "non_blocking=True does nothing without pinned memory")
         return decline(why, "no blocking .to(device) copy of the batch in the loop")
+    assert pinning is not None
     return src.fixed(
-        changes,
-        "Copy batches to the device with non_blocking=True",
+        {**changes, **pinning},
+        "Copy batches to the device with non_blocking=True" + (" from pinned memory (pin_memory=True)" if pinning else ""),
         safe=False,
         path=anchor_path(anchor, path),
-        notes=("asynchronous only from pinned memory (pin_memory=True)",),
+        notes=("asynchronous only from pinned memory: the DataLoader gets pin_memory=True when it lacks it",),
     )
 
 

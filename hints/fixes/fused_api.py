@@ -20,6 +20,10 @@ instead. Signatures follow torch_npu 2.14.0 (the catalog in hints/rules/fused_ap
   ``torch_npu.npu_scaled_masked_softmax(x, mask, scale=s)``
 * NPU217 ``h = x + r`` then ``y = self.norm(h)`` (affine ``nn.LayerNorm`` over the last dim) ->
   ``y, _, _, h = torch_npu.npu_add_layer_norm(x, r, self.norm.weight, self.norm.bias, self.norm.eps, additional_output=True)``
+
+Every path the file runs keeps working (``npu_access.behind_npu``): unless the file imports
+torch_npu unconditionally, the rewritten statements go behind ``if torch_npu is not None:`` with
+the original ones in the ``else``, and the file gets the guarded import, never a bare one.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import libcst as cst
 from . import cst_tools as ct
 from .cst_tools import Source
 from .dataflow import NameFlow
+from .npu_access import behind_npu, npu_access
 from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 SNIPPETS: dict[str, str] = {
@@ -81,17 +86,16 @@ def _last_dim(call: cst.Call, index: int, name: str = "dim") -> bool:
 
 
 def _npu(module: cst.Module) -> tuple[str, cst.Module]:
-    """The module's name for torch_npu, adding ``import torch_npu`` after ``import torch`` if needed."""
-    npu = ct.binds_module(module, "torch_npu")
-    if npu:
-        return npu, module
-    return "torch_npu", module
+    """The module's name for torch_npu (``_finish`` makes it bound on every path)."""
+    return npu_access(module).name, module
 
 
-def _finish(source: Text, src: Source, replacements: dict, title: str, anchor: Anchor, path: str | None, notes: tuple[str, ...], *, npu: bool) -> FixResult | None:
-    module = src.rewrite(replacements)
-    if npu and ct.binds_module(module, "torch_npu") is None:
-        module = ct.add_import_after(module, "torch_npu", after="torch")
+def _finish(source: Text, src: Source, replacements: dict, title: str, anchor: Anchor, path: str | None, notes: tuple[str, ...], *, npu: bool,
+            why: list[str] | None = None) -> FixResult | None:
+    # NPU-only code runs behind `if torch_npu is not None:` unless every path imports torch_npu
+    module = behind_npu(src, replacements, why) if npu else src.rewrite(replacements)
+    if module is None:
+        return None
     return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)
 
 
@@ -170,7 +174,7 @@ def rms_norm(source: Text, anchor: Anchor, *, path: str | None = None, why: list
             npu, _ = _npu(src.module)
             new = ct.expr(f"{npu}.npu_rms_norm({ct.code(x)}, {ct.code(w)}, epsilon={ct.code(eps)})[0]")
             return _finish(source, src, {node: new}, "Use torch_npu.npu_rms_norm", anchor, path,
-                           ("the weight must have x's dtype; an fp32 upcast in the original rounds differently",), npu=True)
+                           ("the weight must have x's dtype; an fp32 upcast in the original rounds differently",), npu=True, why=why)
     return decline(why, "no exactly recognised RMSNorm expression here")
 
 
@@ -235,7 +239,7 @@ def swiglu(source: Text, anchor: Anchor, *, path: str | None = None, why: list[s
                 stmt: new_stmt.with_changes(leading_lines=[*prev.leading_lines, *stmt.leading_lines]),  # type: ignore[union-attr]
             }
         return _finish(source, src, module_repl, "Use torch_npu.npu_swiglu", anchor, path,
-                       ("the first half must be the gated one (silu(first) * second)",), npu=True)
+                       ("the first half must be the gated one (silu(first) * second)",), npu=True, why=why)
     return decline(why, "no exactly recognised SwiGLU expression here")
 
 
@@ -289,7 +293,7 @@ def rotary_mul(source: Text, anchor: Anchor, *, path: str | None = None, why: li
                     npu, _ = _npu(src.module)
                     new = ct.expr(f"{npu}.npu_rotary_mul({ct.code(q)}, {ct.code(cos)}, {ct.code(sin)})")
                     return _finish(source, src, {node: new}, "Use torch_npu.npu_rotary_mul", anchor, path,
-                                   ("q must be 4-D (BNSD/BSND/SBND, D even, < 896); cos/sin over the full head dim",), npu=True)
+                                   ("q must be 4-D (BNSD/BSND/SBND, D even, < 896); cos/sin over the full head dim",), npu=True, why=why)
     return decline(why, "no exactly recognised rotary embedding here (q * cos + rotate_half(q) * sin)")
 
 
@@ -490,7 +494,7 @@ def attention(source: Text, anchor: Anchor, *, backend: str = "ascend", path: st
                 "dropout draws a different random stream",
             ), False
         repl = ct.remove_statements(src, m.consumed, keep={node: new})
-        return _finish(source, src, repl, title, anchor, path, notes, npu=npu_import)
+        return _finish(source, src, repl, title, anchor, path, notes, npu=npu_import, why=why)
     return decline(why, "no exactly recognised attention expression here")
 
 
@@ -513,7 +517,7 @@ def fast_gelu(source: Text, anchor: Anchor, *, backend: str = "ascend", path: st
         if backend == "ascend":
             npu, _ = _npu(src.module)
             return _finish(source, src, {call: ct.expr(f"{npu}.fast_gelu({x})")}, "Use torch_npu.fast_gelu (approximation)",
-                           anchor, path, ("an approximation of GELU: outputs change slightly",), npu=True)
+                           anchor, path, ("an approximation of GELU: outputs change slightly",), npu=True, why=why)
         new = ct.append_args(call, [ct.kwarg("approximate", '"tanh"')]) if approx is None else ct.set_kwarg(call, "approximate", '"tanh"')
         return _finish(source, src, {call: new}, "Use the tanh approximation of GELU", anchor, path,
                        ("an approximation of GELU: outputs change slightly",), npu=False)
@@ -576,7 +580,7 @@ def confusion_transpose(source: Text, anchor: Anchor, *, path: str | None = None
         npu, _ = _npu(src.module)
         new = ct.expr(f"{npu}.npu_confusion_transpose({ct.code(x)}, {perm}, {shape}, {first})")
         return _finish(source, src, {call: new}, "Use torch_npu.npu_confusion_transpose", anchor, path,
-                       ("documented dtypes exclude bfloat16",), npu=True)
+                       ("documented dtypes exclude bfloat16",), npu=True, why=why)
     return decline(why, "no permute/view pair here")
 
 
@@ -604,7 +608,7 @@ def scaled_masked_softmax(source: Text, anchor: Anchor, *, path: str | None = No
         extra = f", scale={ct.code(scale)}" if scale is not None else ""
         new = ct.expr(f"{npu}.npu_scaled_masked_softmax({ct.code(base)}, {mask}{extra})")
         return _finish(source, src, {call: new}, "Use torch_npu.npu_scaled_masked_softmax", anchor, path,
-                       ("x as NCHW with H and W in [32, 4096] and multiples of 32; bool mask True = masked",), npu=True)
+                       ("x as NCHW with H and W in [32, 4096] and multiples of 32; bool mask True = masked",), npu=True, why=why)
     return decline(why, "no softmax of masked_fill(mask, -inf) here")
 
 
@@ -619,7 +623,7 @@ def add_layer_norm(source: Text, anchor: Anchor, *, path: str | None = None, why
         found = _add_norm_pair(src, s1, s2, why)
         if found is not None:
             return _finish(source, src, found, "Use torch_npu.npu_add_layer_norm", anchor, path,
-                           ("affine LayerNorm over the last dim only",), npu=True)
+                           ("affine LayerNorm over the last dim only",), npu=True, why=why)
     return decline(why, "no `h = x + r` followed by `y = self.norm(h)` here")
 
 

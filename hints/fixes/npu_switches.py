@@ -7,7 +7,10 @@
   call, ``torch_npu.npu.set_compile_mode(jit_compile=False)`` is inserted (review: the default
   differs per chip, and old chips may lack binaries).
 
-``import torch_npu`` is added after ``import torch`` when the entry script lacks it.
+The statement goes right after the import of torch_npu, inside the guard's ``try`` where the
+file guards it (so it runs only where torch_npu imported); an entry script without the import gets
+``try: import torch_npu`` / ``except ImportError: torch_npu = None`` after ``import torch``
+(``npu_access``), never a bare import.
 """
 
 from __future__ import annotations
@@ -16,39 +19,20 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
+from .npu_access import NpuImport, after_npu_import, npu_access
 from .result import Anchor, FixResult, Text, anchor_path, decline, result
 
 INTERNAL_FORMAT = "npu.config.allow_internal_format"
 COMPILE_MODE = "npu.set_compile_mode"
 
 
-def _import_line(src: Source) -> cst.SimpleStatementLine | None:
-    """The top-level statement (or one inside a top-level ``try``) that imports torch_npu."""
-    for node in src.module.body:
-        lines = [node] if isinstance(node, cst.SimpleStatementLine) else (
-            list(node.body.body) if isinstance(node, cst.Try) else []
-        )
-        for line in lines:
-            if isinstance(line, cst.SimpleStatementLine):
-                for s in line.body:
-                    if isinstance(s, cst.Import) and any((ct.dotted(a.name) or "").split(".")[0] == "torch_npu" for a in s.names):
-                        return line
-    return None
-
-
 def _add_after_import(src: Source, statement: str, why: list[str] | None) -> cst.Module | None:
-    """Insert ``statement`` (with ``{npu}`` for the module's name) after ``import torch_npu``."""
-    npu = ct.binds_module(src.module, "torch_npu")
-    line = _import_line(src)
-    if npu is not None and line is not None:
-        new = ct.stmt(statement.format(npu=npu))
-        return src.rewrite({line: cst.FlattenSentinel([line, new])})
-    if ct.binds_module(src.module, "torch") is None:
+    """Insert ``statement`` (with ``{npu}`` for the module's name) after ``import torch_npu``: in
+    the guard's ``try`` where the file guards it; a file without the import must be the entry
+    script (it imports torch) and gets the guarded import."""
+    if npu_access(src.module).how is NpuImport.NONE and ct.binds_module(src.module, "torch") is None:
         return decline(why, "no `import torch` in this file: not the entry script")
-    idx = ct.import_statement_index(src.module, "torch")
-    module = ct.add_import_after(src.module, "torch_npu", after="torch")
-    at = (idx + 1) if idx is not None else ct.import_section_end(src.module)
-    return ct.insert_after_statement(module, at, [ct.stmt(statement.format(npu="torch_npu"))])
+    return after_npu_import(src.module, statement)
 
 
 def _assignments(src: Source, suffix: str) -> list[cst.Assign]:

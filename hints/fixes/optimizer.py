@@ -11,6 +11,10 @@
 * ``fused_grad_clip``: ``clip_grad_norm_(params, max_norm)`` -> ``opt.clip_grad_norm_fused_(max_norm)``
   when the file builds exactly one ``torch_npu.optim.NpuFused*`` optimizer and the total norm is
   not used; otherwise ``foreach=True`` is added.
+
+The NpuFused optimizer and its fused clip are NPU-only: unless the file imports torch_npu
+unconditionally they go behind ``if torch_npu is not None:`` with the torch.optim code in the
+``else`` (``npu_access.behind_npu``), so the script still runs where torch_npu is not installed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
+from .npu_access import behind_npu, npu_access
 from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 FUSED_CAPABLE = ("Adam", "AdamW", "SGD", "Adagrad")
@@ -111,11 +116,10 @@ def npu_fused_optimizer(source: Text, anchor: Anchor, *, path: str | None = None
     new = call
     if name == "SGD" and ct.argument(call, 1, "lr") is None:
         new = ct.append_args(new, [ct.kwarg("lr", "0.001")])
-    npu = ct.binds_module(src.module, "torch_npu") or "torch_npu"
-    new = new.with_changes(func=ct.expr(f"{npu}.optim.NpuFused{name}"))
-    module = src.rewrite({call: new})
-    if ct.binds_module(module, "torch_npu") is None:
-        module = ct.add_import_after(module, "torch_npu", after="torch")
+    new = new.with_changes(func=ct.expr(f"{npu_access(src.module).name}.optim.NpuFused{name}"))
+    module = behind_npu(src, {call: new}, why)  # the torch.optim one stays where torch_npu is not installed
+    if module is None:
+        return None
     return result(
         source,
         module.code,
@@ -168,13 +172,12 @@ def fused_grad_clip(source: Text, anchor: Anchor, *, path: str | None = None, wh
     if len(set(fused)) == 1 and result_unused and not extra and max_norm is not None and len(ct.positional(call)) <= 3:
         args = ct.code(max_norm.value) + (f", norm_type={ct.code(norm_type.value)}" if norm_type is not None else "")
         new = ct.expr(f"{fused[0]}.clip_grad_norm_fused_({args})")
-        return src.fixed(
-            {call: new},
-            f"Clip with {fused[0]}.clip_grad_norm_fused_ (one fused kernel)",
-            safe=False,
-            path=anchor_path(anchor, path),
-            notes=("only valid because the optimizer is a torch_npu NpuFused* optimizer",),
-        )
+        # behind the same test as the NpuFused optimizer: without torch_npu it is a torch.optim one
+        module = behind_npu(src, {call: new}, why)
+        if module is None:
+            return None
+        return result(source, module.code, f"Clip with {fused[0]}.clip_grad_norm_fused_ (one fused kernel)", safe=False,
+                      path=anchor_path(anchor, path), notes=("only valid because the optimizer is a torch_npu NpuFused* optimizer",))
     if ct.keyword(call, "foreach") is not None or len(ct.positional(call)) > 4:
         return decline(why, "foreach is already given")
     return src.fixed(

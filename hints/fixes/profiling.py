@@ -3,9 +3,12 @@
 ``insert_profiler`` wraps the training loop (the loop whose body calls ``.backward()`` and
 ``.step()``: the rules' training-loop finder) in a profiler that is off unless the
 ``MSPROF_LSP_PROFILE`` environment variable is set: unset, the block is a
-``contextlib.nullcontext()`` and committing it changes nothing. A script that imports torch_npu gets
-``torch_npu.profiler`` with CPU+NPU activities, Level1 and PipeUtilization; any other script gets
-``torch.profiler`` with the CPU, plus CUDA when the script mentions CUDA and the machine has it.
+``contextlib.nullcontext()`` and committing it changes nothing. A script that imports torch_npu
+unconditionally gets ``torch_npu.profiler`` with CPU+NPU activities, Level1 and PipeUtilization; a
+script that imports nothing of it gets ``torch.profiler`` with the CPU, plus CUDA when the script
+mentions CUDA and the machine has it; a script that guards the import (``npu_access``) gets both in
+one block, ``if torch_npu is not None:`` the first, else the second, so recording works on every
+machine the script runs on.
 The trace goes to ``msprof_profiles/`` beside the script, a folder inside the workspace, which the
 language server watches for new profiles. ``prof.step()`` ends each iteration of the innermost
 training loop. ``snippet`` prints the same block for a loop of your own.
@@ -21,6 +24,7 @@ import libcst as cst
 from msprof_lsp.mapping.source.source_index import LoopInfo, SourceIndex, SourceSyntaxError
 
 from . import cst_tools as ct
+from .npu_access import NpuImport, npu_access, optional_npu
 from .result import Anchor, FixResult, Text, anchor_path, decline, result, text_of, where
 
 PROFILE_ENV = "MSPROF_LSP_PROFILE"
@@ -50,31 +54,50 @@ _ACTIVITIES = {
 }
 
 
-def setup_code(flavour: Flavour, name: str = "msprof_profiler", active: int = ACTIVE_STEPS) -> str:
-    """The statements that make the profiler (or a no-op context) bound to ``name``."""
-    mod = "torch_npu.profiler" if flavour is Flavour.NPU else "torch.profiler"
+def _profile_call(flavour: Flavour, name: str, active: int, indent: str, npu: str = "torch_npu") -> str:
+    """``name = <profiler>.profile(...)`` at ``indent``."""
+    mod = f"{npu}.profiler" if flavour is Flavour.NPU else "torch.profiler"
+    activities = _ACTIVITIES[flavour].replace("torch_npu.", f"{npu}.")
     extra = ""
     if flavour is Flavour.NPU:
         extra = (
-            f"        experimental_config={mod}._ExperimentalConfig(\n"
-            f"            profiler_level={mod}.ProfilerLevel.Level1,\n"
-            f"            aic_metrics={mod}.AiCMetrics.PipeUtilization,\n"
-            "        ),\n"
+            f"    experimental_config={mod}._ExperimentalConfig(\n"
+            f"        profiler_level={mod}.ProfilerLevel.Level1,\n"
+            f"        aic_metrics={mod}.AiCMetrics.PipeUtilization,\n"
+            "    ),\n"
         )
-    return (
+    body = (
+        f"    activities={activities},\n"
+        f"    schedule={mod}.schedule(wait=1, warmup=1, active={active}, repeat=1),\n"
+        "    with_stack=True,\n"
+        "    record_shapes=True,\n"
+        "    with_modules=True,\n"
+        f"{extra}"
+        f"    on_trace_ready={mod}.tensorboard_trace_handler(\n"
+        f"        os.path.join(os.path.dirname(os.path.abspath(__file__)), \"{PROFILE_FOLDER}\")\n"
+        "    ),\n"
+        ")\n"
+    )
+    return f"{indent}{name} = {mod}.profile(\n" + "".join(indent + ln + "\n" for ln in body.splitlines())
+
+
+def setup_code(flavour: Flavour, name: str = "msprof_profiler", active: int = ACTIVE_STEPS, *,
+               npu: str = "torch_npu", fallback: Flavour | None = None) -> str:
+    """The statements that make the profiler (or a no-op context) bound to ``name``. With
+    ``fallback`` (a script that guards its torch_npu import): ``flavour``'s profiler where ``npu``
+    is not None, ``fallback``'s where it is."""
+    head = (
         f"{name} = contextlib.nullcontext()\n"
         f"if os.environ.get(\"{PROFILE_ENV}\"):  # set it to record a profile (msprof-lsp)\n"
-        f"    {name} = {mod}.profile(\n"
-        f"        activities={_ACTIVITIES[flavour]},\n"
-        f"        schedule={mod}.schedule(wait=1, warmup=1, active={active}, repeat=1),\n"
-        "        with_stack=True,\n"
-        "        record_shapes=True,\n"
-        "        with_modules=True,\n"
-        f"{extra}"
-        f"        on_trace_ready={mod}.tensorboard_trace_handler(\n"
-        f"            os.path.join(os.path.dirname(os.path.abspath(__file__)), \"{PROFILE_FOLDER}\")\n"
-        "        ),\n"
-        "    )\n"
+    )
+    if fallback is None:
+        return head + _profile_call(flavour, name, active, "    ", npu)
+    return (
+        head
+        + f"    if {npu} is not None:\n"
+        + _profile_call(flavour, name, active, "        ", npu)
+        + "    else:  # torch_npu is not installed here: torch.profiler\n"
+        + _profile_call(fallback, name, active, "        ", npu)
     )
 
 
@@ -101,11 +124,10 @@ def training_loops(index: SourceIndex) -> list[LoopInfo]:
     return found(index)
 
 
-def flavour_of(index: SourceIndex) -> Flavour:
-    if index.torch_npu_import is not None:
-        return Flavour.NPU
-    # a mention is enough: the CUDA activity is only added where torch.cuda.is_available()
-    return Flavour.CUDA if re.search(r"\bcuda\b", index.text) else Flavour.CPU
+def torch_flavour(text: str) -> Flavour:
+    """The torch.profiler flavour: a mention of CUDA is enough, since the CUDA activity is only
+    added where torch.cuda.is_available()."""
+    return Flavour.CUDA if re.search(r"\bcuda\b", text) else Flavour.CPU
 
 
 _PROFILERS = ("torch.profiler.profile", "torch_npu.profiler.profile", "torch.autograd.profiler.profile")
@@ -185,10 +207,13 @@ def insert_profiler(source: Text, anchor: Anchor, *, path: str | None = None, wh
         return decline(why, "the loop body has a continue, which would skip the profiler step")
     if not isinstance(inner.body, cst.IndentedBlock):
         return decline(why, "the loop body is on the header line")
-    flavour = flavour_of(index)
+    # how the file gets torch_npu: every path it imports it (NPU), on some (both, one block), none
+    access = npu_access(src.module)
+    flavour = Flavour.NPU if access.how is not NpuImport.NONE else torch_flavour(index.text)
+    fallback = torch_flavour(index.text) if access.how is NpuImport.GUARDED else None
     name = ct.fresh_name(src.module, "msprof_profiler")
     prof = ct.fresh_name(src.module, "prof")
-    setup = list(cst.parse_module(setup_code(flavour, name)).body)
+    setup = list(cst.parse_module(setup_code(flavour, name, npu=access.name, fallback=fallback)).body)
     stepped = inner.with_changes(body=inner.body.with_changes(body=[*inner.body.body, *cst.parse_module(step_code(prof)).body]))
     if inner is outer:
         loop: cst.BaseStatement = stepped
@@ -204,8 +229,10 @@ def insert_profiler(source: Text, anchor: Anchor, *, path: str | None = None, wh
     module = src.rewrite({outer: replacement})
     module = ct.add_stdlib_import(module, "contextlib")
     module = ct.add_stdlib_import(module, "os")
-    if flavour is not Flavour.NPU and ct.binds_module(module, "torch") != "torch":
+    if (flavour is not Flavour.NPU or fallback is not None) and ct.binds_module(module, "torch") != "torch":
         module = ct.add_import_after(module, "torch", "torch")
+    if fallback is not None:
+        module = optional_npu(module)[1]  # the test above needs torch_npu = None where the import failed
     return result(
         source,
         module.code,

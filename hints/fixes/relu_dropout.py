@@ -59,6 +59,7 @@ def is_dropout_module(qualname: str, class_name: str) -> bool:
     return qualname == DROPOUT_MODULE if qualname else class_name == "Dropout"
 SEQUENTIAL = "torch.nn.Sequential"
 HELPER = "_relu_dropout"
+LAZY = "_relu_dropout_fn"  # the "npu" form: compiles on the first call, where the backend exists
 MODULE_CLASS = "ReLUDropout"
 BACKENDS = ("npu", "inductor")
 
@@ -219,11 +220,37 @@ def _names(module: cst.Module) -> tuple[str, str, str, list[str]]:
     return torch, functional, nn, add
 
 
-def _helper_stmt(torch: str, functional: str, backend: str) -> cst.BaseStatement:
-    return ct.stmt(
-        f"{HELPER} = {torch}.compile(lambda x, p, training: {functional}.dropout({functional}.relu(x), p=p, training=training), "
-        f'backend="{backend}")'
+def _helper_stmts(torch: str, functional: str, backend: str) -> list[cst.BaseStatement]:
+    """The compiled helper. Inductor ships with torch: ``torch.compile`` at import is lazy enough
+    (it compiles on the first call). The "npu" backend exists only after ``import torch_npu`` and
+    fuses only with torchair, so that helper decides on its first call: compiled where both are
+    there, the eager pair elsewhere (a CPU or CUDA run of the same script, or no torchair)."""
+    pair = f"{functional}.dropout({functional}.relu(x), p=p, training=training)"
+    if backend != "npu":
+        return [ct.stmt(f"{HELPER} = {torch}.compile(lambda x, p, training: {pair}, backend=\"{backend}\")")]
+    text = (
+        "@functools.cache\n"
+        f"def {LAZY}():\n"
+        '    """ReLU then dropout, compiled on the first call with torch_npu\'s "npu" backend where torchair\n'
+        '    lets it fuse them; elsewhere (CPU, CUDA, no torchair) the eager pair (msprof-lsp NPU101)."""\n'
+        "\n"
+        "    def pair(x, p, training):\n"
+        f"        return {pair}\n"
+        "\n"
+        "    try:\n"
+        "        import torchair  # noqa: F401  (without it the npu backend runs the graph eagerly)\n"
+        "    except ImportError:\n"
+        "        return pair\n"
+        f"    if \"npu\" not in {torch}.compiler.list_backends(exclude_tags=()):  # torch_npu registers it on import\n"
+        "        return pair\n"
+        f"    return {torch}.compile(pair, backend=\"npu\")\n"
+        "\n"
+        "\n"
+        f"def {HELPER}(x, p, training):\n"
+        f"    return {LAZY}()(x, p, training)\n"
     )
+    body = list(cst.parse_module(text).body)
+    return [body[0], body[1].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])]
 
 
 def _class_stmt(nn: str) -> cst.BaseStatement:
@@ -246,13 +273,11 @@ def _with_helpers(module: cst.Module, *, backend: str, need_class: bool) -> cst.
     for name in add:
         module = ct.add_import_after(module, name, after="__none__")
     if backend == "npu":
-        # torch.compile looks the backend up at once; only `import torch_npu` registers "npu", and
-        # this module may be imported before the script imports torch_npu
-        module = ct.add_guarded_import(module, "torch_npu", after="torch", why='registers the "npu" backend of torch.compile')
+        module = ct.add_stdlib_import(module, "functools")  # the helper compiles once, on its first call
     defined = ct.module_level_names(module)
     blank2 = [cst.EmptyLine(), cst.EmptyLine()]
     if HELPER not in defined:
-        new: list[cst.BaseStatement] = [_helper_stmt(torch, functional, backend)]
+        new: list[cst.BaseStatement] = _helper_stmts(torch, functional, backend)
         if need_class and MODULE_CLASS not in defined:
             new.append(_class_stmt(nn).with_changes(leading_lines=blank2))
         module = ct.insert_after_imports(module, new)
@@ -436,13 +461,15 @@ def compile_pair(
         return decline(why, f"no recognised ReLU->Dropout pair{shown} at this line")
     module = src.rewrite(replacements)
     module = _with_helpers(module, backend=backend, need_class=need_class)
-    title = f'Compile ReLU+Dropout into one kernel with torch.compile (backend="{backend}")'
+    title = (f'Compile ReLU+Dropout into one kernel with torch.compile (backend="{backend}")' if backend != "npu" else
+             'Compile ReLU+Dropout with torch.compile (backend="npu") where torchair can fuse them')
     notes = [
         "compiled dropout draws a different random stream (same distribution); new shapes recompile",
         "re-profile: fusion of the pair is not guaranteed",
     ]
     if backend == "npu":
-        notes.append('the "npu" backend needs torchair; without it torch_npu runs the pair eagerly')
+        notes.append('compiled on the first call, only where torch_npu registered the "npu" backend and torchair is '
+                     'installed (without torchair that backend fuses nothing); elsewhere the eager pair runs')
     if need_class:
         notes.append("ReLU, Dropout become ReLUDropout, Identity: later layer indices and state_dict keys stay the same")
     notes.append(f"matched: {shape}" + (f" ({', '.join(construct.names)})" if construct is not None and construct.names else ""))

@@ -164,10 +164,17 @@ class DataloaderInput(Rule):
                 continue
             loop_span, ctor = found
             index = place.index
-            related = [Related(ctor, f"the DataLoader is built here: {sq.text(index, ctor)}")] if ctor else []
+            ctor_path = index.path
+            if ctor is None:
+                # the loop's loader is built elsewhere (a parameter, another file): the one
+                # construction of the workspace is it, as in the no-stack form below
+                built = _constructions(ctx)
+                if len(built) == 1:
+                    ctor_path, ctor = built[0][0].path, built[0][1].span
+            related = [Related(ctor, f"the DataLoader is built here: {sq.text(index, ctor)}")] if ctor and ctor_path == index.path else []
             cands = []
             if ctor is not None and not recorded_with_workers:
-                cands.append((fx.tune_dataloader, ctor, index.path, {"workers": workers}))
+                cands.append((fx.tune_dataloader, ctor, ctor_path, {"workers": workers}))
             cands.append((fx.non_blocking_copies, loop_span, index.path, {}))
             return ctx.finding(self, span=loop_span, message=message, total_ns=total, wall=wall, evidence=evidence,
                                confidence=place.confidence, related=related, fixes=sq.fixes(ctx, *cands), effect=effect)

@@ -401,6 +401,17 @@ def _init_related(index: SourceIndex, *calls: CallSite) -> tuple[Related, ...]:
 
 
 def _construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
+    """The source construct of a recorded pair; None when its line is gone, or now lands in the
+    compile fix's own helper (the profile predates the fix: its pair is not the user's)."""
+    found = _recorded_construct(ctx, pair)
+    if found is None:
+        return None
+    index = sq.index_of(ctx, found.span.path)
+    helper = _compiled_helper(index) if index is not None else None
+    return None if helper is not None and _inside(found.span, helper) else found
+
+
+def _recorded_construct(ctx: RuleContext, pair: _Pair) -> _Construct | None:
     rs, ds = _site(ctx, pair.relu), _site(ctx, pair.dropout)
     if ds is None and rs is None:
         place = sq.op_place(ctx, pair.dropout)
@@ -457,7 +468,7 @@ def _at_line(index: SourceIndex, line: int, function: str, conf: Confidence, pre
 
 def _compiled_since(ctx: RuleContext, pairs: list[_Pair]) -> bool:
     """The profile's pairs no longer anchor, and every file their frames name now holds the compile
-    fix's helper (``_relu_dropout = torch.compile(...)`` at module level) and no ReLU->Dropout
+    fix's helper (``_compiled_helper``) and no ReLU->Dropout
     construct outside it: the profile predates the fix. One construct left uncompiled and the
     finding stays as it is (which pairs were compiled cannot be told apart)."""
     indexes: dict[str, SourceIndex] = {}
@@ -471,9 +482,16 @@ def _compiled_since(ctx: RuleContext, pairs: list[_Pair]) -> bool:
 
 
 def _compiled_helper(index: SourceIndex) -> Span | None:
-    """The compile fix's helper binding, if the file has it."""
+    """The compile fix's helper, if the file has it: ``_relu_dropout = torch.compile(...)``, or
+    (the "npu" form) the module-level ``_relu_dropout_fn`` that calls ``torch.compile``."""
     b = index.binding_for(MODULE_SCOPE, fx.HELPER)
-    return b.span if b is not None and b.ctor_qualname == "torch.compile" else None
+    if b is not None and b.ctor_qualname == "torch.compile":
+        return b.span
+    lazy = index.functions.get(fx.LAZY)
+    if lazy is None or fx.HELPER not in index.functions:
+        return None
+    compiles = any(c.qualname == "torch.compile" and _inside(c.span, lazy.span) for c in index.calls)
+    return lazy.span if compiles else None
 
 
 def _uncompiled_pairs(index: SourceIndex) -> bool:

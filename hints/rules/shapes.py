@@ -14,7 +14,9 @@ The advice pads a dim UP to the next multiple, never down (rounding a vocabulary
 tokens: 4095 -> 3840 is wrong), and only a dim padding can serve: one that grows by at most
 ``MAX_PAD_GROWTH`` (32003 -> 32256 is +0.8 %). A dim that would grow more -- ``d_model`` 128 with
 a 256 alignment would double -- is left as it is and named in the evidence; a finding whose dims
-are all such has no advice and is not reported.
+are all such has no advice and is not reported. The advice says what the padding costs
+(``pad_cost``: 4095 -> 4096 is "+1, +0.02 % params": one padded entry along the axis, and the
+params -- and GEMM FLOPs -- of every layer with that axis grow by 1/4095).
 """
 
 from __future__ import annotations
@@ -58,6 +60,13 @@ def pad_up(dim: int, align: int) -> int:
 def paddable(dim: int, align: int) -> bool:
     """Whether padding ``dim`` up to ``pad_up`` is advice: it grows by at most ``MAX_PAD_GROWTH``."""
     return dim > 0 and pad_up(dim, align) - dim <= MAX_PAD_GROWTH * dim
+
+
+def pad_cost(dim: int, align: int) -> str:
+    """What padding ``dim`` up costs: the padded entries along that axis, and the growth of every
+    weight and GEMM that has the axis (the same fraction: one more row of each per padded entry)."""
+    added = pad_up(dim, align) - dim
+    return f"+{added}, +{100 * added / dim:.2f} % params"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +130,7 @@ class CubeShapeAlignment(Rule):
         if not dims:
             return None  # padding any of them would add more work than the alignment saves
         d = max(dims)
-        fix = f"Pad {d} up to {pad_up(d, align)}; mask the padding"
+        fix = f"Pad {d} up to {pad_up(d, align)} ({pad_cost(d, align)}); mask the padding"
         more = f" (+{len(ranked) - 1} more)" if len(ranked) > 1 else ""
         n = round(len(members) / steps)
         axis = top.axis if len(dims) == 1 else PLURAL.get(top.axis, top.axis)
@@ -141,6 +150,7 @@ class CubeShapeAlignment(Rule):
             ],
             "unaligned": list(every),
             "pad_to": {str(x): pad_up(x, align) for x in dims},
+            "pad_cost": {str(x): pad_cost(x, align) for x in dims},
             "not_padded": {str(x): f"{pad_up(x, align)} would add {(pad_up(x, align) - x) / x:.0%}, more than "
                                    f"{MAX_PAD_GROWTH:.1%}" for x in every if x not in dims},
             "manual_fix": [

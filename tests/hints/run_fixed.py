@@ -5,6 +5,8 @@ sample code. Each copy gets its results, or ``error.txt`` with the traceback, in
 
     python run_fixed.py forward DIR...       # import model.py, eval forward pass -> out.npy, keys.txt
     python run_fixed.py train STEPS DIR...   # run train.py on the CPU -> stdout.txt
+    python run_fixed.py --no-npu MODE ...    # the same where torch_npu is not installed: its import
+                                             # raises ImportError (a CPU laptop, CI)
 """
 
 from __future__ import annotations
@@ -49,9 +51,25 @@ def train(work: Path, steps: str) -> None:
         runpy.run_path(str(work / "train.py"), run_name="__main__")
 
 
+@contextlib.contextmanager
+def no_torch_npu():
+    """``import torch_npu`` raises ImportError inside the block (None in sys.modules), installed or not."""
+    saved = sys.modules.get("torch_npu")
+    sys.modules["torch_npu"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.modules.pop("torch_npu", None)
+        if saved is not None:
+            sys.modules["torch_npu"] = saved
+
+
 def main() -> None:
-    mode = sys.argv[1]
-    steps, dirs = (sys.argv[2], sys.argv[3:]) if mode == "train" else ("", sys.argv[2:])
+    args = sys.argv[1:]
+    without = args[:1] == ["--no-npu"]
+    args = args[1:] if without else args
+    mode = args[0]
+    steps, dirs = (args[1], args[2:]) if mode == "train" else ("", args[1:])
     for d in dirs:
         work = Path(d).resolve()
         os.chdir(work)
@@ -59,7 +77,7 @@ def main() -> None:
         for name in SAMPLE_MODULES:
             sys.modules.pop(name, None)
         try:
-            with npu_standin.importable():
+            with no_torch_npu() if without else npu_standin.importable():
                 forward(work) if mode == "forward" else train(work, steps)
         except BaseException:  # noqa: BLE001 - reported per copy; SystemExit from argparse too
             (work / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")

@@ -8,6 +8,10 @@ interpreter with the torch_npu stand-in (``run_fixed.py``: ``import torch_npu`` 
 must equal the unfixed model's (same seed, same weights), a training-script fix runs three
 training steps whose losses must equal the unfixed run's, except for the fixes in
 ``CHANGES_NUMERICS``, which say why and are checked for completing with finite losses instead.
+Every copy also runs where torch_npu is not installed (its import raises ImportError: a CPU laptop,
+CI), as the samples themselves do: there every fix runs to completion, a safe fix gives the unfixed
+run's numbers, and so does every fix that put its NPU code behind ``if torch_npu is not None:``
+(the original code is the ``else``).
 A catalog fix offered on no sample must be in ``NOT_ON_SAMPLES`` with the reason, checked
 against the samples' sources.
 """
@@ -185,11 +189,17 @@ def _mode(key: Key) -> str:
     return "forward" if key[4] == "model.py" else "train"
 
 
+PATHS = ("stand-in", "no-torch_npu")  # torch_npu importable (the stand-in), or not installed
+
+
 @pytest.fixture(scope="module")
-def runs(offers, tmp_path_factory: pytest.TempPathFactory) -> dict[Key | tuple[str, str], Path]:
-    """Every offered fix applied to its own copy of the sample, plus an unfixed copy per sample and
-    mode; the copies of one sample and mode run in one interpreter (``run_fixed.py``)."""
-    base = tmp_path_factory.mktemp("runs")
+def runs(offers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[Key | tuple[str, str], Path]]:
+    """Per path: every offered fix applied to its own copy of the sample, plus an unfixed copy per
+    sample and mode; the copies of one sample, mode and path run in one interpreter (``run_fixed.py``)."""
+    return {p: _run_copies(offers, tmp_path_factory.mktemp(f"runs-{p}"), without_npu=p == "no-torch_npu") for p in PATHS}
+
+
+def _run_copies(offers, base: Path, *, without_npu: bool) -> dict[Key | tuple[str, str], Path]:
     dirs: dict[Key | tuple[str, str], Path] = {}
     groups: dict[tuple[str, str], list[Path]] = {}
     for sample in ("cnn_classifier", "tiny_transformer"):
@@ -202,7 +212,7 @@ def runs(offers, tmp_path_factory: pytest.TempPathFactory) -> dict[Key | tuple[s
         (work / key[4]).write_text(res.new_source, encoding="utf-8")
         groups[(key[0], _mode(key))].append(work)
     for (_sample, mode), works in groups.items():
-        args = [mode, str(STEPS)] if mode == "train" else [mode]
+        args = (["--no-npu"] if without_npu else []) + ([mode, str(STEPS)] if mode == "train" else [mode])
         proc = subprocess.run([sys.executable, str(RUNNER), *args, *map(str, works)], capture_output=True, text=True,
                               timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -224,7 +234,7 @@ def test_fix_applied_imported_and_run(key, offers, runs):
     assert apply_edits(path.read_text(encoding="utf-8"), list(res.edits)) == res.new_source
     ast.parse(res.new_source)
     fix = key[3]
-    got, ref = _result(runs[key]), _result(runs[(key[0], _mode(key))])
+    got, ref = _result(runs["stand-in"][key]), _result(runs["stand-in"][(key[0], _mode(key))])
     if _mode(key) == "forward":
         (out, keys), (ref_out, ref_keys) = got, ref
         assert keys == ref_keys  # the same state_dict keys: checkpoints still load
@@ -238,6 +248,28 @@ def test_fix_applied_imported_and_run(key, offers, runs):
     assert sorted(got) == ([0] if fix in LOGS_LESS else list(range(STEPS)))
     # the same training numbers (printed with 4 decimals; the fused kernels round alike)
     np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)], atol=2e-4)
+
+
+@pytest.mark.parametrize("key", sorted(OFFERED), ids=lambda k: f"{k[0]}-{k[1]}-{k[2]}-{k[3]}-{k[5][:24]}")
+def test_fix_runs_where_torch_npu_is_not_installed(key, offers, runs):
+    """The samples run on a CPU without torch_npu; every fix keeps that path: it runs to completion,
+    and a safe fix, or one whose NPU code is behind ``if torch_npu is not None:``, gives the unfixed
+    run's numbers there."""
+    _path, res = offers[key]
+    assert "\nimport torch_npu" not in res.new_source  # never a bare import at top level
+    got, ref = _result(runs["no-torch_npu"][key]), _result(runs["no-torch_npu"][(key[0], _mode(key))])
+    same = res.safe or "torch_npu is not None:" in res.new_source
+    if _mode(key) == "forward":
+        (out, keys), (ref_out, ref_keys) = got, ref
+        assert keys == ref_keys and out.shape == ref_out.shape and np.isfinite(out).all()
+        if same:
+            np.testing.assert_array_equal(out, ref_out)
+        return
+    assert sorted(ref) == list(range(STEPS))
+    assert all(math.isfinite(x) for x in got.values())
+    assert sorted(got) == ([0] if key[3] in LOGS_LESS else list(range(STEPS)))  # ran to completion
+    if same:
+        assert got == {s: ref[s] for s in got}
 
 
 @pytest.mark.parametrize("sample", ["cnn_classifier", "tiny_transformer"])

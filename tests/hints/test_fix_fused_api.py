@@ -46,19 +46,37 @@ def _block_out(text: str, name: str, state=None, **stubs):
         return block(x, cos, sin, causal), block.state_dict(), ns
 
 
+GUARD = "try:\n    import torch_npu  # (the NPU path; None where torch_npu is not installed)\nexcept ImportError:\n    torch_npu = None\n"
+
+
 def test_each_swap_edits_only_its_lines_and_is_idempotent():
+    torch_line = LLAMA.splitlines().index("import torch") + 1
+    at_import = {torch_line, torch_line + 1}
     for fn, needle, expected in NPU_STEPS:
         first = line_of(LLAMA, needle)
         res = fn(LLAMA, first)
         # multi-statement matches may also delete the statements they consumed right above
         span = {first} | (set(range(first - 4, first)) if fn is fa.attention else set()) | (
             {first - 1} if fn is fa.swiglu else set()) | ({first + 1} if fn is fa.add_layer_norm else set())
-        new = check_fix(LLAMA, res, allowed_lines=span, safe=False)
+        new = check_fix(LLAMA, res, allowed_lines=span | at_import, safe=False)
         assert expected in new, (fn.__name__, new)
-        assert "import torch_npu\n" in new  # added once, after `import torch`
-        assert new.index("import torch\n") < new.index("import torch_npu\n")
+        # the file did not import torch_npu: the guarded import, never a bare one, after `import torch`
+        assert new.count(GUARD) == 1 and new.index("import torch\n") < new.index(GUARD)
+        # the fused call behind the test, the original code as the else branch
+        assert "if torch_npu is not None:\n" in new and new.index("if torch_npu is not None:") < new.index(expected)
+        assert LLAMA.splitlines()[first - 1].strip() in new[new.index(expected):]
         again = fn(new, line_of(new, expected.split("(")[0]))
         assert again is None, fn.__name__
+        why: list[str] = []
+        assert fn(new, line_of(new, needle), why=why) is None, fn.__name__  # the fallback is not fused again
+        assert why and ("fallback" in why[-1] or "no " in why[-1]), (fn.__name__, why)
+
+
+def test_a_plain_import_keeps_the_fused_call_unguarded():
+    text = LLAMA.replace("import torch\n", "import torch\nimport torch_npu\n", 1)
+    res = fa.rms_norm(text, line_of(text, "return x * torch.rsqrt("))
+    new = check_fix(text, res, allowed_lines={line_of(text, "return x * torch.rsqrt(")}, safe=False)
+    assert "is not None" not in new and new.count("import torch_npu") == 1
 
 
 def test_all_npu_swaps_compute_the_same_block_output():
@@ -68,7 +86,7 @@ def test_all_npu_swaps_compute_the_same_block_output():
         res = fn(new, line_of(new, needle))
         assert res is not None, fn.__name__
         new = res.new_source
-    assert new.count("import torch_npu\n") == 1
+    assert new.count("import torch_npu") == 1 and new.count(GUARD) == 1
     out, _, ns = _block_out(new, "llama_npu", state, torch_npu=npu_standin.make())
     assert torch.allclose(ref, out, atol=1e-5)
     x = torch.randn(2, 4, 8, 8)
@@ -76,6 +94,10 @@ def test_all_npu_swaps_compute_the_same_block_output():
     mask[:, 0] = False
     ref_ns = load(LLAMA, "llama_ref2")
     assert torch.allclose(ns["scaled_scores"](x, mask, 0.5), ref_ns["scaled_scores"](x, mask, 0.5), atol=1e-6)
+    # where torch_npu is not installed (None in sys.modules: the import raises ImportError) the
+    # original code runs: the same output exactly
+    out_cpu, _, ns_cpu = _block_out(new, "llama_cpu", state, torch_npu=None)
+    assert ns_cpu["torch_npu"] is None and torch.equal(ref, out_cpu)
 
 
 def test_cpu_backend_variants_run_with_torch():

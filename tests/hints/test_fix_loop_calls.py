@@ -67,13 +67,30 @@ def test_non_blocking_only_for_batch_copies():
     ln = line_of(ENTRY, "for step, (images, labels) in enumerate(loader)")
     res = dataloader.non_blocking_copies(ENTRY, ln)
     images, labels = line_of(ENTRY, "images = images.to(device)"), line_of(ENTRY, "labels = labels.to(device)")
-    new = check_fix(ENTRY, res, allowed_lines={images, labels}, safe=False)
+    built = line_of(ENTRY, "loader = DataLoader(RandomImages(), batch_size")
+    new = check_fix(ENTRY, res, allowed_lines={images, labels, built}, safe=False)
     assert "images = images.to(device, non_blocking=True)" in new and "labels = labels.to(device, non_blocking=True)" in new
+    # a non-blocking copy from pageable memory is synchronous: the loader pins its batches too
+    assert "pin_memory=True" in new.splitlines()[built - 1] and "pinned memory" in res.title
     assert "model = build_model().to(device)\n" in new
     assert dataloader.non_blocking_copies(new, ln) is None
     src = "def f(loader, dev):\n    for x, y in loader:\n        a = x.to(torch.float16)\n        b = y.to('cpu')\n"
     why: list[str] = []
     assert dataloader.non_blocking_copies(src, 2, why=why) is None and why
+
+
+def test_non_blocking_needs_a_loader_it_can_pin():
+    pinned = ("import torch\nfrom torch.utils.data import DataLoader\n\n\ndef train(ds, dev):\n"
+              "    loader = DataLoader(ds, batch_size=4, pin_memory=True)\n    for x, y in loader:\n        x = x.to(dev)\n")
+    res = dataloader.non_blocking_copies(pinned, 7)
+    new = check_fix(pinned, res, allowed_lines={8}, safe=False)  # already pinned: only the copy changes
+    assert "x = x.to(dev, non_blocking=True)" in new and res.title == "Copy batches to the device with non_blocking=True (review)"
+    elsewhere = "def train(loader, dev):\n    for x, y in loader:\n        x = x.to(dev)\n"  # built in another file
+    why: list[str] = []
+    assert dataloader.non_blocking_copies(elsewhere, 2, why=why) is None and "pinned memory" in why[-1]
+    unknown = pinned.replace("pin_memory=True", "pin_memory=args.pin")
+    why = []
+    assert dataloader.non_blocking_copies(unknown, 7, why=why) is None and "pin_memory" in why[-1]
 
 
 # -- NPU108 -------------------------------------------------------------------------------------

@@ -55,6 +55,22 @@ def test_aicpu_fixes_apply_and_keep_results():
     assert torch.allclose(_run(new, "aicpu_new", x), ref, atol=1e-5)
 
 
+def test_double_to_float_edits_every_float64_site_of_the_function():
+    """The accumulator too: one float64 operand left keeps the Add on the AI CPU. Both anchors (the
+    stack form's op line, the no-stack form's first match) give the same edit; other functions
+    keep theirs."""
+    src = ("import torch\n\n\ndef stats(xs):\n    total = torch.zeros((), dtype=torch.float64)\n    for x in xs:\n"
+           "        total = total + x.double().sum()\n    return total\n\n\ndef other(x):\n    return x.double()\n")
+    at_op, at_acc = line_of(src, "total = total + x.double()"), line_of(src, "total = torch.zeros(")
+    res = aicpu.double_to_float(src, at_op)
+    new = check_fix(src, res, allowed_lines={at_op, at_acc}, safe=False)
+    assert "total = torch.zeros((), dtype=torch.float32)" in new and "total = total + x.float().sum()" in new
+    assert new.endswith("    return x.double()\n") and any("2 lines" in n for n in res.notes)
+    assert aicpu.double_to_float(src, at_acc).new_source == new
+    xs = [torch.randn(3) for _ in range(2)]
+    assert load(new, "acc_new")["stats"](xs).dtype == torch.float32
+
+
 def test_float64_dtype_attribute_renamed():
     src = "import torch\n\nbuf = torch.zeros(3, dtype=torch.float64)  # 统计\n"
     new = check_fix(src, aicpu.double_to_float(src, 3), allowed_lines={3})

@@ -8,6 +8,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -25,31 +26,51 @@ CNN = SAMPLES / "cnn_classifier"
 pytestmark = pytest.mark.skipif(not (CNN / "model.py").exists(), reason="samples/ not in this checkout")
 
 
-# -- NPU101 with backend="npu": the module imports torch_npu itself --------------------------------
+# -- NPU101 with backend="npu": looked up on the first call, compiled only where it can fuse ------
 
 
-def test_npu_compile_fix_imports_torch_npu_before_compiling():
+def _cnn_out(source: str, name: str, state: dict) -> tuple[torch.Tensor, dict]:
+    ns = load(source, name)
+    net = ns["CNNClassifier"]()
+    net.load_state_dict(state, strict=True)
+    net.eval()
+    with torch.no_grad():
+        return net(torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))), ns
+
+
+def test_npu_compile_fix_imports_anywhere_and_compiles_only_with_the_backend_and_torchair(monkeypatch):
+    """The sample's model.py is imported before train.py imports torch_npu, and on a CPU without
+    it: the fixed module looks nothing up at import. Without torchair the eager pair runs (no
+    fusion claimed); with torch_npu's backend and torchair the pair is torch.compile'd with it."""
     text = (CNN / "model.py").read_text(encoding="utf-8")
     ln = line_of(text, "x = F.dropout(F.relu(self.fc2(x))")
     res = relu_dropout.compile_pair(text, ln, backend="npu")
-    new = check_fix(text, res, allowed_lines={ln, line_of(text, "import torch.nn as nn")})
-    assert "try:\n    import torch_npu  # noqa: F401" in new and "except ImportError:\n    pass\n" in new
-    assert new.index("import torch_npu") < new.index('backend="npu"')
-    # the unguarded version fails exactly as reported, so the stand-in is faithful
-    bare = new.replace("import torch_npu  # noqa: F401", "pass  # no torch_npu", 1)
-    with npu_standin.importable(), pytest.raises(Exception, match="npu"):
-        load(bare, "cnn_npu_bare")
+    new = res.new_source
+    assert "import torch_npu" not in new and 'torch.compile(pair, backend="npu")' in new
     torch.manual_seed(0)
-    ref = load(text, "cnn_npu_ref")["CNNClassifier"]()
+    state = load(text, "cnn_npu_ref")["CNNClassifier"]().state_dict()
+    ref, _ = _cnn_out(text, "cnn_npu_ref_out", state)
+    monkeypatch.setitem(sys.modules, "torch_npu", None)  # a CPU without torch_npu: the import fails
+    out, ns = _cnn_out(new, "cnn_npu_cpu", state)
+    assert torch.equal(ref, out) and ns["_relu_dropout_fn"]().__name__ == "pair"
+    monkeypatch.delitem(sys.modules, "torch_npu")
     with npu_standin.importable() as registered:
-        fixed = load(new, "cnn_npu_fixed")["CNNClassifier"]()
-        assert registered == ["npu"]  # registered by the module's own import, not by the test
-        fixed.load_state_dict(ref.state_dict(), strict=True)
-        ref.eval()
-        fixed.eval()
-        x = torch.randn(2, 3, 32, 32)
+        _, ns = _cnn_out(new, "cnn_npu_early", state)  # imported before torch_npu: no lookup yet
+        import torch_npu  # noqa: F401  (train.py's import: registers the "npu" backend)
+
+        assert registered == ["npu"]
+        out = ns["CNNClassifier"]
+        net = out()
+        net.load_state_dict(state, strict=True)
+        net.eval()
+        eager = ns["_relu_dropout_fn"]()
+        assert eager.__name__ == "pair" and not hasattr(eager, "_torchdynamo_orig_callable")  # no torchair: eager
+        ns["_relu_dropout_fn"].cache_clear()
+        monkeypatch.setitem(sys.modules, "torchair", types.ModuleType("torchair"))  # torchair installed
+        compiled = ns["_relu_dropout_fn"]()
+        assert getattr(compiled, "_torchdynamo_orig_callable", None) is not None  # torch.compile's wrapper
         with torch.no_grad():
-            assert torch.allclose(ref(x), fixed(x), atol=1e-5)
+            assert torch.allclose(net(torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))), ref, atol=1e-5)
     # applied again: nothing more
     assert relu_dropout.compile_pair(new, line_of(new, "x = _relu_dropout(self.fc2(x)"), backend="npu") is None
 

@@ -59,6 +59,14 @@ if __name__ == "__main__":
 '''
 
 
+# The same script as one that runs on the Ascend box and on a laptop's CPU writes it: the torch_npu
+# import guarded, the name None where it is not installed.
+GUARDED_TRAIN = TRAIN.replace(
+    "import torch.nn as nn\n",
+    "import torch.nn as nn\n\ntry:\n    import torch_npu  # noqa: F401  (registers the npu device)\nexcept ImportError:\n    torch_npu = None\n",
+)
+
+
 def _line(text: str, needle: str) -> int:
     return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
 
@@ -102,6 +110,22 @@ def test_npu_script_gets_torch_npu_profiler_with_level1_and_pipe_utilization():
     assert "experimental_config=torch_npu.profiler._ExperimentalConfig(" in new
     assert "on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(" in new
     assert new.count("import torch_npu") == 1  # the guarded import stays the only one
+
+
+def test_guarded_script_gets_one_block_with_both_profilers():
+    new = _apply(GUARDED_TRAIN, _line(GUARDED_TRAIN, "loss.backward()"))
+    npu_at, cpu_at = new.index("torch_npu.profiler.profile("), new.index("torch.profiler.profile(")
+    test_at = new.index("    if torch_npu is not None:\n")
+    assert new.count(PROFILE_ENV) == 1 and test_at < npu_at < new.index("    else:") < cpu_at
+    assert "activities=[torch.profiler.ProfilerActivity.CPU]," in new  # no CUDA mention: the CPU only
+    assert new.count("import torch_npu") == 1 and new.count("torch_npu = None") == 1
+
+
+def test_guard_without_none_gets_it_in_its_handler():
+    text = GUARDED_TRAIN.replace("    torch_npu = None\n", "    HAS_NPU = False\n")
+    new = _apply(text, _line(text, "loss.backward()"))
+    assert "except ImportError:\n    HAS_NPU = False\n    torch_npu = None\n" in new
+    assert "    if torch_npu is not None:\n" in new
 
 
 def test_cuda_script_adds_cuda_only_where_available():
@@ -188,6 +212,31 @@ def test_cpu_block_runs_with_torch_and_the_trace_is_found_and_read(tmp_path):
                           "--fail-on", "never"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "3 steps" in out.stdout and PROFILE_FOLDER in out.stdout
+
+
+def test_guarded_block_records_on_the_cpu_without_torch_npu_and_runs_with_it(tmp_path):
+    """The guarded script's block on a machine without torch_npu (this one: the import fails)
+    records with torch.profiler; with the torch_npu stand-in importable and the variable unset the
+    script runs as before (nothing recorded)."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    assert importlib.util.find_spec("torch_npu") is None  # the CPU path: no torch_npu here
+    for name in ("model.py", "data.py"):
+        shutil.copy(CNN / name, tmp_path / name)
+    script = tmp_path / "train.py"
+    script.write_text(_apply(GUARDED_TRAIN, _line(GUARDED_TRAIN, "loss.backward()")), encoding="utf-8")
+    _run(script, env_on=True, steps=6)
+    assert len(list((tmp_path / PROFILE_FOLDER).glob("*.pt.trace.json*"))) == 1
+    shutil.rmtree(tmp_path / PROFILE_FOLDER)
+    standin = Path(__file__).resolve().parents[1] / "hints"
+    code = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); import npu_standin\n"
+            "with npu_standin.importable():\n    sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    env = {k: v for k, v in os.environ.items() if k != PROFILE_ENV}
+    out = subprocess.run([sys.executable, "-c", code, str(standin), str(script), "2"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("loss") == 2 and not (tmp_path / PROFILE_FOLDER).exists()
 
 
 @pytest.mark.parametrize("flag, flavour", [([], Flavour.NPU), (["--npu"], Flavour.NPU), (["--cuda"], Flavour.CUDA),

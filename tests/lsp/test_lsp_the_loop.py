@@ -4,8 +4,10 @@ with the record action's block, fix the DataLoader finding with its code action,
 numbers per finding and per line, the same as ``--check --baseline`` writes.
 
 The workspace is the CNN sample's model and data with its training loop as a user without a
-profiler writes it (tests/loop's TRAIN: the sample's own train.py already records with
-``--profile-dir``, so the record action rightly declines there), loading ``BlurredImages``: its
+profiler writes it, guarding its torch_npu import as a script that runs on the Ascend box and on a
+laptop does (tests/loop's GUARDED_TRAIN: the sample's own train.py already records with
+``--profile-dir``, so the record action rightly declines there), loading ``BlurredImages``: the
+record action's block must record with torch.profiler here, where torch_npu is not installed. its
 per-item blur runs on the loading thread, so the single-process DataLoader stalls the step on a
 CPU too. NPU108 (host syncs) is not part of the CPU loop: it covers Ascend and CUDA profiles only,
 since a CPU ``.item()`` waits for no device.
@@ -14,6 +16,7 @@ since a CPU ``.item()`` waits for no device.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -30,7 +33,7 @@ import lsp_support as S
 from tests.conftest import server_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "loop"))
-from test_record_profile import TRAIN  # noqa: E402  (the CNN sample's loop without a profiler)
+from test_record_profile import GUARDED_TRAIN  # noqa: E402  (the CNN sample's loop without a profiler)
 
 from msprof_lsp.hints.fixes.profiling import PROFILE_ENV, PROFILE_FOLDER  # noqa: E402
 
@@ -43,7 +46,7 @@ FIGURES = re.compile(r"([\d,.]+ (?:µs|ms)|—) → ([\d,.]+ (?:µs|ms)|—)/ste
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return S.train_workspace(tmp_path_factory.mktemp("loop") / "ws", TRAIN.replace("SyntheticImages", "BlurredImages"))
+    return S.train_workspace(tmp_path_factory.mktemp("loop") / "ws", GUARDED_TRAIN.replace("SyntheticImages", "BlurredImages"))
 
 
 # Neovim 0.7 has no dynamic file-watch registration: the server polls, as it does for such clients
@@ -107,7 +110,8 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     pos = types.Position(loop0, 8)
     (record,) = await _actions(client, doc, types.Range(pos, pos), [], [types.CodeActionKind.RefactorRewrite.value])
     await _apply(client, doc, record)
-    assert PROFILE_ENV in doc.text
+    assert PROFILE_ENV in doc.text and "    if torch_npu is not None:\n" in doc.text  # both profilers, one block
+    assert importlib.util.find_spec("torch_npu") is None  # the CPU recording runs without torch_npu
     await asyncio.to_thread(_record, root)  # the client keeps answering the server meanwhile
     (first,) = _traces(root)
     await S.wait_until(lambda: _loaded(client), 240, "the first recording loaded")

@@ -66,6 +66,25 @@ def test_fires_anchored_on_the_loop_with_the_construction_related(tmp_path):
     assert 'x, y = x.to("npu", non_blocking=True), y.to("npu", non_blocking=True)' in new
 
 
+def test_with_stacks_a_loader_built_elsewhere_still_gets_the_construction_fix(tmp_path):
+    """The loop iterates a loader another function builds (no DataLoader binding in the loop's
+    function): the workspace's one construction gets workers + pin_memory, as without stacks."""
+    a = analyse(_run(12.0), tmp_path)
+    train = a.project / "train.py"
+    text = train.read_text(encoding="utf-8")
+    built = "loader = DataLoader(dataset, batch_size=32)"
+    assert built in text
+    train.write_text(text.replace(built, "loader = make_loader(dataset)") +
+                     "\n\ndef make_loader(ds):\n    return DataLoader(ds, batch_size=32)\n", encoding="utf-8")
+    [f] = a.run("NPU104")
+    assert f.confidence is Confidence.STACK and span_text(f.span) == HEADER
+    _, new = applied(f, "workers")
+    assert "return DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True, prefetch_factor=2)" in new
+    # the copies' fix needs the loader's construction in the loop's file to pin it: here it is not
+    # bound in the loop's function, so it is not offered
+    assert not [x for x in f.fixes if "non_blocking" in x.title]
+
+
 def test_recorded_with_workers_offers_no_workers_fix(tmp_path):
     # the run already had worker processes: writing them again changes nothing, and the fix being
     # "in the source" must not make a profile recorded after it read as one that predates it

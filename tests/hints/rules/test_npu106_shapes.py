@@ -69,7 +69,7 @@ def test_2025_fixture_unaligned_matmul_and_flash_attention():
     got = {(s["op_type"], s["input_shapes"]): s["kernels"] for f in found for s in f.evidence["shapes"]}
     assert got == expected
     mm = next(f for f in found if f.evidence["shapes"][0]["op_type"] == "MatMulV3")
-    assert "inner axis 15365 is not a multiple of 256. Pad 15365 up to 15616; mask the padding." in mm.message
+    assert "inner axis 15365 is not a multiple of 256. Pad 15365 up to 15616 (+251, +1.63 % params); mask the padding." in mm.message
     assert mm.evidence["pad_to"] == {"15365": 15616} and "15360" not in mm.message  # never rounded down
     fa = next(f for f in found if f.evidence["shapes"][0]["op_type"] == "FlashAttentionScore")
     assert "head dim 511 is not a multiple of 128" in fa.message
@@ -116,7 +116,7 @@ def test_the_alignment_setting_is_read(tmp_path):
     # the 256-wide axis (d_model) is not a multiple of 512 either, but padding would double it
     assert set(f.evidence["unaligned"]) == {256, 15616} and f.evidence["pad_to"] == {"15616": 15872}
     assert "256" in f.evidence["not_padded"] and "100%" in f.evidence["not_padded"]["256"]
-    assert "inner axis 15616 is not a multiple of 512. Pad 15616 up to 15872; mask the padding." in f.message
+    assert "inner axis 15616 is not a multiple of 512. Pad 15616 up to 15872 (+256, +1.64 % params); mask the padding." in f.message
 
 
 @pytest.mark.parametrize(("dim", "align", "up", "ok"), [
@@ -129,6 +129,16 @@ def test_padding_rounds_up_and_only_where_it_is_cheap(dim, align, up, ok):
     assert pad_up(dim, align) == up and paddable(dim, align) is ok
 
 
+@pytest.mark.parametrize(("dim", "align", "says"), [
+    (4095, 256, "+1, +0.02 % params"),
+    (32003, 256, "+253, +0.79 % params"),
+    (511, 128, "+1, +0.20 % params"),
+])
+def test_the_advice_says_what_the_padding_costs(dim, align, says):
+    from msprof_lsp.hints.rules.shapes import pad_cost
+    assert pad_cost(dim, align) == says
+
+
 def test_tiny_transformer_sample_pads_the_vocabulary_not_d_model():
     """The sample's lm_head MatMulV3 2048,128;128,32003: 32003 is padded up to 32256; d_model 128,
     also not a multiple of 256, is not doubled."""
@@ -138,5 +148,5 @@ def test_tiny_transformer_sample_pads_the_vocabulary_not_d_model():
     found = list(rule("NPU106").check(RuleContext(prof, None, None, RuleConfig())))  # no source: one per shape
     assert found and all(f.evidence["pad_to"] == {"32003": 32256} for f in found)
     (fwd,) = [f for f in found if f.evidence["shapes"][0]["input_shapes"] == "2048,128;128,32003"]
-    assert fwd.message.endswith("inner axis 32003 is not a multiple of 256. Pad 32003 up to 32256; mask the padding.")
+    assert fwd.message.endswith("inner axis 32003 is not a multiple of 256. Pad 32003 up to 32256 (+253, +0.79 % params); mask the padding.")
     assert set(fwd.evidence["not_padded"]) == {"128"} and "32000" not in fwd.message

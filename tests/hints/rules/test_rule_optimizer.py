@@ -301,7 +301,11 @@ def test_real_alexnet_foreach_sgd_on_the_optimizer_line(tmp_path):
     npu, fused = f.fixes
     new = applied(text, npu)
     assert "optimizer = torch_npu.optim.NpuFusedSGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)" in new
-    assert "import torch_npu" in new
+    # the script imports no torch_npu: the guarded import, the NpuFused one behind the test, SGD in the else
+    assert "\nimport torch_npu" not in new and "try:\n    import torch_npu" in new and "    torch_npu = None\n" in new
+    branch = new[new.index("if torch_npu is not None:"):]
+    assert branch.index("NpuFusedSGD(") < branch.index("else:") < branch.index("optimizer = torch.optim.SGD(")
+    compile(new, "main.py", "exec")
     assert "fused=True" in applied(text, fused)
 
 
