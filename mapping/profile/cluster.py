@@ -179,7 +179,7 @@ def read_summaries(locations: Sequence[ProfileLocation], *, use_cache: bool, cac
     if workers == 1:
         return dict(_summaries(todo, use_cache, cache_dir))
     out: dict[int, RankSummary] = {}
-    with _rank_pool(workers) as pool:
+    with rank_pool(workers) as pool:
         with isolated_children():
             pending = [pool.submit(_summaries_encoded, todo[i:i + SUMMARY_CHUNK], use_cache, cache_dir)
                        for i in range(0, n, SUMMARY_CHUNK)]
@@ -214,7 +214,7 @@ def _summaries_encoded(locations: list[ProfileLocation], use_cache: bool, cache_
     return msgspec.msgpack.encode(_summaries(locations, use_cache, cache_dir))
 
 
-def _rank_pool(workers: int) -> ProcessPoolExecutor:
+def rank_pool(workers: int) -> ProcessPoolExecutor:
     # The pool's constructor makes semaphores (which start the resource tracker) and submit()
     # starts the forkserver and the workers: all of them isolated and outside the workspace
     # (mapping.children); the workers get absolute paths only.
@@ -280,7 +280,7 @@ def _load_ranks(
     profiles: dict[int, Profile] = {}
     failures: list[tuple[ProfileLocation, ProfileError]] = []
     progress(f"Loading {n} ranks ({workers} processes)", 0.0)
-    with _rank_pool(workers) as pool:
+    with rank_pool(workers) as pool:
         with isolated_children():
             pending: dict[Future, ProfileLocation] = {
                 pool.submit(_load_one, replace(loc, path=Path(loc.path).absolute()), use_cache,
