@@ -13,8 +13,8 @@ import pytest
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.mapping.profile.jobs import discover_jobs
 from msprof_lsp.server.analysis import ranks
-from msprof_lsp.server.analysis.ranks import RankFinding, RankResult, analyse_all, group_findings
-from msprof_lsp.server.analysis.settings import Settings
+from msprof_lsp.server.analysis.ranks import RankFinding, RankResult, analyse_all, group_findings, subject
+from msprof_lsp.server.analysis.settings import Settings, resolve
 from msprof_lsp.server.check.command import run_check
 from msprof_lsp.server.check.report.document import rank_ranges
 from msprof_lsp.server.cli import parse
@@ -40,6 +40,25 @@ def test_identical_findings_are_one_group_with_the_range_and_the_worst_rank() ->
     assert npu103.severity is Severity.ERROR and npu103.message == "NPU103 3400 µs"
     assert groups[2].ranks == (2,)
     assert groups[1].worst_rank == 0  # a tie: the lowest rank
+
+
+def test_two_subjects_of_one_rule_at_one_place_are_two_groups() -> None:
+    """NPU108 reports aten::item and aten::to apart, with no source place in a profile alone."""
+    item = RankFinding("NPU108", "sync", "warning", "aten::item: 27 syncs, 94.1 ms/step", None, None, 94100.0, 0.5)
+    to = RankFinding("NPU108", "sync", "warning", "aten::to: 2 syncs, 7,169 µs/step", None, None, 7169.0, 0.04)
+    groups = group_findings([RankResult(0, [item, to]), RankResult(1, [item, to])])
+    assert [(g.message.split(":")[0], g.ranks, g.low_us, g.high_us) for g in groups] == [
+        ("aten", (0, 1), 94100.0, 94100.0), ("aten", (0, 1), 7169.0, 7169.0)]
+    assert subject("aten::to: 2 syncs") == subject("aten::to: 3 syncs") == "aten::to"
+    assert subject("DataLoader: 1 fetch") == "DataLoader" and subject("no colon here") == ""
+
+
+def test_a_repository_cannot_name_the_scheduler(tmp_path: Path) -> None:
+    """``ranks`` may come from pyproject.toml; ``scheduler`` (where the job's paths are sent) may not."""
+    (tmp_path / "pyproject.toml").write_text('[tool.msprof-lsp]\nranks = "all"\nscheduler = "tcp://10.0.0.1:8786"\n')
+    settings, warnings = resolve(tmp_path, workspace_roots=None, layers=[], base_dir=tmp_path)
+    assert settings.ranks == "all" and settings.scheduler == ""
+    assert any("'scheduler' is a user setting" in w for w in warnings)
 
 
 def test_rank_ranges() -> None:
@@ -85,7 +104,8 @@ def test_unreachable_scheduler_is_one_line(job8: Path, monkeypatch: pytest.Monke
 
 def test_check_reports_every_rank_in_text_and_json() -> None:
     """The sample's 2 ranks: the JSON's ``profile.rank_findings`` lists each group with its ranks,
-    and the text report says "on 2 of 2 ranks"; without --ranks all it is null."""
+    and the text report says "on 2 of 2 ranks"; without --ranks all it is null (and always for
+    the one-rank Kineto profile beside them)."""
     _, args = parse(["--check", str(SAMPLE), "--ranks", "all", "-q", "--format", "json", "--select", "NPU103,NPU108"])
     out = io.StringIO()
     run_check(args, stdout=out, stderr=io.StringIO())

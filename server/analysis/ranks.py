@@ -12,6 +12,7 @@ decoder, never an unpickler. Identical findings (one rule at one place) of many 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
@@ -107,14 +108,22 @@ class AllRanks:
         return len(self.analysed) + len(self.failed)
 
 
+def subject(message: str) -> str:
+    """What a finding is about, as its message names it before the first ": " ("aten::item" of
+    "aten::item: 27 syncs, ..."), digits dropped: a rule may report two things at one place."""
+    head, sep, _rest = message.partition(": ")
+    return re.sub(r"[\d.,]+", "#", head) if sep else ""
+
+
 def group_findings(results: Iterable[RankResult]) -> list[RankGroup]:
-    """Identical findings -- one code at one (path, line) -- of all ranks as one group each."""
-    by_key: dict[tuple[str, str | None, int | None], list[tuple[int, RankFinding]]] = {}
+    """Identical findings -- one code at one (path, line) about one :func:`subject` -- of all
+    ranks as one group each."""
+    by_key: dict[tuple[str, str | None, int | None, str], list[tuple[int, RankFinding]]] = {}
     for res in results:
         for f in res.findings:
-            by_key.setdefault((f.code, f.path, f.line), []).append((res.rank, f))
+            by_key.setdefault((f.code, f.path, f.line, subject(f.message)), []).append((res.rank, f))
     groups = []
-    for (code, path, line), seen in by_key.items():
+    for (code, path, line, _subject), seen in by_key.items():
         times = [f.time_per_step_us for _r, f in seen]
         worst_rank, worst = max(seen, key=lambda rf: (rf[1].time_per_step_us, -rf[0]))
         groups.append(RankGroup(
