@@ -308,7 +308,7 @@ def _load_ranks(
 def load_ranks_sequential(
     locations: list[ProfileLocation], *, use_cache: bool = True, cache_dir: Path | None = None
 ) -> dict[int, Profile]:
-    """The same loads one after another in this process (baseline for benchmarks/bench_ranks.py)."""
+    """The same loads one after another in this process (tests that count file system calls use it)."""
     return {
         loc.rank: load_location(loc, use_cache=use_cache, cache_dir=cache_dir)  # type: ignore[misc]
         for loc in locations
