@@ -176,7 +176,9 @@ def _on_dask(address: str, calls: list[Call], common: tuple) -> Iterator[bytes]:
     shared storage must be mounted at the same paths) and returns only msgpack bytes."""
     client_of = _dask_client()
     try:
-        client = client_of(address, timeout=DASK_TIMEOUT_S)
+        # What comes back is bytes, which Dask carries without pickle; refusing pickle here
+        # keeps "the product never unpickles" true of what a worker sends.
+        client = client_of(address, timeout=DASK_TIMEOUT_S, deserializers=["dask", "msgpack"])
     except (OSError, TimeoutError, ValueError) as exc:  # refused, no answer, not an address
         raise ProfileError(address, f"cannot reach the Dask scheduler: {exc}") from None
     with client:
@@ -184,7 +186,11 @@ def _on_dask(address: str, calls: list[Call], common: tuple) -> Iterator[bytes]:
 
         futures = [client.submit(analyse_rank, *call, *common, pure=False) for call in calls]
         for fut in dask_completed(futures):
-            yield fut.result()
+            try:
+                payload = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a worker without the package, or one that died
+                raise ProfileError(address, f"a Dask worker failed: {type(exc).__name__}: {exc}") from None
+            yield payload
 
 
 def _dask_client() -> Callable[..., object]:
