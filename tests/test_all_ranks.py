@@ -17,7 +17,7 @@ from msprof_lsp.server.analysis.ranks import RankFinding, RankResult, analyse_al
 from msprof_lsp.server.analysis.settings import Settings, resolve
 from msprof_lsp.server.check.command import run_check
 from msprof_lsp.server.check.report.document import rank_ranges
-from msprof_lsp.server.cli import parse
+from msprof_lsp.server.cli import UsageError, parse
 
 from tests.synth.rank_job import JobPlan, build_job
 
@@ -100,6 +100,26 @@ def test_unreachable_scheduler_is_one_line(job8: Path, monkeypatch: pytest.Monke
     assert run_check(args, stdout=io.StringIO(), stderr=err) == 2
     assert err.getvalue().startswith("msprof-lsp: error: tcp://127.0.0.1:9: cannot reach the Dask scheduler")
     assert err.getvalue().count("\n") == 1
+
+
+def test_a_rank_that_cannot_be_read_is_named_and_the_others_count(tmp_path: Path) -> None:
+    source = next((SAMPLE / "npu_profile").glob("*_ascend_pt"))
+    job = build_job(tmp_path / "job", source, JobPlan(ranks=3, slow_rank=2, slow_link=(0, 1)))
+    (broken,) = job.glob("*_100001_*/ASCEND_PROFILER_OUTPUT/trace_view.json")
+    broken.unlink()  # a hard link: the other ranks keep theirs
+    broken.write_text("\0" * 10)  # not JSON at all: the reader refuses the rank
+    (found,) = discover_jobs([job])
+    every = analyse_all(found.locations, [SAMPLE], Settings(select=("NPU108",)), use_cache=False, cache_dir=None)
+    assert every.analysed == (0, 2)
+    ((rank, error),) = every.failed
+    assert rank == 1 and str(broken) in error and "\n" not in error
+    assert every.total == 3 and all(g.ranks == (0, 2) for g in every.groups) and every.groups
+
+
+def test_the_flags_need_check() -> None:
+    for argv in (["--ranks", "all"], ["--scheduler", "tcp://127.0.0.1:8786"]):
+        with pytest.raises(UsageError, match="needs --check"):
+            parse(argv)
 
 
 def test_check_reports_every_rank_in_text_and_json() -> None:
