@@ -1,123 +1,141 @@
-"""Multi-rank loading: process pool vs one-after-another, measured in the same run.
+"""A job of 16, 128 and 1,024 ranks: wall time and peak RSS of ``msprof-lsp --check``, and the old way.
 
-Generates N rank DB exports (the DB tables, via the tests' DB builder) of a chosen size,
-then loads them twice without the cache -- sequentially in this process, and through
-``mapping.cluster``'s process pool -- and prints both times and the speed-up ratio. The ratio is
-bounded by the cores the machine really has free; on a shared 2-core box expect well under 2.
+Builds each job with tests/synth/rank_job.py from one real-shaped torch_npu text rank (``--source``,
+default the sample's rank 0; the issue's figures use the 37 MB
+``/work/shared/fixtures/Ascend-msinsight/text/level1/rank0_ascend_pt``): every large file is a hard
+link, each rank has its own summary files with a planted slow rank and slow link. Then per size,
+each in a fresh process:
 
-    python benchmarks/bench_ranks.py --ranks 4 --kernels 100000
+* ``cold``: ``msprof-lsp --check --no-cache`` (the cluster view from every rank's summary files,
+  the analysed rank loaded whole);
+* ``warm``: the same with a cache folder that a first run (not timed) filled;
+
+and checks that the report names the planted slow rank (NPU207) and slow link (NPU208) and lists
+every rank. In the same run, the baseline: the old way at ``--baseline-ranks`` (16) ranks -- every
+rank loaded whole in the rank pool and kept (``cluster._load_ranks``), then summarised -- against
+the new cold run of the same job, with the ratio.
+
+Peak RSS is the largest ``ru_maxrss`` among the processes the run started (the main process or one
+pool worker; never their sum). The pool-vs-sequential measurement of earlier versions is gone: it
+timed whole loads of every rank, which the cluster view no longer does; the baseline row is that
+path now.
+
+    python benchmarks/bench_ranks.py                       # 16, 128, 1024 from the sample
+    python benchmarks/bench_ranks.py --sizes 16 --source /work/shared/fixtures/Ascend-msinsight/text/level1/rank0_ascend_pt
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "readers"))
+sys.path.insert(0, str(REPO))
 
-from npu_db_builder import DbBuilder  # noqa: E402
+from tests.synth.rank_job import JobPlan, build_job  # noqa: E402
 
-from msprof_lsp.mapping.profile.cluster import _load_ranks, load_ranks_sequential  # noqa: E402
-from msprof_lsp.mapping.profile.discover import discover  # noqa: E402
+SAMPLE_RANK0 = REPO / "samples" / "cnn_classifier" / "npu_profile" / "ma-node-0_3185260_20250731080000000_ascend_pt"
+SOURCE_ROOT = REPO / "samples" / "cnn_classifier"
 
-US = 1_000
-T0 = 1_736_000_000_000_000_000
-FRAMES = [
-    "/usr/local/python3.9/site-packages/torch/nn/modules/linear.py(114): forward",
-    "/home/ma-user/work/model.py({line}): forward",
-    "/home/ma-user/work/train.py(41): <module>",
-]
+# Runs `argv` as a child and prints its wall time and the largest RSS among its processes.
+_MEASURE = """
+import resource, subprocess, sys, time
+t = time.perf_counter()
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
+print(rc, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
 
-
-def write_rank(root: Path, rank: int, kernels: int) -> Path:
-    b = DbBuilder()
-    pid, tid = 1000 + rank, 2000 + rank
-    conn = 0
-    t = T0
-    steps = 4
-    per_step = max(kernels // (2 * steps), 1)
-    for step in range(steps):
-        s0 = t
-        for i in range(per_step):
-            conn += 2
-            frames = [f.format(line=20 + i % 50) for f in FRAMES]
-            b.api("aten::linear", t, t + 40 * US, pid=pid, tid=tid, frames=frames if i < 50 else None)
-            b.api("aclnnMm", t + 5 * US, t + 30 * US, pid=pid, tid=tid, connections=[conn - 1, conn])
-            for c, (name, typ) in enumerate((("aclnnMm_MatMulCommon_MatMulV2", "MatMulV2"),
-                                             ("aclnnMm_TransData_TransData", "TransData"))):
-                g = b.task(t + 50 * US + c * 20 * US, t + 60 * US + c * 20 * US, connection=conn - 1 + c,
-                           task_type="KERNEL_AICORE", task_id=i)
-                b.compute_info(g, name=name, op_type=typ, core="AI_CORE", shapes="128,256;256,512",
-                               dtypes="DT_BF16;DT_BF16", formats="ND;ND")
-            t += 100 * US + rank * US
-        b.rows["STEP_TIME"].append((step + 1, s0, t))
-        b.api(f"ProfilerStep#{step + 1}", s0, t, pid=pid, tid=tid)
-    out = root / f"bench_{rank}_2025010100000000{rank % 10}_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
-    return b.write(out / f"ascend_pytorch_profiler_{rank}.db")
+# The old way in one process: every rank loaded whole in the rank pool, all kept, then summarised.
+_OLD_WAY = """
+import sys
+from pathlib import Path
+from msprof_lsp.mapping.profile.cluster import _load_ranks, summarize
+from msprof_lsp.mapping.profile.jobs import discover_jobs
+(job,) = discover_jobs([Path(sys.argv[1])])
+profiles, failures = _load_ranks(job.locations, use_cache=False, cache_dir=None, progress=lambda m, f: None)
+assert not failures, failures
+s = summarize(profiles, {loc.rank: loc for loc in job.locations})
+print("slowest rank", s.slowest_rank, "of", len(s.ranks), file=sys.stderr)
+"""
 
 
-def _spin(n: int) -> int:
-    x = 0
-    for i in range(n):
-        x += i
-    return x
+def measure(argv: list[str]) -> tuple[int, float, float]:
+    """(exit status, wall s, peak RSS MB) of ``argv`` run in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", _MEASURE, *argv], capture_output=True, text=True, check=True)
+    rc, wall, kb = out.stdout.split()
+    return int(rc), float(wall), int(kb) / 1024
 
 
-def cpu_probe(workers: int, n: int = 10_000_000) -> float:
-    """Speed-up of pure-Python CPU work spread over ``workers`` processes: the most any pool can
-    gain on this machine right now (a shared box has fewer free cores than os.cpu_count())."""
-    from concurrent.futures import ProcessPoolExecutor
+def check_argv(job: Path, report: Path, cache: Path | None) -> list[str]:
+    where = ["--no-cache"] if cache is None else ["--cache-dir", str(cache)]
+    return [sys.executable, "-m", "msprof_lsp.server", "--check", "-q", *where, "--profile", str(job),
+            "--format", "json", "--output", str(report), str(SOURCE_ROOT)]
 
+
+def named_right(report: Path, plan: JobPlan) -> str:
+    """"ok" when the report lists every rank and NPU207/NPU208 name the planted rank and link."""
+    doc = json.loads(report.read_text())
+    (prof,) = doc["profiles"]
+    ranks = [r["rank"] for r in prof["cluster"]["ranks"]]
+    by_code = {f["code"]: f["message"] for f in doc["findings"]}
+    problems = []
+    if ranks != list(range(plan.ranks)):
+        problems.append(f"{len(ranks)} ranks listed")
+    if f"rank {plan.slow_rank}" not in by_code.get("NPU207", ""):
+        problems.append("slow rank not named")
+    if f"rank {plan.slow_link[0]}" not in by_code.get("NPU208", ""):
+        problems.append("slow link not named")
+    return "; ".join(problems) or "ok"
+
+
+def plan_for(n: int) -> JobPlan:
+    slow = (n * 7) // 10 + 1  # 713 of 1,024: not the first or the last rank
+    return JobPlan(n, slow_rank=slow, slow_link=(n // 3, n // 3 + 1))
+
+
+def bench_size(tmp: Path, source: Path, n: int) -> tuple[Path, float]:
+    plan = plan_for(n)
     t = time.perf_counter()
-    for _ in range(workers):
-        _spin(n)
-    seq = time.perf_counter() - t
-    with ProcessPoolExecutor(workers) as ex:
-        list(ex.map(_spin, [n] * workers))  # start the workers
-        t = time.perf_counter()
-        list(ex.map(_spin, [n] * workers))
-        par = time.perf_counter() - t
-    return seq / par
+    job = build_job(tmp / f"job{n}", source, plan)
+    built = time.perf_counter() - t
+    report, cache = tmp / f"report{n}.json", tmp / f"cache{n}"
+    rc, cold_s, cold_mb = measure(check_argv(job, report, None))
+    verdict = named_right(report, plan)
+    measure(check_argv(job, report, cache))  # fills the cache
+    _rc, warm_s, warm_mb = measure(check_argv(job, report, cache))
+    print(f"{n:>5} ranks  built {built:6.1f} s   cold {cold_s:7.1f} s {cold_mb:7.0f} MB   "
+          f"warm {warm_s:7.1f} s {warm_mb:7.0f} MB   exit {rc}   slow rank {plan.slow_rank}, "
+          f"link {plan.slow_link[0]}->{plan.slow_link[1]}: {verdict}", flush=True)
+    return job, cold_s
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--kernels", type=int, default=50_000, help="device kernels per rank")
-    ap.add_argument("--out", type=Path, default=None, help="where to write the ranks (default: a temp dir)")
+    ap.add_argument("--source", type=Path, default=SAMPLE_RANK0, help="one torch_npu text rank (*_ascend_pt)")
+    ap.add_argument("--sizes", default="16,128,1024", help="comma-separated rank counts")
+    ap.add_argument("--baseline-ranks", type=int, default=16, help="job size of the old-way baseline (0: skip)")
     args = ap.parse_args()
-
-    with tempfile.TemporaryDirectory(prefix="bench_ranks_") as tmp:
-        root = args.out or Path(tmp)
-        t = time.perf_counter()
-        for r in range(args.ranks):
-            write_rank(root, r, args.kernels)
-        print(f"generated {args.ranks} ranks x {args.kernels} kernels in {time.perf_counter() - t:.1f} s "
-              f"({sum(p.stat().st_size for p in root.rglob('*.db')) / 1e6:.0f} MB)")
-        locations = discover([root])
-        assert len(locations) == args.ranks, locations
-
-        t = time.perf_counter()
-        seq = load_ranks_sequential(locations, use_cache=False)
-        t_seq = time.perf_counter() - t
-
-        t = time.perf_counter()
-        pooled, failures = _load_ranks(locations, use_cache=False, cache_dir=None, progress=lambda m, f: None)
-        t_pool = time.perf_counter() - t
-        assert not failures and sorted(pooled) == sorted(seq)
-        assert all(len(pooled[r].kernels) == len(seq[r].kernels) for r in seq)
-
-    workers = min(os.cpu_count() or 1, args.ranks)
-    print(f"cpu probe         : {cpu_probe(workers):.2f}x speed-up for pure CPU work on {workers} processes "
-          "(the ceiling here)")
-    print(f"sequential load   : {t_seq:7.2f} s (baseline)")
-    print(f"process pool ({workers:>2}) : {t_pool:7.2f} s  ratio {t_pool / t_seq:.2f}x of sequential, "
-          f"speed-up {t_seq / t_pool:.2f}x")
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    print(f"source rank: {args.source}")
+    with tempfile.TemporaryDirectory(prefix="bench_ranks_") as name:
+        tmp = Path(name)
+        cold = {}
+        for n in sizes:
+            job, cold[n] = bench_size(tmp, args.source, n)
+        n = args.baseline_ranks
+        if n:
+            job = tmp / f"job{n}"
+            if n not in cold:
+                build_job(job, args.source, plan_for(n))
+                _rc, cold[n], _mb = measure(check_argv(job, tmp / "report.json", None))
+            _rc, old_s, old_mb = measure([sys.executable, "-c", _OLD_WAY, str(job)])
+            print(f"baseline at {n} ranks: old way (every rank loaded whole) {old_s:.1f} s {old_mb:.0f} MB; "
+                  f"whole --check now {cold[n]:.1f} s: {old_s / cold[n]:.1f}x faster")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ class CheckArgs:
     fail_on: str = "warning"
     fail_on_regression: float | None = None
     rank: int | None = None
+    ranks: str | None = None
+    scheduler: str | None = None
     path_map: list[tuple[str, str]] = field(default_factory=list)
     no_cache: bool = False
     cache_dir: str | None = None
@@ -97,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on", choices=FAIL_ON, default="warning", help="lowest severity that makes the exit status 1 (default: warning)")
     p.add_argument("--fail-on-regression", metavar="PCT", type=float, help="with --baseline: exit 1 when step time regressed by more than PCT percent")
     p.add_argument("--rank", metavar="N", type=int, help="rank of a multi-rank profile (default: the slowest)")
+    p.add_argument("--ranks", choices=("analysed", "all"),
+                   help="all: run the rules on every rank of a multi-rank job and group their findings (default: analysed, the slowest rank or --rank)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="with --ranks all: run the per-rank analysis on this Dask scheduler's workers (default: a local process pool)")
     p.add_argument("--path-map", metavar="REMOTE=LOCAL", action="append", default=[], help="map profile paths to local paths (repeatable)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the profile cache")
     p.add_argument("--cache-dir", metavar="DIR", help="where the profile cache lives (default: the user cache directory)")
@@ -161,6 +167,8 @@ def _needs_check(ns: argparse.Namespace) -> None:
             ("--output", ns.output is not None),
             ("--baseline", ns.baseline is not None),
             ("--rank", ns.rank is not None),
+            ("--ranks", ns.ranks is not None),
+            ("--scheduler", ns.scheduler is not None),
             ("--cache-dir", ns.cache_dir is not None),
             ("--fix", ns.fix),
             ("--diff", ns.diff),
@@ -248,6 +256,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, CheckArgs]
         fail_on=ns.fail_on,
         fail_on_regression=ns.fail_on_regression,
         rank=ns.rank,
+        ranks=ns.ranks,
+        scheduler=ns.scheduler,
         path_map=path_map,
         no_cache=ns.no_cache,
         cache_dir=str(Path(ns.cache_dir).expanduser().absolute()) if ns.cache_dir else None,

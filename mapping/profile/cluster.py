@@ -180,7 +180,7 @@ def read_summaries(locations: Sequence[ProfileLocation], *, use_cache: bool, cac
     if workers == 1:
         return dict(_summaries(todo, use_cache, cache_dir))
     out: dict[int, RankSummary] = {}
-    with _rank_pool(workers) as pool:
+    with rank_pool(workers) as pool:
         with isolated_children():
             pending = [pool.submit(_summaries_encoded, todo[i:i + SUMMARY_CHUNK], use_cache, cache_dir)
                        for i in range(0, n, SUMMARY_CHUNK)]
@@ -215,7 +215,7 @@ def _summaries_encoded(locations: list[ProfileLocation], use_cache: bool, cache_
     return msgspec.msgpack.encode(_summaries(locations, use_cache, cache_dir))
 
 
-def _rank_pool(workers: int) -> ProcessPoolExecutor:
+def rank_pool(workers: int) -> ProcessPoolExecutor:
     # The pool's constructor makes semaphores (which start the resource tracker) and submit()
     # starts the forkserver and the workers: all of them isolated and outside the workspace
     # (mapping.children); the workers get absolute paths only.
@@ -281,7 +281,7 @@ def _load_ranks(
     profiles: dict[int, Profile] = {}
     failures: list[tuple[ProfileLocation, ProfileError]] = []
     progress(f"Loading {n} ranks ({workers} processes)", 0.0)
-    with _rank_pool(workers) as pool:
+    with rank_pool(workers) as pool:
         with isolated_children():
             pending: dict[Future, ProfileLocation] = {
                 pool.submit(_load_one, replace(loc, path=Path(loc.path).absolute()), use_cache,
@@ -309,7 +309,7 @@ def _load_ranks(
 def load_ranks_sequential(
     locations: list[ProfileLocation], *, use_cache: bool = True, cache_dir: Path | None = None
 ) -> dict[int, Profile]:
-    """The same loads one after another in this process (baseline for benchmarks/bench_ranks.py)."""
+    """The same loads one after another in this process (tests that count file system calls use it)."""
     return {
         loc.rank: load_location(loc, use_cache=use_cache, cache_dir=cache_dir)  # type: ignore[misc]
         for loc in locations

@@ -22,6 +22,7 @@ from msprof_lsp.mapping.profile.locations import Progress, no_progress
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
+from .ranks import AllRanks, analyse_all
 from .settings import Settings
 
 
@@ -34,6 +35,7 @@ class Analysis:
     attribution: Attribution
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
+    all_ranks: AllRanks | None = None  # ranks "all": every rank's findings, grouped
 
     @property
     def profile(self):  # noqa: ANN201 - Profile; kept short for callers
@@ -150,7 +152,11 @@ def analyse_paths(
                 raise
             failed.append(UnreadableJob(job.describe(base_dir), exc))
             continue
-        analyses.append(analyse_loaded(loaded, build_workspace(roots, settings), settings))
+        analysis = analyse_loaded(loaded, build_workspace(roots, settings), settings)
+        if settings.ranks == "all" and loaded.cluster is not None:
+            analysis.all_ranks = analyse_all(loaded.locations, roots, settings, use_cache=use_cache,
+                                             cache_dir=_cache_dir(settings), progress=progress)
+        analyses.append(analysis)
         if use_cache:
             keep_derived(loaded, settings)
     if failed and not analyses:

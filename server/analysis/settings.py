@@ -28,7 +28,7 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from msgspec import Meta
 
@@ -89,6 +89,11 @@ class Settings(RuleConfig):
     profile: Annotated[str, Meta(description="Profile directory or file to load. Empty: discover under the workspace folder.",
                                  extra={"path": True})] = _on(Retrigger.RELOAD, "")
     rank: Annotated[int | None, Meta(ge=0, description="Rank of a multi-rank profile to analyse. Empty: the slowest rank.")] = _on(Retrigger.RELOAD, None)
+    ranks: Annotated[Literal["analysed", "all"], Meta(
+        description="Which ranks of a multi-rank job the rules run on: \"analysed\" (the slowest, or rank) or \"all\" (every rank, findings grouped across ranks; --check only).")] = _on(Retrigger.RELOAD, "analysed")
+    scheduler: Annotated[str, Meta(
+        description="With ranks \"all\": a Dask scheduler (tcp://HOST:PORT) that runs the per-rank analysis; a user setting, never read from a workspace. Empty: a local process pool.",
+        extra={"user_only": True, "scope": "machine"})] = _on(Retrigger.RELOAD, "")
     path_mappings: Annotated[tuple[tuple[str, str], ...], Meta(
         description="Where profile paths differ from local ones: [\"/remote/prefix=/local/prefix\", ...] or [{\"remote\": ..., \"local\": ...}]. A local prefix outside the workspace folders is not followed.",
         extra_json_schema=_PATH_MAPPING_SCHEMA)] = _on(Retrigger.RELOAD, ())

@@ -46,6 +46,10 @@ def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
         flags["ignore"] = args.ignore
     if args.rank is not None:
         flags["rank"] = args.rank
+    if args.ranks is not None:
+        flags["ranks"] = args.ranks
+    if args.scheduler is not None:
+        flags["scheduler"] = args.scheduler
     if args.path_map:
         flags["pathMappings"] = [f"{r}={l}" for r, l in args.path_map]
     if args.cache_dir is not None:
@@ -119,6 +123,7 @@ def collect(args: CheckArgs, progress, warn: TextIO, *, cwd: Path | None = None,
                     finding_changes=against.changes if against else [],
                     attribution=a.attribution,
                     source_text=a.workspace.text,
+                    all_ranks=a.all_ranks,
                 )
             )
     merge_repeated(jobs, cwd)

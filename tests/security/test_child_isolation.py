@@ -254,5 +254,8 @@ def test_process_starts_live_only_in_the_isolated_home() -> None:
                         and isinstance(node.value, ast.Name) and node.value.id == "os"):
                     offenders.append(f"{rel}:{node.lineno} os.{node.attr}")
     assert offenders == []
-    cluster = (repo / "mapping/profile/cluster.py").read_text(encoding="utf-8")
-    assert cluster.count("with isolated_children():") == 2  # around the pool's constructor and its submits
+    # Around the pool's constructor and each batch of submits (they start the workers): in
+    # cluster.py the summaries' and the whole loads'; in ranks.py the per-rank analyses' (--ranks all).
+    for rel, n in (("mapping/profile/cluster.py", 3), ("server/analysis/ranks.py", 1)):
+        text = (repo / rel).read_text(encoding="utf-8")
+        assert text.count("with isolated_children():") == n, rel

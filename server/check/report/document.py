@@ -22,6 +22,8 @@ from msprof_lsp.mapping.profile.step_infer import describe as describe_steps
 from msprof_lsp.mapping.units import format_share, format_us
 from msprof_lsp.mapping.profile.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
 
+from ...analysis.ranks import AllRanks
+
 SCHEMA_VERSION = 1
 MAX_HOTSPOTS = 20
 
@@ -220,6 +222,35 @@ def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
                 "device_data": r.device_data,
             }
             for r in cluster.ranks
+        ],
+    }
+
+
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """``0-3, 8, 10-11``: sorted ranks with runs of consecutive ones as ranges."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def rank_findings_dict(all_ranks: AllRanks | None, cwd: Path) -> dict[str, Any] | None:
+    """``--ranks all``: every rank's findings grouped (docs/numbers.md "Every rank's findings")."""
+    if all_ranks is None:
+        return None
+    return {
+        "engine": all_ranks.engine,
+        "ranks_analysed": list(all_ranks.analysed),
+        "ranks_failed": [{"rank": r, "error": e} for r, e in all_ranks.failed],
+        "groups": [
+            {"code": g.code, "name": g.name, "severity": g.severity.value,
+             "path": rel_path(g.path, cwd) if g.path else None, "line": g.line, "message": g.message,
+             "ranks": list(g.ranks), "low_us": round(g.low_us, 3), "high_us": round(g.high_us, 3),
+             "worst_rank": g.worst_rank}
+            for g in all_ranks.groups
         ],
     }
 

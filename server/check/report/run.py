@@ -17,6 +17,8 @@ from msprof_lsp.mapping.source.heat import Attribution, SourceHeat
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 from msprof_lsp.server.analysis.run import UnreadableJob
 
+from ...analysis.ranks import AllRanks
+
 from . import document
 
 
@@ -35,6 +37,7 @@ class JobReport:
     critical_path: CriticalPath | None = None
     attribution: Attribution | None = None  # per-task source lines (the HTML report's timeline)
     source_text: Callable[[str], str | None] | None = None  # a workspace file's current text
+    all_ranks: AllRanks | None = None  # --ranks all: every rank's findings, grouped
 
 
 def merge_repeated(jobs: list[JobReport], cwd: Path) -> None:
@@ -134,6 +137,7 @@ class CheckRun:
         for job in self.jobs:
             pdict = document.profile_dict(job.profile, job.cluster, job.ranks, cwd, job.heat.mapped_share)
             pdict["critical_path"] = document.critical_path_dict(job.critical_path, cwd)
+            pdict["rank_findings"] = document.rank_findings_dict(job.all_ranks, cwd)
             profiles.append(pdict)
             for f in sorted(job.findings, key=Finding.sort_key):
                 findings.append(document.finding_dict(f, cwd, pdict["path"]))

@@ -241,6 +241,34 @@ def baseline(job: JobReport, run: CheckRun) -> list[str]:
     return out
 
 
+MAX_RANK_GROUPS = 20  # --ranks all: the groups on most ranks; the JSON lists every one
+
+
+def all_ranks(job: JobReport, run: CheckRun) -> list[str]:
+    """``--ranks all``: each finding on several ranks once, with how many ranks, the range of its
+    time per step over them and the worst rank; the ranks named when not all have it."""
+    every = job.all_ranks
+    if every is None:
+        return []
+    n = every.total
+    out = [f"Every rank ({n:,} ranks, {every.engine}):"]
+    for g in every.groups[:MAX_RANK_GROUPS]:
+        low, high = format_us(g.low_us), format_us(g.high_us)
+        spread = "" if g.high_us <= 0 else f", {high}/step" if low == high else f", {low}–{high}/step"
+        out.append(f"  {g.code} on {len(g.ranks):,} of {n:,} ranks{spread}; worst rank {g.worst_rank}")
+        where = f"{_path(g.path, run)}:{g.line}  " if g.path else ""
+        out += _wrap(where + visible(g.message), 4)
+        if len(g.ranks) < n:
+            out += _wrap(f"ranks {document.rank_ranges(g.ranks)}", 4)
+    if len(every.groups) > MAX_RANK_GROUPS:
+        out.append(f"  … and {len(every.groups) - MAX_RANK_GROUPS} more (--format json lists every one)")
+    if not every.groups:
+        out.append("  no findings on any rank")
+    for r, error in every.failed:
+        out += _wrap(f"rank {r} not analysed: {visible(error)}", 2)
+    return out + [""]
+
+
 def render(run: CheckRun, *, color: bool = False) -> str:
     style = _Style(color)
     out: list[str] = start_here(run, style)
@@ -248,6 +276,7 @@ def render(run: CheckRun, *, color: bool = False) -> str:
         out += header(job, run, style)
         out.append("")
         out += findings_by_file(job.findings, run, style)
+        out += all_ranks(job, run)
         hs = hotspots(job, run)
         if hs:
             out += hs + [""]
