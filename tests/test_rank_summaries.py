@@ -26,6 +26,7 @@ JOBS = [
     pytest.param(SAMPLE, id="sample-2-ranks"),
     pytest.param(SHARED / "Ascend-msinsight" / "text" / "level1", id="msinsight-text-2-ranks"),
     pytest.param(SHARED / "Ascend-msinsight-st-level2" / "level2", id="msinsight-level2-4-ranks"),
+    pytest.param(SHARED / "Ascend-msinsight" / "db" / "level1", id="msinsight-db-2-ranks"),
 ]
 FIELDS = ("step_time_ns", "comm_not_overlapped_ns", "comm_share", "computing_ns", "free_ns", "link_totals",
           "links", "comm_wait_ns")

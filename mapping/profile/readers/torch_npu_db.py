@@ -46,7 +46,7 @@ from msprof_lsp.mapping.profile.readers.cann_db import api_type_names, read_cann
 from msprof_lsp.mapping.profile.readers.npu_trace import kernel_steps
 from msprof_lsp.mapping.profile.readers.msprof_cli import DB_RE as MSPROF_DB_RE
 from msprof_lsp.mapping.profile.readers.protocol import (
-    Candidate, Folder, Reader, SeenFile, as_rank, mtime, mtime_path, own_layout, rank_from_names,
+    Candidate, Folder, RankFiles, Reader, SeenFile, as_rank, mtime, mtime_path, own_layout, rank_from_names,
 )
 from msprof_lsp.mapping.profile.readers.sqlite_db import SqliteDb
 from msprof_lsp.mapping.profile.readers.torch_npu import DB_NAME_RE, OUTPUT_DIR, has_text_outputs, root_name_ts, run_facts, run_folders
@@ -187,6 +187,33 @@ def read(location: ProfileLocation, progress: Progress) -> Profile:
     meta.with_stack = meta.with_stack if meta.with_stack is not None else bool(stacks.stacks)
     progress("done", 1.0)
     return profile
+
+
+def read_summary(location: ProfileLocation) -> RankFiles | None:
+    """The rank's cluster-view data only: the run root's JSON metadata, the DB's META_DATA and
+    STEP_TIME, and analysis.db's StepTraceTime and communication tables (no device task, no
+    host op is read). None without an analysis.db whose StepTraceTime gives a step time (the
+    rank is then loaded whole)."""
+    lay = _db_layout(location)
+    analysis = lay.db.parent / ANALYSIS_DB
+    if not analysis.is_file():
+        return None
+    meta = ProfileMeta(kind=ProfileKind.TORCH_NPU_DB, path=str(lay.db), rank=location.rank)
+    meta.export_type = ("db",)
+    issues: list[Issue] = []
+    _read_json_meta(lay, meta, issues)
+    profile = Profile(meta=meta)
+    with SqliteDb(lay.db) as db:
+        meta.files.append(str(lay.db))
+        _read_db_meta(db, meta, issues)
+        profile.steps = _read_steps(db, profile.host_ops, issues)
+        device = db.has("TASK") and bool(db.query("SELECT 1 FROM TASK LIMIT 1"))
+    _read_analysis(analysis, profile, issues)
+    if not any(b.step_time_ns > 0 and not b.derived for b in profile.step_breakdown):
+        return None
+    profile.comm_ops = _assign_comm_steps(profile.comm_ops, profile.steps)
+    profile.issues = issues
+    return RankFiles(profile, device, tuple(Path(f) for f in meta.files))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -845,4 +872,4 @@ def _num_key(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
 
 
-READER = Reader(ProfileKind.TORCH_NPU_DB, read, probe_dir, probe_file)
+READER = Reader(ProfileKind.TORCH_NPU_DB, read, probe_dir, probe_file, summary=read_summary)
