@@ -118,7 +118,7 @@ def test_a_rank_that_cannot_be_read_is_named_and_the_others_count(tmp_path: Path
 
 def test_the_flags_need_check() -> None:
     for argv in (["--ranks", "all"], ["--scheduler", "tcp://127.0.0.1:8786"]):
-        with pytest.raises(UsageError, match="needs --check"):
+        with pytest.raises(UsageError, match="needs the check command"):
             parse(argv)
 
 
