@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import contextlib
 import os
+import tempfile
 import stat
 import tokenize
 from collections.abc import Callable, Iterable
@@ -155,7 +157,7 @@ def _readable(path: str, roots: list[Path], analysed: str | None) -> tuple[Path,
 
 
 def write(plan: FixPlan) -> list[FileFix]:
-    """Write each planned file in place (no symlink followed, a regular file only); the files
+    """Write each planned file (atomically; no symlink followed, a regular file only); the files
     written. A file that cannot be written goes to ``plan.refused``."""
     written = []
     for f in plan.files:
@@ -174,13 +176,25 @@ def write(plan: FixPlan) -> list[FileFix]:
 
 
 def _write_regular(path: str, data: bytes) -> None:
-    flags = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "wb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        f.truncate(0)
-        f.write(data)
+    """Replace the regular file ``path`` with ``data`` atomically: written to a temporary file
+    beside it (its mode kept), flushed, then renamed over it -- a full disk or a crash leaves the
+    old file whole, never a truncated one. The rename replaces the name itself, so a symlink
+    planted there since the check is replaced, never followed."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(0, "not a regular file")
+    fd, tmp = tempfile.mkstemp(prefix=".msprof-lsp-fix-", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def diff(plan: FixPlan, cwd: Path) -> str:

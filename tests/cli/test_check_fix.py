@@ -168,6 +168,26 @@ def test_only_files_inside_the_checked_paths_are_written(tmp_path):
     assert (outside / "b.py").read_text(encoding="utf-8") == "b = 1\n"
 
 
+def test_a_failed_write_leaves_the_file_whole(tmp_path, monkeypatch):
+    """A fix is written to a temporary file renamed over the original: a write that fails (a full
+    disk here) leaves the old text, its mode, and no temporary file behind."""
+    target = tmp_path / "model.py"
+    target.write_text("x = 1\n", encoding="utf-8")
+    target.chmod(0o640)
+
+    def full(fd):  # noqa: ANN001, ANN202
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fixing.os, "fsync", full)
+    with pytest.raises(OSError):
+        fixing._write_regular(str(target), b"x = 2\n")
+    assert target.read_text(encoding="utf-8") == "x = 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py"]
+    monkeypatch.undo()
+    fixing._write_regular(str(target), b"x = 2\n")
+    assert target.read_text(encoding="utf-8") == "x = 2\n" and (target.stat().st_mode & 0o777) == 0o640
+
+
 def test_a_file_changed_since_the_analysis_is_not_written_and_encodings_are_kept(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
