@@ -23,7 +23,8 @@ from ..analysis.baseline import against_baseline, load_baseline
 from ..cli import CheckArgs, UsageError, version
 from .progress import ProgressLine
 from .report import github, html, sarif, text
-from .report.run import CheckRun, JobReport, merge_repeated
+from ..analysis.views.result import CheckRun, JobReport, merge_repeated
+from ..analysis.views.rows import report
 from ..escape import json_text, visible
 from ..analysis.settings import Layer, Settings, resolve
 
@@ -120,7 +121,7 @@ def exit_status(run: CheckRun, args: CheckArgs) -> int:
 def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
     # JSON and SARIF keep names as data (json_text only spells the controls as \u escapes)
     if args.format == "json":
-        return json_text(json.dumps(run.to_document(), indent=2, ensure_ascii=False)) + "\n"
+        return json_text(json.dumps(report(run).as_dict(), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "sarif":
         return json_text(json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "github":

@@ -20,7 +20,8 @@ from pygls.exceptions import JsonRpcInvalidParams
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.server.escape import visible
 
-from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
+from ..analysis.views.document import MAX_HOTSPOTS
+from ..analysis.views.rows import HotspotRow
 from ..cli import version
 from .diagnostics import file_view, uri_for
 from .status_payload import to_json
@@ -63,7 +64,7 @@ def show_hotspots(ls, *args: Any) -> dict[str, Any]:
     out = []
     for h in snap.hotspots[:MAX_HOTSPOTS]:
         path = h.site.span.path
-        d = hotspot_dict(h, Path(path).parent, snap.steps_for(path))
+        d = HotspotRow.of(h, Path(path).parent, snap.steps_for(path)).as_dict()
         d["path"] = path
         d["uri"] = uri_for(ls, path)
         view = file_view(ls, path)

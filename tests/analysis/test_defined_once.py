@@ -83,3 +83,17 @@ def test_one_settings_model_and_one_resolver():
     assert importers(settings, "apply") == importers(settings, "from_pyproject") == set()
     # what a change re-triggers is read from the model, not listed by hand
     assert importers(settings, "retriggers") == {"server/lsp/lifecycle.py"}
+
+
+def test_the_report_view_models_are_the_cores():
+    """The report's structure lives in server/analysis/views: the JSON document's rows are
+    written there, no front-end builds its own, and both --check renderers that need the whole
+    report get it from ``views.report``."""
+    assert not (REPO / "server" / "check" / "report" / "model.py").exists()
+    assert not (REPO / "server" / "check" / "report" / "document.py").exists()
+    dict_keys = {rel for rel, tree in SOURCES.items() for node in ast.walk(tree) if isinstance(node, ast.Dict)
+                 for k in node.keys if isinstance(k, ast.Constant) and k.value in ("end_column", "device_time_us")}
+    assert "server/analysis/views/rows.py" in dict_keys
+    assert {rel for rel in dict_keys if not rel.startswith("server/analysis/views/")} == set()
+    assert importers("msprof_lsp.server.analysis.views.rows", "report") == {
+        "server/check/command.py", "server/check/report/text.py", "server/analysis/views/__init__.py"}

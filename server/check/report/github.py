@@ -11,8 +11,8 @@ from __future__ import annotations
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.server.escape import visible
 
-from . import document
-from .run import CheckRun
+from ...analysis.views import document
+from ...analysis.views.result import CheckRun
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice", Severity.HINT: "notice"}
 

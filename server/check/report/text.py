@@ -27,8 +27,9 @@ from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profil
 from msprof_lsp.mapping.units import format_share, format_us
 from msprof_lsp.server.escape import visible
 
-from . import document
-from .run import CheckRun, JobReport
+from ...analysis.views import document
+from ...analysis.views.result import CheckRun, JobReport
+from ...analysis.views.rows import Report, report
 
 WIDTH = 80
 TOP_HOTSPOTS = 8
@@ -148,10 +149,10 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     return lines
 
 
-def start_here(run: CheckRun, style: _Style) -> list[str]:
+def start_here(view: Report, run: CheckRun, style: _Style) -> list[str]:
     """The report's opening block: the top findings by saving (hints.consolidate.start_here), each
     with how much, what to change and where."""
-    top = run.start_here()
+    top = [view.findings[i].finding for i in view.start_here]
     if not top:
         return []
     out = [style("Start here", _BOLD)]
@@ -240,7 +241,8 @@ def baseline(job: JobReport, run: CheckRun) -> list[str]:
 
 def render(run: CheckRun, *, color: bool = False) -> str:
     style = _Style(color)
-    out: list[str] = start_here(run, style)
+    view = report(run)
+    out: list[str] = start_here(view, run, style)
     for job in run.jobs:
         out += header(job, run, style)
         out.append("")
@@ -251,11 +253,11 @@ def render(run: CheckRun, *, color: bool = False) -> str:
         bl = baseline(job, run)
         if bl:
             out += bl + [""]
-    counts = run.counts()
-    total = sum(counts.values())
+    counts = view.counters
+    total = counts.total
     if total:
-        parts = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
-        files = len({f.span.path for f in run.findings if f.span})
+        parts = ", ".join(f"{n} {s.value}" for s, n in counts.by_severity.items() if n)
+        files = counts.files
         out.append(f"Found {total} finding{'s' if total != 1 else ''} ({parts}) in {files} file{'s' if files != 1 else ''}.")
     else:
         out.append("No findings.")
