@@ -40,14 +40,15 @@ from .capabilities import ClientCaps
 from .code_action import code_action
 from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
-from .session.documents import DocumentStore, path_of
-from .session.engine import Session
+from .state.documents import DocumentStore, path_of
+from .state.engine import Session
 from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
-from .session.loading import Loader
+from .state.loading import Loader
 from .publish import Publisher
 from .rpc import Protocol, serve_stdio
-from .session.snapshot import Snapshot, empty
+from .state.context import RequestContext, with_context
+from .state.snapshot import Snapshot, empty
 
 log = logging.getLogger("msprof_lsp.server")
 
@@ -69,7 +70,7 @@ class MsprofLanguageServer(LanguageServer):
         self.loader = Loader(self)
         self.publisher = Publisher(self)
         self.poller: watch.Poller | None = None
-        self.record_cache: dict[tuple, Any] = {}  # record_action: training loops and edits per buffer text
+        self.memo: dict[tuple, Any] = {}  # RequestContext.memo
         self.exit_code = 0
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
@@ -93,6 +94,14 @@ class MsprofLanguageServer(LanguageServer):
             log.info("the client is gone")
         finally:
             self.shutdown()
+
+    def context(self) -> RequestContext:
+        """What a feature sees of this request: the snapshot and buffers now, the client, the settings."""
+        return RequestContext(snapshot=self.snapshot, documents=self.documents, caps=self.caps, settings=self.settings,
+                              memo=self.memo)
+
+    def next_change(self) -> asyncio.Future[None]:
+        return self.loader.next_change()
 
     # -- where things are ----------------------------------------------------------------------
 
@@ -174,11 +183,11 @@ def create_server() -> MsprofLanguageServer:
             code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.RefactorRewrite, FIX_ALL_KIND],  # type: ignore[list-item]
             resolve_provider=True,
         ),
-    )(guarded(list, name="textDocument/codeAction")(code_action))
-    feature(types.CODE_ACTION_RESOLVE)(guarded(name="codeAction/resolve")(resolve_code_action))
+    )(guarded(list, name="textDocument/codeAction")(with_context(code_action)))
+    feature(types.CODE_ACTION_RESOLVE)(guarded(name="codeAction/resolve")(with_context(resolve_code_action)))
     feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))(
-        guarded(list, name="textDocument/codeLens")(code_lens))
-    feature(types.TEXT_DOCUMENT_HOVER)(guarded(name="textDocument/hover")(hover))
+        guarded(list, name="textDocument/codeLens")(with_context(code_lens)))
+    feature(types.TEXT_DOCUMENT_HOVER)(guarded(name="textDocument/hover")(with_context(hover)))
     for name, handler in (
         (CMD_RELOAD, commands.reload_profile),
         (CMD_SELECT_PROFILE, commands.select_profile),

@@ -23,7 +23,7 @@ from msprof_lsp.hints.finding import Finding
 
 from ..analysis.views.document import saving_text
 from ..escape import visible
-from .session.snapshot import ProfileInfo
+from .state.snapshot import ProfileInfo
 
 CONVERTER = get_converter()
 

@@ -65,7 +65,7 @@ def test_one_baseline_flow():
     assert importers("msprof_lsp.hints.verify", "classify") == core
     assert importers("msprof_lsp.mapping.source.compare", "compare") == core
     users = importers("msprof_lsp.server.analysis.baseline", "against_baseline")
-    assert users == {"server/check/command.py", "server/lsp/session/engine.py"}
+    assert users == {"server/check/command.py", "server/lsp/state/engine.py"}
 
 
 def test_one_settings_model_and_one_resolver():
