@@ -58,14 +58,15 @@ def _workspace_items(ctx: RequestContext, previous: dict[str, str]) -> tuple[lis
     return items, changed
 
 
-async def workspace_diagnostic(server: Contextual, params: types.WorkspaceDiagnosticParams):  # noqa: ANN201
-    """Parks until something changes when the client already has every report (a new context then)."""
+async def workspace_diagnostic(ls: Contextual, params: types.WorkspaceDiagnosticParams):  # noqa: ANN201
+    """Parks until something changes when the client already has every report (a new context
+    then); takes the server (``ls``: pygls passes it by that name) to wait on it."""
     previous = {p.uri: p.value for p in params.previous_result_ids or []}
-    items, changed = _workspace_items(server.context(), previous)
+    items, changed = _workspace_items(ls.context(), previous)
     if previous and not changed:
         try:
-            await asyncio.wait_for(server.next_change(), PARK_S)
+            await asyncio.wait_for(ls.next_change(), PARK_S)
         except asyncio.TimeoutError:
             pass
-        items, _ = _workspace_items(server.context(), previous)
+        items, _ = _workspace_items(ls.context(), previous)
     return types.WorkspaceDiagnosticReport(items=items)

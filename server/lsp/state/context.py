@@ -9,7 +9,6 @@ mid-request cannot hand it two different snapshots.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -45,10 +44,13 @@ R = TypeVar("R")
 
 
 def with_context(feature: Callable[[RequestContext, Any], R]) -> Callable[[Contextual, Any], R]:
-    """The handler pygls calls, ``(server, params)``, for a feature ``(ctx, params)``."""
+    """The handler pygls calls for a feature ``(ctx, params)``. pygls passes the server only to a
+    handler whose first parameter is named ``ls`` (it reads the signature, following
+    ``__wrapped__``), so the name is copied but not the signature."""
 
-    @functools.wraps(feature)
-    def handler(server: Contextual, params: Any) -> R:
-        return feature(server.context(), params)
+    def handler(ls: Contextual, params: Any) -> R:
+        return feature(ls.context(), params)
 
+    handler.__name__ = handler.__qualname__ = feature.__name__
+    handler.__doc__ = feature.__doc__
     return handler
