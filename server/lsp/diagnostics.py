@@ -167,9 +167,7 @@ def _newly_suppressed(doc: OpenDocument, lines: list[str], d: types.Diagnostic) 
     first, last = d.range.start.line, d.range.end.line
     if not any(0 <= i < len(lines) and "msprof" in lines[i] for i in {first, last}):
         return False  # the cheap test: no directive text on the diagnostic's lines
-    table = _suppressions(doc)
-    code = str(d.code)
-    return suppress.is_suppressed(table, first + 1, code) or suppress.is_suppressed(table, last + 1, code)
+    return suppress.span_suppressed(_suppressions(doc), first + 1, last + 1, str(d.code))
 
 
 def digest(view: FileView | None, diags: list[types.Diagnostic]) -> str:
