@@ -44,10 +44,11 @@ class FixRow:
     safe: bool
     group: str | None  # same group in one finding: alternatives, apply one
     edits: tuple[EditRow, ...]
+    label: str  # the title as the text formats print it ("(review)" when it changes behaviour)
 
     @classmethod
     def of(cls, fix: Fix, cwd: Path) -> FixRow:
-        return cls(title=fix.title, safe=fix.safe, group=fix.group or None,
+        return cls(title=fix.title, safe=fix.safe, group=fix.group or None, label=document.fix_label(fix),
                    edits=tuple(EditRow(path=document.rel_path(e.path, cwd), line=e.line, column=e.col + 1,
                                        end_line=e.end_line, end_column=e.end_col + 1, new_text=e.new_text)
                                for e in fix.edits))
@@ -291,6 +292,10 @@ class Report:
     baseline: dict[str, Any] | None
     counters: Counters
     version: int = document.SCHEMA_VERSION
+
+    def by_place(self) -> list[FindingRow]:
+        """Every job's findings in one list by place: what the line formats (concise, GitHub) print."""
+        return sorted(self.findings, key=lambda r: r.finding.sort_key())
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--format json`` document."""

@@ -29,7 +29,7 @@ from msprof_lsp.server.escape import visible
 
 from ...analysis.views import document
 from ...analysis.views.result import CheckRun, JobReport
-from ...analysis.views.rows import Report, report
+from ...analysis.views.rows import FindingRow, Report, report
 
 WIDTH = 80
 TOP_HOTSPOTS = 8
@@ -264,15 +264,15 @@ def render(run: CheckRun, *, color: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def concise_line(f: Finding, run: CheckRun) -> str:
+def concise_line(f: FindingRow) -> str:
     """``path:line:col: severity CODE message``; a finding about the profile itself has no place."""
     message = visible(" ".join(f.message.split()))
     code = visible(f.code)
-    if f.span is None:
+    if f.path is None:
         return f"(profile): {f.severity.value} {code} {message}"
-    return f"{_path(f.span.path, run)}:{f.span.line}:{f.span.col + 1}: {f.severity.value} {code} {message}"
+    return f"{visible(f.path)}:{f.line}:{f.column}: {f.severity.value} {code} {message}"
 
 
 def render_concise(run: CheckRun) -> str:
-    lines = [concise_line(f, run) for f in sorted(run.findings, key=Finding.sort_key)]
+    lines = [concise_line(f) for f in report(run).by_place()]
     return "\n".join(lines) + ("\n" if lines else "")
