@@ -306,4 +306,4 @@ class RuleContext:
         if span is None:
             return False
         table = self.suppressions(span.path)
-        return suppress.is_suppressed(table, span.line, finding.code) or suppress.is_suppressed(table, span.end_line, finding.code)
+        return suppress.span_suppressed(table, span.line, span.end_line, finding.code)

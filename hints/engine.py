@@ -71,7 +71,8 @@ def _settle(f: Finding, rule: Rule, ctx: RuleContext) -> Finding | None:
 
 def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: bool = True) -> list[Finding]:
     """All findings for this profile after selection, severity, ``min_share`` and suppressions."""
-    chosen = all_rules() if rules is None else list(rules)
+    # a rule that reads what the others recorded (NPU901: their Level1 skips) runs after them all
+    chosen = sorted(all_rules() if rules is None else rules, key=lambda r: r.after_others)
     pytorch = runs_pytorch(ctx)
     out: list[Finding] = []
     for rule in chosen:

@@ -47,6 +47,10 @@ class Rule(ABC):
       backends          profile backends the rule applies to
       pytorch_only      its advice is PyTorch code or settings: it does not run on a profile of a
                         program that is not PyTorch (``profile_query.is_pytorch``)
+      level1            the data it may need that a Level0 capture leaves out ("": none); the
+                        rule still calls ``ctx.needs_level1`` before concluding (hints/gating.py)
+      after_others      it reads what the other rules recorded (their Level1 skips): the engine
+                        runs it after every other rule, whatever its code
     """
 
     code: ClassVar[str]
@@ -57,6 +61,8 @@ class Rule(ABC):
     thresholds: ClassVar[tuple[str, ...]] = ()
     backends: ClassVar[tuple[Backend, ...]] = BACKENDS
     pytorch_only: ClassVar[bool] = False
+    level1: ClassVar[str] = ""
+    after_others: ClassVar[bool] = False
 
     @property
     def doc(self) -> str:
@@ -135,6 +141,11 @@ def all_rules() -> list[Rule]:
     """Every registered rule, ordered by code."""
     load_rule_modules()
     return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+
+
+def declared_level1() -> dict[str, str]:
+    """Rule code -> the Level1 data it may need, for every rule that declares one."""
+    return {r.code: r.level1 for r in all_rules() if r.level1}
 
 
 def rule(code: str) -> Rule:

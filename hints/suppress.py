@@ -170,6 +170,13 @@ def is_suppressed(table: dict[int, frozenset[str]], line: int, code: str) -> boo
     return _silences(table.get(line), code) or _silences(table.get(FILE), code)
 
 
+def span_suppressed(table: dict[int, frozenset[str]], line: int, end_line: int, code: str) -> bool:
+    """Whether a finding on lines ``line``..``end_line`` is silenced: a directive on its first or
+    its last line (a call split over lines takes one on either), or for the whole file. The one
+    check: the rules engine applies it to findings, the editor to directives typed since."""
+    return is_suppressed(table, line, code) or is_suppressed(table, end_line, code)
+
+
 def _string_end(text: str, line: int) -> int | None:
     """The closing line of the multi-line string that ``line`` opens or continues (not ends)."""
     for end, start in _multiline_strings(text).items():

@@ -19,7 +19,7 @@ CMD_SHOW_HOTSPOTS = "msprof-lsp.showHotspots"  # [] -> {"hotspots": [...]} (JSON
 CMD_SET_BASELINE = "msprof-lsp.setBaseline"  # [path: str | null]
 CMD_LINE_HEAT = "msprof-lsp.lineHeat"  # [uri: str] -> [{"line": 0-based, "share", "perStepUs", "label"}]
 CMD_SHOW_OPERATORS = "msprof-lsp.showOperators"  # code lens target: [uri, line 0-based] -> {"ops": [...]}
-CMD_REPORT_MODEL = "msprof-lsp.reportModel"  # [] -> the report model (server/check/report/model.py) or null
+CMD_REPORT_MODEL = "msprof-lsp.reportModel"  # [] -> the report model (server/analysis/views/model.py) or null
 # [] -> {"current": path | null}: the next new profile under the watched folders becomes the
 # current one and the current one its baseline (a recording is starting)
 CMD_ADOPT_NEW_PROFILE = "msprof-lsp.adoptNewProfile"

@@ -16,7 +16,7 @@ from msprof_lsp.server.analysis import ranks
 from msprof_lsp.server.analysis.ranks import RankFinding, RankResult, analyse_all, group_findings, subject
 from msprof_lsp.server.analysis.settings import Settings, resolve
 from msprof_lsp.server.check.command import run_check
-from msprof_lsp.server.check.report.document import rank_ranges
+from msprof_lsp.server.analysis.views.document import rank_ranges
 from msprof_lsp.server.cli import UsageError, parse
 
 from tests.synth.rank_job import JobPlan, build_job

@@ -204,8 +204,8 @@ def test_check_walks_the_folder_once(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_the_editor_serves_the_newest_of_two_runs_in_one_folder(tmp_path: Path) -> None:
-    from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
-    from msprof_lsp.server.lsp.session.targets import find_jobs as editor_jobs
+    from msprof_lsp.server.lsp.state.engine import Engine, LoadRequest
+    from msprof_lsp.server.lsp.state.targets import find_jobs as editor_jobs
 
     _write_ranks(tmp_path / "prof", 2)
     second = _write_ranks(tmp_path / "prof", 2, start_ns=_run_of(2, 0).start_ns + DAY_NS)

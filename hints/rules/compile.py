@@ -25,7 +25,6 @@ from msprof_lsp.mapping.profile.timemodel import TaskClass, is_class
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
 
-from .. import gating
 from ..context import RuleContext
 from ..finding import Finding, Severity
 from ..fixes import npu_switches
@@ -39,7 +38,6 @@ LEVEL1_NEED = "AscendCL@aclopCompileAndExecute events (CANN layer) to count onli
 NO_OP_STATE = ("and no kernel records an OP State (Level0's kernel_details.csv has no such column), "
                "so dynamic-shape operators cannot be judged either")
 
-gating.declare_level1("NPU107", LEVEL1_NEED)
 
 
 def _op_states(ctx: RuleContext) -> np.ndarray:
@@ -56,6 +54,7 @@ def _op_states(ctx: RuleContext) -> np.ndarray:
 @register
 class OnlineCompile(Rule):
     code = "NPU107"
+    level1 = LEVEL1_NEED
     pytorch_only = True  # its advice is torch_npu's
     name = "online-compile"
     summary = "Operators are compiled at run time (aclopCompileAndExecute) instead of using prebuilt binaries."

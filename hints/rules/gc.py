@@ -19,7 +19,6 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints import gating
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import gc_freeze, make_offer
@@ -34,12 +33,12 @@ FREE_MIN_NS = 200_000 * 1000  # advisor FREE_DURATION_FOR_GC_ANALYSIS default, 2
 ACL_PER_10MS = 1  # at most one AscendCL call per 10 ms of the gap
 ACL_MAX_SHARE = 0.01  # ... taking at most 1 % of it
 LEVEL1_NEED = "AscendCL@ API events (GC conjectured from long device-idle gaps)"
-gating.declare_level1("NPU230", LEVEL1_NEED)
 
 
 @register
 class GcPauses(Rule):
     code = "NPU230"
+    level1 = LEVEL1_NEED
     name = "gc-pauses"
     summary = "Python garbage-collection pauses stall the training loop."
     rationale = (

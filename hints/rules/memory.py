@@ -20,7 +20,6 @@ from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
 
-from .. import gating
 from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import empty_cache as fx
@@ -30,12 +29,12 @@ from .. import profile_query as pq, source_query as sq
 ALLOC_APIS = frozenset({"aclMallocMemInner", "aclrtFreePhysical", "aclrtFree", "cudaMalloc", "cudaFree"})
 LEVEL1_NEED = "AscendCL@aclMallocMemInner / aclrtFree events (CANN layer) to time the allocator"
 
-gating.declare_level1("NPU109", LEVEL1_NEED)
 
 
 @register
 class AllocChurn(Rule):
     code = "NPU109"
+    level1 = LEVEL1_NEED
     name = "alloc-churn"
     summary = "The device allocator frees and re-allocates memory every step (malloc/free API time)."
     rationale = (

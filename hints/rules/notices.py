@@ -19,10 +19,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints import gating
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
-from msprof_lsp.hints.registry import Rule, register, rule
+from msprof_lsp.hints.registry import Rule, declared_level1, register, rule
 from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
@@ -93,6 +92,7 @@ class NeedsLevel1(Notice):
     )
     backends = (Backend.ASCEND,)
     pytorch_only = True  # the capture it advises is torch_npu.profiler's
+    after_others = True  # it names the skips the other rules recorded
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         gap = ctx.level1_gap
@@ -110,7 +110,7 @@ class NeedsLevel1(Notice):
                f"Capture with {LEVEL1}.")
         yield ctx.finding(self, span=None, message=msg, confidence=Confidence.MODULE,
                           evidence={"level": ctx.profile.meta.level, "reason": gap, "skipped": skipped, "capture": LEVEL1,
-                                    "may_need_level1": gating.declared_level1()})
+                                    "may_need_level1": declared_level1()})
 
 
 def _iso(ns: int) -> str:

@@ -14,8 +14,10 @@ import pandas as pd
 from msprof_lsp.hints.finding import Finding
 
 from ..analysis.settings import parse_path_mapping
-from ..check.report import document, html
-from ..check.report.run import CheckRun
+from ..analysis.views import document
+from ..analysis.views.result import CheckRun
+from ..analysis.views.rows import report as build_report
+from ..check.report import html
 from . import tables
 from .workspace_run import Request, run_request
 
@@ -58,7 +60,7 @@ def finding_ids(findings: Iterable[Finding], cwd) -> list[str]:  # noqa: ANN001 
 def finding_views(run: CheckRun, doc: dict[str, Any]) -> list[FindingView]:
     """The findings in the JSON report's order (``doc``: the run's document; its ``start_here``
     indexes this list)."""
-    ordered = run.ordered_findings()
+    ordered = [r.finding for r in build_report(run).findings]
     views = []
     for fid, f, d in zip(finding_ids(ordered, run.cwd), ordered, doc["findings"]):
         views.append(FindingView(
@@ -111,7 +113,7 @@ def analyse(
                       baseline=None if baseline is None else str(baseline), path_map=_pairs(path_map), rank=rank,
                       confined=False)
     run, warnings = run_request(request)
-    report = run.to_document()
+    report = build_report(run).as_dict()
     views = finding_views(run, report)
     return Analysis(run=run, warnings=warnings, report=report, findings=views,
                     start_here=[views[i] for i in report["start_here"]], hotspots=tables.hotspots(run),

@@ -1,5 +1,5 @@
 """The Python API's DataFrames, built from a check run's jobs with the JSON report's own
-definitions (``check.report.document``), so their figures are the report's (docs/python-api.md)."""
+definitions (``analysis.views.document``), so their figures are the report's (docs/python-api.md)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pandas as pd
 from msprof_lsp.mapping.profile.timemodel import profile_breakdown, work_mask
 from msprof_lsp.mapping.source.heat import TimeSource
 
-from ..check.report import document
-from ..check.report.run import CheckRun, JobReport
+from ..analysis.views import document
+from ..analysis.views.result import CheckRun, JobReport
 
 HOTSPOT_COLUMNS = ["profile", "path", "line", "end_line", "column", "function", "code", "time_us_per_step", "share",
                    "forward_us", "backward_us", "calls", "confidence", "top_op"]

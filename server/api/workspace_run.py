@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..analysis.settings import Layer, Settings, inside, resolve
 from ..check.command import CheckFailed, collect
-from ..check.report.run import CheckRun
+from ..analysis.views.result import CheckRun
 from ..cli import CheckArgs
 
 CONFINED = "an agent's request may only name files inside its workspace"

@@ -26,7 +26,8 @@ from ..cli import CheckArgs, UsageError, check_codes, version
 from . import fixing
 from .progress import ProgressLine
 from .report import github, html, sarif, text
-from .report.run import CheckRun, JobReport, merge_repeated
+from ..analysis.views.result import CheckRun, JobReport, merge_repeated
+from ..analysis.views.rows import report
 from ..escape import json_text, visible
 from ..analysis.settings import Layer, Settings, find_pyproject, resolve
 
@@ -148,7 +149,7 @@ def exit_status(run: CheckRun, args: CheckArgs) -> int:
 def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
     # JSON and SARIF keep names as data (json_text only spells the controls as \u escapes)
     if args.format == "json":
-        return json_text(json.dumps(run.to_document(), indent=2, ensure_ascii=False)) + "\n"
+        return json_text(json.dumps(report(run).as_dict(), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "sarif":
         return json_text(json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "github":

@@ -28,9 +28,9 @@ from msprof_lsp.hints.fixes import apply_fixes
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.profile import safe_io
 
-from .diff import unified_diff
-from .report.document import rel_path
-from .report.run import CheckRun
+from ..analysis.diff import unified_diff
+from ..analysis.views.document import rel_path
+from ..analysis.views.result import CheckRun
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -40,14 +41,15 @@ from .capabilities import ClientCaps
 from .code_action import code_action
 from .code_action_resolve import resolve as resolve_code_action
 from .code_lens import code_lens
-from .session.documents import DocumentStore, path_of
-from .session.engine import Session
+from .state.documents import DocumentStore, path_of
+from .state.engine import Session
 from .guard import OneLineFormatter, guarded, report, spawn
 from .hover import hover
-from .session.loading import Loader
+from .state.loading import Loader
 from .publish import Publisher
 from .rpc import Protocol, serve_stdio
-from .session.snapshot import Snapshot, empty
+from .state.context import RequestContext, with_context
+from .state.snapshot import Snapshot, empty
 
 log = logging.getLogger("msprof_lsp.server")
 
@@ -69,7 +71,7 @@ class MsprofLanguageServer(LanguageServer):
         self.loader = Loader(self)
         self.publisher = Publisher(self)
         self.poller: watch.Poller | None = None
-        self.record_cache: dict[tuple, Any] = {}  # record_action: training loops and edits per buffer text
+        self.memo: dict[tuple, Any] = {}  # RequestContext.memo
         self.exit_code = 0
 
     def report_server_error(self, error: Exception, source: Any) -> None:  # type: ignore[override]
@@ -93,6 +95,14 @@ class MsprofLanguageServer(LanguageServer):
             log.info("the client is gone")
         finally:
             self.shutdown()
+
+    def context(self) -> RequestContext:
+        """What a feature sees of this request: the snapshot and buffers now, the client, the settings."""
+        return RequestContext(snapshot=self.snapshot, documents=self.documents, caps=self.caps, settings=self.settings,
+                              memo=self.memo)
+
+    def next_change(self) -> asyncio.Future[None]:
+        return self.loader.next_change()
 
     # -- where things are ----------------------------------------------------------------------
 
@@ -153,42 +163,62 @@ class MsprofLanguageServer(LanguageServer):
             self.fire(lambda: self.workspace_diagnostic_refresh_async(None), "workspace/diagnostic/refresh")
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One entry of the dispatch table: an LSP method, its handler ``(server, params)``, the
+    options pygls advertises for it, and the answer when the handler fails (None: no answer)."""
+
+    method: str
+    name: str  # as the log names it
+    handler: Callable[..., Any]
+    options: Any = None
+    empty: Callable[[], Any] | None = None
+
+
+CODE_ACTION_OPTIONS = types.CodeActionOptions(
+    code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.RefactorRewrite, FIX_ALL_KIND],  # type: ignore[list-item]
+    resolve_provider=True,
+)
+
+# What the server answers from the start (lifecycle.initialize adds pull diagnostics and inlay
+# hints when the client supports them). Read-only features take a RequestContext: with_context.
+ROUTES = (
+    Route(types.INITIALIZE, "initialize", lifecycle.initialize),
+    Route(types.INITIALIZED, "initialized", lifecycle.initialized),
+    Route(types.SHUTDOWN, "shutdown", lifecycle.shutdown),
+    Route(types.TEXT_DOCUMENT_DID_OPEN, "didOpen", text_sync.did_open),
+    Route(types.TEXT_DOCUMENT_DID_CHANGE, "didChange", text_sync.did_change),
+    Route(types.TEXT_DOCUMENT_DID_CLOSE, "didClose", text_sync.did_close),
+    Route(types.WORKSPACE_DID_CHANGE_CONFIGURATION, "didChangeConfiguration", lifecycle.did_change_configuration),
+    Route(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS, "didChangeWorkspaceFolders",
+          lifecycle.did_change_workspace_folders),
+    Route(types.WORKSPACE_DID_CHANGE_WATCHED_FILES, "didChangeWatchedFiles", watch.did_change_watched_files),
+    Route(types.TEXT_DOCUMENT_CODE_ACTION, "textDocument/codeAction", with_context(code_action), CODE_ACTION_OPTIONS,
+          list),
+    Route(types.CODE_ACTION_RESOLVE, "codeAction/resolve", with_context(resolve_code_action)),
+    Route(types.TEXT_DOCUMENT_CODE_LENS, "textDocument/codeLens", with_context(code_lens),
+          types.CodeLensOptions(resolve_provider=False), list),
+    Route(types.TEXT_DOCUMENT_HOVER, "textDocument/hover", with_context(hover)),
+)
+
+COMMANDS = (
+    (CMD_RELOAD, commands.reload_profile),
+    (CMD_SELECT_PROFILE, commands.select_profile),
+    (CMD_SHOW_HOTSPOTS, commands.show_hotspots),
+    (CMD_SET_BASELINE, commands.set_baseline),
+    (CMD_LINE_HEAT, commands.line_heat),
+    (CMD_SHOW_OPERATORS, commands.show_operators),
+    (CMD_REPORT_MODEL, commands.report_model),
+    (CMD_ADOPT_NEW_PROFILE, commands.adopt_new_profile),
+)
+
+
 def create_server() -> MsprofLanguageServer:
     ls = MsprofLanguageServer()
-    feature = ls.feature
-    feature(types.INITIALIZE)(guarded(name="initialize")(lifecycle.initialize))
-    feature(types.INITIALIZED)(guarded(name="initialized")(lifecycle.initialized))
-    feature(types.SHUTDOWN)(guarded(name="shutdown")(lifecycle.shutdown))
-    feature(types.TEXT_DOCUMENT_DID_OPEN)(guarded(name="didOpen")(text_sync.did_open))
-    feature(types.TEXT_DOCUMENT_DID_CHANGE)(guarded(name="didChange")(text_sync.did_change))
-    feature(types.TEXT_DOCUMENT_DID_CLOSE)(guarded(name="didClose")(text_sync.did_close))
-    feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(
-        guarded(name="didChangeConfiguration")(lifecycle.did_change_configuration))
-    feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)(
-        guarded(name="didChangeWorkspaceFolders")(lifecycle.did_change_workspace_folders))
-    feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)(
-        guarded(name="didChangeWatchedFiles")(watch.did_change_watched_files))
-    feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(
-            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.RefactorRewrite, FIX_ALL_KIND],  # type: ignore[list-item]
-            resolve_provider=True,
-        ),
-    )(guarded(list, name="textDocument/codeAction")(code_action))
-    feature(types.CODE_ACTION_RESOLVE)(guarded(name="codeAction/resolve")(resolve_code_action))
-    feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))(
-        guarded(list, name="textDocument/codeLens")(code_lens))
-    feature(types.TEXT_DOCUMENT_HOVER)(guarded(name="textDocument/hover")(hover))
-    for name, handler in (
-        (CMD_RELOAD, commands.reload_profile),
-        (CMD_SELECT_PROFILE, commands.select_profile),
-        (CMD_SHOW_HOTSPOTS, commands.show_hotspots),
-        (CMD_SET_BASELINE, commands.set_baseline),
-        (CMD_LINE_HEAT, commands.line_heat),
-        (CMD_SHOW_OPERATORS, commands.show_operators),
-        (CMD_REPORT_MODEL, commands.report_model),
-        (CMD_ADOPT_NEW_PROFILE, commands.adopt_new_profile),
-    ):
+    for r in ROUTES:
+        registered = ls.feature(r.method, r.options) if r.options is not None else ls.feature(r.method)
+        registered(guarded(r.empty, name=r.name)(r.handler))
+    for name, handler in COMMANDS:
         ls.command(name)(guarded(name=name)(handler))
     return ls
 

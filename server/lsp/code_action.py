@@ -26,16 +26,15 @@ from lsprotocol import types
 
 from msprof_lsp.hints import suppress
 from msprof_lsp.hints.verify import FindingState
-from msprof_lsp.server.escape import visible
 
 from ..protocol import DIAGNOSTIC_SOURCE, FIX_ALL_KIND
 from . import diagnostics, payloads, record_action
-from .convert import FileView, fix_payload, local_edit_payload, merge_changes, workspace_edit
+from .convert import FileView, fix_payload, local_edit_payload, make_action, merge_changes
 from .fixes_on_demand import fixes_of
-from .payloads import ChangeData, CodeActionData, DiagnosticData, FixData
+from .payloads import ChangeData, DiagnosticData, FixData
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 QUICKFIX = types.CodeActionKind.QuickFix.value
 
@@ -51,30 +50,6 @@ def fix_title(code: str, title: str) -> str:
     return f"msprof ({code}): {title}"
 
 
-def make_action(
-    ls: MsprofLanguageServer,
-    title: str,
-    kind: str,
-    changes: list[ChangeData],
-    *,
-    diagnostics_: list[types.Diagnostic] | None = None,
-    preferred: bool = False,
-    group: str = "",
-) -> types.CodeAction:
-    action = types.CodeAction(
-        title=visible(title),  # fix titles may name ops from the profile: plain text, controls shown
-        kind=kind,
-        diagnostics=diagnostics_,
-        is_preferred=True if preferred else None,
-    )
-    deferred = changes if ls.caps.code_action_resolve_edit else None  # resolve makes the edit (after a version check)
-    if deferred is None:
-        action.edit = workspace_edit(changes, ls.caps)
-    if deferred is not None or group:
-        action.data = payloads.dump(CodeActionData(deferred, group))
-    return action
-
-
 def _match(current: list[types.Diagnostic], code: str, line: int) -> types.Diagnostic | None:
     for d in current:
         if str(d.code) == code and d.range.start.line == line:
@@ -86,19 +61,19 @@ def _data(d: types.Diagnostic) -> DiagnosticData | None:
     return payloads.load(d.data, DiagnosticData)
 
 
-def _fixes_of(ls: MsprofLanguageServer, views: diagnostics.FixViews, view: FileView,
+def _fixes_of(ctx: RequestContext, views: diagnostics.FixViews, view: FileView,
               data: DiagnosticData) -> list[FixData]:
     """The finding's offers expanded, in client units for the files as they are now (none when a
     file they edit is not as analysed)."""
     out = []
-    for fix in fixes_of(ls, view.path, data.finding):
-        p = fix_payload(fix, {e.path: views.get(e.path) for e in fix.edits}, ls.caps.position_encoding)
+    for fix in fixes_of(ctx, view.path, data.finding):
+        p = fix_payload(fix, {e.path: views.get(e.path) for e in fix.edits}, ctx.caps.position_encoding)
         if p is not None:
             out.append(p)
     return out
 
 
-def _suppression(ls: MsprofLanguageServer, view: FileView, code: str, line0: int,
+def _suppression(ctx: RequestContext, view: FileView, code: str, line0: int,
                  d: types.Diagnostic) -> types.CodeAction | None:
     if not 0 <= line0 < len(view.lines):
         return None
@@ -109,25 +84,25 @@ def _suppression(ls: MsprofLanguageServer, view: FileView, code: str, line0: int
         whole = suppress.file_suppression_edit("\n".join(view.lines), code, view.path)
         if whole is None:
             return None
-        changes = [local_edit_payload(view, whole, ls.caps.position_encoding)]
-        return make_action(ls, fix_title(code, "Disable for this file"), QUICKFIX, changes, diagnostics_=[d])
+        changes = [local_edit_payload(view, whole, ctx.caps.position_encoding)]
+        return make_action(ctx.caps, fix_title(code, "Disable for this file"), QUICKFIX, changes, diagnostics_=[d])
     # only the diagnostic's line is tokenized (the whole file costs ~10 ms per 1,000 lines); a
     # diagnostic sits on code, never inside a multi-line string, so the line alone decides
     one = suppress.suppression_edit(view.lines[line0], 1, code, view.path)
     if one is None:
         return None
     edit = dataclasses.replace(one, line=line0 + 1, end_line=line0 + 1)
-    changes = [local_edit_payload(view, edit, ls.caps.position_encoding)]
-    return make_action(ls, fix_title(code, "Disable for this line"), QUICKFIX, changes, diagnostics_=[d])
+    changes = [local_edit_payload(view, edit, ctx.caps.position_encoding)]
+    return make_action(ctx.caps, fix_title(code, "Disable for this line"), QUICKFIX, changes, diagnostics_=[d])
 
 
-def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+def code_action(ctx: RequestContext, params: types.CodeActionParams) -> list[types.CodeAction] | None:
     uri = params.text_document.uri
-    doc = ls.documents.get(uri)
-    path = diagnostics.doc_path(ls, uri)
+    doc = ctx.document(uri)
+    path = diagnostics.doc_path(ctx, uri)
     only = [str(k) for k in params.context.only] if params.context.only else None
-    view, current = diagnostics.compute(ls, path)
-    fix_views = diagnostics.FixViews(ls)  # one disk read per closed file per request
+    view, current = diagnostics.compute(ctx, path)
+    fix_views = diagnostics.FixViews(ctx)  # one disk read per closed file per request
     actions: list[types.CodeAction] = []
     if view is not None and wanted(QUICKFIX, only):
         for d in params.context.diagnostics:
@@ -138,7 +113,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
             if data is None:
                 continue  # not one of ours, or mangled by the client
             line = data.line
-            if data.version == view.version and data.generation == ls.snapshot.generation:
+            if data.version == view.version and data.generation == ctx.snapshot.generation:
                 found, line0 = data, line - 1  # published for exactly this text and analysis
             else:
                 # published for an older text or analysis: follow its line to now, use today's diagnostic
@@ -147,7 +122,7 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                     now_line = line if data.version is None else None  # a closed file: its text is the analysed one
                 elif data.version is None:
                     # published before the file was opened: lines of the analysed text
-                    if data.generation == ls.snapshot.generation and doc.linemap is not None:
+                    if data.generation == ctx.snapshot.generation and doc.linemap is not None:
                         now_line = doc.linemap.line(line)
                 else:
                     now_line = doc.line_now(data.version, line)
@@ -156,28 +131,28 @@ def code_action(ls: MsprofLanguageServer, params: types.CodeActionParams) -> lis
                 if now is None or found is None:
                     continue
                 line0 = now.range.start.line
-            for fix in _fixes_of(ls, fix_views, view, found):
+            for fix in _fixes_of(ctx, fix_views, view, found):
                 actions.append(
-                    make_action(ls, fix_title(code, fix.title), QUICKFIX, fix.changes, diagnostics_=[d],
+                    make_action(ctx.caps, fix_title(code, fix.title), QUICKFIX, fix.changes, diagnostics_=[d],
                                 preferred=fix.safe, group=fix.group)
                 )
             if doc is not None and found.state != FindingState.RESOLVED.value:  # nothing left to silence
-                sup = _suppression(ls, view, code, line0, d)
+                sup = _suppression(ctx, view, code, line0, d)
                 if sup is not None:
                     actions.append(sup)
     if doc is not None and wanted(record_action.KIND, only):
         # needs no profile: recording one is how a user without a profile gets started
-        rec = record_action.record_action(ls, doc, params.range.start.line)
+        rec = record_action.record_action(ctx, doc, params.range.start.line)
         if rec is not None:
             actions.append(rec)
     if view is not None and wanted(FIX_ALL_KIND, only):
-        fix_all = _fix_all(ls, fix_views, view, current)
+        fix_all = _fix_all(ctx, fix_views, view, current)
         if fix_all is not None:
             actions.append(fix_all)
     return actions
 
 
-def _fix_all(ls: MsprofLanguageServer, views: diagnostics.FixViews, view: FileView,
+def _fix_all(ctx: RequestContext, views: diagnostics.FixViews, view: FileView,
              current: list[types.Diagnostic]) -> types.CodeAction | None:
     safe: list[list[ChangeData]] = []
     groups: set[str] = set()
@@ -185,7 +160,7 @@ def _fix_all(ls: MsprofLanguageServer, views: diagnostics.FixViews, view: FileVi
         data = _data(d)
         if data is None or not data.fixes:
             continue
-        for fix in _fixes_of(ls, views, view, data):
+        for fix in _fixes_of(ctx, views, view, data):
             if not fix.safe or (fix.group and fix.group in groups):
                 continue  # alternatives of one construct: the first (preferred) one only
             if fix.group:
@@ -200,4 +175,4 @@ def _fix_all(ls: MsprofLanguageServer, views: diagnostics.FixViews, view: FileVi
     title = f"msprof: apply {n} safe fix{'es' if n != 1 else ''}"
     if skipped:
         title += f" ({skipped} overlapping left out)"
-    return make_action(ls, title, FIX_ALL_KIND, changes)
+    return make_action(ctx.caps, title, FIX_ALL_KIND, changes)

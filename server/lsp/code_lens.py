@@ -18,10 +18,10 @@ from msprof_lsp.mapping.units import format_us
 from ..protocol import CMD_SHOW_OPERATORS
 from .diagnostics import file_view
 from .heat_view import file_heat, function_label, line_label
-from .session.documents import path_of
+from .state.documents import path_of
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 MAX_LENSES = 200  # per file: the hottest ones (a lens on every line helps nobody)
 
@@ -42,33 +42,33 @@ def start_title(rank: int, f: Finding) -> str:
     return f"Start here (#{rank}: {format_us(f.time_per_step_us)}/step, saving unknown)"
 
 
-def start_lenses(ls: MsprofLanguageServer, uri: str) -> list[types.CodeLens]:
+def start_lenses(ctx: RequestContext, uri: str) -> list[types.CodeLens]:
     """A lens on each line of this file that holds a start-here finding (hints.consolidate), at
     the line where that code is now."""
-    doc = ls.documents.get(uri)
+    doc = ctx.document(uri)
     path = doc.path if doc is not None else path_of(uri)
     if path is None:
         return []
     view = None
     out = []
-    for rank, f in enumerate(ls.snapshot.start_here(), 1):
+    for rank, f in enumerate(ctx.snapshot.start_here(), 1):
         if f.span is None or f.span.path != path:
             continue
-        view = view or file_view(ls, path)
+        view = view or file_view(ctx, path)
         line = view.linemap.line(f.span.line) if view is not None else None
         if line is not None:
             out.append(_lens(uri, line - 1, start_title(rank, f)))
     return out
 
 
-def code_lens(ls: MsprofLanguageServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-    if not ls.settings.code_lens:
+def code_lens(ctx: RequestContext, params: types.CodeLensParams) -> list[types.CodeLens]:
+    if not ctx.settings.code_lens:
         return []
-    start = start_lenses(ls, params.text_document.uri)
-    heat = file_heat(ls, params.text_document.uri)
+    start = start_lenses(ctx, params.text_document.uri)
+    heat = file_heat(ctx, params.text_document.uri)
     if heat is None:
         return start
-    floor = ls.settings.min_share
+    floor = ctx.settings.min_share
     uri = params.text_document.uri
     lenses: list[tuple[float, types.CodeLens]] = []
     for fn in heat.functions:

@@ -20,11 +20,12 @@ from pygls.exceptions import JsonRpcInvalidParams
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.server.escape import visible
 
-from ..check.report.document import MAX_HOTSPOTS, hotspot_dict
+from ..analysis.views.document import MAX_HOTSPOTS
+from ..analysis.views.rows import HotspotRow
 from ..cli import version
 from .diagnostics import file_view, uri_for
 from .status_payload import to_json
-from .session.loading import state_counts
+from .state.loading import state_counts
 from .heat_view import file_heat, line_label, ops_dicts, ops_at
 
 
@@ -59,14 +60,15 @@ async def select_profile(ls, *args: Any) -> dict[str, Any]:
 
 
 def show_hotspots(ls, *args: Any) -> dict[str, Any]:
-    snap = ls.snapshot
+    ctx = ls.context()
+    snap = ctx.snapshot
     out = []
     for h in snap.hotspots[:MAX_HOTSPOTS]:
         path = h.site.span.path
-        d = hotspot_dict(h, Path(path).parent, snap.steps_for(path))
+        d = HotspotRow.of(h, Path(path).parent, snap.steps_for(path)).as_dict()
         d["path"] = path
-        d["uri"] = uri_for(ls, path)
-        view = file_view(ls, path)
+        d["uri"] = uri_for(ctx, path)
+        view = file_view(ctx, path)
         moved = view.linemap.lines(h.site.span.line, h.site.span.end_line) if view is not None else None
         if view is not None and moved is None:
             continue  # edited away since the analysis
@@ -107,7 +109,7 @@ def adopt_new_profile(ls, *args: Any) -> dict[str, Any]:
 
 def line_heat(ls, *args: Any) -> list[dict[str, Any]]:
     uri = _arg(args, 0, str, "a document URI (string)")
-    heat = file_heat(ls, uri)
+    heat = file_heat(ls.context(), uri)
     if heat is None:
         return []
     out = []
@@ -123,7 +125,7 @@ def line_heat(ls, *args: Any) -> list[dict[str, Any]]:
 def show_operators(ls, *args: Any) -> dict[str, Any]:
     uri = _arg(args, 0, str, "a document URI (string)")
     line0 = _arg(args, 1, int, "a 0-based line (integer)")
-    heat = file_heat(ls, uri)
+    heat = file_heat(ls.context(), uri)
     if heat is None:
         return {"uri": uri, "line": line0, "ops": []}
     ops = ops_at(heat, line0 + 1)

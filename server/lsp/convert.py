@@ -22,8 +22,8 @@ from msprof_lsp.server.escape import visible
 from ..protocol import DIAGNOSTIC_SOURCE, rule_doc_url
 from . import payloads
 from .capabilities import ClientCaps
-from .session.linemap import LineMap
-from .payloads import ChangeData, DiagnosticData, EditData, FixData
+from .state.linemap import LineMap
+from .payloads import ChangeData, CodeActionData, DiagnosticData, EditData, FixData
 
 SEVERITY = {
     Severity.ERROR: types.DiagnosticSeverity.Error,
@@ -244,3 +244,28 @@ def diagnostic(
         related_information=related,
         data=payloads.dump(data),
     )
+
+
+def make_action(
+    caps: ClientCaps,
+    title: str,
+    kind: str,
+    changes: list[ChangeData],
+    *,
+    diagnostics_: list[types.Diagnostic] | None = None,
+    preferred: bool = False,
+    group: str = "",
+) -> types.CodeAction:
+    """A code action making ``changes``: now, or in codeAction/resolve when the client resolves edits."""
+    action = types.CodeAction(
+        title=visible(title),  # fix titles may name ops from the profile: plain text, controls shown
+        kind=kind,
+        diagnostics=diagnostics_,
+        is_preferred=True if preferred else None,
+    )
+    deferred = changes if caps.code_action_resolve_edit else None  # resolve makes the edit (after a version check)
+    if deferred is None:
+        action.edit = workspace_edit(changes, caps)
+    if deferred is not None or group:
+        action.data = payloads.dump(CodeActionData(deferred, group))
+    return action

@@ -17,30 +17,30 @@ from msprof_lsp.mapping.profile import safe_io
 
 from . import payloads
 from .convert import FileView, diagnostic
-from .session.documents import OpenDocument, path_of, uri_of
-from .session.linemap import LineMap
+from .state.documents import OpenDocument, path_of, uri_of
+from .state.linemap import LineMap
 from .payloads import DiagnosticData
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 
 class Views:
     """FileView per path, fetched once per request (open buffer, else the analysed text)."""
 
-    def __init__(self, ls: MsprofLanguageServer) -> None:
-        self.ls = ls
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
         self._cache: dict[str, FileView | None] = {}
 
     def get(self, path: str) -> FileView | None:
         if path not in self._cache:
-            self._cache[path] = file_view(self.ls, path)
+            self._cache[path] = file_view(self.ctx, path)
         return self._cache[path]
 
 
-def file_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
-    snap = ls.snapshot
-    doc = ls.documents.by_path(path)
+def file_view(ctx: RequestContext, path: str) -> FileView | None:
+    snap = ctx.snapshot
+    doc = ctx.documents.by_path(path)
     if doc is not None:
         if doc.linemap is None or doc.base_generation != snap.generation:
             return None
@@ -65,7 +65,7 @@ class FixViews(Views):
 
     def get(self, path: str) -> FileView | None:
         if path not in self._cache:
-            self._cache[path] = fix_view(self.ls, path)
+            self._cache[path] = fix_view(self.ctx, path)
         return self._cache[path]
 
 
@@ -74,9 +74,9 @@ def text_stamp(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
-def analysis_is_current(ls: MsprofLanguageServer, doc: OpenDocument) -> bool:
+def analysis_is_current(ctx: RequestContext, doc: OpenDocument) -> bool:
     """Whether the current snapshot analysed exactly the buffer's text at its current version."""
-    snap = ls.snapshot
+    snap = ctx.snapshot
     if doc.path is None or doc.linemap is None or doc.base_generation != snap.generation or not doc.linemap.is_identity:
         return False
     # compared each time, not cached by version: a client that repeats a version number must not
@@ -84,28 +84,28 @@ def analysis_is_current(ls: MsprofLanguageServer, doc: OpenDocument) -> bool:
     return snap.texts.get(doc.path) == doc.text
 
 
-def disk_matches_analysis(ls: MsprofLanguageServer, path: str) -> bool:
+def disk_matches_analysis(ctx: RequestContext, path: str) -> bool:
     """Whether a file not open in the editor still holds the text the analysis saw."""
-    analysed = ls.snapshot.texts.get(path)
+    analysed = ctx.snapshot.texts.get(path)
     if analysed is None:
         return False  # never read by the analysis: not a workspace file we may read
     return safe_io.read_source_text(path) == analysed
 
 
-def fix_view(ls: MsprofLanguageServer, path: str) -> FileView | None:
-    doc = ls.documents.by_path(path)
+def fix_view(ctx: RequestContext, path: str) -> FileView | None:
+    doc = ctx.documents.by_path(path)
     if doc is not None:
-        return file_view(ls, path) if analysis_is_current(ls, doc) else None
-    if not disk_matches_analysis(ls, path):
+        return file_view(ctx, path) if analysis_is_current(ctx, doc) else None
+    if not disk_matches_analysis(ctx, path):
         return None  # changed on disk since the analysis (or unreadable): edits would land on other text
-    view = file_view(ls, path)
+    view = file_view(ctx, path)
     if view is not None:
-        view.stamp = text_stamp(ls.snapshot.texts[path])
+        view.stamp = text_stamp(ctx.snapshot.texts[path])
     return view
 
 
-def doc_path(ls: MsprofLanguageServer, uri: str) -> str | None:
-    doc = ls.documents.get(uri)
+def doc_path(ctx: RequestContext, uri: str) -> str | None:
+    doc = ctx.document(uri)
     if doc is not None:
         return doc.path
     return path_of(uri)
@@ -120,7 +120,7 @@ def _suppressions(doc: OpenDocument) -> dict[int, frozenset[str]]:
     return table
 
 
-def compute(ls: MsprofLanguageServer, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
+def compute(ctx: RequestContext, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
     """Diagnostics of ``path`` now; also the view they were computed for.
 
     Kept on the snapshot per buffer version: push, pull and code actions for one version share
@@ -128,31 +128,31 @@ def compute(ls: MsprofLanguageServer, path: str | None) -> tuple[FileView | None
     """
     if path is None:
         return None, []
-    return ls.snapshot.derived(("diagnostics", path, *buffer_state(ls, path)), lambda: _compute(ls, path))
+    return ctx.snapshot.derived(("diagnostics", path, *buffer_state(ctx, path)), lambda: _compute(ctx, path))
 
 
-def buffer_state(ls: MsprofLanguageServer, path: str) -> tuple[int, int] | tuple[None, None]:
+def buffer_state(ctx: RequestContext, path: str) -> tuple[int, int] | tuple[None, None]:
     """Which buffer state a derived value of ``path`` is for: (opening, version), or the
     analysed text when the file is not open."""
-    doc = ls.documents.by_path(path)
+    doc = ctx.documents.by_path(path)
     return (doc.opened_seq, doc.version) if doc is not None else (None, None)
 
 
-def _compute(ls: MsprofLanguageServer, path: str) -> tuple[FileView | None, list[types.Diagnostic]]:
-    snap = ls.snapshot
+def _compute(ctx: RequestContext, path: str) -> tuple[FileView | None, list[types.Diagnostic]]:
+    snap = ctx.snapshot
     findings = snap.findings.get(path, [])
     states = snap.states.get(path)
     resolved = snap.resolved.get(path, [])
-    views = Views(ls)
+    views = Views(ctx)
     view = views.get(path)
     if view is None or not (findings or resolved):
         return view, []
-    doc = ls.documents.by_path(path)
+    doc = ctx.documents.by_path(path)
     out: list[types.Diagnostic] = []
     shown = [(f, i, states[i] if states else None) for i, f in enumerate(findings)]
     shown += [(c.finding, -1, c) for c in resolved]  # once each, where the code is now
     for f, i, change in shown:
-        d = diagnostic(f, i, view, views, ls.caps, snap.generation, change)  # type: ignore[arg-type]
+        d = diagnostic(f, i, view, views, ctx.caps, snap.generation, change)  # type: ignore[arg-type]
         if d is None:
             continue
         if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, view.lines, d):  # type: ignore[union-attr]
@@ -167,9 +167,7 @@ def _newly_suppressed(doc: OpenDocument, lines: list[str], d: types.Diagnostic) 
     first, last = d.range.start.line, d.range.end.line
     if not any(0 <= i < len(lines) and "msprof" in lines[i] for i in {first, last}):
         return False  # the cheap test: no directive text on the diagnostic's lines
-    table = _suppressions(doc)
-    code = str(d.code)
-    return suppress.is_suppressed(table, first + 1, code) or suppress.is_suppressed(table, last + 1, code)
+    return suppress.span_suppressed(_suppressions(doc), first + 1, last + 1, str(d.code))
 
 
 def digest(view: FileView | None, diags: list[types.Diagnostic]) -> str:
@@ -190,14 +188,14 @@ def _fix_key(data: Any) -> Any:
     return (got.finding, got.fixes) if got is not None else None
 
 
-def all_paths(ls: MsprofLanguageServer) -> list[str]:
+def all_paths(ctx: RequestContext) -> list[str]:
     """Files that have (or may need clearing of) diagnostics: findings plus open buffers."""
-    paths = set(ls.snapshot.findings)
-    paths.update(d.path for d in ls.documents.all() if d.path)
+    paths = set(ctx.snapshot.findings)
+    paths.update(d.path for d in ctx.documents.all() if d.path)
     return sorted(paths)
 
 
-def uri_for(ls: MsprofLanguageServer, path: str) -> str:
-    doc = ls.documents.by_path(path)
+def uri_for(ctx: RequestContext, path: str) -> str:
+    doc = ctx.documents.by_path(path)
     return doc.uri if doc is not None else uri_of(path)
 

@@ -15,12 +15,12 @@ from msprof_lsp.hints.finding import Fix
 from msprof_lsp.hints.fixes.offers import Sources, expand_offers, with_ready
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 
-def fixes_of(ls: MsprofLanguageServer, path: str, index: int) -> list[Fix]:
+def fixes_of(ctx: RequestContext, path: str, index: int) -> list[Fix]:
     """The fixes of finding ``index`` of ``path`` in the current snapshot."""
-    snap = ls.snapshot
+    snap = ctx.snapshot
 
     def compute() -> list[Fix]:
         findings = snap.findings.get(path, [])

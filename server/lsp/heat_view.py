@@ -18,11 +18,11 @@ from msprof_lsp.server.escape import visible
 
 from .convert import FileView
 from .diagnostics import buffer_state, file_view
-from .session.documents import path_of
-from .session.snapshot import ProfileInfo
+from .state.documents import path_of
+from .state.snapshot import ProfileInfo
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 
 @dataclass(slots=True)
@@ -98,22 +98,22 @@ def function_label(f: FunctionHeat) -> str:
     return f"{visible(f.function)} · {format_us(f.per_step_ns / 1000)}/step · {format_share(f.share)} of step"
 
 
-def file_heat(ls: MsprofLanguageServer, uri_or_path: str, *, by_path: bool = False) -> FileHeat | None:
+def file_heat(ctx: RequestContext, uri_or_path: str, *, by_path: bool = False) -> FileHeat | None:
     """The heat of one file at its current lines (None when nothing is known about it)."""
-    snap = ls.snapshot
+    snap = ctx.snapshot
     if by_path:
         path: str | None = uri_or_path
     else:
-        doc = ls.documents.get(uri_or_path)
+        doc = ctx.document(uri_or_path)
         path = doc.path if doc is not None else path_of(uri_or_path)
     if path is None:
         return None
-    return snap.derived(("heat", path, *buffer_state(ls, path)), lambda: _file_heat(ls, path))
+    return snap.derived(("heat", path, *buffer_state(ctx, path)), lambda: _file_heat(ctx, path))
 
 
-def _file_heat(ls: MsprofLanguageServer, path: str) -> FileHeat | None:
-    snap = ls.snapshot
-    view = file_view(ls, path)
+def _file_heat(ctx: RequestContext, path: str) -> FileHeat | None:
+    snap = ctx.snapshot
+    view = file_view(ctx, path)
     if view is None:
         return None
     lm = view.linemap

@@ -20,7 +20,7 @@ from .convert import from_position, range_of
 from .heat_view import FileHeat, HotLine, change_text, file_heat, on_path_text, ops_at
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 COLUMNS = ("operator", "type", "core", "count", "µs/step", "share", "shapes")
 MAX_ROWS = 12
@@ -29,7 +29,7 @@ Table = tuple[tuple[str, ...], list[tuple[str, ...]]]  # header, rows
 Escape = Callable[[object], str]  # markdown or visible: how profile text is written in this hover
 
 
-def _rows(ls: MsprofLanguageServer, heat: FileHeat, line: int, esc: Escape = visible) -> list[tuple[str, ...]]:
+def _rows(ctx: RequestContext, heat: FileHeat, line: int, esc: Escape = visible) -> list[tuple[str, ...]]:
     steps = max(heat.num_steps, 1)
     step_us = heat.step_time_us
     rows = []
@@ -115,15 +115,15 @@ def _plain(headline: str, rows: list[tuple[str, ...]], extra: list[str], counter
     return "\n".join(out) + "\n"
 
 
-def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | None:
-    heat = file_heat(ls, params.text_document.uri)
+def hover(ctx: RequestContext, params: types.HoverParams) -> types.Hover | None:
+    heat = file_heat(ctx, params.text_document.uri)
     if heat is None:
         return None
-    line, _ = from_position(heat.view.lines, params.position, ls.caps.position_encoding)
+    line, _ = from_position(heat.view.lines, params.position, ctx.caps.position_encoding)
     hot = heat.lines.get(line)
-    markdown_ok = ls.caps.hover_markdown
+    markdown_ok = ctx.caps.hover_markdown
     esc: Escape = markdown if markdown_ok else visible
-    rows = _rows(ls, heat, line, esc)
+    rows = _rows(ctx, heat, line, esc)
     headline = _headline(hot, heat, line, esc)
     if not rows and not headline and (hot is None or hot.change is None):
         return None
@@ -140,6 +140,6 @@ def hover(ls: MsprofLanguageServer, params: types.HoverParams) -> types.Hover | 
     value = _markdown(headline, rows, extra, counters) if markdown_ok else _plain(headline, rows, extra, counters)
     n = line - 1
     text = heat.view.lines[n] if 0 <= n < len(heat.view.lines) else ""
-    rng = range_of(heat.view.lines, line, 0, line, len(text), ls.caps.position_encoding)
+    rng = range_of(heat.view.lines, line, 0, line, len(text), ctx.caps.position_encoding)
     kind = types.MarkupKind.Markdown if markdown_ok else types.MarkupKind.PlainText
     return types.Hover(contents=types.MarkupContent(kind=kind, value=value), range=rng)

@@ -15,17 +15,17 @@ from msprof_lsp.mapping.units import format_share, format_us
 from .heat_view import change_text, file_heat
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import RequestContext
 
 
-def inlay_hints(ls: MsprofLanguageServer, params: types.InlayHintParams) -> list[types.InlayHint]:
-    if not ls.settings.inlay_hints:
+def inlay_hints(ctx: RequestContext, params: types.InlayHintParams) -> list[types.InlayHint]:
+    if not ctx.settings.inlay_hints:
         return []
-    heat = file_heat(ls, params.text_document.uri)
+    heat = file_heat(ctx, params.text_document.uri)
     if heat is None:
         return []
     first, last = params.range.start.line + 1, params.range.end.line + 1
-    floor = ls.settings.min_share
+    floor = ctx.settings.min_share
     lines = heat.view.lines
     out = []
     for line in sorted(heat.lines):
@@ -42,7 +42,7 @@ def inlay_hints(ls: MsprofLanguageServer, params: types.InlayHintParams) -> list
         text = lines[line - 1]
         out.append(
             types.InlayHint(
-                position=types.Position(line=line - 1, character=col_to_units(text, len(text), ls.caps.position_encoding)),
+                position=types.Position(line=line - 1, character=col_to_units(text, len(text), ctx.caps.position_encoding)),
                 label=" · ".join(parts),
                 padding_left=True,
             )

@@ -19,6 +19,7 @@ from . import configuration, pull, watch
 from .capabilities import resolve as resolve_caps
 from .guard import guarded, spawn
 from .inlay_hints import inlay_hints
+from .state.context import with_context
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
@@ -37,13 +38,13 @@ def initialize(ls: MsprofLanguageServer, params: types.InitializeParams) -> None
             types.TEXT_DOCUMENT_DIAGNOSTIC,
             types.DiagnosticOptions(identifier=pull.IDENTIFIER, inter_file_dependencies=False, workspace_diagnostics=True),
         )(guarded(lambda: types.RelatedFullDocumentDiagnosticReport(items=[]), name="textDocument/diagnostic")(
-            pull.document_diagnostic))
+            with_context(pull.document_diagnostic)))
         ls.feature(types.WORKSPACE_DIAGNOSTIC)(
             guarded(lambda: types.WorkspaceDiagnosticReport(items=[]), name="workspace/diagnostic")(
                 pull.workspace_diagnostic))
     if ls.caps.inlay_hints:
         ls.feature(types.TEXT_DOCUMENT_INLAY_HINT, types.InlayHintOptions(resolve_provider=False))(
-            guarded(list, name="textDocument/inlayHint")(inlay_hints))
+            guarded(list, name="textDocument/inlayHint")(with_context(inlay_hints)))
 
 
 async def initialized(ls: MsprofLanguageServer, params: types.InitializedParams) -> None:

@@ -34,7 +34,7 @@ PACKAGE = "msprof_lsp.server.lsp"  # not __name__: that is __main__ under -m
 MODULES = ("status_payload", "payloads")
 COMMAND = f"python -m {PACKAGE}.payload_schema"
 # The HTML report's model, which the TypeScript renderer draws (and the LSP command returns).
-REPORT_MODULE = "msprof_lsp.server.check.report.model"
+REPORT_MODULE = "msprof_lsp.server.analysis.views.model"
 REPORT_OUTPUT = Path("vscode-client") / "src" / "generated" / "report.ts"
 
 
@@ -128,7 +128,7 @@ def render() -> str:
 
 
 def render_report() -> str:
-    return _render([importlib.import_module(REPORT_MODULE)], "server/check/report/model.py")
+    return _render([importlib.import_module(REPORT_MODULE)], "server/analysis/views/model.py")
 
 
 def _render(modules: list[types.ModuleType], sources: str) -> str:

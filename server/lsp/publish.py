@@ -47,13 +47,14 @@ class Publisher:
         """Send the file's diagnostics (``force``: even when the client already has them)."""
         if not self.active:
             return
-        path = diagnostics.doc_path(self.ls, uri)
-        view, diags = diagnostics.compute(self.ls, path)
+        ctx = self.ls.context()
+        path = diagnostics.doc_path(ctx, uri)
+        view, diags = diagnostics.compute(ctx, path)
         key = diagnostics.digest(view, diags)
         if not force and self._sent.get(uri, "" if diags else key) == key:
             return
         self._sent[uri] = key
-        doc = self.ls.documents.get(uri)
+        doc = ctx.document(uri)
         self.ls.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=doc.version if doc else None)
         )
@@ -63,7 +64,8 @@ class Publisher:
         client still shows diagnostics for (cleared with an empty list when they are gone)."""
         if not self.active:
             return
-        uris = {diagnostics.uri_for(self.ls, p) for p in diagnostics.all_paths(self.ls)}
+        ctx = self.ls.context()
+        uris = {diagnostics.uri_for(ctx, p) for p in diagnostics.all_paths(ctx)}
         uris.update(self._sent)
         for uri in sorted(uris):
             self.publish(uri)

@@ -17,32 +17,32 @@ from lsprotocol import types
 from . import diagnostics
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
+    from .state.context import Contextual, RequestContext
 
 IDENTIFIER = "msprof-lsp"
 PARK_S = 60.0
 
 
-def _result_id(ls: MsprofLanguageServer, view, diags) -> str:  # noqa: ANN001
-    return f"{ls.snapshot.generation}-{diagnostics.digest(view, diags)}"
+def _result_id(ctx: RequestContext, view, diags) -> str:  # noqa: ANN001
+    return f"{ctx.snapshot.generation}-{diagnostics.digest(view, diags)}"
 
 
-def document_diagnostic(ls: MsprofLanguageServer, params: types.DocumentDiagnosticParams):  # noqa: ANN201
+def document_diagnostic(ctx: RequestContext, params: types.DocumentDiagnosticParams):  # noqa: ANN201
     uri = params.text_document.uri
-    view, diags = diagnostics.compute(ls, diagnostics.doc_path(ls, uri))
-    rid = _result_id(ls, view, diags)
+    view, diags = diagnostics.compute(ctx, diagnostics.doc_path(ctx, uri))
+    rid = _result_id(ctx, view, diags)
     if params.previous_result_id == rid:
         return types.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)
     return types.RelatedFullDocumentDiagnosticReport(items=diags, result_id=rid)
 
 
-def _workspace_items(ls: MsprofLanguageServer, previous: dict[str, str]) -> tuple[list, bool]:
+def _workspace_items(ctx: RequestContext, previous: dict[str, str]) -> tuple[list, bool]:
     items: list[types.WorkspaceDocumentDiagnosticReport] = []
     changed = False
-    for path in diagnostics.all_paths(ls):
-        uri = diagnostics.uri_for(ls, path)
-        view, diags = diagnostics.compute(ls, path)
-        rid = _result_id(ls, view, diags)
+    for path in diagnostics.all_paths(ctx):
+        uri = diagnostics.uri_for(ctx, path)
+        view, diags = diagnostics.compute(ctx, path)
+        rid = _result_id(ctx, view, diags)
         version = view.version if view else None
         if previous.get(uri) == rid:
             items.append(types.WorkspaceUnchangedDocumentDiagnosticReport(uri=uri, version=version, result_id=rid))
@@ -58,13 +58,15 @@ def _workspace_items(ls: MsprofLanguageServer, previous: dict[str, str]) -> tupl
     return items, changed
 
 
-async def workspace_diagnostic(ls: MsprofLanguageServer, params: types.WorkspaceDiagnosticParams):  # noqa: ANN201
+async def workspace_diagnostic(ls: Contextual, params: types.WorkspaceDiagnosticParams):  # noqa: ANN201
+    """Parks until something changes when the client already has every report (a new context
+    then); takes the server (``ls``: pygls passes it by that name) to wait on it."""
     previous = {p.uri: p.value for p in params.previous_result_ids or []}
-    items, changed = _workspace_items(ls, previous)
+    items, changed = _workspace_items(ls.context(), previous)
     if previous and not changed:
         try:
-            await asyncio.wait_for(ls.loader.next_change(), PARK_S)
+            await asyncio.wait_for(ls.next_change(), PARK_S)
         except asyncio.TimeoutError:
             pass
-        items, _ = _workspace_items(ls, previous)
+        items, _ = _workspace_items(ls.context(), previous)
     return types.WorkspaceDiagnosticReport(items=items)

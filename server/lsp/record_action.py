@@ -16,20 +16,20 @@ from msprof_lsp.hints.fixes import offer
 from msprof_lsp.hints.fixes.profiling import TITLE, insert_profiler, loop_lines
 from msprof_lsp.hints.fixes.result import FixResult
 
-from .convert import FileView, local_edit_payload
-from .session.linemap import LineMap
+from .convert import FileView, local_edit_payload, make_action
+from .state.linemap import LineMap
 from .payloads import ChangeData
 
 if TYPE_CHECKING:
-    from .app import MsprofLanguageServer
-    from .session.documents import OpenDocument
+    from .state.context import RequestContext
+    from .state.documents import OpenDocument
 
 KIND = types.CodeActionKind.RefactorRewrite.value
 _CACHE_MAX = 64
 
 
-def _cached(ls: MsprofLanguageServer, key: tuple, compute):  # noqa: ANN001, ANN202
-    cache = ls.record_cache
+def _cached(ctx: RequestContext, key: tuple, compute):  # noqa: ANN001, ANN202
+    cache = ctx.memo
     if key not in cache:
         if len(cache) > _CACHE_MAX:
             cache.clear()
@@ -37,18 +37,18 @@ def _cached(ls: MsprofLanguageServer, key: tuple, compute):  # noqa: ANN001, ANN
     return cache[key]
 
 
-def record_changes(ls: MsprofLanguageServer, view: FileView, text: str, line0: int) -> list[ChangeData] | None:
+def record_changes(ctx: RequestContext, view: FileView, text: str, line0: int) -> list[ChangeData] | None:
     """The edit that wraps the training loop around ``line0`` (0-based) of ``text`` in a profiler, or None."""
-    loops = _cached(ls, ("loops", view.path, view.version, text), lambda: loop_lines(text, view.path))
+    loops = _cached(ctx, ("loops", view.path, view.version, text), lambda: loop_lines(text, view.path))
     line = line0 + 1
     around = next(((a, b) for a, b in loops if a <= line <= b), None)
     if around is None:
         return None
-    res: FixResult | None = _cached(ls, ("edit", view.path, view.version, text, around[0]),
+    res: FixResult | None = _cached(ctx, ("edit", view.path, view.version, text, around[0]),
                                     lambda: offer(insert_profiler, text, around[0], path=view.path))
     if res is None:
         return None
-    edits = [local_edit_payload(view, e, ls.caps.position_encoding).edits[0] for e in res.edits]
+    edits = [local_edit_payload(view, e, ctx.caps.position_encoding).edits[0] for e in res.edits]
     return [ChangeData(view.uri, view.version, edits)]
 
 
@@ -58,13 +58,11 @@ def buffer_view(doc: OpenDocument) -> FileView:
     return FileView(doc.uri, doc.path or "", doc.version, doc.lines, LineMap.identity())
 
 
-def record_action(ls: MsprofLanguageServer, doc: OpenDocument, line0: int,
+def record_action(ctx: RequestContext, doc: OpenDocument, line0: int,
                   diagnostics_: list[types.Diagnostic] | None = None, kind: str = KIND) -> types.CodeAction | None:
-    from .code_action import make_action
-
     if doc.path is None:
         return None
-    changes = record_changes(ls, buffer_view(doc), doc.text, line0)
+    changes = record_changes(ctx, buffer_view(doc), doc.text, line0)
     if not changes:
         return None
-    return make_action(ls, f"msprof: {TITLE}", kind, changes, diagnostics_=diagnostics_)
+    return make_action(ctx.caps, f"msprof: {TITLE}", kind, changes, diagnostics_=diagnostics_)

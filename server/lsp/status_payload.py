@@ -21,9 +21,9 @@ from lsprotocol.converters import get_converter
 
 from msprof_lsp.hints.finding import Finding
 
-from ..check.report.document import saving_text
+from ..analysis.views.document import saving_text
 from ..escape import visible
-from .session.snapshot import ProfileInfo
+from .state.snapshot import ProfileInfo
 
 CONVERTER = get_converter()
 

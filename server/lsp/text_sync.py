@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from .guard import spawn
-from .session.linemap import LineMap
+from .state.linemap import LineMap
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from .session.documents import path_of
+from .state.documents import path_of
 from .guard import spawn
 
 if TYPE_CHECKING:

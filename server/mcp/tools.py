@@ -15,8 +15,9 @@ from msprof_lsp.mapping.source.positions import split_lines
 from ..api import tables
 from ..api.result import finding_ids, finding_views
 from ..api.workspace_run import Request, RequestError
-from ..check.report import document, model
-from ..check.report.run import CheckRun, JobReport
+from ..analysis.views import document, model
+from ..analysis.views.result import CheckRun, JobReport
+from ..analysis.views.rows import report as build_report
 
 MAX_LINE_KERNELS = 20  # kernel names listed for one line, most time first
 MAX_LINE_CHANGES = 20  # lines listed by ``compare``, biggest change first
@@ -29,7 +30,7 @@ def _summary(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def analyse(run: CheckRun, notes: list[str]) -> dict[str, Any]:
-    doc = run.to_document()
+    doc = build_report(run).as_dict()
     views = finding_views(run, doc)
     profiles = [_summary(p) for p in doc["profiles"]]
     return {"summary": {**profiles[0], "profiles": profiles}, "findings": [asdict(v) for v in views],
@@ -37,7 +38,7 @@ def analyse(run: CheckRun, notes: list[str]) -> dict[str, Any]:
 
 
 def _find(run: CheckRun, finding_id: str) -> tuple[JobReport, Finding]:
-    ordered = run.ordered_findings()
+    ordered = [r.finding for r in build_report(run).findings]
     for fid, f in zip(finding_ids(ordered, run.cwd), ordered):
         if fid == finding_id:
             return next(j for j in run.jobs if any(x is f for x in j.findings)), f
@@ -99,7 +100,7 @@ def explain_line(run: CheckRun, request: Request, path: str, line: int) -> dict[
     rel = document.rel_path(target, run.cwd)
     found = [x for job in run.jobs if (x := _line_in(job, run, target, line)) is not None]
     found.sort(key=lambda x: -x["time_us_per_step"])
-    views = [v for v in finding_views(run, run.to_document()) if v.path == rel and v.line == line]
+    views = [v for v in finding_views(run, build_report(run).as_dict()) if v.path == rel and v.line == line]
     return {"path": rel, "line": line, "text": lines[line - 1].rstrip("\r\n"),
             "time_us_per_step": found[0]["time_us_per_step"] if found else 0.0,
             "share": found[0]["share"] if found else 0.0, "profiles": found,
@@ -108,7 +109,7 @@ def explain_line(run: CheckRun, request: Request, path: str, line: int) -> dict[
 
 def compare(run: CheckRun) -> dict[str, Any]:
     """The first job against the baseline: step time and each finding's state, before -> after."""
-    base = run.to_document()["baseline"]
+    base = build_report(run).as_dict()["baseline"]
     if base is None:
         raise RequestError("no baseline comparison was made")
     changes = sorted(base["changes"], key=lambda c: -abs(c["after_us"] - c["before_us"]))[:MAX_LINE_CHANGES]

@@ -65,7 +65,7 @@ def test_one_baseline_flow():
     assert importers("msprof_lsp.hints.verify", "classify") == core
     assert importers("msprof_lsp.mapping.source.compare", "compare") == core
     users = importers("msprof_lsp.server.analysis.baseline", "against_baseline")
-    assert users == {"server/check/command.py", "server/lsp/session/engine.py"}
+    assert users == {"server/check/command.py", "server/lsp/state/engine.py"}
 
 
 def test_one_settings_model_and_one_resolver():
@@ -85,3 +85,18 @@ def test_one_settings_model_and_one_resolver():
     assert importers(settings, "apply") == importers(settings, "from_pyproject") == set()
     # what a change re-triggers is read from the model, not listed by hand
     assert importers(settings, "retriggers") == {"server/lsp/lifecycle.py"}
+
+
+def test_the_report_view_models_are_the_cores():
+    """The report's structure lives in server/analysis/views: the JSON document's rows are
+    written there, no front-end builds its own, and the --check renderers that read rows get
+    them from ``views.report``."""
+    assert not (REPO / "server" / "check" / "report" / "model.py").exists()
+    assert not (REPO / "server" / "check" / "report" / "document.py").exists()
+    dict_keys = {rel for rel, tree in SOURCES.items() for node in ast.walk(tree) if isinstance(node, ast.Dict)
+                 for k in node.keys if isinstance(k, ast.Constant) and k.value in ("end_column", "device_time_us")}
+    assert "server/analysis/views/rows.py" in dict_keys
+    assert {rel for rel in dict_keys if not rel.startswith("server/analysis/views/")} == set()
+    assert importers("msprof_lsp.server.analysis.views.rows", "report") == {
+        "server/check/command.py", "server/check/report/text.py", "server/check/report/github.py",
+        "server/analysis/views/__init__.py"}

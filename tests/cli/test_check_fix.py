@@ -18,7 +18,7 @@ from cli_support import REPO, run_cli
 from msprof_lsp.hints.finding import Finding, Fix, Severity, TextEdit
 from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.server.check import fixing
-from msprof_lsp.server.check.report.run import CheckRun, JobReport
+from msprof_lsp.server.analysis.views.result import CheckRun, JobReport
 from tests.hints.rules import seedkit as sk
 
 SAMPLES = REPO / "samples"

@@ -235,7 +235,8 @@ def test_the_html_report_renders_with_the_profiles_counts(case: Case, tmp_path: 
 def test_the_page_carries_a_csp_and_escapes_the_model() -> None:
     """A hostile op name cannot close the model's script element; the page allows only its own
     nonce'd script and style and no network source."""
-    from msprof_lsp.server.check.report import html, model
+    from msprof_lsp.server.analysis.views import model
+    from msprof_lsp.server.check.report import html
 
     bad = "</script><script>alert(1)</script><!--"
     m = model.ReportModel(version=model.MODEL_VERSION, tool_version="t", base="", jobs=[])

@@ -14,7 +14,8 @@ from msprof_lsp.mapping.source.heat import SourceHeat
 from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.server.check.report import github, sarif, text
-from msprof_lsp.server.check.report.run import CheckRun, JobReport
+from msprof_lsp.server.analysis.views.result import CheckRun, JobReport
+from msprof_lsp.server.analysis.views.rows import report
 
 from cli_support import fits_80_columns
 
@@ -120,7 +121,7 @@ def test_github_annotations_parse_back(run):
 
 
 def test_json_positions_are_one_based_code_points(run):
-    doc = run.to_document()
+    doc = report(run).as_dict()
     f = next(x for x in doc["findings"] if x["code"] == "NPU101")
     line = SOURCE.splitlines()[4]
     # The Chinese text and emoji are on another line, so code points = characters here.
@@ -149,7 +150,7 @@ def test_concise_is_one_line_per_finding_with_the_json_position(run):
     out = text.render_concise(run)
     lines = out.splitlines()
     assert len(lines) == len(run.findings) == 3
-    doc = {(f["code"]): f for f in run.to_document()["findings"]}
+    doc = {(f["code"]): f for f in report(run).as_dict()["findings"]}
     pattern = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+): (?P<sev>\w+) (?P<code>\S+) (?P<msg>.*)$")
     located = [m for m in map(pattern.match, lines) if m]
     assert len(located) == 2

@@ -1,4 +1,4 @@
-"""The HTML report's model (server/check/report/model.py): the communication matrix against the
+"""The HTML report's model (server/analysis/views/model.py): the communication matrix against the
 producer's own per-link figures, the lane summary's bounds and what it keeps, the breakdown bars'
 identity, and a fix's diff applied back to its file giving the fixed, parseable source."""
 
@@ -15,7 +15,7 @@ from msprof_lsp.hints.finding import Fix, TextEdit
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.profile.timemodel import profile_breakdown
-from msprof_lsp.server.check.report import model
+from msprof_lsp.server.analysis.views import model
 from tests.conftest import shared_fixture
 
 REPO = Path(__file__).resolve().parents[2]

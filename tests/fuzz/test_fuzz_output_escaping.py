@@ -16,7 +16,7 @@ from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
 from msprof_lsp.mapping.source.heat import SourceHeat
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.server.check.report import github, text
-from msprof_lsp.server.check.report.run import CheckRun, JobReport
+from msprof_lsp.server.analysis.views.result import CheckRun, JobReport
 from msprof_lsp.server.escape import json_text, markdown, visible
 
 from tests.synth.hostile_text import live_markdown, raw_controls

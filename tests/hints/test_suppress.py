@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from msprof_lsp.hints.fixes.edits import apply_edits
-from msprof_lsp.hints.suppress import ALL, comments, is_suppressed, suppression_edit, suppressions
+from msprof_lsp.hints.suppress import ALL, comments, is_suppressed, span_suppressed, suppression_edit, suppressions
 
 SRC = '''import torch  # msprof: ignore[NPU103]
 x = F.dropout(F.relu(x))  # msprof: ignore[npu101, NPU108]
@@ -36,6 +36,21 @@ def test_matching_by_code_prefix_and_all():
     assert is_suppressed(table, 7, "NPU900")
     assert is_suppressed(table, 8, "NPU213") and not is_suppressed(table, 8, "NPU101")
     assert not is_suppressed(table, 4, "NPU101")
+
+
+def test_a_span_is_silenced_by_its_first_or_last_line_only():
+    table = suppressions(SRC)
+    assert span_suppressed(table, 2, 4, "NPU101") and span_suppressed(table, 1, 2, "NPU101")
+    assert not span_suppressed(table, 1, 1, "NPU101") and not span_suppressed(table, 1, 3, "NPU108")  # line 2 is inside
+
+
+def test_the_engine_and_the_editor_share_the_span_check():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    users = [p.relative_to(root).as_posix() for d in ("hints", "server") for p in sorted((root / d).rglob("*.py"))
+             if "span_suppressed(" in p.read_text(encoding="utf-8")]
+    assert users == ["hints/context.py", "hints/suppress.py", "server/lsp/diagnostics.py"]
 
 
 def test_incomplete_code_falls_back_to_the_line_scanner():

@@ -10,10 +10,10 @@ from lsprotocol import types
 
 from msprof_lsp.hints import suppress
 from msprof_lsp.hints.finding import Fix, TextEdit
-from msprof_lsp.server.lsp import code_action, payloads
+from msprof_lsp.server.lsp import code_action, convert, payloads
 from msprof_lsp.server.lsp.convert import FileView, fix_payload
 from msprof_lsp.server.lsp.payloads import ChangeData, CodeActionData, DiagnosticData, EditData, FixData
-from msprof_lsp.server.lsp.session.linemap import LineMap
+from msprof_lsp.server.lsp.state.linemap import LineMap
 
 URI = "file:///ws/train.py"
 
@@ -49,12 +49,12 @@ def test_fix_all_takes_one_fix_per_group(monkeypatch):
 
 def test_code_action_data_carries_the_group_and_the_payload_keeps_it():
     for resolve in (True, False):
-        action = code_action.make_action(_ls(resolve), "t", "quickfix", _fix("t", 1, "x").changes, group="NPU220/optimizer@90")
+        action = convert.make_action(_ls(resolve).caps, "t", "quickfix", _fix("t", 1, "x").changes, group="NPU220/optimizer@90")
         assert action.data["group"] == "NPU220/optimizer@90"
         assert ("changes" in action.data) is resolve and (action.edit is None) is resolve
         back = payloads.load(action.data, CodeActionData)
         assert back.group == "NPU220/optimizer@90" and (back.changes == _fix("t", 1, "x").changes if resolve else back.changes is None)
-    plain = code_action.make_action(_ls(False), "t", "quickfix", _fix("t", 1, "x").changes)
+    plain = convert.make_action(_ls(False).caps, "t", "quickfix", _fix("t", 1, "x").changes)
     assert plain.data is None
     view = FileView(URI, "/ws/train.py", 3, ["a = 1", "b = 2"], LineMap.identity())
     fix = Fix("t", False, (TextEdit("/ws/train.py", 1, 0, 1, 1, "c"),), "NPU220/optimizer@1")

@@ -1,11 +1,11 @@
-"""LineMap: analysed line -> current line through any sequence of edits (server/lsp/session/linemap.py)."""
+"""LineMap: analysed line -> current line through any sequence of edits (server/lsp/state/linemap.py)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprof_lsp.server.lsp.session.linemap import LineMap, split_lines
+from msprof_lsp.server.lsp.state.linemap import LineMap, split_lines
 
 # An edit: replace lines [start, start + removed) by `added` new lines (positions as fractions of
 # the current length, so every drawn edit is valid).
@@ -85,7 +85,7 @@ def test_insertion_between_lines_touches_a_range_across_it() -> None:
 def test_an_analysis_that_lands_after_more_edits_keeps_every_untouched_line() -> None:
     """Edits at the top and the bottom made while an analysis of version 2 runs: rebasing from
     version 2's line maps keeps every line in between, where one text diff would lose them all."""
-    from msprof_lsp.server.lsp.session.documents import HISTORY, DocumentStore
+    from msprof_lsp.server.lsp.state.documents import HISTORY, DocumentStore
 
     text = "\n".join(f"line {i}" for i in range(1, 101))
     buffer = {"file:///m.py": text}  # what pygls' workspace holds
@@ -114,7 +114,7 @@ def test_several_changes_in_one_notification_keep_the_code_between_them() -> Non
     between the two places is found; one diff of the texts would lose them all."""
     from lsprotocol import types
 
-    from msprof_lsp.server.lsp.session.documents import DocumentStore
+    from msprof_lsp.server.lsp.state.documents import DocumentStore
     from msprof_lsp.server.lsp.text_sync import _steps
 
     old = [f"line {i}" for i in range(1, 51)]

@@ -13,7 +13,7 @@ from tests.open_audit import opens_under
 from tests.synth import write_torch_npu_text
 from tests.synth.sample_runs import CnnKnobs, cnn_runs
 
-from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
+from msprof_lsp.server.lsp.state.engine import Engine, LoadRequest
 from msprof_lsp.server.analysis.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

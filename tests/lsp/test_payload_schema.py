@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from msprof_lsp.server.lsp import payload_schema
-from msprof_lsp.server.lsp.session.snapshot import ProfileInfo
+from msprof_lsp.server.lsp.state.snapshot import ProfileInfo
 from msprof_lsp.server.lsp.status_payload import Analysed, AnalysedDocument, ProfileState, ProfileStatus, to_json
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from msprof_lsp.server.lsp import diagnostics
 from msprof_lsp.server.lsp.app import MsprofLanguageServer
 from msprof_lsp.server.lsp.capabilities import ClientCaps
 from msprof_lsp.server.lsp.heat_view import file_heat
-from msprof_lsp.server.lsp.session.documents import DocumentStore, OpenDocument
-from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
+from msprof_lsp.server.lsp.state.documents import DocumentStore, OpenDocument
+from msprof_lsp.server.lsp.state.engine import Engine, LoadRequest
 from msprof_lsp.server.analysis.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -225,7 +225,8 @@ def test_unavailable_says_why():
 
     from msprof_lsp.mapping.profile.load import load_location, locate
     from msprof_lsp.mapping.profile.model import StepsSource
-    from msprof_lsp.server.check.report.document import critical_path_dict, path_figures
+    from msprof_lsp.server.analysis.views.document import critical_path_dict
+    from msprof_lsp.server.analysis.views.rows import PathFigures
 
     alexnet = load_location(locate(shared_fixture("HolisticTraceAnalysis/critical_path/alexnet")), use_cache=False)
     assert alexnet.meta.steps_source is StepsSource.CAPTURE
@@ -233,7 +234,7 @@ def test_unavailable_says_why():
     assert cp.steps == [] and "no step markers" in cp.unavailable
     doc = critical_path_dict(cp, Path("/"))
     assert doc["unavailable"] == cp.unavailable and doc["steps"] == [] and doc["total_us"] == 0.0
-    assert path_figures(cp, "/x.py", 1) == {"on_path_us": None, "critical_path_unavailable": cp.unavailable}
+    assert PathFigures.of(cp, "/x.py", 1).as_dict() == {"on_path_us": None, "critical_path_unavailable": cp.unavailable}
     p = _profile(
         {"name": ["A"], "start_ns": [0], "dur_ns": [100], "pid": [1], "tid": [1]},
         {"name": ["k1"], "core": ["GPU"], "start_ns": [50], "dur_ns": [400],

@@ -22,7 +22,7 @@ from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.server.__main__ import main
 from msprof_lsp.server.check.progress import ProgressLine
 from msprof_lsp.server.check.report import github, html, text
-from msprof_lsp.server.check.report.run import CheckRun, JobReport
+from msprof_lsp.server.analysis.views.result import CheckRun, JobReport
 from msprof_lsp.server.escape import markdown, visible
 from msprof_lsp.server.lsp import hover
 from msprof_lsp.hints.line_counters import OpCounters

@@ -8,11 +8,11 @@ LF; ``:`` and ``,`` in properties). The only line breaks are the ones between an
 
 from __future__ import annotations
 
-from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.hints.finding import Severity
 from msprof_lsp.server.escape import visible
 
-from . import document
-from .run import CheckRun
+from ...analysis.views.result import CheckRun
+from ...analysis.views.rows import FindingRow, report
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice", Severity.HINT: "notice"}
 
@@ -27,24 +27,23 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(f: Finding, run: CheckRun) -> str:
+def annotation(f: FindingRow) -> str:
     props = []
-    if f.span:
-        s = f.span
+    if f.path is not None:
         props += [
-            f"file={_escape_property(document.rel_path(s.path, run.cwd))}",
-            f"line={s.line}",
-            f"col={s.col + 1}",
-            f"endLine={s.end_line}",
-            f"endColumn={s.end_col + 1}",
+            f"file={_escape_property(f.path)}",
+            f"line={f.line}",
+            f"col={f.column}",
+            f"endLine={f.end_line}",
+            f"endColumn={f.end_column}",
         ]
     props.append(f"title={_escape_property(f'{f.code} {f.name}')}")
     message = _escape_data(" ".join(f.message.split()))
     if f.fixes:  # the one line break we write inside a message, as GitHub's own %0A
-        message += "%0AFix: " + _escape_data("; ".join(document.fix_label(x) for x in f.fixes))
+        message += "%0AFix: " + _escape_data("; ".join(x.label for x in f.fixes))
     return f"::{_COMMAND[f.severity]} {','.join(props)}::{message}"
 
 
 def render(run: CheckRun) -> str:
-    lines = [annotation(f, run) for f in sorted(run.findings, key=Finding.sort_key)]
+    lines = [annotation(f) for f in report(run).by_place()]
     return "\n".join(lines) + ("\n" if lines else "")

@@ -10,8 +10,8 @@ from importlib import resources
 
 from msprof_lsp.server.escape import json_text, visible
 
-from . import model
-from .run import CheckRun
+from ...analysis.views import model
+from ...analysis.views.result import CheckRun
 
 MODEL_ELEMENT_ID = "msprof-report-model"  # the renderer's standalone start looks for these two ids
 ROOT_ELEMENT_ID = "msprof-report"

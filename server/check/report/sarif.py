@@ -16,8 +16,8 @@ from msprof_lsp.hints.registry import all_rules
 from msprof_lsp.hints.verify import FindingState, line_text
 
 from ...protocol import rule_doc_url
-from . import document
-from .run import CheckRun
+from ...analysis.views import document
+from ...analysis.views.result import CheckRun
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 MAX_RESULTS = 5000

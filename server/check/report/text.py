@@ -27,8 +27,9 @@ from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profil
 from msprof_lsp.mapping.units import format_share, format_us
 from msprof_lsp.server.escape import visible
 
-from . import document
-from .run import CheckRun, JobReport
+from ...analysis.views import document
+from ...analysis.views.result import CheckRun, JobReport
+from ...analysis.views.rows import FindingRow, Report, report
 
 WIDTH = 80
 TOP_HOTSPOTS = 8
@@ -151,10 +152,10 @@ def _finding_lines(f: Finding, style: _Style) -> list[str]:
     return lines
 
 
-def start_here(run: CheckRun, style: _Style) -> list[str]:
+def start_here(view: Report, run: CheckRun, style: _Style) -> list[str]:
     """The report's opening block: the top findings by saving (hints.consolidate.start_here), each
     with how much, what to change and where."""
-    top = run.start_here()
+    top = [view.findings[i].finding for i in view.start_here]
     if not top:
         return []
     out = [style("Start here", _BOLD)]
@@ -271,7 +272,8 @@ def all_ranks(job: JobReport, run: CheckRun) -> list[str]:
 
 def render(run: CheckRun, *, color: bool = False) -> str:
     style = _Style(color)
-    out: list[str] = start_here(run, style)
+    view = report(run)
+    out: list[str] = start_here(view, run, style)
     for job in run.jobs:
         out += header(job, run, style)
         out.append("")
@@ -283,26 +285,26 @@ def render(run: CheckRun, *, color: bool = False) -> str:
         bl = baseline(job, run)
         if bl:
             out += bl + [""]
-    counts = run.counts()
-    total = sum(counts.values())
+    counts = view.counters
+    total = counts.total
     if total:
-        parts = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n)
-        files = len({f.span.path for f in run.findings if f.span})
+        parts = ", ".join(f"{n} {s.value}" for s, n in counts.by_severity.items() if n)
+        files = counts.files
         out.append(f"Found {total} finding{'s' if total != 1 else ''} ({parts}) in {files} file{'s' if files != 1 else ''}.")
     else:
         out.append("No findings.")
     return "\n".join(out) + "\n"
 
 
-def concise_line(f: Finding, run: CheckRun) -> str:
+def concise_line(f: FindingRow) -> str:
     """``path:line:col: severity CODE message``; a finding about the profile itself has no place."""
     message = visible(" ".join(f.message.split()))
     code = visible(f.code)
-    if f.span is None:
+    if f.path is None:
         return f"(profile): {f.severity.value} {code} {message}"
-    return f"{_path(f.span.path, run)}:{f.span.line}:{f.span.col + 1}: {f.severity.value} {code} {message}"
+    return f"{visible(f.path)}:{f.line}:{f.column}: {f.severity.value} {code} {message}"
 
 
 def render_concise(run: CheckRun) -> str:
-    lines = [concise_line(f, run) for f in sorted(run.findings, key=Finding.sort_key)]
+    lines = [concise_line(f) for f in report(run).by_place()]
     return "\n".join(lines) + ("\n" if lines else "")

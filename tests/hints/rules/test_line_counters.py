@@ -11,7 +11,7 @@ from conftest import shared_fixture
 from rulekit import ProfileBuilder, context, frame, line_of
 
 from msprof_lsp.hints.line_counters import line_counters
-from msprof_lsp.server.lsp.session.engine import Engine, LoadRequest
+from msprof_lsp.server.lsp.state.engine import Engine, LoadRequest
 from msprof_lsp.server.analysis.settings import Settings
 
 SOURCE = '''import torch

@@ -225,11 +225,18 @@ def test_unattributed_time_at_five_percent(tmp_path, lost_us, fires):
 
 
 def test_declared_level1_rules():
-    from msprof_lsp.hints import gating
-    from msprof_lsp.hints.registry import all_rules
+    # declared on the rule class, and each declared rule asks ctx.needs_level1 for that data
+    assert registry.declared_level1() == {"NPU107": rule("NPU107").level1, "NPU109": rule("NPU109").level1,
+                                          "NPU230": rule("NPU230").level1}
+    assert "AscendCL@" in registry.declared_level1()["NPU230"]
 
-    all_rules()  # imports every rule module
-    assert "NPU230" in gating.declared_level1()
+
+def test_the_notice_runs_after_the_rules_whose_skips_it_names_whatever_the_order_given():
+    profile = _level_profile(shared_fixture(INFO_LEVEL0), free_us=300_000)
+    late = _recording_rule("TST999", "AscendCL@ events")  # a code after NPU901's
+    fs = run_rules(RuleContext(profile, None, None, RuleConfig(min_share=0.0)), [rule("NPU901"), late])
+    (f,) = only(fs, "NPU901")
+    assert "TST999" in f.message
 
 
 def test_sample_touched_is_quiet_and_edited_fires(tmp_path):

@@ -1,4 +1,4 @@
-// The report renderer: draws a ReportModel (server/check/report/model.py) into an element. The
+// The report renderer: draws a ReportModel (server/analysis/views/model.py) into an element. The
 // HTML report (`msprof-lsp --check --format html`) and the VS Code "Show profile" webview both
 // run this bundle (README.md here says how to host it).
 

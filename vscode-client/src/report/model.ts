@@ -1,4 +1,4 @@
-// The report model the server builds (server/check/report/model.py): the interfaces are generated
+// The report model the server builds (server/analysis/views/model.py): the interfaces are generated
 // from its structs (python -m msprof_lsp.server.lsp.payload_schema), re-exported here so the
 // renderer and its hosts import one module.
 

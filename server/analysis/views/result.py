@@ -1,4 +1,4 @@
-"""What one ``--check`` run produced, in the pieces every renderer reads."""
+"""What one check run produced: its analysed jobs, from which ``rows.report`` builds the view models."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.consolidate import SAME_CAUSE, start_here
-from msprof_lsp.hints.finding import Finding, Fix, Severity
+from msprof_lsp.hints.consolidate import SAME_CAUSE
+from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.fixes.edits import edited_lines
 from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison
@@ -112,50 +112,3 @@ class CheckRun:
     @property
     def findings(self) -> list[Finding]:
         return [f for job in self.jobs for f in job.findings]
-
-    def ordered_findings(self) -> list[Finding]:
-        """The findings as the JSON document lists them: per job, by place."""
-        return [f for job in self.jobs for f in sorted(job.findings, key=Finding.sort_key)]
-
-    def start_here(self) -> list[Finding]:
-        """The top findings by saving over every job (hints.consolidate.start_here): what the
-        text and HTML reports open with; the JSON lists their indexes."""
-        ordered = self.ordered_findings()
-        return [ordered[i] for i in start_here(ordered)]
-
-    def counts(self) -> dict[Severity, int]:
-        counts = {s: 0 for s in Severity}
-        for f in self.findings:
-            counts[f.severity] += 1
-        return counts
-
-    def to_document(self) -> dict[str, Any]:
-        cwd = self.cwd
-        profiles = []
-        findings = []
-        hotspots = []
-        for job in self.jobs:
-            pdict = document.profile_dict(job.profile, job.cluster, job.ranks, cwd, job.heat.mapped_share)
-            pdict["critical_path"] = document.critical_path_dict(job.critical_path, cwd)
-            pdict["rank_findings"] = document.rank_findings_dict(job.all_ranks, cwd)
-            profiles.append(pdict)
-            for f in sorted(job.findings, key=Finding.sort_key):
-                findings.append(document.finding_dict(f, cwd, pdict["path"]))
-            for h in document.hot_spans(job.heat)[: document.MAX_HOTSPOTS]:
-                d = document.hotspot_dict(h, cwd, job.profile.num_steps)
-                d.update(document.path_figures(job.critical_path, h.site.span.path, h.site.span.line))
-                d["profile_path"] = pdict["path"]
-                hotspots.append(d)
-        first = self.jobs[0] if self.jobs else None
-        return {
-            "version": document.SCHEMA_VERSION,
-            "tool": {"name": "msprof-lsp", "version": self.tool_version},
-            "profile": profiles[0] if profiles else None,
-            "profiles": profiles,
-            "findings": findings,
-            "hotspots": hotspots,
-            "start_here": start_here(self.ordered_findings()),
-            "unreadable": [{"job": u.job, "error": str(u.error)} for u in self.unreadable],
-            "baseline": document.baseline_dict(first.comparison if first else None, cwd,
-                                               first.finding_changes if first else []),
-        }

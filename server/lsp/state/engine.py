@@ -29,7 +29,7 @@ from msprof_lsp.hints.verify import FindingChange, FindingState
 from ...analysis import run
 from ...analysis.baseline import Baseline, against_baseline, load_baseline
 from ...analysis.settings import Settings
-from ...check.report.model import MODEL_VERSION, ReportModel, job_model, start_views
+from ...analysis.views.model import MODEL_VERSION, ReportModel, job_model, start_views
 from .snapshot import ProfileInfo, Snapshot, merge
 from .targets import JobChoice, choose_job, discovered, owner
 

@@ -1,5 +1,6 @@
-"""The ``--format json`` document (schema version 1 of design.md) — the one structured view of a
-check run; the text, SARIF and GitHub renderers read the same pieces.
+"""The pieces of the reports that every view model and renderer shares: paths relative to the
+run's cwd, times in µs, a finding's saving and advice as printed, and the JSON document's nested
+parts (cluster, breakdown, critical path, baseline) as ``rows.Report`` carries them.
 
 Positions: lines 1-based, columns 1-based code points; paths relative to the cwd with "/".
 Times: µs per step unless a key says otherwise.
@@ -12,17 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.finding import Finding, Fix, Saving
+from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.verify import FindingChange
 from msprof_lsp.mapping.source.compare import Comparison
 from msprof_lsp.mapping.source.critical_path import CriticalPath
 from msprof_lsp.mapping.source.heat import SpanHeat
-from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
-from msprof_lsp.mapping.profile.step_infer import describe as describe_steps
+from msprof_lsp.mapping.profile.model import ClusterSummary
 from msprof_lsp.mapping.units import format_share, format_us
-from msprof_lsp.mapping.profile.timemodel import StepTimes, TimeBreakdown, device_time_per_step_ns, profile_breakdown
+from msprof_lsp.mapping.profile.timemodel import StepTimes, TimeBreakdown
 
-from ...analysis.ranks import AllRanks
+from ..ranks import AllRanks
 
 SCHEMA_VERSION = 1
 MAX_HOTSPOTS = 20
@@ -37,7 +37,8 @@ def rel_path(path: str | os.PathLike[str], cwd: Path) -> str:
     return rel.replace(os.sep, "/")
 
 
-def _us(ns: float) -> float:
+def us(ns: float) -> float:
+    """ns as µs, rounded to the ns (every time figure of the reports)."""
     return round(ns / 1000, 3)
 
 
@@ -46,25 +47,6 @@ def fix_label(fix: Fix) -> str:
     if fix.safe or "review" in fix.title.lower():
         return fix.title
     return f"{fix.title} (review)"
-
-
-def fix_dict(fix: Fix, cwd: Path) -> dict[str, Any]:
-    return {
-        "title": fix.title,
-        "safe": fix.safe,
-        "group": fix.group or None,  # same group in one finding: alternatives, apply one
-        "edits": [
-            {
-                "path": rel_path(e.path, cwd),
-                "line": e.line,
-                "column": e.col + 1,
-                "end_line": e.end_line,
-                "end_column": e.end_col + 1,
-                "new_text": e.new_text,
-            }
-            for e in fix.edits
-        ],
-    }
 
 
 def saving_text(f: Finding) -> str:
@@ -88,69 +70,9 @@ def advice(f: Finding) -> str:
     return parts[1].strip() if len(parts) > 1 else f.message
 
 
-def finding_dict(f: Finding, cwd: Path, profile_path: str | None = None) -> dict[str, Any]:
-    s = f.span
-    d: dict[str, Any] = {
-        "code": f.code,
-        "name": f.name,
-        "severity": f.severity.value,
-        "path": rel_path(s.path, cwd) if s else None,
-        "line": s.line if s else None,
-        "column": s.col + 1 if s else None,
-        "end_line": s.end_line if s else None,
-        "end_column": s.end_col + 1 if s else None,
-        "message": f.message,
-        "share": round(f.share, 6),
-        "share_of": f.share_of.value,
-        "device_time_us": round(f.time_per_step_us, 3),
-        "saving": (f.saving or Saving.unknown("no saving model for this rule yet")).as_dict(),
-        "confidence": f.confidence.value,
-        "evidence": f.evidence,
-        "fixes": [fix_dict(x, cwd) for x in f.fixes],
-        "related": [
-            {"path": rel_path(r.span.path, cwd), "line": r.span.line, "column": r.span.col + 1, "message": r.message}
-            for r in f.related
-        ],
-    }
-    if profile_path is not None:
-        d["profile_path"] = profile_path
-    return d
-
-
 def hot_spans(heat) -> list[SpanHeat]:  # noqa: ANN001 - SourceHeat
     """Spans with time, most first (spans of host-only calls carry none and are no hotspot)."""
     return [h for h in heat.spans if h.per_step_ns > 0]
-
-
-def hotspot_dict(h: SpanHeat, cwd: Path, steps: int) -> dict[str, Any]:
-    span = h.site.span
-    per_step = max(steps, 1)
-    return {
-        "path": rel_path(span.path, cwd),
-        "line": span.line,
-        "end_line": span.end_line,
-        "column": span.col + 1,
-        "function": h.site.function,
-        "code": h.site.call_text or (f"in {h.site.function}()" if h.site.function else ""),
-        "confidence": h.site.confidence.value,
-        "device_time_us": _us(h.per_step_ns),
-        "forward_us": _us(h.fwd_ns / per_step),
-        "backward_us": _us(h.bwd_ns / per_step),
-        "share": round(h.share, 6),
-        "calls": h.calls,
-        "ops": [
-            {
-                "name": o.name,
-                "type": o.type,
-                "core": o.core,
-                "time_us": _us(o.total_ns / per_step),
-                "count": o.count,
-                "shapes": list(o.shapes),
-                "backward": o.backward,
-            }
-            for o in h.ops
-        ],
-    }
 
 
 MAX_PATH_LINES = 20
@@ -166,42 +88,30 @@ def critical_path_dict(cp: CriticalPath | None, cwd: Path) -> dict[str, Any] | N
     return {
         "unavailable": cp.unavailable,
         "steps_analysed": [p.step for p in cp.steps],
-        "total_us": _us(cp.total_per_step_ns),
-        "span_us": _us(sum(p.span_ns for p in cp.steps) / n) if n else 0.0,
-        "by_kind_us": {k.value: _us(v) for k, v in cp.by_kind_per_step().items()},
+        "total_us": us(cp.total_per_step_ns),
+        "span_us": us(sum(p.span_ns for p in cp.steps) / n) if n else 0.0,
+        "by_kind_us": {k.value: us(v) for k, v in cp.by_kind_per_step().items()},
         "steps": [
-            {"step": p.step, "total_us": _us(p.total_ns), "span_us": _us(p.span_ns), "segments": len(p.segments),
-             "by_kind_us": {k.value: _us(v) for k, v in p.by_kind().items()}}
+            {"step": p.step, "total_us": us(p.total_ns), "span_us": us(p.span_ns), "segments": len(p.segments),
+             "by_kind_us": {k.value: us(v) for k, v in p.by_kind().items()}}
             for p in cp.steps
         ],
         "segments": [
-            {"kind": s.kind.value, "start_us": _us(s.start_ns - cp.steps[0].segments[0].start_ns),
-             "us": _us(s.weight_ns), "name": s.name}
+            {"kind": s.kind.value, "start_us": us(s.start_ns - cp.steps[0].segments[0].start_ns),
+             "us": us(s.weight_ns), "name": s.name}
             for s in cp.steps[0].segments[:MAX_PATH_SEGMENTS]
         ] if n and cp.steps[0].segments else [],
         "lines": [
-            {"path": rel_path(lp.path, cwd), "line": lp.line, "total_us": _us(lp.total_per_step_ns),
-             "on_path_us": _us(lp.on_path_per_step_ns), "host_on_path_us": _us(lp.host_on_path_per_step_ns),
-             "own_us": _us(lp.own_per_step_ns), "path_share": round(lp.path_share, 6),
+            {"path": rel_path(lp.path, cwd), "line": lp.line, "total_us": us(lp.total_per_step_ns),
+             "on_path_us": us(lp.on_path_per_step_ns), "host_on_path_us": us(lp.host_on_path_per_step_ns),
+             "own_us": us(lp.own_per_step_ns), "path_share": round(lp.path_share, 6),
              "bound": lp.bound.value if lp.bound is not None else None,
-             "charged_us": {b.value: _us(v) for b, v in lp.charged.items()},
-             "waits": [{"name": name, "us": _us(ns)} for name, ns in lp.waits]}
+             "charged_us": {b.value: us(v) for b, v in lp.charged.items()},
+             "waits": [{"name": name, "us": us(ns)} for name, ns in lp.waits]}
             for lp in cp.lines[:MAX_PATH_LINES]
         ],
         "notes": list(cp.notes),
     }
-
-
-def path_figures(cp: CriticalPath | None, path: str, line: int) -> dict[str, Any]:
-    """A hotspot's time on the critical path (``on_path_us``: its work kernels on the path per
-    analysed step; None with ``critical_path_unavailable`` when there is no path)."""
-    if cp is None:
-        return {}
-    if cp.unavailable is not None:
-        return {"on_path_us": None, "critical_path_unavailable": cp.unavailable}
-    lp = cp.line(path, line)
-    return {"on_path_us": _us(lp.on_path_per_step_ns) if lp is not None else 0.0,
-            "path_share": round(lp.path_share, 6) if lp is not None else 0.0}
 
 
 def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
@@ -216,8 +126,8 @@ def cluster_dict(cluster: ClusterSummary | None) -> dict[str, Any] | None:
             {
                 "rank": r.rank,
                 "path": r.path,
-                "step_time_us": _us(r.step_time_ns),
-                "comm_not_overlapped_us": _us(r.comm_not_overlapped_ns),
+                "step_time_us": us(r.step_time_ns),
+                "comm_not_overlapped_us": us(r.comm_not_overlapped_ns),
                 "comm_share": round(r.comm_share, 6),
                 "device_data": r.device_data,
             }
@@ -255,31 +165,6 @@ def rank_findings_dict(all_ranks: AllRanks | None, cwd: Path) -> dict[str, Any] 
     }
 
 
-def profile_dict(profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, mapped_share: float) -> dict[str, Any]:
-    meta = profile.meta
-    steps = profile.num_steps
-    step_ns, step_source = profile.step_time()
-    return {
-        "path": rel_path(meta.path, cwd),
-        "kind": meta.kind.value,
-        "backend": meta.backend.value,
-        "rank": meta.rank,
-        "ranks": sorted(ranks),
-        "steps": steps,
-        "steps_source": describe_steps(meta, bool(profile.steps) or bool((profile.kernels["step"] >= 0).any())),
-        "step_time_us": _us(step_ns),
-        "step_time_source": step_source,
-        "wall_step_time_us": None if (wall := profile.wall_step_ns()) is None else _us(wall),
-        "device_time_us": _us(device_time_per_step_ns(profile)),
-        "has_call_stacks": profile.has_call_stacks,
-        "mapped_share": round(mapped_share, 6),
-        "complete": meta.complete,
-        "issues": [str(i) for i in profile.issues],
-        "cluster": cluster_dict(cluster),
-        "breakdown": breakdown_dict(profile_breakdown(profile)),
-    }
-
-
 _BREAKDOWN_FIELDS = {
     "computing_us": "computing_ns",
     "communication_us": "communication_ns",
@@ -298,7 +183,7 @@ def _step_times(s: StepTimes) -> dict[str, Any]:
     out: dict[str, Any] = {"step": s.step, "device": s.device}
     for key, attr in _BREAKDOWN_FIELDS.items():
         v = getattr(s, attr)
-        out[key] = _us(v) if v >= 0 else None
+        out[key] = us(v) if v >= 0 else None
     return out
 
 
@@ -307,7 +192,7 @@ def breakdown_dict(b: TimeBreakdown) -> dict[str, Any]:
     mean: dict[str, Any] = {}
     for key, attr in _BREAKDOWN_FIELDS.items():
         v = b.mean(attr)
-        mean[key] = None if v is None else _us(v)
+        mean[key] = None if v is None else us(v)
     return {"source": b.source.value, "device_streams": b.streams, "mean": mean,
             "steps": [_step_times(s) for s in b.steps]}
 

@@ -30,6 +30,7 @@ from msprof_lsp.mapping.source.heat import Attribution, Site
 
 from . import document
 from ..diff import unified_diff
+from .rows import ProfileView, hotspot_rows
 
 MODEL_VERSION = 1
 MAX_TIMELINE_STEPS = 6  # the slowest and the ones around it; a selector switches between them
@@ -500,7 +501,7 @@ def start_views(jobs: Sequence[Sequence[Finding]], cwd: Path) -> list[StartHere]
 def job_model(profile: Profile, attribution: Attribution | None, heat, findings: Sequence[Finding],  # noqa: ANN001
               cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, text_of) -> JobModel:  # noqa: ANN001
     """One job's model; ``text_of(path)`` gives a workspace file's current text (None: unreadable)."""
-    pdict = document.profile_dict(profile, cluster, ranks, cwd, heat.mapped_share)
+    head = ProfileView.of(profile, cluster, ranks, cwd, heat.mapped_share)
     own = profile_breakdown(profile)
     if cluster is not None:
         bars = [bar for r in cluster.ranks if r.breakdown is not None for bar in breakdown_bars(r.breakdown, r.rank)]
@@ -523,18 +524,17 @@ def job_model(profile: Profile, attribution: Attribution | None, heat, findings:
                          fixes=[FixView(title=document.fix_label(x), safe=x.safe, diff=fix_diff(x, text_of, cwd)) for x in f.fixes])
              for f in ordered]
     hotspots: list[HotspotView] = []
-    for h in document.hot_spans(heat)[: document.MAX_HOTSPOTS]:
-        d = document.hotspot_dict(h, cwd, profile.num_steps)
-        span = h.site.span
+    for h in hotspot_rows(heat, cwd, profile.num_steps):
+        span = h.heat.site.span
         mine = [i for i, f in enumerate(ordered) if f.span is not None and f.span.path == span.path
                 and span.line <= f.span.line <= span.end_line]
-        hotspots.append(HotspotView(path=d["path"], line=d["line"], end_line=d["end_line"], code=d["code"],
-                                    share=d["share"], device_time_us=d["device_time_us"], calls=d["calls"],
-                                    ops=[f"{o['type'] or o['name']} ×{o['count']}" for o in d["ops"][:4]],
+        hotspots.append(HotspotView(path=h.path, line=h.line, end_line=h.end_line, code=h.code, share=h.share,
+                                    device_time_us=h.device_time_us, calls=h.calls,
+                                    ops=[f"{o.type or o.name} ×{o.count}" for o in h.ops[:4]],
                                     snippet=_snippet(text_of(span.path), span.line, span.end_line), findings=mine))
-    header = ProfileHeader(path=pdict["path"], kind=pdict["kind"], rank=pdict["rank"], ranks=pdict["ranks"],
-                           steps=pdict["steps"], step_time_us=pdict["step_time_us"], mapped_share=pdict["mapped_share"],
-                           breakdown_source=own.source.value)
+    header = ProfileHeader(path=head.path, kind=head.kind, rank=head.rank, ranks=list(head.ranks), steps=head.steps,
+                           step_time_us=head.step_time_us, mapped_share=head.mapped_share,
+                           breakdown_source=head.breakdown_source)
     notes = [str(i) for i in profile.issues]
     if comm is None:
         notes.append("no communication matrix in this profile (communication_matrix.json / CommAnalyzerMatrix: "
