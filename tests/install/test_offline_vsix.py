@@ -118,3 +118,54 @@ def test_linux_arm64_package_has_aarch64_wheels_of_every_binary_dependency() -> 
     for project in sorted(projects):
         for python in PYTHONS:
             assert any(wheel_tags(n)[0] == project and wheel_tags(n)[1] == python for n in binary), f"no {project} {python} aarch64 wheel in {names}"
+
+
+def _bundler():
+    """vscode-client/scripts/bundle_wheels.py as a module (it imports its sibling bundle_wheel)."""
+    import importlib.util
+
+    scripts = REPO / "vscode-client" / "scripts"
+    sys.path.insert(0, str(scripts))
+    try:
+        spec = importlib.util.spec_from_file_location("bundle_wheels", scripts / "bundle_wheels.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bundle_wheels"] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(scripts))
+    return module
+
+
+def test_lock_pins_each_direct_dependency_once_per_target_python() -> None:
+    """Without a download: every dependency of pyproject.toml has one pin, within its range, for
+    each CPython and target (the build checks the rest of the closure from the wheels)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    bw = _bundler()
+    pins = bw.read_lock()
+    deps = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]]
+    for target in bw.TARGETS.values():
+        for python in bw.PYTHONS:
+            env = bw.marker_env(target, python)
+            chosen = bw.pins_for(pins, env)
+            for dep in deps:
+                if dep.marker is None or dep.marker.evaluate(env):
+                    pin = chosen.get(bw.canonicalize_name(dep.name))
+                    assert pin is not None and dep.specifier.contains(pin.version), f"{dep} on {target.name} {python}: {pin}"
+    assert "tomli" in bw.pins_for(pins, bw.marker_env(bw.TARGETS["linux-x64"], (3, 10)))
+    assert "tomli" not in bw.pins_for(pins, bw.marker_env(bw.TARGETS["linux-x64"], (3, 11)))
+
+
+def test_wheel_tags_are_matched_as_pip_would() -> None:
+    bw = _bundler()
+    x64, arm = bw.TARGETS["linux-x64"].platforms, bw.TARGETS["linux-arm64"].platforms
+    numpy = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+    assert bw.wheel_fits(numpy, (3, 11), x64)
+    assert not bw.wheel_fits(numpy, (3, 12), x64)
+    assert not bw.wheel_fits(numpy, (3, 11), arm)
+    assert bw.wheel_fits("attrs-26.1.0-py3-none-any.whl", (3, 10), arm)
+    # glibc newer than 2.28 is not taken: the Ascend hosts' floor.
+    assert not bw.wheel_fits("x-1-cp311-cp311-manylinux_2_34_aarch64.whl", (3, 11), arm)
+    assert bw.wheel_fits("x-1-cp310-abi3-manylinux2014_aarch64.whl", (3, 12), arm)
