@@ -1,7 +1,7 @@
 """Build the product's wheel for the .vsix (vscode-client/bundled/) or for tests (--out DIR).
 
 The wheel is built from a clean copy of what the wheel holds (pyproject.toml, README.md and the
-three package folders): an in-tree build reuses build/lib, where a module deleted from the sources
+package folders): an in-tree build reuses build/lib, where a module deleted from the sources
 lives on and would be shipped. When the sources are unchanged since the last build (same digest),
 the wheel already there is kept, so one `npm run check` builds it once.
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 # What setuptools needs to build the wheel; the package folders are those of pyproject.toml's
 # package-dir (tests/test_install_commands.py checks the wheel against the package list).
 FILES = ("pyproject.toml", "README.md")
-PACKAGE_DIRS = ("mapping", "hints", "server")
+PACKAGE_DIRS = ("msprof_lsp", "mapping", "hints", "server")
 DIGEST_FILE = ".source-digest"
 
 

@@ -1,8 +1,11 @@
 // First start without an installation: when the chosen Python lacks msprof-lsp, the extension
 // makes its own virtual environment under its global storage and installs the wheel the .vsix
-// carries; the dependencies come from the user's own pip configuration (pip.conf, PIP_INDEX_URL),
-// because plain pip is what runs. Plain module (no vscode import): the extension passes in the
-// storage folder, a log and a progress callback.
+// carries. A platform .vsix also carries every dependency's wheels (bundled/wheels/, for CPython
+// 3.10-3.12): pip then installs with --no-index from that folder and needs no network. The
+// universal .vsix has no such folder: the dependencies come from the user's own pip configuration
+// (pip.conf, PIP_INDEX_URL). Plain module (no vscode import): the extension passes in the storage
+// folder, a log, a progress callback and a cancellation signal; a cancelled install removes the
+// environment it was making, so no half environment is ever used.
 //
 // Never runs workspace code: every Python is started with the client's flags (-I) and with the
 // storage folder as its working directory, and the location comes only from VS Code's global
@@ -12,12 +15,14 @@ import { spawn } from "node:child_process";
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 
-import { BUNDLED_DIR, DISTRIBUTION, MIN_PYTHON, PYTHON_FLAGS, SERVER_MODULE } from "./constants";
+import { BUNDLED_DIR, BUNDLED_WHEELS_DIR, DISTRIBUTION, MIN_PYTHON, PYTHON_FLAGS, SERVER_MODULE } from "./constants";
 import { commandLine, describeInterpreter, type Interpreter } from "./interpreter";
 
 export interface BundledWheel {
   path: string;
   version: string;
+  /** The platform package's folder of dependency wheels (installed with --no-index), if any. */
+  wheelhouse?: string;
 }
 
 const WHEEL_NAME = /^msprof_lsp-([^-]+)-py3-none-any\.whl$/;
@@ -32,7 +37,19 @@ export function findBundledWheel(extensionDir: string): BundledWheel | undefined
   }
   const wheels = names.filter((name) => WHEEL_NAME.test(name));
   if (wheels.length !== 1) return undefined;
-  return { path: join(extensionDir, BUNDLED_DIR, wheels[0]), version: WHEEL_NAME.exec(wheels[0])![1] };
+  const wheelhouse = join(extensionDir, BUNDLED_DIR, BUNDLED_WHEELS_DIR);
+  let offline = false;
+  try {
+    offline = readdirSync(wheelhouse).some((name) => name.endsWith(".whl"));
+  } catch {
+    // the universal package: no dependency wheels
+  }
+  return { path: join(extensionDir, BUNDLED_DIR, wheels[0]), version: WHEEL_NAME.exec(wheels[0])![1], ...(offline ? { wheelhouse } : {}) };
+}
+
+/** pip's arguments after `install`: offline from the bundled wheels when the package has them. */
+export function pipInstallArgs(wheel: BundledWheel): string[] {
+  return wheel.wheelhouse ? ["--no-index", "--find-links", wheel.wheelhouse, wheel.path] : [wheel.path];
 }
 
 /** What `pip install` is given for a Python that lacks msprof-lsp: the bundled wheel, else (the
@@ -66,6 +83,7 @@ interface RunResult {
   output: string;
   spawnError?: string;
   timedOut: boolean;
+  cancelled: boolean;
 }
 
 const KEEP_LINES = 200;
@@ -73,7 +91,7 @@ const KEEP_LINES = 200;
 function run(
   command: string,
   args: readonly string[],
-  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs: number; onLine?: (line: string) => void },
+  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs: number; onLine?: (line: string) => void; signal?: AbortSignal },
 ): Promise<RunResult> {
   return new Promise((resolve) => {
     const lines: string[] = [];
@@ -94,27 +112,38 @@ function run(
     try {
       child = spawn(command, [...args], { cwd: options.cwd, env: options.env, windowsHide: true, stdio: ["ignore", "pipe", "pipe"] });
     } catch (error) {
-      resolve({ code: null, stdout: "", output: "", spawnError: String(error), timedOut: false });
+      resolve({ code: null, stdout: "", output: "", spawnError: String(error), timedOut: false, cancelled: false });
       return;
     }
     let timedOut = false;
+    let cancelled = false;
     const timer = setTimeout(() => {
       timedOut = true;
       child.kill();
     }, options.timeoutMs);
+    const onAbort = () => {
+      cancelled = true;
+      child.kill();
+    };
+    if (options.signal?.aborted) onAbort();
+    else options.signal?.addEventListener("abort", onAbort, { once: true });
+    const done = () => {
+      clearTimeout(timer);
+      options.signal?.removeEventListener("abort", onAbort);
+    };
     child.stdout.on("data", (c: Buffer) => take(c, true));
     child.stderr.on("data", (c: Buffer) => take(c, false));
     child.on("error", (error) => {
-      clearTimeout(timer);
-      resolve({ code: null, stdout, output: lines.join("\n"), spawnError: error.message, timedOut });
+      done();
+      resolve({ code: null, stdout, output: lines.join("\n"), spawnError: error.message, timedOut, cancelled });
     });
     child.on("close", (code) => {
-      clearTimeout(timer);
+      done();
       if (partial) {
         lines.push(partial);
         options.onLine?.(partial);
       }
-      resolve({ code, stdout, output: lines.join("\n"), timedOut });
+      resolve({ code, stdout, output: lines.join("\n"), timedOut, cancelled });
     });
   });
 }
@@ -139,7 +168,7 @@ export async function readyEnvironment(storageDir: string, wheel: BundledWheel, 
   return (await importedVersion(paths.python, storageDir, options.env)) === wheel.version ? managedInterpreter(paths) : undefined;
 }
 
-export type BootstrapStep = "python" | "venv" | "pip" | "check" | "lock";
+export type BootstrapStep = "python" | "venv" | "pip" | "check" | "lock" | "cancelled";
 
 export type BootstrapResult =
   | { ok: true; interpreter: Interpreter; installed: boolean }
@@ -164,6 +193,8 @@ export interface BootstrapOptions {
   env?: NodeJS.ProcessEnv;
   log(line: string): void;
   progress?(message: string): void;
+  /** Aborted when the user cancels the progress notification: the running Python is killed. */
+  signal?: AbortSignal;
   timeoutMs?: { venv?: number; pip?: number; lockWait?: number };
 }
 
@@ -216,7 +247,7 @@ export async function installManagedEnvironment(options: BootstrapOptions): Prom
   const { base, wheel, storageDir, platform, env, log } = options;
   const paths = managedPaths(storageDir, platform);
   const shown = describeInterpreter(base, platform);
-  const manualCommand = `${commandLine([base.command, ...base.args, "-m", "venv", paths.venv], platform)} && ${commandLine([paths.python, "-m", "pip", "install", wheel.path], platform)}`;
+  const manualCommand = `${commandLine([base.command, ...base.args, "-m", "venv", paths.venv], platform)} && ${commandLine([paths.python, "-m", "pip", "install", ...pipInstallArgs(wheel)], platform)}`;
   const tail = ` Run it by hand: ${manualCommand} — or set "msprof-lsp.interpreter" to a Python that has msprof-lsp installed. The full output is in the msprof-lsp log.`;
   const fail = (step: BootstrapStep, what: string, output = ""): BootstrapResult => ({
     ok: false,
@@ -227,6 +258,13 @@ export async function installManagedEnvironment(options: BootstrapOptions): Prom
   });
   const logLine = (line: string) => {
     if (line.trim()) log(line);
+  };
+  const signal = options.signal;
+  // Whatever the cancelled step left (a half venv, a half upgrade) is removed, not reused.
+  const cancelled = (): BootstrapResult => {
+    rmSync(paths.venv, { recursive: true, force: true });
+    log(`Install cancelled; removed ${paths.venv}.`);
+    return { ok: false, step: "cancelled", message: "msprof-lsp: the server's install was cancelled. Run \"msprof-lsp: Restart server\" to install it.", detail: "", manualCommand };
   };
 
   mkdirSync(storageDir, { recursive: true });
@@ -253,6 +291,7 @@ export async function installManagedEnvironment(options: BootstrapOptions): Prom
     // An environment whose Python still runs is kept (pip upgrades the package in it); anything
     // else left there (a half-made environment, one from a removed Python) is made anew.
     const usable = existsSync(paths.python) && (await run(paths.python, [...PYTHON_FLAGS, "-c", "import pip"], { cwd: storageDir, env, timeoutMs: 60000 })).code === 0;
+    if (signal?.aborted) return cancelled();
     if (!usable) {
       rmSync(paths.venv, { recursive: true, force: true });
       options.progress?.("creating its environment");
@@ -262,7 +301,9 @@ export async function installManagedEnvironment(options: BootstrapOptions): Prom
         env,
         timeoutMs: options.timeoutMs?.venv ?? 5 * 60 * 1000,
         onLine: logLine,
+        signal,
       });
+      if (venv.cancelled || signal?.aborted) return cancelled();
       if (venv.code !== 0 || !existsSync(paths.python)) {
         const hint = /ensurepip|venv/.test(venv.output) && platform === "linux" ? "; on Debian and Ubuntu the python3-venv package provides it" : "";
         return fail("venv", `${shown} -m venv failed (${venv.spawnError ?? (lastLine(venv.output) || `exit status ${venv.code}`)}${hint})`, venv.output);
@@ -270,15 +311,18 @@ export async function installManagedEnvironment(options: BootstrapOptions): Prom
     }
 
     options.progress?.(`installing msprof-lsp ${wheel.version} and its dependencies`);
-    const pipArgs = [...PYTHON_FLAGS, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", wheel.path];
+    const pipArgs = [...PYTHON_FLAGS, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", ...pipInstallArgs(wheel)];
     log(`Installing: ${commandLine([paths.python, ...pipArgs], platform)}`);
-    const pip = await run(paths.python, pipArgs, { cwd: storageDir, env, timeoutMs: options.timeoutMs?.pip ?? 10 * 60 * 1000, onLine: logLine });
+    const pip = await run(paths.python, pipArgs, { cwd: storageDir, env, timeoutMs: options.timeoutMs?.pip ?? 10 * 60 * 1000, onLine: logLine, signal });
+    if (pip.cancelled || signal?.aborted) return cancelled();
     if (pip.code !== 0) {
       const why = pip.timedOut
         ? "pip did not finish in time"
-        : OFFLINE.test(pip.output)
-          ? "pip could not get the dependencies from your package index (offline, or the index does not have them; pip reads pip.conf and PIP_INDEX_URL)"
-          : `pip failed (${pip.spawnError ?? (lastLine(pip.output) || `exit status ${pip.code}`)})`;
+        : wheel.wheelhouse
+          ? `pip could not install from the wheels this package carries (${lastLine(pip.output) || `exit status ${pip.code}`}); they are for CPython 3.10-3.12 on one platform: use the .vsix for this machine's platform, or one of those Pythons`
+          : OFFLINE.test(pip.output)
+            ? "pip could not get the dependencies from your package index (offline, or the index does not have them; pip reads pip.conf and PIP_INDEX_URL)"
+            : `pip failed (${pip.spawnError ?? (lastLine(pip.output) || `exit status ${pip.code}`)})`;
       return fail("pip", why, pip.output);
     }
 
@@ -291,4 +335,11 @@ export async function installManagedEnvironment(options: BootstrapOptions): Prom
   } finally {
     release();
   }
+}
+
+/** One glob for the profiles whose presence activates the extension (the manifest's
+ * `workspaceContains:` events): finding one is what allows the first-start install. */
+export function profileGlob(activationEvents: readonly string[]): string | undefined {
+  const globs = activationEvents.filter((e) => e.startsWith("workspaceContains:")).map((e) => e.slice("workspaceContains:".length));
+  return globs.length === 0 ? undefined : globs.length === 1 ? globs[0] : `{${globs.join(",")}}`;
 }

@@ -55,3 +55,5 @@ export const DISTRIBUTION = "msprof-lsp";
 export const MIN_PYTHON: readonly [number, number] = [3, 10];
 /** Folder of the .vsix that holds the product's wheel (scripts/bundle_wheel.py writes it). */
 export const BUNDLED_DIR = "bundled";
+/** bundled/'s folder of dependency wheels in a platform .vsix (scripts/bundle_wheels.py WHEELS_DIR). */
+export const BUNDLED_WHEELS_DIR = "wheels";

@@ -36,7 +36,7 @@ import {
 import { debounce, type Debounced } from "./debounce";
 import { gutterIconDataUri, HEAT_BUCKETS, heatMarks, type LineHeat, parseLineHeat } from "./heat";
 import { hotspotItems, operatorItems, parseHotspots } from "./hotspots";
-import { findBundledWheel, installManagedEnvironment, installTarget, readyEnvironment } from "./bootstrap";
+import { type BundledWheel, findBundledWheel, installManagedEnvironment, installTarget, profileGlob, readyEnvironment } from "./bootstrap";
 import { chooseInterpreter, describeInterpreter, type Interpreter, runImportCheck, serverLaunch } from "./interpreter";
 import { openSource } from "./open";
 import { ProfilePanel, registerProfilePanel } from "./profilePanel";
@@ -79,6 +79,16 @@ class Extension implements vscode.Disposable {
   private readonly storageDir: string | undefined;
   /** The Python the running server was started with (the extension's own environment after a first-start install). */
   private serverInterpreter: Interpreter | undefined;
+  /** The manifest's profile globs (workspaceContains); a match allows the first-start install. */
+  private readonly profiles: string | undefined;
+  /** Set once the user runs Restart server (the palette or the status menu): installing is asked for. */
+  private userAsked = false;
+  /** Set when the watcher sees a profile appear. */
+  private profileFound = false;
+  /** Set when the user cancels the install: only Restart server installs after that. */
+  private declined = false;
+  /** Watches for a profile while the first-start install waits for one. */
+  private profileWatcher: vscode.FileSystemWatcher | undefined;
 
   constructor(context: vscode.ExtensionContext) {
     this.extensionDir = context.extensionUri.fsPath;
@@ -96,6 +106,7 @@ class Extension implements vscode.Disposable {
       }),
     );
     this.keys = serverSettingKeys(context.extension.packageJSON as ManifestLike);
+    this.profiles = profileGlob((context.extension.packageJSON as { activationEvents?: string[] }).activationEvents ?? []);
     this.restartSoon = debounce(() => void this.restart(), RESTART_DELAY_MS);
     this.refreshHeat = debounce(() => void this.drawHeat(), HEAT_DELAY_MS);
     this.disposables.push(this.log, this.statusItem, ...this.heatTypes);
@@ -105,7 +116,7 @@ class Extension implements vscode.Disposable {
   activate(): void {
     const { commands, window, workspace } = vscode;
     this.disposables.push(
-      commands.registerCommand(CMD_RESTART, () => this.restart()),
+      commands.registerCommand(CMD_RESTART, () => this.userRestart()),
       commands.registerCommand(CMD_SHOW_LOGS, () => this.log.show()),
       commands.registerCommand(CMD_STATUS_MENU, () => this.statusMenu()),
       commands.registerCommand(CMD_RECORD_PROFILE, () => this.record()),
@@ -156,6 +167,12 @@ class Extension implements vscode.Disposable {
   }
 
   // ---- server lifecycle ----------------------------------------------------------------------
+
+  /** A restart the user asked for: it may install the server's environment. */
+  private userRestart(): Promise<void> {
+    this.userAsked = true;
+    return this.restart();
+  }
 
   /** Stop any running server and start a fresh one; calls are serialised. */
   restart(): Promise<void> {
@@ -269,20 +286,56 @@ class Extension implements vscode.Disposable {
     if ("ran" in outcome) this.log.info(`Recording: ${outcome.ran} (${outcome.baseline ? `baseline ${outcome.baseline}` : "no baseline"})`);
   }
 
-  /** The managed environment, installed first (with a progress notification) when needed. */
-  private async managedEnvironment(base: Interpreter, wheel: { path: string; version: string }, storageDir: string): Promise<Interpreter | undefined> {
+  /** Whether the first-start install may run now: the user asked, a profile is set, or the
+   * workspace holds one. Opening a Python file alone never installs anything. */
+  private async installWanted(): Promise<boolean> {
+    if (this.userAsked) return true;
+    if (this.declined) return false;
+    if (this.profileFound || this.config().get<string>("profile")) return true;
+    if (!this.profiles || !this.folder()) return false;
+    const found = await vscode.workspace.findFiles(this.profiles, "**/node_modules/**", 1);
+    return found.length > 0;
+  }
+
+  /** Until a profile appears: the status says how the install starts, a watcher starts it. */
+  private waitForProfile(): void {
+    this.showStatus(serverStatusView("notInstalled"));
+    this.log.info('msprof-lsp is not installed yet: it installs when a profile appears in the workspace or you run "msprof-lsp: Restart server".');
+    if (this.profileWatcher || !this.profiles) return;
+    this.profileWatcher = vscode.workspace.createFileSystemWatcher(this.profiles, false, true, true);
+    this.disposables.push(
+      this.profileWatcher,
+      this.profileWatcher.onDidCreate((uri) => {
+        this.log.info(`Profile found: ${uri.fsPath}`);
+        this.profileFound = true;
+        this.restartSoon();
+      }),
+    );
+  }
+
+  /** The managed environment, installed first (with a cancellable progress notification) when needed. */
+  private async managedEnvironment(base: Interpreter, wheel: BundledWheel, storageDir: string): Promise<Interpreter | undefined> {
     const platform = process.platform;
     const ready = await readyEnvironment(storageDir, wheel, { platform });
     if (ready) {
       this.log.info(`Using the extension's own environment: ${ready.command}`);
       return ready;
     }
-    this.log.info(`${describeInterpreter(base, platform)} lacks msprof-lsp: installing ${wheel.path} into the extension's own environment under ${storageDir}`);
+    if (!(await this.installWanted())) {
+      this.waitForProfile();
+      return undefined;
+    }
+    this.profileWatcher?.dispose();
+    this.profileWatcher = undefined;
+    const from = wheel.wheelhouse ? `, offline from ${wheel.wheelhouse}` : "";
+    this.log.info(`${describeInterpreter(base, platform)} lacks msprof-lsp: installing ${wheel.path} into the extension's own environment under ${storageDir}${from}`);
     this.showStatus(serverStatusView("starting"));
     const result = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: "msprof-lsp: installing the server", cancellable: false },
-      (progress) =>
-        installManagedEnvironment({
+      { location: vscode.ProgressLocation.Notification, title: "msprof-lsp: installing the server", cancellable: true },
+      (progress, token) => {
+        const abort = new AbortController();
+        const sub = token.onCancellationRequested(() => abort.abort());
+        return installManagedEnvironment({
           base,
           wheel,
           storageDir,
@@ -290,9 +343,18 @@ class Extension implements vscode.Disposable {
           env: process.env,
           log: (line) => this.log.info(line),
           progress: (message) => progress.report({ message }),
-        }),
+          signal: abort.signal,
+        }).finally(() => sub.dispose());
+      },
     );
     if (result.ok) return result.interpreter;
+    if (result.step === "cancelled") {
+      this.log.info(result.message);
+      this.userAsked = false;
+      this.declined = true;
+      this.showStatus(serverStatusView("notInstalled", result.message));
+      return undefined;
+    }
     this.log.error(result.message + (result.detail ? `\n${result.detail}` : ""));
     this.showStatus(serverStatusView("failed", result.message));
     void this.offerFix(result.message, result.manualCommand);
@@ -414,7 +476,7 @@ class Extension implements vscode.Disposable {
         this.log.show();
         return;
       case "restart":
-        await this.restart();
+        await this.userRestart();
         return;
     }
   }

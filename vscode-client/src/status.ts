@@ -110,7 +110,7 @@ export function profileStatusView(status: ProfileStatus): StatusView {
   }
 }
 
-export type ServerPhase = "starting" | "stopped" | "failed";
+export type ServerPhase = "starting" | "stopped" | "failed" | "notInstalled";
 
 /** The status bar before any profileStatus, or when the server is not running. */
 export function serverStatusView(phase: ServerPhase, message = ""): StatusView {
@@ -121,6 +121,12 @@ export function serverStatusView(phase: ServerPhase, message = ""): StatusView {
       return { text: "$(debug-disconnect) msprof: stopped", tooltip: [message || "The msprof-lsp server is not running.", "Click for options."].join("\n"), warning: true };
     case "failed":
       return { text: "$(error) msprof: server unavailable", tooltip: [message, "Click for options."].filter(Boolean).join("\n"), warning: true };
+    case "notInstalled":
+      return {
+        text: "$(cloud-download) msprof: not installed",
+        tooltip: [message || "The server installs when a profile appears in the workspace or you run \"msprof-lsp: Restart server\".", "Click for options."].join("\n"),
+        warning: false,
+      };
   }
 }
 

@@ -15,43 +15,13 @@ import { after, before, describe, test } from "node:test";
 
 import { findBundledWheel } from "../src/bootstrap";
 import { FakeVscode, installFakeVscode } from "./fakeVscode";
+import { pythons, until } from "./pythons";
 
 const ROOT = resolve(__dirname, "..", "..");
 const REPO = resolve(ROOT, "..");
 const SAMPLE = join(REPO, "samples", "cnn_classifier");
 
-function works(python: string, code: string): boolean {
-  try {
-    execFileSync(python, ["-c", code], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** A Python with pip (to fill the wheelhouse) and the base interpreter it was made from (what a
- * user's `python3` is: it can make virtual environments). */
-function pythons(): { pip: string; base: string } | undefined {
-  for (const candidate of [process.env.MSPROF_TEST_PYTHON, join(REPO, ".venv", "bin", "python"), "python3"]) {
-    if (!candidate || (candidate.includes("/") && !existsSync(candidate))) continue;
-    if (!works(candidate, "import pip, sys; assert sys.version_info >= (3, 10)")) continue;
-    const base = execFileSync(candidate, ["-c", "import sys; print(getattr(sys, '_base_executable', sys.executable))"], { encoding: "utf8" }).trim();
-    if (works(base, "import venv, ensurepip")) return { pip: candidate, base };
-  }
-  return undefined;
-}
-
-const FOUND = process.platform === "win32" ? undefined : pythons();
-
-async function until<T>(what: string, probe: () => T | undefined | false, timeoutMs: number, context: () => string): Promise<T> {
-  const start = Date.now();
-  for (;;) {
-    const value = probe();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}\n${context()}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const FOUND = pythons();
 
 /** PEP 503 layout: simple/<normalised project>/<file> for every file pip download fetched. */
 function simpleIndex(files: string, simple: string): void {

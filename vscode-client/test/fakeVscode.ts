@@ -109,8 +109,12 @@ export class FakeVscode {
   terminals: { options: { name?: string; cwd?: string; env?: Record<string, string> }; sent: string[] }[] = [];
   /** The row a quick pick "picks"; undefined = dismissed. */
   pick: (items: { label: string }[]) => { label: string } | undefined = () => undefined;
-  /** Progress notifications: title and every message reported. */
-  progress: { title?: string; messages: string[] }[] = [];
+  /** Progress notifications: title, every message reported, and the user's Cancel button. */
+  progress: { title?: string; messages: string[]; cancellable: boolean; cancel(): void }[] = [];
+  /** What workspace.findFiles finds (paths), whatever the glob. */
+  foundFiles: string[] = [];
+  /** workspace.createFileSystemWatcher calls: the glob, and a way to report a created file. */
+  watchers: { glob: string; create(path: string): void; disposed: boolean }[] = [];
   /** What the language client's diagnostic collections hold, by URI string. */
   diagnostics = new Map<string, { message: string; code?: unknown; range: { start: { line: number } } }[]>();
   /** vscode.workspace.isTrusted. */
@@ -365,11 +369,11 @@ export class FakeVscode {
               return Promise.resolve(self.pick(items));
             },
             showOpenDialog: () => Promise.resolve(undefined),
-            withProgress: <R>(options: { title?: string }, task: (progress: { report(value: { message?: string }): void }, token: unknown) => Promise<R>) => {
-              const entry = { title: options.title, messages: [] as string[] };
+            withProgress: <R>(options: { title?: string; cancellable?: boolean }, task: (progress: { report(value: { message?: string }): void }, token: unknown) => Promise<R>) => {
+              const source = new CancellationTokenSource();
+              const entry = { title: options.title, messages: [] as string[], cancellable: options.cancellable === true, cancel: () => source.cancel() };
               self.progress.push(entry);
-              const token = { isCancellationRequested: false, onCancellationRequested: event() };
-              return task({ report: (value) => void (value.message && entry.messages.push(value.message)) }, token);
+              return task({ report: (value) => void (value.message && entry.messages.push(value.message)) }, source.token);
             },
             tabGroups: { all: [], onDidChangeTabs: event() },
             get visibleTextEditors() {
@@ -454,6 +458,13 @@ export class FakeVscode {
             onDidSaveTextDocument: event(),
             onDidCloseTextDocument: event(),
             asRelativePath: (path: string) => path,
+            findFiles: () => Promise.resolve(self.foundFiles.map((path) => Uri.file(path))),
+            createFileSystemWatcher: (glob: string) => {
+              const created = new EventEmitter<Uri>();
+              const watcher = { glob, create: (path: string) => created.fire(Uri.file(path)), disposed: false };
+              self.watchers.push(watcher);
+              return { onDidCreate: created.event, onDidChange: event(), onDidDelete: event(), dispose: () => void (watcher.disposed = true) };
+            },
           },
           "workspace",
         ),

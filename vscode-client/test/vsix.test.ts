@@ -67,13 +67,14 @@ describe("the packaged .vsix", () => {
     assert.deepEqual([Number(floor[1]), Number(floor[2])], [...MIN_PYTHON]);
   });
 
-  test("manifest: main, engines.vscode, activation on Python files", () => {
+  test("manifest: main, engines.vscode, no activation on Python files", () => {
     assert.equal(packaged.main, "./dist/extension.js");
     assert.ok(files.has(`extension/${packaged.main.replace(/^\.\//, "")}`));
     assert.equal(packaged.engines.vscode, "^1.82.0");
     // vsce rejects @types/vscode newer than the engines floor: keep them equal.
     assert.equal(source.devDependencies["@types/vscode"], packaged.engines.vscode.replace(/^\^/, ""));
-    assert.ok(packaged.activationEvents.includes("onLanguage:python"));
+    // Not on any Python file: the first start (an install) waits for a profile or a command.
+    assert.ok(!packaged.activationEvents.some((e: string) => e.startsWith("onLanguage:")), packaged.activationEvents.join(" "));
     // A workspace must not pick the program we run unless it is trusted.
     assert.deepEqual(packaged.capabilities.untrustedWorkspaces.restrictedConfigurations, ["msprof-lsp.interpreter", "msprof-lsp.recordCommand", "msprof-lsp.profile", "msprof-lsp.baseline", "msprof-lsp.pathMappings"]);
   });
