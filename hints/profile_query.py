@@ -352,6 +352,11 @@ def op_time_ns(profile: Profile, rows: Sequence[int], per_root_device: np.ndarra
 _API_PREFIX = re.compile(r"^[A-Za-z]+@")
 
 
+# The allocator calls of the CANN / CUDA runtime: timed by NPU109, left out of NPU108's sync time
+# when they run inside a blocking op at start-up.
+ALLOC_APIS = frozenset({"aclMallocMemInner", "aclrtFreePhysical", "aclrtFree", "cudaMalloc", "cudaFree"})
+
+
 def api_events(profile: Profile, names: Iterable[str]) -> pd.DataFrame:
     """Host (CANN/CUDA runtime) events with one of ``names`` (``AscendCL@`` prefix optional),
     inside the profiled steps, with a ``api`` column holding the bare API name."""

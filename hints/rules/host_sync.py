@@ -34,7 +34,6 @@ from ..fixes import host_sync as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
 from ..fixed_in_source import as_fixed
-from .memory import ALLOC_APIS
 
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::equal", "aten::is_nonzero"})
 # A synchronous aclrtMemcpy alone is left out: torch_npu also uses it for pageable host-to-device
@@ -53,7 +52,7 @@ DEVICE_SYNC = re.compile(r"SynchronizeDevice|DeviceSynchronize")  # what torch.n
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 # One-off start-up work a blocking op may hold (the first .to(device) creates the context and
 # allocates: a 24.6 s cudaMalloc): no sync, and gone after the first step; not counted as blocked.
-STARTUP_APIS = ALLOC_APIS | frozenset({
+STARTUP_APIS = pq.ALLOC_APIS | frozenset({
     "cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cudaSetDevice", "cudaGetDeviceCount",
     "hipInit", "hipMalloc", "hipFree", "hipSetDevice", "aclInit", "aclrtSetDevice",
 })

@@ -26,7 +26,6 @@ from ..fixes import empty_cache as fx
 from ..registry import Rule, register
 from .. import profile_query as pq, source_query as sq
 
-ALLOC_APIS = frozenset({"aclMallocMemInner", "aclrtFreePhysical", "aclrtFree", "cudaMalloc", "cudaFree"})
 LEVEL1_NEED = "AscendCL@aclMallocMemInner / aclrtFree events (CANN layer) to time the allocator"
 
 
@@ -48,7 +47,7 @@ class AllocChurn(Rule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if ctx.backend is Backend.ASCEND and ctx.needs_level1(self.code, LEVEL1_NEED):
             return
-        ev = pq.api_events(ctx.profile, ALLOC_APIS)
+        ev = pq.api_events(ctx.profile, pq.ALLOC_APIS)
         if not len(ev):
             return
         total = float(ev["dur_ns"].sum())

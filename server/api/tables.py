@@ -14,6 +14,7 @@ from msprof_lsp.mapping.source.heat import TimeSource
 
 from ..analysis.views import document
 from ..analysis.views.result import CheckRun, JobReport
+from ..analysis.views.rows import HotspotRow
 
 HOTSPOT_COLUMNS = ["profile", "path", "line", "end_line", "column", "function", "code", "time_us_per_step", "share",
                    "forward_us", "backward_us", "calls", "confidence", "top_op"]
@@ -33,12 +34,12 @@ def hotspots(run: CheckRun) -> pd.DataFrame:
     for job in run.jobs:
         profile = document.rel_path(job.profile.meta.path, run.cwd)
         for h in document.hot_spans(job.heat):
-            d = document.hotspot_dict(h, run.cwd, job.profile.num_steps)
-            rows.append({"profile": profile, "path": d["path"], "line": d["line"], "end_line": d["end_line"],
-                         "column": d["column"], "function": d["function"], "code": d["code"],
-                         "time_us_per_step": d["device_time_us"], "share": d["share"], "forward_us": d["forward_us"],
-                         "backward_us": d["backward_us"], "calls": d["calls"], "confidence": d["confidence"],
-                         "top_op": d["ops"][0]["name"] if d["ops"] else None})
+            d = HotspotRow.of(h, run.cwd, job.profile.num_steps)
+            rows.append({"profile": profile, "path": d.path, "line": d.line, "end_line": d.end_line,
+                         "column": d.column, "function": d.function, "code": d.code,
+                         "time_us_per_step": d.device_time_us, "share": d.share, "forward_us": d.forward_us,
+                         "backward_us": d.backward_us, "calls": d.calls, "confidence": d.confidence,
+                         "top_op": d.ops[0].name if d.ops else None})
     return _frame(rows, HOTSPOT_COLUMNS)
 
 

@@ -89,8 +89,8 @@ def test_one_settings_model_and_one_resolver():
 
 def test_the_report_view_models_are_the_cores():
     """The report's structure lives in server/analysis/views: the JSON document's rows are
-    written there, no front-end builds its own, and the --check renderers that read rows get
-    them from ``views.report``."""
+    written there, no front-end builds its own, and the --check renderers, the Python API and the
+    MCP tools that read rows get them from ``views.report``."""
     assert not (REPO / "server" / "check" / "report" / "model.py").exists()
     assert not (REPO / "server" / "check" / "report" / "document.py").exists()
     dict_keys = {rel for rel, tree in SOURCES.items() for node in ast.walk(tree) if isinstance(node, ast.Dict)
@@ -99,4 +99,4 @@ def test_the_report_view_models_are_the_cores():
     assert {rel for rel in dict_keys if not rel.startswith("server/analysis/views/")} == set()
     assert importers("msprof_lsp.server.analysis.views.rows", "report") == {
         "server/check/command.py", "server/check/report/text.py", "server/check/report/github.py",
-        "server/analysis/views/__init__.py"}
+        "server/analysis/views/__init__.py", "server/api/result.py", "server/mcp/tools.py"}

@@ -437,7 +437,7 @@ name = "fuzzed"
 
 [tool.msprof-lsp]
 profile = "npu_profile"
-select = ["NPU1", "NPU2", "NPU3"]
+select = ["NPU1", "NPU2", "NPU9"]
 ignore = ["NPU9"]
 min-share = 0.01
 rank = 0
