@@ -24,6 +24,7 @@ import os
 import stat
 import struct
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,12 +137,18 @@ def input_files(location: ProfileLocation) -> list[Path]:
 
 
 def fingerprint(location: ProfileLocation) -> tuple[FileStamp, ...]:
+    return stamps_of(input_files(location))
+
+
+def stamps_of(paths: Iterable[Path]) -> tuple[FileStamp, ...]:
+    """(resolved path, size, mtime_ns) of each path, in order; a path gone between listing and
+    stat is left out (the next load sees the new state)."""
     stamps = []
-    for p in input_files(location):
+    for p in paths:
         try:
             st = p.stat()
         except OSError:
-            continue  # vanished between listing and stat: the next load sees the new state
+            continue
         stamps.append(FileStamp(str(p.resolve()), st.st_size, st.st_mtime_ns))
     return tuple(stamps)
 
@@ -492,15 +499,7 @@ _SUMMARY_DECODER = msgspec.msgpack.Decoder(_SummaryFile)
 
 def summary_stamps(files: tuple[Path, ...]) -> tuple[FileStamp, ...]:
     """Stamps of ``files`` and of the folders holding them (sorted, each once)."""
-    paths = sorted({*files, *(Path(f).parent for f in files)})
-    stamps = []
-    for p in paths:
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        stamps.append(FileStamp(str(p.resolve()), st.st_size, st.st_mtime_ns))
-    return tuple(stamps)
+    return stamps_of(sorted({*files, *(Path(f).parent for f in files)}))
 
 
 def _summary_path(location: ProfileLocation, cache_dir: Path | None) -> Path:
