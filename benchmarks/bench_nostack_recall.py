@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.nostack.jobs import JOBS, NO_STACK_FORMS, Form, write_forms  # noqa: E402
-from tests.nostack.score import check_form, planted_keys, score  # noqa: E402
+from tests.nostack.jobs import Form, JOBS, NO_STACK_FORMS  # noqa: E402
+from tests.nostack.score import check_every_form, planted_keys, score  # noqa: E402
 
 
 def _pct(x: float | None) -> str:
@@ -47,10 +47,7 @@ def main() -> None:
     for name in args.job or list(JOBS):
         job = JOBS[name](args.steps, warmup_step=args.warmup_step)
         with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp)
-            paths = write_forms(job, out / "profiles")
-            ws = job.workspace(out)
-            results = {form: check_form(job, path, ws, form) for form, path in paths.items()}
+            results = check_every_form(job, Path(tmp))
         ref = results[Form.STACK]
         planted = planted_keys(job)
         print(f"job {name}: {len(job.planted)} planted problems, {job.steps} steps")

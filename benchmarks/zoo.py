@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.nostack.jobs import NO_STACK_FORMS, Form, write_forms  # noqa: E402
-from tests.nostack.score import check_form, mapping_score, planted_keys, score  # noqa: E402
+from tests.nostack.jobs import Form, NO_STACK_FORMS  # noqa: E402
+from tests.nostack.score import check_every_form, mapping_score, planted_keys, score  # noqa: E402
 from tests.nostack.zoo import ZOO  # noqa: E402
 from tests.nostack.zoo_split import HELD_OUT, TUNING  # noqa: E402
 
@@ -42,10 +42,7 @@ def _ms(x: float | None) -> str:
 def run_job(name: str, steps: int, verbose: bool) -> dict[Form, tuple[float | None, ...]]:
     job = ZOO[name](steps)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        paths = write_forms(job, out / "profiles")
-        ws = job.workspace(out)
-        results = {form: check_form(job, path, ws, form) for form, path in paths.items()}
+        results = check_every_form(job, Path(tmp))
     ref = results[Form.STACK]
     planted = planted_keys(job)
     pr = len(planted & ref.findings) / len(planted)

@@ -24,7 +24,7 @@ from pathlib import Path
 from msprof_lsp.server.check.command import run_check
 from msprof_lsp.server.cli import CheckArgs
 
-from .jobs import Form, Job
+from .jobs import Form, Job, write_forms
 
 Key = tuple[str, str, int]  # (code, file name, line)
 SAME_CAUSE = re.compile(r"^same cause, (\S+) ")
@@ -104,6 +104,13 @@ def mapping_score(reference: FormResult, result: FormResult) -> Score:
     lacks = FORM_LACKS.get(result.form, ())
     kept = frozenset(k for k in reference.findings if k[0] not in lacks)
     return score(dataclasses.replace(reference, findings=kept), result)
+
+
+def check_every_form(job: Job, out: Path) -> dict[Form, FormResult]:
+    """Write ``job``'s profile in every form under ``out`` and check each against its workspace."""
+    paths = write_forms(job, out / "profiles")
+    ws = job.workspace(out)
+    return {form: check_form(job, path, ws, form) for form, path in paths.items()}
 
 
 def planted_keys(job: Job) -> frozenset[Key]:

@@ -8,17 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.nostack.jobs import JOBS, NO_STACK_FORMS, Form, Job, write_forms
-from tests.nostack.score import FormResult, check_form, planted_keys, score
+from tests.nostack.jobs import Form, JOBS, Job, NO_STACK_FORMS, write_forms
+from tests.nostack.score import FormResult, check_every_form, planted_keys, score
 
 
 @pytest.fixture(scope="module", params=sorted(JOBS))
 def checked(request, tmp_path_factory) -> tuple[Job, dict[Form, FormResult]]:
     job = JOBS[request.param]()
-    tmp = tmp_path_factory.mktemp(job.name)
-    paths = write_forms(job, tmp / "profiles")
-    ws = job.workspace(tmp)
-    return job, {form: check_form(job, path, ws, form) for form, path in paths.items()}
+    return job, check_every_form(job, tmp_path_factory.mktemp(job.name))
 
 
 def test_planted_lines_are_the_calls_named(checked) -> None:

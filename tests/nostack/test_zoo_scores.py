@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.nostack.jobs import NO_STACK_FORMS, Form, write_forms
-from tests.nostack.score import check_form, score
+from tests.nostack.jobs import Form, NO_STACK_FORMS
+from tests.nostack.score import check_every_form, score
 from tests.nostack.zoo import ZOO
 
 # model: (recall %, precision %) per form in NO_STACK_FORMS order (no stacks, Level0, DB, msprof CLI)
@@ -31,9 +31,7 @@ NEW = sorted(set(ZOO) - {"patch_classifier", "char_lm"})  # those two: tests/nos
 @pytest.mark.parametrize("name", NEW)
 def test_zoo_model_keeps_its_floors_steps_and_step_time(name: str, tmp_path) -> None:
     job = ZOO[name]()
-    paths = write_forms(job, tmp_path / "p")
-    ws = job.workspace(tmp_path)
-    results = {form: check_form(job, path, ws, form) for form, path in paths.items()}
+    results = check_every_form(job, tmp_path)
     ref = results[Form.STACK]
     for form, (recall, precision) in zip(NO_STACK_FORMS, FLOORS[name]):
         got = results[form]
