@@ -238,6 +238,24 @@ def test_communication_json_bad_op_is_skipped(tmp_path):
     assert len(issues) == 2 and all(i.path == str(path) for i in issues)
 
 
+@pytest.mark.parametrize("number", ["1.5e99999999999999999999999999", "-2.5E99999999999999999999",
+                                    "1e999999999999999999", "7e999999999999999990"])
+@pytest.mark.parametrize("field", ["Start Timestamp(us)", "Elapse Time(ms)", "Wait Time(ms)"])
+def test_communication_json_exponent_past_decimal_range_is_skipped(tmp_path, field, number):
+    """Found by the fuzz campaign (seed 26): valid JSON numbers whose exponent Decimal refuses
+    (InvalidOperation) or whose ms -> ns product overflows the decimal context (Overflow) ended the
+    run as an internal error; the op is skipped with a notice naming the file."""
+    times = {"Start Timestamp(us)": 5, "Elapse Time(ms)": 2, "Wait Time(ms)": 0}
+    bad = json.dumps({**times, field: 0}).replace(f'"{field}": 0', f'"{field}": {number}')
+    path = tmp_path / "communication.json"
+    path.write_text('{"step1": {"collective": {'
+                    f'"hcom_allGather__1@g": {{"Communication Time Info": {bad}}}, '
+                    f'"hcom_allGather__2@g": {{"Communication Time Info": {json.dumps(times)}}}}}}}}}')
+    ops, issues = read_communication(path)
+    assert [o.name for o in ops] == ["hcom_allGather__2"]
+    assert len(issues) == 1 and issues[0].path == str(path) and "hcom_allGather__1" in issues[0].message
+
+
 def test_cluster_communication_fixture():
     path = shared_fixture(CLUSTER_COMM)
     data = raw_json(path)

@@ -54,13 +54,23 @@ def load_json(path: Path, issues: list[Issue] | None = None, *, exact: bool = Fa
         text = text[1:]
     safe_io.check_json(path, raw)
     try:
-        return json.loads(text, parse_float=Decimal if exact else float)
+        return json.loads(text, parse_float=_exact_number if exact else float)
     except json.JSONDecodeError as exc:
         raise ProfileError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise ProfileError(path, f"invalid JSON: {exc}") from None
     except RecursionError:
         raise safe_io.too_deep(path) from None
+
+
+def _exact_number(text: str) -> Decimal:
+    """A JSON number with a fraction or exponent, exactly. An exponent past the decimal context's
+    range (``1.5e99999999999999999999``) is valid JSON that Decimal refuses: it becomes an infinity,
+    which the time readers skip as "not finite" with a notice."""
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return Decimal("-Infinity" if text.startswith("-") else "Infinity")
 
 
 def _object(path: Path, value: Any, what: str) -> dict[str, Any]:
@@ -367,7 +377,10 @@ def _ms_ns(value: Any) -> int:
         return -1
     if isinstance(value, bool) or not isinstance(value, (int, Decimal, str)):
         raise ValueError(f"duration {value!r} is not a number")
-    ns = Decimal(value) * 1_000_000
+    try:
+        ns = Decimal(value) * 1_000_000
+    except ArithmeticError:  # decimal.Overflow: an exponent near the context's limit, times 1e6
+        raise ValueError(f"duration {shown(value)} is out of range") from None
     if not ns.is_finite():
         raise ValueError(f"duration {value!r} is not finite")
     return _in_int64(int(ns.quantize(Decimal(1), rounding=ROUND_HALF_UP)), value)
