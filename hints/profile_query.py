@@ -561,6 +561,12 @@ class Packets:
     wall_ns: int = -1
 
 
+# Beyond these a Size Distribution entry is not a transfer (2^53 B, about 104 days): skipped, so
+# that the byte and ns sums stay exact int64 figures.
+MAX_PACKET_MB = 2.0**53 / BYTES_PER_MB
+MAX_PACKET_MS = 9e12
+
+
 def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packets]:
     """Every (op, link, size) of the ops' Size Distributions; malformed entries are skipped.
     ``gradient_only``: only the all-reduce / reduce-scatter / all-gather ops."""
@@ -574,9 +580,10 @@ def packets(ops: Iterable[CommOp], *, gradient_only: bool = True) -> list[Packet
             for size, val in (dist or {}).items():
                 try:
                     mb, count, ms = float(size), int(val[0]), float(val[1])
-                except (TypeError, ValueError, IndexError):
+                except (TypeError, ValueError, IndexError, OverflowError):  # OverflowError: int(inf)
                     continue
-                if count > 0 and mb >= 0:
+                # a size or time past float range (1e400 in the file) is skipped like text
+                if 0 < count < 2**53 and 0 <= mb < MAX_PACKET_MB and 0 <= ms < MAX_PACKET_MS:
                     ns = round(ms * 1_000_000)
                     out.append(Packets(op.name, str(link), round(mb * BYTES_PER_MB), count, ns, round(ns * factor)))
     return out

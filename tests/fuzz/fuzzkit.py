@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import logging
 import os
 import pickle
 import random
@@ -322,6 +323,19 @@ class CheckResult:
     stdout: str
     stderr: str
     profiles: list[object] = field(default_factory=list)  # every LoadResult.profile, for the invariants
+    logged: list[str] = field(default_factory=list)  # ERROR records of the product's loggers (a rule that failed)
+
+
+class _ErrorRecords(logging.Handler):
+    """The product's ERROR records during one case: the engine logs a rule or a saving model that
+    raised and goes on, so the run still exits 0 or 1; the campaign counts it as internal."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def check(rel: str = "") -> Callable[[Path], object]:
@@ -344,8 +358,14 @@ def check(rel: str = "") -> Callable[[Path], object]:
         out, err = io.StringIO(), io.StringIO()
         args = CheckArgs(paths=[str(copy / rel if rel else copy)], format="json", fail_on="never", no_cache=True,
                          quiet=True, color="never")
-        status = run_check(args, stdout=out, stderr=err)
-        return CheckResult(status, out.getvalue(), err.getvalue(), seen)
+        errors = _ErrorRecords()
+        product = logging.getLogger("msprof_lsp")
+        product.addHandler(errors)
+        try:
+            status = run_check(args, stdout=out, stderr=err)
+        finally:
+            product.removeHandler(errors)
+        return CheckResult(status, out.getvalue(), err.getvalue(), seen, errors.lines)
 
     return run
 
@@ -581,6 +601,8 @@ def check_result(result: object, work: Path) -> str:
             return ""
         if result.status not in (0, 1):
             return f"exit status {result.status}"
+        if result.logged:
+            return f"internal error logged: {result.logged[0][:300]}"
         if not result.profiles:
             return "a report without a loaded profile"
         import json

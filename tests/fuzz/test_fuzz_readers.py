@@ -120,11 +120,15 @@ def test_the_harness_sees_internal_errors_hangs_and_crashes(work):
     def bad_report(_: Path) -> object:
         return fuzzkit.CheckResult(0, "{not json", "")
 
+    def rule_failed(_: Path) -> object:  # the engine logs a rule that raised and goes on: exit 0
+        return fuzzkit.CheckResult(0, "{}", "", [], ["rule NPU102 (grad-accumulation) failed: OverflowError: x"])
+
     def named(copy: Path) -> object:
         return fuzzkit.CheckResult(2, "", f"msprof-lsp: warning: x\nmsprof-lsp: error: {copy}: no profile found\n")
 
     for run, expected in ((boom, "internal"), (stuck, "hang"), (dies, "crash"), (unnamed, "internal"),
-                          (internal_line, "internal"), (bad_report, "internal"), (named, "error")):
+                          (internal_line, "internal"), (bad_report, "internal"), (rule_failed, "internal"),
+                          (named, "error")):
         assert _probe(work, run).kind == expected, run.__name__
     # the same clean error on a file the docs promise to drop with a notice
     assert _probe(work, named, optional=("seed.*",)).kind == "refused"
@@ -246,6 +250,9 @@ FOUND = [
     ("torch_npu text (sample)", "numbers", "ASCEND_PROFILER_OUTPUT/trace_view.json", 1956904949),  # 5,000-digit frame line
     ("multi-rank torch_npu DB (real)", "numbers", "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db",
      3812294419),  # a hang: a rowid of ±2^63 and a read that walked the rowid range
+    # the 20,000-case campaign, seed 26: an exponent Decimal refuses (InvalidOperation)
+    ("multi-rank level2 text+DB (real)", "big numbers", "rank_1_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json",
+     198136578),
 ]
 
 

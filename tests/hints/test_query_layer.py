@@ -182,3 +182,17 @@ def test_kernels_by_statement_equals_a_per_row_grouping() -> None:
     assert len(got) > 3  # several statements, and the unmapped rows
     assert [(g.span, g.site, g.rows) for g in got] == [(span, s, rs) for span, (s, rs) in expected.items()]
     assert sq.kernels_by_statement(ctx, []) == []
+
+
+def test_packets_skip_size_distribution_entries_past_float_or_int64_range() -> None:
+    """Found by the fuzz campaign (seed 26): a Size Distribution entry of 1e400 ms or 1e400 packets
+    (inf once read) made NPU102, NPU203 and NPU204 fail with OverflowError; such entries are skipped
+    like unreadable text, the readable ones kept."""
+    from msprof_lsp.mapping.profile.model import CommOp
+
+    dist = {"4.0": [3, 1.5], "8.0": [float("inf"), 1.0], "16.0": [2, float("inf")], "1e400": [1, 1.0],
+            "2.0": [10**400, 1.0], "nan": [1, 1.0], "1.0": [1, float("nan")]}
+    op = CommOp("hcom_allReduce__1_0_1", "g", 1, "collective", 0, 10, 5, 0, 0, 0,
+                bandwidth={"HCCS": {"Size Distribution": dist}})
+    got = pq.packets([op])
+    assert [(p.link, p.size_bytes, p.count, p.total_ns) for p in got] == [("HCCS", 4_000_000, 3, 1_500_000)]
