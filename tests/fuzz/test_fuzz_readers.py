@@ -253,6 +253,7 @@ FOUND = [
     # the 20,000-case campaign, seed 26: an exponent Decimal refuses (InvalidOperation)
     ("multi-rank level2 text+DB (real)", "big numbers", "rank_1_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json",
      198136578),
+    ("torch_npu DB (real)", "big numbers", "ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db", 3766273911),  # a BLOB cell
 ]
 
 

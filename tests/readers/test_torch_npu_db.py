@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from msprof_lsp.mapping.errors import ProfileError
@@ -549,3 +550,22 @@ def test_real_db_meta_data_env_equals_text_export_metadata() -> None:
     # the same job's text capture recorded the same (all unset) variables
     assert p.meta.env == json.loads(text_md.read_text(encoding="utf-8"))["ENV_VARIABLES"]
     assert p.meta.env["ACLNN_CACHE_LIMIT"] == ""
+
+
+def test_blob_cells_come_back_as_text(tmp_path: Path) -> None:
+    """Found by the 20,000-case campaign (seed 27): a BLOB ``b"\\x00\\xff"`` in STRING_IDS.value (or
+    any text column) reached the name regexes and pandas' string conversion as bytes, an internal
+    error. Every query gives text, invalid UTF-8 replaced, as for a damaged text cell."""
+    path = tmp_path / "t.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE STRING_IDS (id INTEGER PRIMARY KEY, value)")  # no affinity: 7 stays a number
+    con.execute("CREATE TABLE T (id INTEGER, name)")
+    con.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", [(1, "MatMul"), (2, b"\x00\xffx"), (3, 7)])
+    con.executemany("INSERT INTO T VALUES (?, ?)", [(1, "a"), (2, b"Relu\xff")])
+    con.commit()
+    con.close()
+    with sqlite_db.SqliteDb(path) as db:
+        assert list(db.strings()) == ["MatMul", "\x00\ufffdx", "7"]
+        assert list(db.resolve(np.array([1, 2], dtype=np.int64))) == ["MatMul", "\x00\ufffdx"]
+        assert list(db.frame("T", {"name": (("name",), "any")})["name"]) == ["a", "Relu\ufffd"]
+        assert db.query("SELECT name FROM T WHERE id = 2") == [("Relu\ufffd",)]

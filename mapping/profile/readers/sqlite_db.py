@@ -207,8 +207,13 @@ class SqliteDb:
     # -- queries ------------------------------------------------------------------------------
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        """Rows of ``sql``; a BLOB cell comes back as text like a damaged text cell (no table of a
+        profile holds binary data, and a ``b"\\xff"`` name or value failed the load downstream)."""
         with self.guard():
-            return self._con.execute(sql, params).fetchall()
+            rows = self._con.execute(sql, params).fetchall()
+        if any(type(v) is bytes for row in rows for v in row):
+            rows = [tuple(_text(v) if type(v) is bytes else v for v in row) for row in rows]
+        return rows
 
     def frame(self, table: str, columns: dict[str, tuple[Sequence[str], str]]) -> pd.DataFrame:
         """Select ``{out: ((aliases...), kind)}`` from ``table``; kind ``int`` / ``real`` / ``any``.
@@ -304,7 +309,9 @@ class SqliteDb:
                 rows = [r for r, k in zip(rows, keys) if k is not None]
                 keys = [k for k in keys if k is not None]
             ids = np.fromiter(keys, dtype=np.int64, count=len(rows))
-            values = np.array([r[1] if r[1] is not None else "" for r in rows], dtype=object)
+            # a value column without TEXT affinity may hold numbers: names are text everywhere after
+            values = np.array([r[1] if isinstance(r[1], str) else "" if r[1] is None else str(r[1]) for r in rows],
+                              dtype=object)
             s = pd.Series(values, index=ids, dtype=object)
             self._strings = s[~s.index.duplicated(keep="first")]
         return self._strings
