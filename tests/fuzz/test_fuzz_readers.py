@@ -254,6 +254,8 @@ FOUND = [
     ("multi-rank level2 text+DB (real)", "big numbers", "rank_1_ascend_pt/ASCEND_PROFILER_OUTPUT/communication.json",
      198136578),
     ("torch_npu DB (real)", "big numbers", "ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_1.db", 3766273911),  # a BLOB cell
+    ("multi-rank torch_npu DB (synthetic)", "numbers", "train-node-0_2894371_20250109091251000_ascend_pt/profiler_info_0.json",
+     3057402100),  # a 400-digit _gc_detect_threshold
 ]
 
 

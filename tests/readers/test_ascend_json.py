@@ -114,6 +114,20 @@ def test_profiler_info_rank_mismatch_and_bad_values(tmp_path):
     assert all(i.path == str(path) for i in issues)
 
 
+@pytest.mark.parametrize("gc", [10**400, "1.5", True, None])
+def test_gc_threshold_past_float_range_is_skipped(tmp_path, gc):
+    """Found by the 20,000-case campaign (seed 27): a 400-digit ``_gc_detect_threshold`` raised
+    OverflowError in float(); it is skipped with a notice like any value that is no number."""
+    doc = info_doc(rank_id="2")
+    doc["config"].setdefault("experimental_config", {})["_gc_detect_threshold"] = gc
+    path = tmp_path / "profiler_info_2.json"
+    path.write_text(json.dumps(doc))
+    m = meta()
+    issues = read_profiler_info(path, m)
+    assert m.gc_detect_threshold is None
+    assert (gc is None) == (not any("_gc_detect_threshold" in i.message for i in issues))
+
+
 def test_profiler_info_without_rank(tmp_path):
     path = tmp_path / "profiler_info.json"
     path.write_text(json.dumps(info_doc(rank_id=-1)))

@@ -142,10 +142,10 @@ def _read_experimental_config(config: dict[str, Any], meta: ProfileMeta, issues:
         gc = exp["_gc_detect_threshold"]
         if gc is None:
             meta.gc_detect_threshold = None
-        elif isinstance(gc, (int, float)) and not isinstance(gc, bool):
-            meta.gc_detect_threshold = float(gc)
-        else:
-            issues.append(Issue(where, f"_gc_detect_threshold is {gc!r}, not a number"))
+        elif isinstance(gc, (int, float)) and (value := float_of(gc)) is not None:
+            meta.gc_detect_threshold = value
+        else:  # text, a bool, NaN, or an int past float range (10**400): skipped with a notice
+            issues.append(Issue(where, f"_gc_detect_threshold is {shown(gc)}, not a finite number"))
     export = exp.get("_export_type")
     if isinstance(export, str):
         meta.export_type = (export,)
