@@ -39,7 +39,7 @@ from msprof_lsp.hints.fixes.edits import minimal_edits
 from msprof_lsp.hints.fixes.offers import Sources, expand_offers
 from msprof_lsp.hints.fixes.relu_dropout import compile_pair
 
-MODEL = Path(__file__).resolve().parents[1] / "tests" / "hints" / "models" / "mlp_classifier.py"
+MODEL = Path(__file__).resolve().parents[1] / "tests" / "hints" / "fixes" / "models" / "mlp_classifier.py"
 
 
 def build(lines: int) -> str:

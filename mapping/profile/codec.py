@@ -71,7 +71,7 @@ class _Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 TABLE_FIELDS = ("kernels", "host_ops", "modules", "host_events", "overlap", "api_statistic", "op_memory", "memory_record")
 PLAIN_FIELDS = ("steps", "step_breakdown", "comm_ops", "comm_matrix", "op_statistic", "issues")
-# Every Profile field has one place above; a new field must be added here (tests/test_cache_format.py).
+# Every Profile field has one place above; a new field must be added here (tests/mapping/profile/test_cache_format.py).
 COVERED_FIELDS = frozenset(("meta", "stacks", "derived", *TABLE_FIELDS, *PLAIN_FIELDS))
 
 

@@ -2,7 +2,7 @@
 
 The structs of the payload modules below (attrs classes, dataclasses or msgspec structs, and the
 enums their fields use) are read field by field and rendered as TypeScript, so the client never
-keeps a hand-written copy of a payload's shape (tests/lsp/test_payload_schema.py fails when the
+keeps a hand-written copy of a payload's shape (tests/server/lsp/test_payload_schema.py fails when the
 file is out of date). A struct of a new payload module is picked up by adding the module's name to
 ``MODULES``. Run from a source checkout:
 

@@ -13,7 +13,7 @@ import pytest
 
 from msprof_lsp.server.lsp import guard
 from msprof_lsp.server.lsp.app import create_server
-from tests.lsp.lsp_support import FrameCapture
+from tests.server.lsp.lsp_support import FrameCapture
 
 CASES = 3000
 CODES = {-32700, -32600, -32601, -32602, -32002}

@@ -119,7 +119,7 @@ def test_estimate_within_35_percent_of_the_resimulated_truth(name):
 
 
 def test_json_saving_on_every_finding_of_check_samples(capsys, tmp_path):
-    from tests.cli.cli_support import run_cli
+    from tests.server.check.cli_support import run_cli
 
     r = run_cli(["--check", str(REPO / "samples"), "--format", "json", "--cache-dir", str(tmp_path),
                  "--fail-on", "never"], capsys)

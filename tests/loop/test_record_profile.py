@@ -229,7 +229,7 @@ def test_guarded_block_records_on_the_cpu_without_torch_npu_and_runs_with_it(tmp
     _run(script, env_on=True, steps=6)
     assert len(list((tmp_path / PROFILE_FOLDER).glob("*.pt.trace.json*"))) == 1
     shutil.rmtree(tmp_path / PROFILE_FOLDER)
-    standin = Path(__file__).resolve().parents[1] / "hints"
+    standin = Path(__file__).resolve().parents[1] / "hints" / "fixes"
     code = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); import npu_standin\n"
             "with npu_standin.importable():\n    sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')\n")
     env = {k: v for k, v in os.environ.items() if k != PROFILE_ENV}

@@ -22,9 +22,9 @@ import pytest
 
 from msprof_lsp.mapping import children
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "lsp"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "server" / "lsp"))
 import lsp_support as S  # noqa: E402
-from tests.test_cluster import write_rank  # noqa: E402
+from tests.mapping.profile.test_cluster import write_rank  # noqa: E402
 
 SCRIPT = Path(sys.executable).with_name("msprof-lsp")  # the console script CI runs
 # Modules a child interpreter (resource tracker, forkserver, workers) or the product imports after

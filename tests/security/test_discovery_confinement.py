@@ -18,7 +18,7 @@ import pytest
 
 from msprof_lsp.mapping.profile.discover import find_all
 from msprof_lsp.mapping.profile.readers.protocol import Listings
-from tests.test_cluster import write_rank
+from tests.mapping.profile.test_cluster import write_rank
 
 SCRIPT = Path(sys.executable).with_name("msprof-lsp")
 

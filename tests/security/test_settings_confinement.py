@@ -24,8 +24,8 @@ from msprof_lsp.mapping.profile.safe_io import LIMITS, toml_depth
 from msprof_lsp.server.__main__ import main
 from msprof_lsp.server.lsp.configuration import base_settings
 from msprof_lsp.server.analysis.settings import Settings, from_pyproject
-from tests.cli.cli_support import copy_sample_sources, run_cli, single_rank, write_cnn_profiles
-from tests.open_audit import opens_under
+from tests.server.check.cli_support import copy_sample_sources, run_cli, single_rank, write_cnn_profiles
+from tests.security.open_audit import opens_under
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """A job of N ranks built from one torch_npu text rank: the large files hard-linked, the summary
 files written per rank with a planted slow rank and a planted slow link.
 
-Used by benchmarks/bench_ranks.py (16 to 1,024 ranks) and tests/test_rank_summaries.py. Each rank
+Used by benchmarks/bench_ranks.py (16 to 1,024 ranks) and tests/mapping/profile/test_cluster_rank_summaries.py. Each rank
 gets its own ``profiler_info_<r>.json`` (the source's, with ``rank_id`` set), and its own
 ``step_trace_time.csv``, ``communication.json`` and ``communication_matrix.json`` in the formats
 torch_npu writes (the sample's files are the model). Every other file of the source rank is a hard

@@ -4,7 +4,7 @@ Every frame points at a real line of the sample's source, found by searching the
 parsed file (``SourceIndex``), never by a line number written here; the paths are the ones a
 training host would record (``/home/ma-user/work/<sample>/model.py``). The timings are knobs (one
 dataclass per sample) chosen so the generated profiles show the seed problems;
-``samples/make_npu_profiles.py`` writes them, tests/test_synth_samples.py checks them.
+``samples/make_npu_profiles.py`` writes them, tests/synth/test_synth_samples.py checks them.
 """
 
 from __future__ import annotations

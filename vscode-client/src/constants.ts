@@ -46,7 +46,7 @@ export const SERVER_MODULE = "msprof_lsp.server";
  * Interpreter flags for every Python the client starts with the workspace folder as cwd (the
  * server and the import check): `-I` keeps the cwd off sys.path, so a workspace's `numpy.py` or
  * `msprof_lsp/` folder is never imported (it also ignores PYTHON* variables and the user
- * site-packages). tests/test_no_workspace_imports.py reads this line to start the server the same way.
+ * site-packages). tests/server/lsp/test_lsp_no_workspace_imports.py reads this line to start the server the same way.
  */
 export const PYTHON_FLAGS: readonly string[] = ["-I"];
 /** The distribution as pip and importlib.metadata name it. */

@@ -2,7 +2,7 @@
 // writes (pageHtml, its CSP and nonce) with the built dist/webview.js and dist/webview.css, a stub
 // of the webview API that answers "ready" with the CNN sample's real report model, and the
 // report's self-test click. The webview must draw what the HTML report draws, resolve the click to
-// the same file:line the HTML report does (tests/cli/test_html_report.py checks that one against
+// the same file:line the HTML report does (tests/server/check/report/test_html_report.py checks that one against
 // the profile) and post it to the extension, under the CSP without a violation, in theme colours.
 
 import assert from "node:assert/strict";

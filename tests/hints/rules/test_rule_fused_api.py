@@ -234,7 +234,7 @@ def test_tiny_transformer_kineto_cpu_analogues():
 
 # -- every code: fires at its minimum CANN version, not just below it; the fix applies ----------
 
-LLAMA = REPO / "tests" / "hints" / "models" / "tiny_llama.py"
+LLAMA = REPO / "tests" / "hints" / "fixes" / "models" / "tiny_llama.py"
 CASES = {
     # code: (ops as (aten op, line needle, function), ops in the match, min CANN, just below, fix text)
     "NPU211": ([("aten::chunk", "a, b = h.chunk(2", "forward"), ("aten::silu", "return self.w3(F.silu(a) * b)", "forward"),
@@ -313,7 +313,7 @@ def _kernel_only(tmp_path: Path, kernels, src: str = KERNEL_SRC) -> list:
     between the shape-matched ``inp`` and ``out`` matmuls by launch order."""
     import sys
 
-    sys.path.insert(0, str(REPO / "tests" / "mapping"))
+    sys.path.insert(0, str(REPO / "tests" / "mapping" / "source"))
     from srcmap_builder import ProfileBuilder as KernelProfile
 
     from msprof_lsp.hints.context import RuleContext

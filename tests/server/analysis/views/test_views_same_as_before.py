@@ -1,0 +1,77 @@
+"""The report's view models (server/analysis/views) moved out of server/check/report: the
+``--format json`` document must stay byte-identical. The test runs the code of main just before
+the move (commit ``BEFORE``, extracted from git into a temporary folder) and the current code on
+the same samples, and compares their output byte for byte -- no stored golden file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[4]
+BEFORE = "a8aada8d9a964537e9958b90bb3d51015af999a4"  # main just before the view models were merged (the branch was checked against 44e49fe, its base)
+SAMPLES = ["tiny_transformer", "cnn_classifier"]
+FORMATS = ["json", "text", "concise", "github", "sarif"]
+
+
+def _tree_before(dest: Path) -> Path:
+    """``BEFORE``'s three top-level packages as ``dest/msprof_lsp/{mapping,hints,server}``."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    have = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{BEFORE}^{{commit}}"], capture_output=True)
+    if have.returncode != 0:
+        pytest.skip(f"commit {BEFORE[:7]} is not in this checkout (a shallow or exported copy)")
+    archive = dest / "before.tar"
+    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), BEFORE, "mapping", "hints", "server"],
+                   check=True)
+    root = dest / "msprof_lsp"
+    root.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    return dest
+
+
+_DRIVER = """
+import sys
+import msprof_lsp.server
+from msprof_lsp.server.__main__ import main
+print(msprof_lsp.server.__file__)
+out = sys.argv[1]
+for fmt in sys.argv[2:]:
+    assert main(["--check", "--no-cache", "--quiet", "--format", fmt, "--output", f"{out}/{fmt}", "."]) in (0, 1)
+"""
+
+
+def _check(python_path: str | None, sample: str, out: Path) -> dict[str, bytes]:
+    """``msprof-lsp --check`` of one sample in each format, in one process; ``python_path`` first
+    on the path puts the old ``msprof_lsp`` ahead of the editable install (which Python consults
+    after sys.path)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if python_path is not None:
+        env["PYTHONPATH"] = python_path
+    out.mkdir()
+    run = subprocess.run([sys.executable, "-c", _DRIVER, str(out), *FORMATS], cwd=REPO / "samples" / sample, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    imported = Path(run.stdout.splitlines()[0]).parent
+    assert imported == (Path(python_path) / "msprof_lsp" / "server" if python_path else REPO / "server"), imported
+    return {fmt: (out / fmt).read_bytes() for fmt in FORMATS}
+
+
+@pytest.fixture(scope="module")
+def before(tmp_path_factory) -> str:
+    return str(_tree_before(tmp_path_factory.mktemp("before")))
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_the_reports_are_byte_identical_to_mains_before_the_move(before: str, sample: str, tmp_path: Path) -> None:
+    old, new = _check(before, sample, tmp_path / "old"), _check(None, sample, tmp_path / "new")
+    for fmt in FORMATS:
+        assert old[fmt].strip(), f"{sample} {fmt}: the old code printed nothing"
+        assert new[fmt] == old[fmt], f"{sample}: --format {fmt} differs from {BEFORE[:7]}"
