@@ -6,7 +6,8 @@ one kernel where a ReLU -> Dropout pair ran, one all-reduce every k steps. ``ste
 figure a saving is compared with: the mean ProfilerStep duration (the host's period, which is
 when the next step can begin; the samples' host waits for the device at their syncs).
 benchmarks/savings.py and tests/hints/test_savings.py lay out both runs (``clock.lay_out``) and
-take the difference.
+take the difference. Where a fix changes how long kernels take (padding, autocast, a fused kernel),
+``timed`` gives both runs the device model's times (tests/synth/device_model.py), not a knob's.
 """
 
 from __future__ import annotations
