@@ -118,6 +118,35 @@ def test_estimate_within_35_percent_of_the_resimulated_truth(name):
     assert r.low_us <= r.estimate_us <= r.high_us
 
 
+NPU106_MISS = ("issue 23 gap: NPU106 rates the lm_head by the profile's aligned MatMulV3s, 60x smaller GEMMs that reach "
+               "a lower rate, so it finds no gain; the device-bound step shows 0.6 ms (docs/savings.md)")
+
+
+@pytest.mark.parametrize("name", [
+    "transformer, device-model GEMMs: lm_head N = 32003 padded to 32256",
+    pytest.param("transformer, device-model GEMMs, batch 128, DataLoader workers: lm_head N = 32003 padded to 32256",
+                 marks=pytest.mark.xfail(strict=True, reason=NPU106_MISS)),
+    "transformer in fp32, device-model GEMMs: bf16 autocast",
+    "transformer in fp32, device-model GEMMs, batch 128, DataLoader workers: bf16 autocast",
+    "vit, device-model kernels: F.gelu",
+    "vit, device-model kernels, DataLoader workers: F.gelu",
+    "vit, device-model kernels: add + LayerNorm",
+    "vit, device-model kernels, DataLoader workers: add + LayerNorm",
+])
+def test_device_model_truth_within_the_bar(name):
+    """NPU106, NPU214, NPU217 and NPU222 against a truth whose kernel times come from the
+    generator's device model (tests/synth/device_model.py), which the rules never read: within 35 %
+    or 0.5 ms (issue 23's bar), the estimate inside its range."""
+    sys.path.insert(0, str(REPO))
+    from tests.synth.savings_cases import CASES, run_case
+
+    (case,) = [c for c in CASES if c.name == name]
+    r = run_case(case)
+    assert r.findings >= 1 and r.estimate_us is not None and r.truth_us is not None
+    assert r.low_us <= r.estimate_us <= r.high_us
+    assert r.within, (r.estimate_us, r.truth_us)
+
+
 def test_json_saving_on_every_finding_of_check_samples(capsys, tmp_path):
     from tests.server.check.cli_support import run_cli
 

@@ -6,7 +6,8 @@ one kernel where a ReLU -> Dropout pair ran, one all-reduce every k steps. ``ste
 figure a saving is compared with: the mean ProfilerStep duration (the host's period, which is
 when the next step can begin; the samples' host waits for the device at their syncs).
 benchmarks/savings.py and tests/hints/test_savings.py lay out both runs (``clock.lay_out``) and
-take the difference.
+take the difference. Where a fix changes how long kernels take (padding, autocast, a fused kernel),
+``timed`` gives both runs the device model's times (tests/synth/device_model.py), not a knob's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .run import Launch, OpSpec, RepeatedSteps, Run, StepItem, UserCall
+from .device_model import CUBE, DEVICE, DeviceModel
+from .run import AI_VECTOR_CORE, KernelSpec, Launch, OpSpec, RepeatedSteps, Run, StepItem, UserCall
 from .truth import truth
 
 OpMap = Callable[[OpSpec], OpSpec]
@@ -108,3 +110,97 @@ def step_ns(run: Run) -> float:
 def saving_ns(run: Run, fixed: Run) -> float:
     """The re-simulated truth: the step before minus the step after."""
     return step_ns(run) - step_ns(fixed)
+
+
+def timed(run: Run, device: DeviceModel = DEVICE) -> Run:
+    """Every kernel with shapes at the device model's time (tests/synth/device_model.py): the run
+    before a fix and after it are both timed so, and the rules never read the model."""
+    return map_ops(run, lambda op: replace(op, kernels=tuple(device.timed(k) for k in op.kernels)) if op.kernels else op)
+
+
+def _resize_dims(text: str, old: int, new: int) -> str:
+    return ";".join(",".join(str(new) if d == str(old) else d for d in s.split(",")) for s in text.split(";"))
+
+
+def resized(run: Run, old: int, new: int) -> Run:
+    """Every tensor axis of size ``old`` grown to ``new`` (a vocabulary padded to an aligned size:
+    the embedding, the head's GEMMs, the logits, the loss and the optimizer's state all grow)."""
+
+    def fn(op: OpSpec) -> OpSpec:
+        ks = tuple(replace(k, input_shapes=_resize_dims(k.input_shapes, old, new),
+                           output_shapes=_resize_dims(k.output_shapes, old, new)) for k in op.kernels)
+        return replace(op, kernels=ks, input_dims=_resize_dims(op.input_dims, old, new))
+
+    return map_ops(run, fn)
+
+
+FP32_TYPES = frozenset({"DT_FLOAT", "FLOAT"})
+
+
+def _cast(k: KernelSpec, shapes: str, src: str, dst: str) -> KernelSpec:
+    return replace(k, name="aclnnCast_CastAiCore_Cast", type="Cast", core=AI_VECTOR_CORE, input_shapes=shapes,
+                   output_shapes=shapes, input_dtypes=src, output_dtypes=dst, input_formats="ND",
+                   output_formats="ND", pmu=(), block_dim=8)
+
+
+def _autocast_kernels(kernels: tuple[KernelSpec, ...], forward: bool) -> tuple[KernelSpec, ...]:
+    out: list[KernelSpec] = []
+    for k in kernels:
+        if not (CUBE.search(k.type) and k.input_dtypes.split(";")[0] in FP32_TYPES):
+            out.append(k)
+            continue
+        half = replace(k, input_dtypes=";".join("DT_BF16" for _ in k.input_dtypes.split(";")),
+                       output_dtypes=";".join("DT_BF16" for _ in k.output_dtypes.split(";")))
+        if forward:  # autocast casts each fp32 operand to bf16 before the GEMM
+            out += [_cast(k, s, "DT_FLOAT", "DT_BF16") for s in k.input_shapes.split(";")] + [half]
+        else:  # the gradient comes back to an fp32 tensor: one cast of the GEMM's output
+            out += [half] + [_cast(k, s, "DT_BF16", "DT_FLOAT") for s in k.output_shapes.split(";")]
+    return tuple(out)
+
+
+def autocast(run: Run) -> Run:
+    """bf16 autocast around the forward: every fp32 cube kernel runs in bf16; a forward GEMM first
+    casts each operand (a Cast kernel per input), a backward GEMM casts its gradient back to fp32
+    (a Cast per output). The casts' times come from the device model like every other kernel's."""
+
+    def walk(op: OpSpec, forward: bool) -> OpSpec:
+        return replace(op, kernels=_autocast_kernels(op.kernels, forward),
+                       children=tuple(walk(c, forward) for c in op.children),
+                       backward=tuple(walk(b, False) for b in op.backward))
+
+    def item(it: StepItem) -> StepItem:
+        if not isinstance(it, UserCall):
+            return it
+        return replace(it, launches=tuple(replace(la, op=walk(la.op, True)) for la in it.launches))
+
+    return _map_items(run, lambda items: tuple(item(i) for i in items))
+
+
+def fused_pairs(run: Run, first: str, second: str, fused: Callable[[OpSpec, OpSpec], Launch]) -> Run:
+    """Every ``first`` op launched right before a ``second`` op (across source lines, as the
+    profile's op sequence has them) replaced by one fused launch ``fused(first_op, second_op)`` in
+    the second's place (``torch_npu.npu_add_layer_norm`` for an add and the LayerNorm after it)."""
+
+    def fuse(items: tuple[StepItem, ...]) -> tuple[StepItem, ...]:
+        places = [(i, j) for i, it in enumerate(items) if isinstance(it, UserCall) for j in range(len(it.launches))]
+        names = [items[i].launches[j].op.name for i, j in places]  # type: ignore[union-attr]
+        pairs = [(places[n - 1], places[n]) for n in range(1, len(places))
+                 if names[n - 1] == first and names[n] == second]
+        drop = {p for p, _ in pairs}
+        new = {q: fused(items[p[0]].launches[p[1]].op, items[q[0]].launches[q[1]].op)  # type: ignore[union-attr]
+               for p, q in pairs}
+        out = list(items)
+        for i, it in enumerate(items):
+            if isinstance(it, UserCall):
+                las = tuple(new.get((i, j), la) for j, la in enumerate(it.launches) if (i, j) not in drop)
+                out[i] = replace(it, launches=las)
+        return tuple(out)
+
+    return _map_items(run, fuse)
+
+
+def replaced_ops(run: Run, name: str, launch: Callable[[OpSpec], Launch]) -> Run:
+    """Every launch of the op ``name`` replaced by ``launch(op)`` (a fused API for one op)."""
+    return _map_items(run, lambda items: tuple(
+        replace(i, launches=tuple(launch(la.op) if la.op.name == name else la for la in i.launches))
+        if isinstance(i, UserCall) else i for i in items))

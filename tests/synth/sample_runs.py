@@ -272,6 +272,8 @@ class TransformerKnobs:
     adamw_kernel_us: float = 2.6  # eight kernels per parameter: unfused AdamW (NPU220)
     clip_norm_us: float = 2.2
     gap_us: float = 80.0
+    linear_type: str = "MatMulV2"  # the blocks' Linear kernels (the lm_head's is MatMulV3)
+    cube_dtype: str = "DT_BF16"  # the Linear and attention GEMMs' dtype (DT_FLOAT: no autocast, NPU222)
 
 
 class TransformerSources:
@@ -302,6 +304,7 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
     x3, xh = (b, s, dim), (b, heads, s, hd)
     sc = (b, heads, s, s)
     ew = k.elementwise_us
+    cube = dict(matmul_type=k.linear_type, dtype=k.cube_dtype)
 
     def e(aten: str, api: str, typ: str, shape, frames: Stack = (), autograd: str = "", n: int = 2) -> Launch:
         bwd = L.backward_of(aten, api, typ, shape, dur_us=ew, n_inputs=n) if autograd else ()
@@ -349,7 +352,7 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
         a_fwd = "Attention.forward"
         for i, name in enumerate(("q", "k", "v")):
             text = f"{name} = self.w{name}(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)"
-            lin = L.linear_nd(t, dim, dim, mm_us=k.proj_mm_us)
+            lin = L.linear_nd(t, dim, dim, mm_us=k.proj_mm_us, **cube)
             items.append(UserCall(fwd(text, a_fwd) + attn, (
                 Launch(lin.op, lin.frames + mod("Linear", 4 * layer + i + 2 * layer)),
                 L.no_kernel("aten::view", inputs=((t, dim), ()), autograd="ViewBackward0"),
@@ -373,7 +376,7 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
         site = fwd("scores = q @ k.transpose(-2, -1) * self.scale", a_fwd) + attn
         items.append(UserCall(site, (
             L.no_kernel("aten::transpose", inputs=(xh, (), ()), autograd="TransposeBackward0"),
-            L.matmul(xh, (b, heads, hd, s), sc, dur_us=k.attn_bmm_us),
+            L.matmul(xh, (b, heads, hd, s), sc, dur_us=k.attn_bmm_us, dtype=k.cube_dtype),
             e("aten::mul", "aclnnMuls", "Muls", sc, autograd="MulBackward0"),
         ), label=f"block{layer}.scores"))
         items.append(UserCall(fwd("scores = scores + mask", a_fwd) + attn,
@@ -385,13 +388,13 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
         items.append(UserCall(fwd("attn = self.attn_drop(attn)", a_fwd) + attn,
                               (Launch(drop.op, drop.frames + mod("Dropout", 2 * layer)),), label=f"block{layer}.attn_drop"))
         items.append(UserCall(fwd("out = attn @ v", a_fwd) + attn,
-                              (L.matmul(sc, xh, xh, dur_us=k.attn_bmm_us),), label=f"block{layer}.pv"))
+                              (L.matmul(sc, xh, xh, dur_us=k.attn_bmm_us, dtype=k.cube_dtype),), label=f"block{layer}.pv"))
         items.append(UserCall(fwd("out = out.permute(0, 2, 1, 3).contiguous().view(b, s, h)", a_fwd) + attn, (
             L.no_kernel("aten::permute", inputs=(xh, ()), autograd="PermuteBackward0"),
             L.contiguous(xh, (b, s, heads, hd), dur_us=k.copy_us),
             L.no_kernel("aten::view", inputs=((b, s, heads, hd), ()), autograd="ViewBackward0"),
         ), label=f"block{layer}.merge_heads"))
-        wo = L.linear_nd(t, dim, dim, mm_us=k.proj_mm_us)
+        wo = L.linear_nd(t, dim, dim, mm_us=k.proj_mm_us, **cube)
         items.append(UserCall(fwd("return self.wo(out)", a_fwd) + attn,
                               (Launch(wo.op, wo.frames + mod("Linear", 6 * layer + 3)),), label=f"block{layer}.wo"))
         bdrop = L.dropout(x3, 0.1, genmask_us=k.dropout_us / 2, domask_us=k.dropout_us / 2, mask_stream=3)
@@ -402,14 +405,14 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
         items.append(rms(norm_k, fwd(mlp_line, b_fwd) + blk, f"block{layer}.mlp_norm"))
         norm_k += 1
         mlp = mod("SwiGLU", layer) + fwd(mlp_line, b_fwd) + blk
-        w_in = L.linear_nd(t, dim, 2 * hidden, mm_us=k.mlp_mm_us)
+        w_in = L.linear_nd(t, dim, 2 * hidden, mm_us=k.mlp_mm_us, **cube)
         items.append(UserCall(fwd("x = self.w_in(x)", "SwiGLU.forward") + mlp,
                               (Launch(w_in.op, w_in.frames + mod("Linear", 6 * layer + 4)),), label=f"block{layer}.w_in"))
         items.append(UserCall(fwd("a, b = x.chunk(2, dim=-1)", "SwiGLU.forward") + mlp, (
             L.no_kernel("aten::chunk", inputs=((b, s, 2 * hidden), (), ()),
                         children=(OpSpec("aten::split", 3000, autograd="SplitBackward0",
                                          backward=(OpSpec("aten::cat", 3000),)),)),), label=f"block{layer}.chunk"))
-        w_out = L.linear_nd(t, hidden, dim, mm_us=k.mlp_mm_us)
+        w_out = L.linear_nd(t, hidden, dim, mm_us=k.mlp_mm_us, **cube)
         items.append(UserCall(fwd("return self.w_out(F.silu(a) * b)", "SwiGLU.forward") + mlp, (
             e("aten::silu", "aclnnSilu", "Swish", (b, s, hidden), frames=L.F_SILU, autograd="SiluBackward0", n=1),
             e("aten::mul", "aclnnMul", "Mul", (b, s, hidden), autograd="MulBackward0"),
@@ -421,7 +424,8 @@ def transformer_run(sample_dir: Path, knobs: TransformerKnobs | None = None) -> 
         ), label=f"block{layer}.residual2"))
     head_site = fwd("return self.lm_head(self.norm(x))", tf_fwd) + model_site
     items.append(rms(norm_k, head_site, "norm"))
-    head = L.linear_nd(t, dim, cfg_vocab, mm_us=k.lm_head_mm_us, matmul_type="MatMulV3", pmu=k.lm_head_pmu)
+    head = L.linear_nd(t, dim, cfg_vocab, mm_us=k.lm_head_mm_us, matmul_type="MatMulV3", pmu=k.lm_head_pmu,
+                       dtype=k.cube_dtype)
     items.append(UserCall(head_site, (Launch(head.op, head.frames + mod("Linear", 6 * layers)),), label="lm_head"))
     loss = L.cross_entropy(t, cfg_vocab, dur_us=120.0, frames=F_CROSS_ENTROPY)
     items.append(UserCall(src.loop("loss = F.cross_entropy(logits.view(-1, cfg.vocab_size), targets.view(-1))"), (

@@ -18,13 +18,14 @@ from pathlib import Path
 from msprof_lsp.hints.finding import Finding
 
 from . import fixes as fx
-from .run import Launch, Run
+from .run import Launch, OpSpec, RepeatedSteps, Run
 from . import library as L
 from .sample_runs import CnnKnobs, TransformerKnobs, _tf_params, cnn_runs, transformer_run
 from .write_text import write_torch_npu_text
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
+ZOO = REPO / "tests/nostack/models"
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,13 @@ class Build:
 class Case:
     rule: str  # the code whose findings' savings are summed
     name: str
-    sample: str  # samples/<sample>: the sources the findings anchor on
+    sample: str  # <where>/<sample>: the sources the findings anchor on
     build: Build  # the run with the problem
     fix: Callable[[Run], Run] | None  # the description with the fix; None: the generator cannot express it
     why_not: str = ""  # when ``fix`` is None, or why the truth differs from what a recording would show
     picks: str = ""  # only the findings whose message or anchored source line holds this text
     accum_steps: int = 4  # the NPU102 fix's micro-batches (the accumSteps setting)
+    where: Path = SAMPLES  # the folder holding ``sample``
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,71 @@ def _cnn(events: bool = False, **kw) -> Build:
 
 def _tf(**kw) -> Build:
     return Build(_key("transformer", kw), lambda: transformer_run(SAMPLES / "tiny_transformer", TransformerKnobs(**kw)))
+
+
+def _tf_timed(workers: bool = False, **kw) -> Build:
+    """The transformer with every kernel timed by the device model (tests/synth/device_model.py);
+    ``workers``: the DataLoader's fetch off the training thread (a device-bound step)."""
+    def build() -> Run:
+        run = fx.timed(transformer_run(SAMPLES / "tiny_transformer", TransformerKnobs(**kw)))
+        return fx.without_dataloader(run) if workers else run
+    return Build(_key("transformer timed" + (" workers" if workers else ""), kw), build)
+
+
+DEVICE_MODEL = ("kernel times from the generator's device model (tests/synth/device_model.py), before and after "
+                "the fix alike; the rule reads only the recorded durations")
+VOCAB, VOCAB_PADDED = 32003, 32256
+
+
+def _pad_vocab(run: Run) -> Run:
+    """``vocab_size = 32256``: every vocabulary axis grows (the padded logits masked), then re-timed."""
+    return fx.timed(fx.resized(run, VOCAB, VOCAB_PADDED))
+
+
+def _autocast(run: Run) -> Run:
+    return fx.timed(fx.autocast(run))
+
+
+def _vit(workers: bool = False) -> Build:
+    """The no-stack zoo's vision transformer (tests/nostack/models/vit_classifier.py), every kernel
+    timed by the device model; ``workers``: the DataLoader's fetch off the training thread."""
+    def build() -> Run:
+        from tests.nostack.zoo import vit_classifier
+
+        run = vit_classifier(steps=2).run
+        run = replace(run, steps=RepeatedSteps([run.steps[0].items], len(run.steps), run.steps[0].number))
+        run = fx.timed(run)
+        return fx.without_dataloader(run) if workers else run
+    return Build("vit timed" + (" workers" if workers else ""), build)
+
+
+def _one_op(aten: str, api: str, typ: str, ins: tuple, outs: tuple, grad: str) -> Launch:
+    """A torch_npu fused op: one kernel forward, one backward (times from the device model)."""
+    from tests.nostack.zoo_parts import one
+
+    return one(aten, api, typ, ins, outs, 1.0, grad=grad)
+
+
+def _shapes_of(op: OpSpec) -> tuple:
+    return tuple(tuple(int(d) for d in s.split(",") if d) for s in op.input_dims.split(";"))
+
+
+def _fast_gelu(run: Run) -> Run:
+    """``torch_npu.fast_gelu(x)`` for ``F.gelu(x)``: one FastGelu kernel each way, same tensors."""
+    def launch(op: OpSpec) -> Launch:
+        x = _shapes_of(op)[0]
+        return _one_op("npu::npu_fast_gelu", "aclnnFastGelu", "FastGelu", (x,), (x,), "FastGeluGrad")
+    return fx.timed(fx.replaced_ops(run, "aten::gelu", launch))
+
+
+def _add_layer_norm(run: Run) -> Run:
+    """``torch_npu.npu_add_layer_norm`` for every add followed by a LayerNorm: one kernel reads both
+    addends and writes the sum and the normalised output; one AddLayerNormGrad backward."""
+    def launch(_add: OpSpec, ln: OpSpec) -> Launch:
+        x, w, b = _shapes_of(ln)[:3]
+        return _one_op("npu::npu_add_layer_norm", "aclnnAddLayerNorm", "AddLayerNorm", (x, x, w, b), (x, x),
+                       "AddLayerNormGrad")
+    return fx.timed(fx.fused_pairs(run, "aten::add", "aten::layer_norm", launch))
 
 
 NO_EVENT = ("the generator lays the optimizer's wait for the all-reduce out without writing an EVENT_WAIT task, "
@@ -248,6 +315,22 @@ CASES: tuple[Case, ...] = (
          "tiny_transformer", _tf(copy_us=150.0), _confusion_transpose(COPY150), FUSED_KNOB),
     Case("NPU106", "transformer: lm_head N = 32003", "tiny_transformer", _tf(), None,
          "a padded GEMM's time would be a knob of the generator; the sample has no aligned MatMulV3 to rate it"),
+    Case("NPU106", "transformer, device-model GEMMs: lm_head N = 32003 padded to 32256", "tiny_transformer",
+         _tf_timed(linear_type="MatMulV3"), _pad_vocab, DEVICE_MODEL),
+    Case("NPU106", "transformer, device-model GEMMs, batch 128, DataLoader workers: lm_head N = 32003 padded to 32256",
+         "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=128), _pad_vocab, DEVICE_MODEL),
+    Case("NPU222", "transformer in fp32, device-model GEMMs: bf16 autocast", "tiny_transformer",
+         _tf_timed(cube_dtype="DT_FLOAT"), _autocast, DEVICE_MODEL),
+    Case("NPU222", "transformer in fp32, device-model GEMMs, batch 128, DataLoader workers: bf16 autocast",
+         "tiny_transformer", _tf_timed(True, cube_dtype="DT_FLOAT", batch=128), _autocast, DEVICE_MODEL),
+    Case("NPU214", "vit, device-model kernels: F.gelu", "vit_classifier.py", _vit(), _fast_gelu, DEVICE_MODEL,
+         where=ZOO),
+    Case("NPU214", "vit, device-model kernels, DataLoader workers: F.gelu", "vit_classifier.py", _vit(True), _fast_gelu,
+         DEVICE_MODEL, where=ZOO),
+    Case("NPU217", "vit, device-model kernels: add + LayerNorm", "vit_classifier.py", _vit(), _add_layer_norm,
+         DEVICE_MODEL, where=ZOO),
+    Case("NPU217", "vit, device-model kernels, DataLoader workers: add + LayerNorm", "vit_classifier.py", _vit(True),
+         _add_layer_norm, DEVICE_MODEL, where=ZOO),
     Case("NPU101", "cnn: ReLU -> Dropout in the embed block", "cnn_classifier", _cnn(),
          lambda r: fx.without_kernels(r, RELU, frozenset({"embed"})), picks="nn.ReLU(),"),
     Case("NPU101", "cnn: F.dropout(F.relu(self.fc2(x)))", "cnn_classifier", _cnn(),
@@ -292,7 +375,7 @@ def estimate(case: Case, run: Run) -> tuple[int, float | None, float | None, flo
     with tempfile.TemporaryDirectory(prefix="msprof-savings-") as tmp:
         root = write_torch_npu_text(run, tmp)
         settings = Settings(min_share=0.0, thresholds=Thresholds(accum_steps=case.accum_steps))
-        analyses = analyse_paths([SAMPLES / case.sample], settings, profile=root, use_cache=False)
+        analyses = analyse_paths([case.where / case.sample], settings, profile=root, use_cache=False)
     found = [f for a in analyses for f in a.findings if f.code == case.rule and _picked(f, case.picks)]
     known = [f.saving for f in found if f.saving is not None and f.saving.known]
     basis = found[0].saving.basis if found and found[0].saving is not None else "no finding"
