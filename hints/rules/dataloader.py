@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.profile.timemodel import work_mask
 from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -53,14 +53,7 @@ class DataloaderInput(Rule):
         if not len(h) and (inferred := self._inferred_wait(ctx)) is not None:
             yield inferred  # no host data at all (msprof CLI): the wait is read off the device
             return
-        rows = np.zeros(0, np.int64)
-        if len(h):
-            is_dl = pq.mask(h["name"], DATALOADER.search)
-            par = pq.parents(prof)
-            nested = np.zeros(len(h), dtype=bool)
-            has = par >= 0
-            nested[has] = is_dl[par[has]]
-            rows = np.flatnonzero(is_dl & ~nested & pq.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
+        rows = fetch_scopes(prof)
         dl_ns = float(h["dur_ns"].to_numpy(np.int64)[rows].sum()) if len(rows) else 0.0
         dl_per = dl_ns / steps
         dl_share = ctx.share(dl_per, wall=True)
@@ -197,20 +190,26 @@ class DataloaderInput(Rule):
 
 def _fetch_removed(ctx: RuleContext, rows: np.ndarray) -> Effect:
     """The fetch scopes' host time, their collate ops' included, leaves the training thread (workers
-    prefetch the batch); the low end keeps half of it (a worker that cannot keep up)."""
-    par = pq.parents(ctx.profile)
-    inside = np.zeros(len(par), dtype=bool)
-    inside[rows] = True
-    for _ in range(64):  # op trees are shallow; each pass marks one more level of children
-        has = par >= 0
-        grown = inside.copy()
-        grown[has] |= inside[par[has]]
-        if (grown == inside).all():
-            break
-        inside = grown
-    ops = tuple(int(r) for r in np.flatnonzero(inside))
+    prefetch the batch); the low end keeps half of it (a worker that cannot keep up). Nothing else
+    leaves it: re-recorded with workers, the CNN loop's step keeps every other host op (docs/savings.md
+    "The CPU loop")."""
+    ops = tuple(int(r) for r in np.flatnonzero(pq.descendants(ctx.profile, rows)))
     return Effect((Change(Target.HOST_OPS, ops, 0.0, best=0.0, worst=0.5),),
                   basis="the DataLoader fetch's host time removed from the training thread (low end: halved)")
+
+
+def fetch_scopes(prof: Profile) -> np.ndarray:
+    """The outermost DataLoader fetch scopes (host_ops rows) that start inside a step: one per
+    batch the training thread fetched."""
+    h = prof.host_ops
+    if not len(h):
+        return np.zeros(0, np.int64)
+    is_dl = pq.mask(h["name"], DATALOADER.search)
+    par = pq.parents(prof)
+    nested = np.zeros(len(h), dtype=bool)
+    has = par >= 0
+    nested[has] = is_dl[par[has]]
+    return np.flatnonzero(is_dl & ~nested & pq.in_steps(prof, h["start_ns"].to_numpy(np.int64)))
 
 
 def _waiter(ctx: RuleContext) -> str:
