@@ -187,8 +187,8 @@ def run_root(location: ProfileLocation) -> Path:
 
 
 def inputs(location: ProfileLocation) -> list[Path]:
-    """Every file of the result but its raw data (FRAMEWORK/, logs/, CANN's PROF_*/: thousands of
-    files; the export already holds what is read)."""
+    """Every file of the result but its raw data (FRAMEWORK/, logs/, CANN's PROF_*/ and its
+    mindstudio_profiler_log/: thousands of files; the export already holds what is read)."""
     return files_below(Path(location.path), _raw)
 
 
