@@ -33,7 +33,8 @@ import msgspec
 from msprof_lsp.mapping.profile import codec
 from msprof_lsp.mapping.errors import Issue
 from msprof_lsp.mapping.profile.locations import ProfileLocation
-from msprof_lsp.mapping.profile.model import Profile, ProfileKind, RankSummary
+from msprof_lsp.mapping.profile.model import Profile, RankSummary
+from msprof_lsp.mapping.profile.readers.registry import reader_for
 
 CACHE_FORMAT = 6
 """Bump when the readers change what a cached Profile means (the model's shape is in the schema
@@ -49,11 +50,6 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024  # stamps of every input file; real profiles
 SUFFIX = ".msplc"
 DERIVED_SUFFIX = ".derived.msplc"
 MAX_DERIVED_BYTES = 512 * 1024 * 1024  # critical paths and op token strings: megabytes for a 500 MB trace
-
-# Directories no reader of ours reads: torch_npu's raw TLV/logs, and under a torch_npu root the
-# CANN raw PROF_* data (thousands of files; the text export already holds what we use).
-_SKIP_DIRS = frozenset({"FRAMEWORK", "logs", "mindstudio_profiler_log"})
-
 
 @dataclass(frozen=True, slots=True)
 class FileStamp:
@@ -109,31 +105,8 @@ def default_cache_dir() -> Path:
 
 
 def input_files(location: ProfileLocation) -> list[Path]:
-    """Every file the location's reader may read (the cache key covers all of them)."""
-    root = Path(location.path)
-    if root.is_file():
-        if location.kind is ProfileKind.TORCH_NPU_DB:
-            # The DB reader also reads analysis.db beside it and the run root's profiler_info.
-            from msprof_lsp.mapping.profile.readers.torch_npu_db import companion_files
-
-            files = [root, *companion_files(location)]
-            # A pending write-ahead log holds rows the reader sees (sqlite_db reads it from a
-            # private copy) while the .db itself keeps its size and mtime: the log is an input too
-            # (fingerprint skips it while it does not exist).
-            return files + [p.with_name(p.name + "-wal") for p in files if p.suffix == ".db"]
-        return [root]
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if d not in _SKIP_DIRS
-            and not (location.kind is ProfileKind.TORCH_NPU and d.startswith("PROF_"))
-            # msprof: device_*/data and host/data hold the raw collection (thousands of files)
-            and not (location.kind is ProfileKind.MSPROF and d == "data")
-        )
-        found.extend(Path(dirpath) / f for f in sorted(filenames))
-    return found
+    """Every file the location's reader may read (``Reader.inputs``): the cache key covers all of them."""
+    return reader_for(location.kind, location.path).inputs(location)
 
 
 def fingerprint(location: ProfileLocation) -> tuple[FileStamp, ...]:

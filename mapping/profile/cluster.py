@@ -24,7 +24,7 @@ import numpy as np
 from msprof_lsp.mapping.children import isolated_children
 from msprof_lsp.mapping.profile import cache, codec, comm_time, safe_io
 from msprof_lsp.mapping.profile.discover import require_found
-from msprof_lsp.mapping.errors import Issue, NoProfileFound, ProfileError
+from msprof_lsp.mapping.errors import Issue, ProfileError
 from msprof_lsp.mapping.numbers import float_of, int64_of
 from msprof_lsp.mapping.profile.cache import default_cache_dir
 from msprof_lsp.mapping.profile.jobs import discover_jobs
@@ -60,11 +60,8 @@ def load_profile(
     """
     given = [Path(p) for p in paths] or [Path.cwd()]
     where = given[0] if len(given) == 1 else Path(os.pathsep.join(str(p) for p in given))
-    missing = [p for p in given if not p.exists()]
-    if len(missing) == len(given):
-        raise NoProfileFound(where, "no such file or directory")
     progress("Looking for profiles", None)
-    jobs = require_found(discover_jobs(given), where)
+    jobs = require_found(discover_jobs(given), where, given)
     if len(jobs) > 1:
         base = given[0] if len(given) == 1 and given[0].is_dir() else None
         listed = "; ".join(job.describe(base) for job in jobs)
@@ -260,10 +257,11 @@ class RankCrashed(Exception):
 def _pool_context() -> multiprocessing.context.BaseContext:
     # The language server runs threads; fork()ing a threaded process can deadlock a child, so
     # use forkserver where the platform has it (a clean server process forks the workers).
-    # The server imports the readers once, so each worker starts with pandas/numpy loaded.
+    # The server imports the readers once (load imports every one through the registry), so each
+    # worker starts with pandas/numpy loaded.
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["msprof_lsp.mapping.profile.load", "msprof_lsp.mapping.profile.readers.torch_npu_db"])
+        ctx.set_forkserver_preload(["msprof_lsp.mapping.profile.load"])
         return ctx
     return multiprocessing.get_context("spawn")
 

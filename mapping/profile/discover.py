@@ -6,8 +6,10 @@ a Kineto ``*.pt.trace.json.gz``. Discovery walks the given paths (bounded depth,
 environment folders, no symlink loops, never into a linked folder leading out of the given path)
 once, listing each folder once, and offers every folder and file to the readers' probes
 (``readers.registry``): the first probe that recognises one returns its location with the reader's
-layout, so nothing is classified twice. ``mapping.jobs`` groups what it
-finds into jobs, and ``select_newest`` picks each job's ranks.
+layout, so nothing is classified twice. What else the walk must know of a producer (a result
+copied out of its root, a path named inside one, folders of raw data) the readers declare; this
+module names none of them. ``mapping.jobs`` groups what it finds into jobs, and ``select_newest``
+picks each job's ranks.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from typing import TypeVar
 
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.locations import ProfileLocation
-from msprof_lsp.mapping.profile.readers.msprof_cli import PROF_DIR_RE
-from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Listings, SeenFile, sniff
+from msprof_lsp.mapping.profile.readers.protocol import Candidate, Folder, Held, Listings, SeenFile, sniff
 from msprof_lsp.mapping.profile.readers.registry import READERS
-from msprof_lsp.mapping.profile.readers.torch_npu import OUTPUT_DIR
 
 DEFAULT_MAX_DEPTH = 8
 """Directory levels below each given path; profiles sit a few levels down (prof/rank0/x_ascend_pt)."""
@@ -31,16 +31,13 @@ SKIP_DIRS = frozenset(
     {
         ".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox",
         ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "site-packages",
-        "dist-packages", ".idea", ".vscode", ".msprof-cache", "FRAMEWORK", "logs",
+        "dist-packages", ".idea", ".vscode", ".msprof-cache",
     }
-)
-"""Never profiles, often huge. ``FRAMEWORK``/``logs`` are torch_npu's raw data and parser logs."""
+).union(*(r.raw_dirs for r in READERS))
+"""Never profiles, often huge: tool folders, and the producers' raw data and logs (``raw_dirs``)."""
 
-WHAT_WE_LOOK_FOR = (
-    "*_ascend_pt / *_ascend_ms directories, ASCEND_PROFILER_OUTPUT, PROF_* directories, "
-    "ascend_pytorch_profiler*.db, *.pt.trace.json[.gz] or Kineto *.json[.gz], trace_view.json"
-)
-"""One line for "no profile found" messages."""
+WHAT_WE_LOOK_FOR = ", ".join(dict.fromkeys(r.looks_for for r in READERS if r.looks_for))
+"""One line for "no profile found" messages: what each reader's files are called."""
 
 T = TypeVar("T")
 
@@ -52,12 +49,15 @@ FOREIGN_FORMATS = (
 )
 
 
-def require_found(found: Sequence[T], where: str | Path) -> Sequence[T]:
+def require_found(found: Sequence[T], where: str | Path, given: Sequence[Path] = ()) -> Sequence[T]:
     """``found`` (jobs, a job's profiles, the editor's job choices) when it holds one; else
-    NoProfileFound naming ``where`` and what we look for -- the one place that says it. A file of
-    another profiler (FOREIGN_FORMATS) is a ProfileError naming what it is (a profile is there, in
-    a format we do not read: no "record one")."""
+    NoProfileFound naming ``where`` -- the one place that raises it: "no such file or directory"
+    when none of the ``given`` paths exists, else "no profile found" and what we look for. A file
+    of another profiler (FOREIGN_FORMATS) is a ProfileError naming what it is (a profile is there,
+    in a format we do not read: no "record one")."""
     if not found:
+        if given and not any(Path(p).exists() for p in given):
+            raise NoProfileFound(where, "no such file or directory")
         what = foreign_format(Path(where))
         if what is not None:
             raise ProfileError(where, f"{what}, not a format msprof-lsp reads: profile the job with "
@@ -140,6 +140,11 @@ def _claim(seen: Folder | SeenFile) -> Candidate | None:
     return None
 
 
+def _held(folder: Folder) -> Held | None:
+    """The first reader's result held in an unclaimed folder (copied out of its root)."""
+    return next((held for r in READERS if (held := r.holder(folder)) is not None), None)
+
+
 def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]], listings: Listings) -> Iterable[Candidate]:
     try:
         is_dir = path.is_dir()
@@ -153,18 +158,12 @@ def _walk_root(path: Path, max_depth: int, seen_dirs: set[tuple[int, int]], list
         return
     if not is_dir:
         return
-    if path.name == OUTPUT_DIR:  # the result around it, else a bare output: its own profile
-        cand = _claim(listings.folder(path))
+    # Named inside a result (its raw data): the result around it is the profile.
+    for outer in dict.fromkeys(p for r in READERS for p in r.enclosing(path)):
+        cand = _claim(listings.folder(outer))
         if cand is not None:
             yield cand
-        return
-    if PROF_DIR_RE.match(path.name):
-        # Given a PROF dir directly: inside a torch_npu result it is raw data, the result is the profile.
-        for ancestor in (path.parent, path.parent.parent):
-            cand = _claim(listings.folder(ancestor))
-            if cand is not None:
-                yield cand
-                return
+            return
     try:
         home = path.resolve()
     except (OSError, RuntimeError):
@@ -200,17 +199,17 @@ def _walk_dir(
         return  # FRAMEWORK/, PROF_*/ inside a result are its raw data
     if folder.entry("pyvenv.cfg") is not None:  # a virtual environment
         return
-    bare = folder.has_dir(OUTPUT_DIR)
-    if bare:  # results copied out of their root: the output dir is the profile
-        cand = _claim(folder.sub(OUTPUT_DIR))
+    held = _held(folder)
+    if held is not None:  # a result copied out of its root
+        cand = _claim(held.profile)
         if cand is not None:
             yield cand
     subdirs: list[Path] = []
     for entry in sorted(folder.entries, key=lambda e: e.name):
         try:
             if entry.is_dir():
-                if bare and (entry.name == OUTPUT_DIR or PROF_DIR_RE.match(entry.name)):
-                    continue  # that run's raw CANN data
+                if held is not None and held.data(entry.name):
+                    continue  # that run's output and raw data
                 if entry.name in SKIP_DIRS:
                     continue
                 if _leads_out(entry, home):

@@ -5,11 +5,13 @@ or a test-data tree holds profiles of several unrelated jobs, and a training fol
 several runs of the same script; ranks of different jobs must never be compared as one cluster.
 Grouping, from one discovery walk (:func:`discover_jobs`):
 
-1. by the folder holding each run (``tensorboard_trace_handler(dir)`` writes every rank there) and
-   by producer (torch_npu runs, msprof ``PROF_*`` runs and Kineto traces are separate jobs);
-2. Kineto traces also by file-name pattern (digits aside: ``sampled_rank-0.json.gz`` and
-   ``sampled_rank-1.json.gz`` are one job, ``train.1.pt.trace.json`` and ``eval.2.pt.trace.json``
-   are two);
+1. by the folder holding each run (``tensorboard_trace_handler(dir)`` writes every rank there;
+   the reader says which folder or file is a run's own, ``Reader.run_root``) and by producer
+   (torch_npu runs, msprof ``PROF_*`` runs and Kineto traces are separate jobs; a reader may join
+   another's, ``Reader.same_job_as``: torch_npu text and DB exports);
+2. by file-name pattern where the reader says names tell jobs apart (``Reader.job_by_name``:
+   Kineto; digits aside, ``sampled_rank-0.json.gz`` and ``sampled_rank-1.json.gz`` are one job,
+   ``train.1.pt.trace.json`` and ``eval.2.pt.trace.json`` are two);
 3. into runs: ordered by start (the timestamp in the name, else the newest input file), a rank
    seen again starts the next run (``node_7_<day 1>_ascend_pt`` and ``node_9_<day 2>_ascend_pt``
    both rank 0: two runs, two jobs);
@@ -29,9 +31,8 @@ from pathlib import Path
 
 from msprof_lsp.mapping.profile.discover import DEFAULT_MAX_DEPTH, find_candidates, select_newest
 from msprof_lsp.mapping.profile.locations import ProfileLocation
-from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.profile.readers.protocol import Candidate, Listings, is_file
-from msprof_lsp.mapping.profile.readers.torch_npu import OUTPUT_DIR
+from msprof_lsp.mapping.profile.readers.registry import reader_for
 
 _DIGITS = re.compile(r"\d+")
 
@@ -52,6 +53,11 @@ class Job:
     @property
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted({loc.kind.value for loc in self.locations}))
+
+    @property
+    def detail(self) -> int:
+        """What the job's profiles carry (``Reader.detail``: Ascend exports more than a Kineto trace)."""
+        return max((reader_for(loc.kind, loc.path).detail for loc in self.locations), default=0)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -99,8 +105,8 @@ def group_candidates(candidates: Sequence[Candidate]) -> list[Job]:
     by_home: dict[tuple[Path, str, str], list[Candidate]] = {}
     for cand in candidates:
         loc = cand.location
-        home = _run_root(loc).parent
-        by_home.setdefault((home, _family(loc.kind), _name_pattern(loc)), []).append(cand)
+        home = reader_for(loc.kind, loc.path).run_root(loc).parent
+        by_home.setdefault((home, _family(loc), _name_pattern(loc)), []).append(cand)
 
     groups: list[tuple[Path, list[Candidate]]] = []
     for (home, _, _), cands in by_home.items():
@@ -113,23 +119,14 @@ def group_candidates(candidates: Sequence[Candidate]) -> list[Job]:
     return sorted(jobs, key=lambda j: (str(j.folder), [str(loc.path) for loc in j.locations]))
 
 
-def _run_root(loc: ProfileLocation) -> Path:
-    """The run's own folder or file: a DB or lone trace_view.json inside ASCEND_PROFILER_OUTPUT
-    belongs to the root above it; everything else is its own root."""
-    if loc.path.parent.name == OUTPUT_DIR:
-        return loc.path.parent.parent
-    return loc.path
-
-
-def _family(kind: ProfileKind) -> str:
-    # One torch_npu run can be exported as text on one rank and DB-only on another.
-    return "torch_npu" if kind in (ProfileKind.TORCH_NPU, ProfileKind.TORCH_NPU_DB) else kind.value
+def _family(loc: ProfileLocation) -> str:
+    return reader_for(loc.kind, loc.path).family.value
 
 
 def _name_pattern(loc: ProfileLocation) -> str:
-    # torch_npu and msprof name runs <host>_<pid>_<time> / PROF_<n>_<time>_<random letters>: the
-    # names of one run's ranks differ beyond digits, so only Kineto file names are compared.
-    if loc.kind is not ProfileKind.KINETO:
+    # Only where the reader says file names tell jobs apart: torch_npu and msprof name runs
+    # <host>_<pid>_<time> / PROF_<n>_<time>_<random letters>, so one run's ranks differ beyond digits.
+    if not reader_for(loc.kind, loc.path).job_by_name:
         return ""
     return _DIGITS.sub("#", loc.path.name)
 
@@ -157,7 +154,7 @@ def _merge_rank_folders(groups: list[tuple[Path, list[Candidate]]]) -> list[tupl
     for i, (home, cands) in enumerate(groups):
         if len(cands) == 1 and cands[0].location.rank is not None:
             loc = cands[0].location
-            key = (home.parent, _DIGITS.sub("#", home.name), _family(loc.kind), _name_pattern(loc))
+            key = (home.parent, _DIGITS.sub("#", home.name), _family(loc), _name_pattern(loc))
             singles.setdefault(key, []).append(i)
     merged: set[int] = set()
     out: list[tuple[Path, list[Candidate]]] = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from msprof_lsp.mapping.profile import cache, safe_io
-from msprof_lsp.mapping.profile.discover import find_all
-from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
+from msprof_lsp.mapping.profile.discover import find_all, require_found
+from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.numbers import fit_int64_in_place
 from msprof_lsp.mapping.profile.locations import Progress, ProfileLocation, no_progress
 from msprof_lsp.mapping.profile.model import Profile
@@ -57,11 +57,7 @@ def locate(path: Path) -> ProfileLocation:
     NoProfileFound when there is none; ProfileError when ``path`` holds several (point at one).
     """
     path = Path(path)
-    if not path.exists():
-        raise NoProfileFound(path, "does not exist")
-    found = find_all([path])
-    if not found:
-        raise NoProfileFound(path, "holds no profile")
+    found = require_found(find_all([path]), path, [path])
     if len(found) > 1:
         raise ProfileError(path, f"holds {len(found)} profiles, point at one: "
                                  + ", ".join(str(loc.path) for loc in found[:5]))

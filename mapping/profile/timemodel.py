@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.mapping.profile.model import BreakdownSource, Profile, ProfileKind, Step, StepBreakdown, StepTimes, TimeBreakdown
+from msprof_lsp.mapping.profile.model import BreakdownSource, Profile, Step, StepBreakdown, StepTimes, TimeBreakdown
 from msprof_lsp.mapping.profile.linking import row_groups
 from msprof_lsp.mapping.profile.step_windows import merge_intervals, step_ids
 
@@ -443,8 +443,10 @@ def _profile_breakdown(profile: Profile) -> TimeBreakdown:
     rows = [b for b in profile.step_breakdown if b.step_time_ns > 0]
     written = [b for b in rows if not b.derived]
     if written:
-        source = (BreakdownSource.ANALYSIS_DB if profile.meta.kind == ProfileKind.TORCH_NPU_DB
-                  else BreakdownSource.STEP_TRACE_TIME)
+        # The readers build on this module: the registry is reached when a breakdown is asked for.
+        from msprof_lsp.mapping.profile.readers.registry import reader_for
+
+        source = reader_for(profile.meta.kind, profile.meta.path).breakdown_source
         return TimeBreakdown(source, _slowest_per_step(_from_written(written, by_step, host)), streams)
     if rows:
         return TimeBreakdown(BreakdownSource.OVERLAP_ANALYSIS, _slowest_per_step(_from_written(rows, by_step, host)),

@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from msprof_lsp.mapping.profile.readers.registry import READERS
+
 from .state.documents import path_of
 from .guard import spawn
 
 if TYPE_CHECKING:
     from .app import MsprofLanguageServer
 
-PROFILE_GLOBS = ("**/*_ascend_pt/**", "**/PROF_*/**", "**/*.pt.trace.json*", "**/ascend_pytorch_profiler*.db")
+PROFILE_GLOBS = tuple(dict.fromkeys(g for reader in READERS for g in reader.watch))  # each reader's files
 SOURCE_GLOB = "**/*.py"
 POLL_INTERVAL_S = float(os.environ.get("MSPROF_LSP_POLL_INTERVAL", "3"))
 POLL_DEPTH = 3

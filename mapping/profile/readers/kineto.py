@@ -1107,4 +1107,7 @@ def _tail(path: Path, gz: bool) -> bytes:
         return b""
 
 
-READER = Reader(ProfileKind.KINETO, read, probe_file=probe_file)
+# A trace file per rank; traces of different jobs often share a folder, told apart by file name
+# (train.1.pt.trace.json, eval.2.pt.trace.json).
+READER = Reader(ProfileKind.KINETO, read, probe_file=probe_file, looks_for="*.pt.trace.json[.gz] or Kineto *.json[.gz]",
+                watch=("**/*.pt.trace.json*",), job_by_name=True)

@@ -51,12 +51,14 @@ from msprof_lsp.mapping.profile.readers.assemble import attach_kernels, optional
 from msprof_lsp.mapping.profile.readers.npu_trace import tables_from_trace
 from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY
 from msprof_lsp.mapping.profile.readers.protocol import (
+    PROF_DIR_RE,
     Candidate,
     Folder,
     Listings,
     Reader,
     SeenFile,
     as_rank,
+    files_below,
     int_or_zero,
     is_file,
     is_dir,
@@ -73,7 +75,6 @@ _FILE_RE = re.compile(
     r"^(?P<base>[a-z][a-z_]*?)(?:_slice_(?P<slice>\d+))?(?P<nums>(?:_\d+)*)\.(?P<ext>csv|json)$"
 )
 DB_RE = re.compile(r"^msprof_(\d{1,20})\.db$")
-PROF_DIR_RE = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+")
 _PROF_TS_RE = re.compile(r"^PROF_\d+_(\d{17})_")
 _DEVICE_RE = re.compile(r"^device_(\d+)$")
 STAMP_DIGITS = 12
@@ -199,6 +200,16 @@ def probe_file(file: SeenFile) -> Candidate | None:
     if file.explicit and DB_RE.match(file.name) and PROF_DIR_RE.match(file.path.parent.name):
         return probe_dir(file.listings.folder(file.path.parent))
     return None
+
+
+RAW_DIRS = frozenset({"data", "mindstudio_profiler_log"})
+"""device_*/data and host/data hold the raw collection (thousands of files), the log folder msprof's
+own log: never read, so never stamped in the cache key."""
+
+
+def inputs(location: ProfileLocation) -> list[Path]:
+    """Every file of the PROF_* directory but its raw collection and logs."""
+    return files_below(Path(location.path), RAW_DIRS.__contains__)
 
 
 def _rank_from_info(path: Path) -> int | None:
@@ -538,4 +549,5 @@ def _read_db(lay: MsprofLayout, profile: Profile, issues: list[Issue], progress:
                                                         preparing=False)
 
 
-READER = Reader(ProfileKind.MSPROF, read, probe_dir, probe_file)
+READER = Reader(ProfileKind.MSPROF, read, probe_dir, probe_file, looks_for="PROF_* directories",
+                watch=("**/PROF_*/**",), inputs=inputs, detail=1)

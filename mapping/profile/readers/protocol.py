@@ -1,10 +1,12 @@
 """The reader protocol, and what one discovery pass shares between the readers' probes.
 
-Every reader module defines ``READER = Reader(kind, read, probe_dir, probe_file)`` and is one line
-in :mod:`.registry`. Discovery lists each folder once (:class:`Listings`) and offers every folder
-and file it meets to the probes in table order; the first probe that recognises one returns a
-:class:`Candidate` whose location carries the reader's own layout (the files it found), so
-reading starts from that layout instead of classifying the folder again.
+Every reader module defines ``READER = Reader(kind, read, probe_dir, probe_file, ...)`` and is one
+line in :mod:`.registry`. Discovery lists each folder once (:class:`Listings`) and offers every
+folder and file it meets to the probes in table order; the first probe that recognises one returns
+a :class:`Candidate` whose location carries the reader's own layout (the files it found), so
+reading starts from that layout instead of classifying the folder again. What else discovery, job
+grouping, the cache key and the time model need to know of a producer is declared on its
+:class:`Reader` too; none of them names a reader.
 
 Probes are cheap: they look at names in listings already made (a subfolder they need is listed
 through the same :class:`Listings`, so still once per pass) and sniff at most the head of a file.
@@ -25,11 +27,15 @@ from msprof_lsp.mapping.profile import safe_io
 from msprof_lsp.mapping.errors import ProfileError
 from msprof_lsp.mapping.numbers import int64_of
 from msprof_lsp.mapping.profile.locations import Layout, Progress, ProfileLocation
-from msprof_lsp.mapping.profile.model import Profile, ProfileKind
+from msprof_lsp.mapping.profile.model import BreakdownSource, Profile, ProfileKind
 
 SNIFF_BYTES = 64 * 1024
 """How much of a JSON file a probe reads to tell a Kineto trace (object with traceEvents) from
 anything else, and to find ``distributedInfo.rank``."""
+
+PROF_DIR_RE = re.compile(r"^PROF_\d+_\d+_[0-9a-zA-Z]+")
+"""CANN's ``PROF_<n>_<time>_<letters>`` folder: the msprof CLI's profile, and raw data inside a
+torch_npu result (shared by both readers)."""
 
 _RANK_NAME_RE = re.compile(r"(?:^|[^a-z0-9])rank[_-]?(\d+)(?![0-9])", re.IGNORECASE)
 
@@ -115,18 +121,60 @@ class Candidate:
     name_ts: int  # timestamp in the directory/file name, 0 if none (tie-breaker after mtime)
 
 
-def _no_probe(_: object) -> Candidate | None:
+def _no_probe(_: object) -> None:
     return None
+
+
+def _no_folders(_: Path) -> tuple[Path, ...]:
+    return ()
+
+
+def own_path(location: ProfileLocation) -> Path:
+    return Path(location.path)
+
+
+def every_file(location: ProfileLocation) -> list[Path]:
+    """The location's file, or every file under its folder."""
+    return files_below(Path(location.path))
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A folder no probe claimed that holds one of a reader's results copied out of its root:
+    ``profile`` is offered to the probes, the subfolders ``data`` names (that run's output and raw
+    data) are never walked; the folder's other entries are."""
+
+    profile: Folder
+    data: Callable[[str], bool]
 
 
 @dataclass(frozen=True, slots=True)
 class Reader:
-    """One producer's reader: its kind, how it recognises its files, and how it reads them.
+    """One producer's reader: its kind, how it recognises its files, how it reads them, and what
+    discovery, jobs and the cache need to know of its layout (the defaults suit a producer that
+    writes one self-contained file or folder per rank, as Kineto does).
 
+    Recognising (discovery; see ``docs/formats.md#adding-a-reader``):
     ``probe_dir`` claims a folder as a profile root (discovery does not descend into it);
     ``probe_file`` recognises a single file. Both return None for what is not theirs.
-    ``summary`` reads only the small per-rank files a cluster view needs (see :class:`RankFiles`);
-    readers without one are loaded whole for the cluster view.
+    ``holder`` recognises a folder that holds a result copied out of its root (:class:`Held`);
+    ``enclosing`` names the folders above a path the user gave that may be a result holding it (a
+    path named inside a result is read as that result); ``raw_dirs`` are folder names that only
+    ever hold the producer's raw data or logs (never walked); ``looks_for`` says what its files
+    are called, for the one "no profile found" line; ``watch`` are the globs (below a workspace
+    folder) of its files that the editor asks its client to watch for a reload.
+
+    Reading: ``read`` loads a location; ``summary`` reads only the small per-rank files a cluster
+    view needs (see :class:`RankFiles`; readers without one are loaded whole for the cluster
+    view); ``inputs`` lists every file ``read`` may read (each stamps the cache key: a change to
+    any of them rebuilds the entry); ``breakdown_source`` names the producer's own step figures
+    (``Profile.step_breakdown`` rows not derived here).
+
+    Jobs (``mapping.jobs``): ``run_root`` is a location's own run folder or file (runs are grouped
+    by the folder above it); ``same_job_as`` names another reader whose runs can be ranks of one
+    job with this one's; ``job_by_name``: file names, digits aside, tell jobs apart; ``detail``
+    ranks what a profile carries (device pipelines, AI Core metrics) when the editor chooses
+    between equally new jobs.
     """
 
     kind: ProfileKind
@@ -134,6 +182,22 @@ class Reader:
     probe_dir: Callable[[Folder], Candidate | None] = _no_probe
     probe_file: Callable[[SeenFile], Candidate | None] = _no_probe
     summary: Callable[[ProfileLocation], RankFiles | None] | None = None
+    looks_for: str = ""
+    watch: tuple[str, ...] = ()
+    holder: Callable[[Folder], Held | None] = _no_probe
+    enclosing: Callable[[Path], tuple[Path, ...]] = _no_folders
+    raw_dirs: frozenset[str] = frozenset()
+    inputs: Callable[[ProfileLocation], list[Path]] = every_file
+    breakdown_source: BreakdownSource = BreakdownSource.STEP_TRACE_TIME
+    run_root: Callable[[ProfileLocation], Path] = own_path
+    same_job_as: ProfileKind | None = None
+    job_by_name: bool = False
+    detail: int = 0
+
+    @property
+    def family(self) -> ProfileKind:
+        """The kind whose runs this reader's join in one job (its own unless ``same_job_as``)."""
+        return self.same_job_as or self.kind
 
 
 @dataclass(slots=True)
@@ -234,6 +298,22 @@ def mtime_path(p: Path) -> float:
         return p.stat().st_mtime
     except OSError:
         return 0.0
+
+
+def _keep(_: str) -> bool:
+    return False
+
+
+def files_below(root: Path, skip: Callable[[str], bool] = _keep) -> list[Path]:
+    """``root`` when it is a file; else every file under it in sorted order, leaving out the
+    folders whose name ``skip`` accepts (a reader's raw data: thousands of files it never reads)."""
+    if root.is_file():
+        return [root]
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not skip(d))
+        found.extend(Path(dirpath) / f for f in sorted(filenames))
+    return found
 
 
 def sniff(path: Path) -> tuple[bytes, bool]:

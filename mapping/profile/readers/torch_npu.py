@@ -40,12 +40,15 @@ from msprof_lsp.mapping.profile.readers.assemble import attach_kernels, optional
 from msprof_lsp.mapping.profile.readers.npu_trace import TraceTables, tables_from_trace
 from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY
 from msprof_lsp.mapping.profile.readers.protocol import (
+    PROF_DIR_RE,
     Candidate,
     Folder,
+    Held,
     RankFiles,
     Reader,
     SeenFile,
     as_rank,
+    files_below,
     int_or_zero,
     is_file,
     mtime,
@@ -154,6 +157,43 @@ def _rank_from_profiler_info(path: Path) -> int | None:
     except (ProfileError, ValueError, RecursionError):
         return None
     return as_rank(data.get("rank_id") if isinstance(data, dict) else None)
+
+
+RAW_DIRS = frozenset({"FRAMEWORK", "logs"})
+"""A result's raw framework data and parser logs: never a profile, often huge."""
+
+LOOKS_FOR = f"*_ascend_pt / *_ascend_ms directories, {OUTPUT_DIR}, {TRACE}"
+
+
+def bare_output(folder: Folder) -> Held | None:
+    """A folder holding an ASCEND_PROFILER_OUTPUT (results copied out of their root): the output
+    is the profile; it and the run's raw CANN ``PROF_*`` data beside it are not walked."""
+    if not folder.has_dir(OUTPUT_DIR):
+        return None
+    return Held(folder.sub(OUTPUT_DIR), lambda name: name == OUTPUT_DIR or bool(PROF_DIR_RE.match(name)))
+
+
+def enclosing(path: Path) -> tuple[Path, ...]:
+    """A ``PROF_*`` folder the user named may be a result's raw CANN data: that result (its
+    parent, or the parent's parent) is the profile."""
+    return (path.parent, path.parent.parent) if PROF_DIR_RE.match(path.name) else ()
+
+
+def run_root(location: ProfileLocation) -> Path:
+    """The run's root: a DB or a lone trace_view.json inside ASCEND_PROFILER_OUTPUT belongs to the
+    root above it; a root (or a bare output) is its own."""
+    path = Path(location.path)
+    return path.parent.parent if path.parent.name == OUTPUT_DIR else path
+
+
+def inputs(location: ProfileLocation) -> list[Path]:
+    """Every file of the result but its raw data (FRAMEWORK/, logs/, CANN's PROF_*/ and its
+    mindstudio_profiler_log/: thousands of files; the export already holds what is read)."""
+    return files_below(Path(location.path), _raw)
+
+
+def _raw(name: str) -> bool:
+    return name in RAW_DIRS or name == "mindstudio_profiler_log" or name.startswith("PROF_")
 
 
 def probe_dir(folder: Folder) -> Candidate | None:
@@ -490,4 +530,7 @@ def _gate_on_meta(lay: NpuLayout, profile: Profile, issues: list[Issue]) -> None
             )
 
 
-READER = Reader(ProfileKind.TORCH_NPU, read, probe_dir, probe_file, summary=read_summary)
+READER = Reader(
+    ProfileKind.TORCH_NPU, read, probe_dir, probe_file, summary=read_summary, looks_for=LOOKS_FOR, watch=("**/*_ascend_pt/**",),
+    holder=bare_output, enclosing=enclosing, raw_dirs=RAW_DIRS, inputs=inputs, run_root=run_root, detail=1,
+)

@@ -25,6 +25,7 @@ from msprof_lsp.mapping.profile.frames import StackTable, parse_frame
 from msprof_lsp.mapping.profile.locations import Layout, ProfileLocation, Progress
 from msprof_lsp.mapping.profile.model import (
     AICORE_FREQ_KEY,
+    BreakdownSource,
     HOST_EVENT_SCHEMA,
     HOST_OP_SCHEMA,
     MODULE_SCHEMA,
@@ -49,6 +50,7 @@ from msprof_lsp.mapping.profile.readers.protocol import (
     Candidate, Folder, RankFiles, Reader, SeenFile, as_rank, mtime, mtime_path, own_layout, rank_from_names,
 )
 from msprof_lsp.mapping.profile.readers.sqlite_db import SqliteDb
+from msprof_lsp.mapping.profile.readers import torch_npu
 from msprof_lsp.mapping.profile.readers.torch_npu import DB_NAME_RE, OUTPUT_DIR, has_text_outputs, root_name_ts, run_facts, run_folders
 
 ANALYSIS_DB = "analysis.db"
@@ -225,11 +227,17 @@ def _db_layout(location: ProfileLocation) -> DbLayout:
                       f"no ascend_pytorch_profiler*.db found (export_type=db writes it to {OUTPUT_DIR}/)")
 
 
-def companion_files(location: ProfileLocation) -> list[Path]:
-    """The other files :func:`read` reads for this DB (for the cache key), from its layout: the run
-    root is not listed again."""
+def inputs(location: ProfileLocation) -> list[Path]:
+    """The DB, the files :func:`read` reads with it (analysis.db beside it, the run root's JSON
+    files, from its layout: the root is not listed again), and each database's write-ahead log: a
+    pending log holds rows the reader sees (sqlite_db reads it from a private copy) while the .db
+    keeps its size and mtime (the cache skips a log while it does not exist)."""
+    if not Path(location.path).is_file():  # a run root named by hand: its files, as the text export's
+        return torch_npu.inputs(location)
     lay = _db_layout(location)
-    return [p for p in (lay.db.parent / ANALYSIS_DB, lay.metadata) if p is not None and p.is_file()] + list(lay.infos)
+    companions = [p for p in (lay.db.parent / ANALYSIS_DB, lay.metadata) if p is not None and p.is_file()]
+    files = [Path(location.path), *companions, *lay.infos]
+    return files + [p.with_name(p.name + "-wal") for p in files if p.suffix == ".db"]
 
 
 def _read_json_meta(lay: DbLayout, meta: ProfileMeta, issues: list[Issue]) -> None:
@@ -872,4 +880,11 @@ def _num_key(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(v)
 
 
-READER = Reader(ProfileKind.TORCH_NPU_DB, read, probe_dir, probe_file, summary=read_summary)
+# A DB export is a torch_npu result written as a DB: its root, raw data and job grouping are the
+# text export's (one run may be text on one rank and DB-only on another).
+READER = Reader(
+    ProfileKind.TORCH_NPU_DB, read, probe_dir, probe_file, summary=read_summary,
+    looks_for="ascend_pytorch_profiler*.db", watch=("**/ascend_pytorch_profiler*.db",), holder=torch_npu.bare_output, enclosing=torch_npu.enclosing,
+    raw_dirs=torch_npu.RAW_DIRS, inputs=inputs, breakdown_source=BreakdownSource.ANALYSIS_DB,
+    run_root=torch_npu.run_root, same_job_as=ProfileKind.TORCH_NPU, detail=1,
+)

@@ -3,8 +3,8 @@
 Order: a profile chosen with ``msprof-lsp.selectProfile`` -> the ``profile`` setting -> discovery
 under the workspace folders. A folder can hold several jobs (one per sample, one per training
 script): every file is served by the job that owns it (:func:`owner`), and the job of the most
-recently opened file is the primary one (the status), else the newest job (ties: Ascend profiles
-before Kineto traces, which carry less).
+recently opened file is the primary one (the status), else the newest job (ties: the job whose
+profiles carry more, ``Job.detail``: Ascend profiles before Kineto traces).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from msprof_lsp.mapping.errors import NoProfileFound
 from msprof_lsp.mapping.profile.discover import require_found
 from msprof_lsp.mapping.profile.jobs import Job
-from msprof_lsp.mapping.profile.model import ProfileKind
 
 from ...analysis import run
 
@@ -61,22 +60,18 @@ def find_jobs(folders: Sequence[Path]) -> list[JobChoice]:
     newest: dict[Path, JobChoice] = {}
     for choice in out:
         held = newest.get(choice.folder)
-        if held is None or (choice.newest, _ascend(choice)) > (held.newest, _ascend(held)):
+        if held is None or (choice.newest, choice.job.detail) > (held.newest, held.job.detail):
             newest[choice.folder] = choice
     return [c for c in out if newest[c.folder] is c]
 
 
-def _ascend(job: JobChoice) -> bool:
-    return any(k != ProfileKind.KINETO.value for k in job.kinds)
-
-
 def owner(path: str, jobs: Sequence[JobChoice]) -> JobChoice | None:
     """The job whose diagnostics ``path`` gets: of the jobs whose source folder holds it, the
-    deepest folder (the most specific), then the newest, then Ascend before Kineto."""
+    deepest folder (the most specific), then the newest, then the more detailed (``Job.detail``)."""
     owning = [j for j in jobs if j.contains(path)]
     if not owning:
         return None
-    return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, _ascend(j), str(j.folder)))
+    return max(owning, key=lambda j: (len(j.source_root.parts), j.newest, j.job.detail, str(j.folder)))
 
 
 def discovered(folders: Sequence[Path]) -> list[JobChoice]:
@@ -90,4 +85,4 @@ def choose_job(jobs: Sequence[JobChoice], open_paths_newest_last: Sequence[str])
         job = owner(path, jobs)
         if job is not None:
             return job
-    return max(jobs, key=lambda j: (j.newest, _ascend(j), str(j.folder)))
+    return max(jobs, key=lambda j: (j.newest, j.job.detail, str(j.folder)))

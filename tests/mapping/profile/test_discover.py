@@ -290,3 +290,65 @@ def test_one_reader_per_kind_and_discovery_hands_it_its_layout(tmp_path: Path) -
     assert npu.output == text / "ASCEND_PROFILER_OUTPUT" and npu.trace == npu.output / "trace_view.json"
     assert npu.infos == (text / "profiler_info_0.json",)
     assert msprof.style == "current" and list(msprof.files) == ["op_summary"]
+
+
+# What uses readers without being one: it asks the registry and names none (issue 24).
+USES_READERS = ("mapping/profile/discover.py", "mapping/profile/jobs.py", "mapping/profile/cache.py",
+                "mapping/profile/timemodel.py", "mapping/profile/load.py", "mapping/profile/cluster.py",
+                "server/lsp/state/targets.py", "server/lsp/watch.py")
+
+
+def _names_of_readers(rel: str, readers: set[str]) -> list[str]:
+    """Where the file at ``rel`` names a reader module or a ProfileKind member."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / rel).read_text(encoding="utf-8"))
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            taken = {module.rsplit(".", 1)[-1]} if ".readers." in module else {a.name for a in node.names}
+            named += [f"{rel}:{node.lineno} imports {r}" for r in taken & readers]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ProfileKind":
+            named.append(f"{rel}:{node.lineno} ProfileKind.{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and ".readers." in node.value:
+            named.append(f"{rel}:{node.lineno} {node.value!r}")
+    return named
+
+
+def test_discovery_jobs_cache_time_model_and_editor_name_no_reader() -> None:
+    """Each reader owns its probes, layout and cache-key files (fields of its Reader); discovery,
+    jobs, the cache, the time model, the loaders and the editor's targets and watcher iterate the
+    registry, so adding a reader is its module plus a registry line."""
+    from msprof_lsp.mapping.profile.discover import SKIP_DIRS, WHAT_WE_LOOK_FOR
+    from msprof_lsp.mapping.profile.readers.registry import READERS
+    from msprof_lsp.server.lsp.watch import PROFILE_GLOBS
+
+    folder = Path(__file__).resolve().parents[1] / "mapping" / "profile" / "readers"
+    readers = {p.stem for p in folder.glob("*.py")} - {"__init__", "protocol", "registry"}
+    assert {"kineto", "torch_npu", "torch_npu_db", "msprof_cli"} <= readers
+    assert [n for rel in USES_READERS for n in _names_of_readers(rel, readers)] == []
+    # ... and what they say of the producers is the readers' own
+    for reader in READERS:
+        assert reader.looks_for and reader.looks_for in WHAT_WE_LOOK_FOR, reader.kind
+        assert reader.watch and set(reader.watch) <= set(PROFILE_GLOBS), reader.kind
+        assert reader.raw_dirs <= SKIP_DIRS
+
+
+def test_a_readers_raw_data_is_neither_walked_nor_stamped(tmp_path: Path) -> None:
+    """torch_npu's FRAMEWORK/ and raw CANN PROF_* data, msprof's device data: no profile of their
+    own (discovery) and no part of the cache key (Reader.inputs), while the files read are."""
+    from msprof_lsp.mapping.profile.cache import input_files
+
+    root = _torch_root(tmp_path, "w_20240101000000000_ascend_pt", rank=0, info_suffix=True, mtime=10.0)
+    prof = tmp_path / "PROF_000002_20240101120000123_ABCDEFGH"
+    _touch(prof / "mindstudio_profiler_output" / "op_summary_20240101120000.csv", "x\n")
+    _touch(prof / "device_0" / "data" / "raw.data.0.slice_0", "raw")
+    found = {loc.path: loc for loc in find_all([tmp_path])}
+    assert set(found) == {root, prof}
+    npu = {p.relative_to(root).as_posix() for p in input_files(found[root])}
+    assert "ASCEND_PROFILER_OUTPUT/kernel_details.csv" in npu and "profiler_info_0.json" in npu
+    assert not any(p.startswith(("FRAMEWORK/", "PROF_")) for p in npu)
+    assert [p.relative_to(prof).as_posix() for p in input_files(found[prof])] == [
+        "mindstudio_profiler_output/op_summary_20240101120000.csv"
+    ]

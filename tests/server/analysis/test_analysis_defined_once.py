@@ -50,6 +50,11 @@ def test_no_profile_found_is_said_in_one_place():
     (said,) = strings_containing("no profile found (looked for")
     assert said.startswith("mapping/profile/discover.py:")
     assert importers("msprof_lsp.mapping.profile.discover", "WHAT_WE_LOOK_FOR") == set()
+    # raised there alone too ("no such file or directory" included): locate and load_profile ask it
+    raised = {rel for rel, tree in SOURCES.items() for node in ast.walk(tree)
+              if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+              and getattr(node.exc.func, "id", "") == "NoProfileFound"}
+    assert raised == {"mapping/profile/discover.py"}
 
 
 def test_the_per_job_run_is_the_cores():
