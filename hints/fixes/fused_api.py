@@ -29,7 +29,10 @@ the original ones in the ``else``, and the file gets the guarded import, never a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import libcst as cst
 
@@ -37,7 +40,7 @@ from . import cst_tools as ct
 from .cst_tools import Source
 from .dataflow import NameFlow
 from .npu_access import behind_npu, npu_access
-from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, Where, anchor_path, decline, result, where
 
 SNIPPETS: dict[str, str] = {
     "NPU210": "y = torch_npu.npu_rms_norm(x, weight, epsilon=eps)[0]  # returns (y, rstd); weight dtype = x dtype",
@@ -85,18 +88,50 @@ def _last_dim(call: cst.Call, index: int, name: str = "dim") -> bool:
     return arg is not None and ct.literal(arg.value) == -1
 
 
-def _npu(module: cst.Module) -> tuple[str, cst.Module]:
-    """The module's name for torch_npu (``_finish`` makes it bound on every path)."""
-    return npu_access(module).name, module
+@dataclass(frozen=True, slots=True)
+class _Edit:
+    """What a recognised expression becomes: the node replacements, the fix's title and notes;
+    ``npu``: NPU-only code."""
+
+    replacements: dict[cst.CSTNode, ct.Replacement]
+    title: str
+    notes: tuple[str, ...]
+    npu: bool = True
 
 
-def _finish(source: Text, src: Source, replacements: dict, title: str, anchor: Anchor, path: str | None, notes: tuple[str, ...], *, npu: bool,
-            why: list[str] | None = None) -> FixResult | None:
-    # NPU-only code runs behind `if torch_npu is not None:` unless every path imports torch_npu
-    module = behind_npu(src, replacements, why) if npu else src.rewrite(replacements)
-    if module is None:
-        return None
-    return result(source, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)
+# (parsed file, candidate node at the anchor, the file's name for torch_npu) -> the edit, None (try
+# the next node) or why there is no edit (stop)
+Matcher = Callable[[Source, Any, str], "_Edit | str | None"]
+Nodes = Callable[[Source, Where], Iterable[Any]]
+
+
+def _nodes(kind: type[cst.CSTNode], *more: type[cst.CSTNode], outer_first: bool = False) -> Nodes:
+    """The nodes of ``kind`` (then of each of ``more``) covering the anchor, innermost first."""
+    def at(src: Source, w: Where) -> list[cst.CSTNode]:
+        found = [n for k in (kind, *more) for n in src.at(w, k)]
+        return found[::-1] if outer_first else found
+    return at
+
+
+def _swap(source: Text, anchor: Anchor, path: str | None, why: list[str] | None, nodes: Nodes, match: Matcher,
+          missing: str) -> FixResult | None:
+    """The one driver of the swaps: parse once, try ``match`` on each candidate node, write the first
+    edit -- NPU-only code behind ``if torch_npu is not None:`` unless every path imports torch_npu
+    (the name ``match`` got is then bound on every path)."""
+    src = ct.parse(source)
+    if src is None:
+        return decline(why, "the file does not parse")
+    npu = npu_access(src.module).name
+    for node in nodes(src, where(anchor)):
+        found = match(src, node, npu)
+        if isinstance(found, str):
+            return decline(why, found)
+        if found is not None:
+            module = behind_npu(src, found.replacements, why) if found.npu else src.rewrite(found.replacements)
+            if module is None:
+                return None
+            return result(source, module.code, found.title, safe=False, path=anchor_path(anchor, path), notes=found.notes)
+    return decline(why, missing)
 
 
 # -- NPU210 rms_norm ---------------------------------------------------------------------------------
@@ -163,19 +198,19 @@ def _match_rms(src: Source, node: cst.CSTNode) -> tuple[cst.BaseExpression, cst.
     return None
 
 
+def _rms_edit(src: Source, node: cst.BinaryOperation, npu: str) -> _Edit | None:
+    m = _match_rms(src, node)
+    if m is None:
+        return None
+    x, w, eps = m
+    new = ct.expr(f"{npu}.npu_rms_norm({ct.code(x)}, {ct.code(w)}, epsilon={ct.code(eps)})[0]")
+    return _Edit({node: new}, "Use torch_npu.npu_rms_norm",
+                 ("the weight must have x's dtype; an fp32 upcast in the original rounds differently",))
+
+
 def rms_norm(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for node in reversed(src.at(where(anchor), cst.BinaryOperation)):
-        m = _match_rms(src, node)
-        if m:
-            x, w, eps = m
-            npu, _ = _npu(src.module)
-            new = ct.expr(f"{npu}.npu_rms_norm({ct.code(x)}, {ct.code(w)}, epsilon={ct.code(eps)})[0]")
-            return _finish(source, src, {node: new}, "Use torch_npu.npu_rms_norm", anchor, path,
-                           ("the weight must have x's dtype; an fp32 upcast in the original rounds differently",), npu=True, why=why)
-    return decline(why, "no exactly recognised RMSNorm expression here")
+    return _swap(source, anchor, path, why, _nodes(cst.BinaryOperation, outer_first=True), _rms_edit,
+                 "no exactly recognised RMSNorm expression here")
 
 
 # -- NPU211 swiglu ----------------------------------------------------------------------------------------
@@ -198,49 +233,47 @@ def _chunk_source(src: Source, value: cst.BaseExpression) -> cst.BaseExpression 
     return x if ok else None
 
 
+def _swiglu_edit(src: Source, node: cst.BinaryOperation, npu: str) -> _Edit | str | None:
+    m = _mul(node)
+    if m is None:
+        return None
+    gate, up = m
+    if not (isinstance(gate, cst.Call) and src.is_api(gate.func, *SILU) and len(gate.args) == 1 and isinstance(gate.args[0].value, cst.Name) and isinstance(up, cst.Name)):
+        return None
+    a, b = gate.args[0].value.value, up.value
+    stmt = src.statement(node)
+    block = src.block_of(stmt) if stmt is not None else None
+    if block is None:
+        return None
+    i = ct.statement_index(block, stmt)
+    prev = block.body[i - 1] if i > 0 else None
+    assign = prev.body[0] if isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign) else None
+    if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Tuple):
+        return "the halves are not split by the statement right before"
+    names = [e.value.value if isinstance(e.value, cst.Name) else None for e in assign.targets[0].target.elements]
+    x = _chunk_source(src, assign.value)
+    if names != [a, b] or x is None:
+        return "not `a, b = x.chunk(2, dim=-1)` followed by `F.silu(a) * b`"
+    func = src.function_of(node)
+    flow = NameFlow(src, func) if func is not None else None
+    used_elsewhere = flow is None or any(len(flow.loads(n)) != 1 for n in (a, b))
+    if used_elsewhere and not _plain(x):
+        return "the halves are used elsewhere and the input is not a plain name"
+    new_expr = ct.expr(f"{npu}.npu_swiglu({ct.code(x)}, dim=-1)")
+    if used_elsewhere:
+        module_repl: dict[cst.CSTNode, ct.Replacement] = {node: new_expr}
+    else:  # the split goes; comments above it stay
+        new_stmt = ct.rewrite(stmt, {node: new_expr})  # type: ignore[arg-type]
+        module_repl = {
+            prev: cst.RemovalSentinel.REMOVE,
+            stmt: new_stmt.with_changes(leading_lines=[*prev.leading_lines, *stmt.leading_lines]),  # type: ignore[union-attr]
+        }
+    return _Edit(module_repl, "Use torch_npu.npu_swiglu", ("the first half must be the gated one (silu(first) * second)",))
+
+
 def swiglu(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for node in src.at(where(anchor), cst.BinaryOperation):
-        m = _mul(node)
-        if m is None:
-            continue
-        gate, up = m
-        if not (isinstance(gate, cst.Call) and src.is_api(gate.func, *SILU) and len(gate.args) == 1 and isinstance(gate.args[0].value, cst.Name) and isinstance(up, cst.Name)):
-            continue
-        a, b = gate.args[0].value.value, up.value
-        stmt = src.statement(node)
-        block = src.block_of(stmt) if stmt is not None else None
-        if block is None:
-            continue
-        i = ct.statement_index(block, stmt)
-        prev = block.body[i - 1] if i > 0 else None
-        assign = prev.body[0] if isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign) else None
-        if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Tuple):
-            return decline(why, "the halves are not split by the statement right before")
-        names = [e.value.value if isinstance(e.value, cst.Name) else None for e in assign.targets[0].target.elements]
-        x = _chunk_source(src, assign.value)
-        if names != [a, b] or x is None:
-            return decline(why, "not `a, b = x.chunk(2, dim=-1)` followed by `F.silu(a) * b`")
-        func = src.function_of(node)
-        flow = NameFlow(src, func) if func is not None else None
-        used_elsewhere = flow is None or any(len(flow.loads(n)) != 1 for n in (a, b))
-        if used_elsewhere and not _plain(x):
-            return decline(why, "the halves are used elsewhere and the input is not a plain name")
-        npu, _ = _npu(src.module)
-        new_expr = ct.expr(f"{npu}.npu_swiglu({ct.code(x)}, dim=-1)")
-        if used_elsewhere:
-            module_repl: dict[cst.CSTNode, ct.Replacement] = {node: new_expr}
-        else:  # the split goes; comments above it stay
-            new_stmt = ct.rewrite(stmt, {node: new_expr})  # type: ignore[arg-type]
-            module_repl = {
-                prev: cst.RemovalSentinel.REMOVE,
-                stmt: new_stmt.with_changes(leading_lines=[*prev.leading_lines, *stmt.leading_lines]),  # type: ignore[union-attr]
-            }
-        return _finish(source, src, module_repl, "Use torch_npu.npu_swiglu", anchor, path,
-                       ("the first half must be the gated one (silu(first) * second)",), npu=True, why=why)
-    return decline(why, "no exactly recognised SwiGLU expression here")
+    return _swap(source, anchor, path, why, _nodes(cst.BinaryOperation), _swiglu_edit,
+                 "no exactly recognised SwiGLU expression here")
 
 
 # -- NPU212 rotary -----------------------------------------------------------------------------------------
@@ -273,28 +306,28 @@ def _is_rotate_half(src: Source, name: str) -> bool:
     return False
 
 
+def _rotary_edit(src: Source, node: cst.BinaryOperation, npu: str) -> _Edit | None:
+    if not (isinstance(node.operator, cst.Add)):
+        return None
+    left, right = _mul(_strip(node.left)), _mul(_strip(node.right))
+    if left is None or right is None:
+        return None
+    for (q, cos) in (left, left[::-1]):
+        for (rot, sin) in (right, right[::-1]):
+            if (
+                _plain(q) and _plain(cos) and _plain(sin)
+                and isinstance(rot, cst.Call) and isinstance(rot.func, cst.Name) and len(rot.args) == 1
+                and ct.same(rot.args[0].value, q) and _is_rotate_half(src, rot.func.value)
+            ):
+                new = ct.expr(f"{npu}.npu_rotary_mul({ct.code(q)}, {ct.code(cos)}, {ct.code(sin)})")
+                return _Edit({node: new}, "Use torch_npu.npu_rotary_mul",
+                             ("q must be 4-D (BNSD/BSND/SBND, D even, < 896); cos/sin over the full head dim",))
+    return None
+
+
 def rotary_mul(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for node in reversed(src.at(where(anchor), cst.BinaryOperation)):
-        if not (isinstance(node.operator, cst.Add)):
-            continue
-        left, right = _mul(_strip(node.left)), _mul(_strip(node.right))
-        if left is None or right is None:
-            continue
-        for (q, cos) in (left, left[::-1]):
-            for (rot, sin) in (right, right[::-1]):
-                if (
-                    _plain(q) and _plain(cos) and _plain(sin)
-                    and isinstance(rot, cst.Call) and isinstance(rot.func, cst.Name) and len(rot.args) == 1
-                    and ct.same(rot.args[0].value, q) and _is_rotate_half(src, rot.func.value)
-                ):
-                    npu, _ = _npu(src.module)
-                    new = ct.expr(f"{npu}.npu_rotary_mul({ct.code(q)}, {ct.code(cos)}, {ct.code(sin)})")
-                    return _finish(source, src, {node: new}, "Use torch_npu.npu_rotary_mul", anchor, path,
-                                   ("q must be 4-D (BNSD/BSND/SBND, D even, < 896); cos/sin over the full head dim",), npu=True, why=why)
-    return decline(why, "no exactly recognised rotary embedding here (q * cos + rotate_half(q) * sin)")
+    return _swap(source, anchor, path, why, _nodes(cst.BinaryOperation, outer_first=True), _rotary_edit,
+                 "no exactly recognised rotary embedding here (q * cos + rotate_half(q) * sin)")
 
 
 # -- NPU213 attention ------------------------------------------------------------------------------------
@@ -449,79 +482,69 @@ def _match_attention(src: Source, node: cst.BaseExpression, stmt: cst.BaseStatem
     return _Attn(q, k, v, scale, add_mask, bool_mask, dropout_p, inl.consumed)
 
 
+def _attention_edit(src: Source, node: cst.CSTNode, npu: str, backend: str) -> _Edit | str | None:
+    stmt = src.statement(node)
+    m = _match_attention(src, node, stmt) if stmt is not None else None
+    if m is None:
+        return None
+    q, k, v = ct.code(m.q), ct.code(m.k), ct.code(m.v)
+    if backend == "ascend":
+        if m.add_mask is not None:
+            return "additive float mask: npu_fusion_attention takes a boolean mask (True = masked out)"
+        args = [q, k, v, f"{q}.shape[1]", '"BNSD"']
+        if m.bool_mask:
+            args.append(f"atten_mask={m.bool_mask}")
+        args.append(f"scale={m.scale}")
+        if m.dropout_p:
+            args.append(f"keep_prob=1 - ({m.dropout_p})")
+        new = ct.expr(f"{npu}.npu_fusion_attention({', '.join(args)})[0]")
+        return _Edit(ct.remove_statements(src, m.consumed, keep={node: new}), "Use torch_npu.npu_fusion_attention", (
+            "q, k, v must be [batch, heads, seq, head_dim] (BNSD)",
+            "atten_mask True = masked out (the inverse of SDPA's boolean mask)",
+        ))
+    functional = ct.local_name_for(src.module, "torch.nn.functional") or "torch.nn.functional"
+    args = [q, k, v]
+    if m.add_mask:
+        args.append(f"attn_mask={m.add_mask}")
+    if m.bool_mask:
+        args.append(f"attn_mask=~({m.bool_mask})")
+    if m.dropout_p:
+        args.append(f"dropout_p={m.dropout_p}")
+    args.append(f"scale={m.scale}")
+    new = ct.expr(f"{functional}.scaled_dot_product_attention({', '.join(args)})")
+    return _Edit(ct.remove_statements(src, m.consumed, keep={node: new}), "Use F.scaled_dot_product_attention", (
+        "a boolean attn_mask is True where attention is allowed",
+        "dropout draws a different random stream",
+    ), npu=False)
+
+
 def attention(source: Text, anchor: Anchor, *, backend: str = "ascend", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
     """Fuse a hand-written scaled-dot-product attention (``backend``: ascend | cuda | cpu)."""
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    candidates = [*src.at(where(anchor), cst.BinaryOperation), *src.at(where(anchor), cst.Call)]
-    for node in candidates:
-        stmt = src.statement(node)
-        if stmt is None:
-            continue
-        m = _match_attention(src, node, stmt)
-        if m is None:
-            continue
-        q, k, v = ct.code(m.q), ct.code(m.k), ct.code(m.v)
-        if backend == "ascend":
-            if m.add_mask is not None:
-                return decline(why, "additive float mask: npu_fusion_attention takes a boolean mask (True = masked out)")
-            args = [q, k, v, f"{q}.shape[1]", '"BNSD"']
-            if m.bool_mask:
-                args.append(f"atten_mask={m.bool_mask}")
-            args.append(f"scale={m.scale}")
-            if m.dropout_p:
-                args.append(f"keep_prob=1 - ({m.dropout_p})")
-            npu, _ = _npu(src.module)
-            new = ct.expr(f"{npu}.npu_fusion_attention({', '.join(args)})[0]")
-            title, notes, npu_import = "Use torch_npu.npu_fusion_attention", (
-                "q, k, v must be [batch, heads, seq, head_dim] (BNSD)",
-                "atten_mask True = masked out (the inverse of SDPA's boolean mask)",
-            ), True
-        else:
-            functional = ct.local_name_for(src.module, "torch.nn.functional") or "torch.nn.functional"
-            args = [q, k, v]
-            if m.add_mask:
-                args.append(f"attn_mask={m.add_mask}")
-            if m.bool_mask:
-                args.append(f"attn_mask=~({m.bool_mask})")
-            if m.dropout_p:
-                args.append(f"dropout_p={m.dropout_p}")
-            args.append(f"scale={m.scale}")
-            new = ct.expr(f"{functional}.scaled_dot_product_attention({', '.join(args)})")
-            title, notes, npu_import = "Use F.scaled_dot_product_attention", (
-                "a boolean attn_mask is True where attention is allowed",
-                "dropout draws a different random stream",
-            ), False
-        repl = ct.remove_statements(src, m.consumed, keep={node: new})
-        return _finish(source, src, repl, title, anchor, path, notes, npu=npu_import, why=why)
-    return decline(why, "no exactly recognised attention expression here")
+    return _swap(source, anchor, path, why, _nodes(cst.BinaryOperation, cst.Call), partial(_attention_edit, backend=backend),
+                 "no exactly recognised attention expression here")
 
 
 # -- NPU214 gelu -------------------------------------------------------------------------------------------
 
 
+def _gelu_edit(src: Source, call: cst.Call, npu: str, backend: str) -> _Edit | str | None:
+    if not src.is_api(call.func, *GELU) or ct.has_star(call) or len(ct.positional(call)) != 1:
+        return None
+    approx = ct.keyword(call, "approximate")
+    if approx is not None and ct.literal(approx.value) != "none":
+        return "gelu already uses an approximation"
+    if len(call.args) != (1 if approx is None else 2):
+        return None
+    x = ct.code(ct.positional(call)[0].value)
+    notes = ("an approximation of GELU: outputs change slightly",)
+    if backend == "ascend":
+        return _Edit({call: ct.expr(f"{npu}.fast_gelu({x})")}, "Use torch_npu.fast_gelu (approximation)", notes)
+    new = ct.append_args(call, [ct.kwarg("approximate", '"tanh"')]) if approx is None else ct.set_kwarg(call, "approximate", '"tanh"')
+    return _Edit({call: new}, "Use the tanh approximation of GELU", notes, npu=False)
+
+
 def fast_gelu(source: Text, anchor: Anchor, *, backend: str = "ascend", path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for call in src.at(where(anchor), cst.Call):
-        if not src.is_api(call.func, *GELU) or ct.has_star(call) or len(ct.positional(call)) != 1:
-            continue
-        approx = ct.keyword(call, "approximate")
-        if approx is not None and ct.literal(approx.value) != "none":
-            return decline(why, "gelu already uses an approximation")
-        if len(call.args) != (1 if approx is None else 2):
-            continue
-        x = ct.code(ct.positional(call)[0].value)
-        if backend == "ascend":
-            npu, _ = _npu(src.module)
-            return _finish(source, src, {call: ct.expr(f"{npu}.fast_gelu({x})")}, "Use torch_npu.fast_gelu (approximation)",
-                           anchor, path, ("an approximation of GELU: outputs change slightly",), npu=True, why=why)
-        new = ct.append_args(call, [ct.kwarg("approximate", '"tanh"')]) if approx is None else ct.set_kwarg(call, "approximate", '"tanh"')
-        return _finish(source, src, {call: new}, "Use the tanh approximation of GELU", anchor, path,
-                       ("an approximation of GELU: outputs change slightly",), npu=False)
-    return decline(why, "no F.gelu(x) here")
+    return _swap(source, anchor, path, why, _nodes(cst.Call), partial(_gelu_edit, backend=backend), "no F.gelu(x) here")
 
 
 # -- NPU215 confusion_transpose ------------------------------------------------------------------------------
@@ -553,81 +576,70 @@ def _method_call(node: cst.CSTNode, *names: str) -> cst.Call | None:
     return None
 
 
+def _transpose_edit(src: Source, call: cst.Call, npu: str) -> _Edit | str | None:
+    outer = _method_call(call, "view", "reshape", "permute")
+    if outer is None:
+        return None
+    inner = outer.func.value  # type: ignore[union-attr]
+    if outer.func.attr.value in ("view", "reshape"):  # type: ignore[union-attr]
+        c = _method_call(inner, "contiguous")
+        if c is not None and not c.args:
+            inner = c.func.value  # type: ignore[union-attr]
+        perm_call = _method_call(inner, "permute")
+        if perm_call is None:
+            return None
+        perm, shape, x, first = _literal_perm(perm_call), _shape(outer), perm_call.func.value, "True"  # type: ignore[union-attr]
+    else:
+        view_call = _method_call(inner, "view", "reshape")
+        if view_call is None:
+            return None
+        perm, shape, x, first = _literal_perm(outer), _shape(view_call), view_call.func.value, "False"  # type: ignore[union-attr]
+    if perm is None or shape is None:
+        return "the permutation is not a literal full perm or the shape uses -1"
+    new = ct.expr(f"{npu}.npu_confusion_transpose({ct.code(x)}, {perm}, {shape}, {first})")
+    return _Edit({call: new}, "Use torch_npu.npu_confusion_transpose", ("documented dtypes exclude bfloat16",))
+
+
 def confusion_transpose(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for call in reversed(src.at(where(anchor), cst.Call)):
-        outer = _method_call(call, "view", "reshape", "permute")
-        if outer is None:
-            continue
-        inner = outer.func.value  # type: ignore[union-attr]
-        if outer.func.attr.value in ("view", "reshape"):  # type: ignore[union-attr]
-            c = _method_call(inner, "contiguous")
-            if c is not None and not c.args:
-                inner = c.func.value  # type: ignore[union-attr]
-            perm_call = _method_call(inner, "permute")
-            if perm_call is None:
-                continue
-            perm, shape, x, first = _literal_perm(perm_call), _shape(outer), perm_call.func.value, "True"  # type: ignore[union-attr]
-        else:
-            view_call = _method_call(inner, "view", "reshape")
-            if view_call is None:
-                continue
-            perm, shape, x, first = _literal_perm(outer), _shape(view_call), view_call.func.value, "False"  # type: ignore[union-attr]
-        if perm is None or shape is None:
-            return decline(why, "the permutation is not a literal full perm or the shape uses -1")
-        npu, _ = _npu(src.module)
-        new = ct.expr(f"{npu}.npu_confusion_transpose({ct.code(x)}, {perm}, {shape}, {first})")
-        return _finish(source, src, {call: new}, "Use torch_npu.npu_confusion_transpose", anchor, path,
-                       ("documented dtypes exclude bfloat16",), npu=True, why=why)
-    return decline(why, "no permute/view pair here")
+    return _swap(source, anchor, path, why, _nodes(cst.Call, outer_first=True), _transpose_edit, "no permute/view pair here")
 
 
 # -- NPU216 scaled masked softmax ------------------------------------------------------------------------------
 
 
+def _masked_softmax_edit(src: Source, call: cst.Call, npu: str) -> _Edit | str | None:
+    arg = _softmax_arg(src, call)
+    filled = _method_call(arg, "masked_fill") if arg is not None else None
+    if filled is None or len(filled.args) != 2 or not _neg_inf(filled.args[1].value):
+        return None
+    base = _strip(filled.func.value)  # type: ignore[union-attr]
+    scale = None
+    m = _mul(base)
+    if m is not None and _plain(m[0]):
+        base, scale = m[0], m[1]
+    if not _plain(base):
+        return "the scores are not a plain name"
+    mask = ct.code(filled.args[0].value)
+    extra = f", scale={ct.code(scale)}" if scale is not None else ""
+    new = ct.expr(f"{npu}.npu_scaled_masked_softmax({ct.code(base)}, {mask}{extra})")
+    return _Edit({call: new}, "Use torch_npu.npu_scaled_masked_softmax",
+                 ("x as NCHW with H and W in [32, 4096] and multiples of 32; bool mask True = masked",))
+
+
 def scaled_masked_softmax(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for call in src.at(where(anchor), cst.Call):
-        arg = _softmax_arg(src, call)
-        filled = _method_call(arg, "masked_fill") if arg is not None else None
-        if filled is None or len(filled.args) != 2 or not _neg_inf(filled.args[1].value):
-            continue
-        base = _strip(filled.func.value)  # type: ignore[union-attr]
-        scale = None
-        m = _mul(base)
-        if m is not None and _plain(m[0]):
-            base, scale = m[0], m[1]
-        if not _plain(base):
-            return decline(why, "the scores are not a plain name")
-        npu, _ = _npu(src.module)
-        mask = ct.code(filled.args[0].value)
-        extra = f", scale={ct.code(scale)}" if scale is not None else ""
-        new = ct.expr(f"{npu}.npu_scaled_masked_softmax({ct.code(base)}, {mask}{extra})")
-        return _finish(source, src, {call: new}, "Use torch_npu.npu_scaled_masked_softmax", anchor, path,
-                       ("x as NCHW with H and W in [32, 4096] and multiples of 32; bool mask True = masked",), npu=True, why=why)
-    return decline(why, "no softmax of masked_fill(mask, -inf) here")
+    return _swap(source, anchor, path, why, _nodes(cst.Call), _masked_softmax_edit, "no softmax of masked_fill(mask, -inf) here")
 
 
 # -- NPU217 add + layer_norm ------------------------------------------------------------------------------------
 
 
 def add_layer_norm(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    for s1, s2 in src.adjacent_pairs(where(anchor)):
-        found = _add_norm_pair(src, s1, s2, why)
-        if found is not None:
-            return _finish(source, src, found, "Use torch_npu.npu_add_layer_norm", anchor, path,
-                           ("affine LayerNorm over the last dim only",), npu=True, why=why)
-    return decline(why, "no `h = x + r` followed by `y = self.norm(h)` here")
+    return _swap(source, anchor, path, why, lambda src, w: src.adjacent_pairs(w), _add_norm_edit,
+                 "no `h = x + r` followed by `y = self.norm(h)` here")
 
 
-def _add_norm_pair(src: Source, s1: cst.CSTNode, s2: cst.CSTNode, why: list[str] | None) -> dict | None:
+def _add_norm_edit(src: Source, pair: tuple[cst.CSTNode, cst.CSTNode], npu: str) -> _Edit | str | None:
+    s1, s2 = pair
     a1, a2 = ct.single_assign(s1), ct.single_assign(s2)
     if a1 is None or a2 is None:
         return None
@@ -646,15 +658,14 @@ def _add_norm_pair(src: Source, s1: cst.CSTNode, s2: cst.CSTNode, why: list[str]
     for flag in ("elementwise_affine", "bias"):
         arg = ct.keyword(ctor, flag)
         if arg is not None and ct.literal(arg.value) is not True:
-            return decline(why, f"LayerNorm with {flag}={ct.code(arg.value)}")
+            return f"LayerNorm with {flag}={ct.code(arg.value)}"
     shape = ct.argument(ctor, 0, "normalized_shape")
     if shape is None or (isinstance(shape.value, (cst.Tuple, cst.List)) and len(shape.value.elements) != 1):
-        return decline(why, "LayerNorm over more than the last dim")
+        return "LayerNorm over more than the last dim"
     func = src.function_of(s2)
     flow = NameFlow(src, func) if func is not None else None
     h_later = flow is None or not flow.dead_after(call.args[0].value)
     y = a2.targets[0].target.value  # type: ignore[union-attr]
-    npu, _ = _npu(src.module)
     norm = f"self.{attr}"
     args = f"{ct.code(add.left)}, {ct.code(add.right)}, {norm}.weight, {norm}.bias, {norm}.eps"
     if h_later:
@@ -662,4 +673,5 @@ def _add_norm_pair(src: Source, s1: cst.CSTNode, s2: cst.CSTNode, why: list[str]
     else:
         text = f"{y}, _, _, _ = {npu}.npu_add_layer_norm({args})"
     new = ct.stmt(text).with_changes(leading_lines=[*s1.leading_lines, *s2.leading_lines], trailing_whitespace=s2.trailing_whitespace)  # type: ignore[union-attr]
-    return {s1: new, s2: cst.RemovalSentinel.REMOVE}
+    return _Edit({s1: new, s2: cst.RemovalSentinel.REMOVE}, "Use torch_npu.npu_add_layer_norm",
+                 ("affine LayerNorm over the last dim only",))

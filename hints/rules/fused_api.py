@@ -3,7 +3,8 @@
 
 Detection is the advisor's (see ``hints.profile_query``): outermost aten ops per thread, joined with
 ``-``, regex-searched with the catalog's patterns, each pattern gated on the profile's CANN
-version (unknown version: 8.0.0, every set). Matches are grouped by where they start in the
+version (unknown version: 8.0.0, every set), each match widened to the whole expression the
+fused API replaces (the spec's ``lead``/``tail``). Matches are grouped by where they start in the
 source; each group is one finding whose impact is the device time of the matched ops -- their
 forward kernels and the backward kernels of their autograd nodes (``kernels.fwd_op``), since the
 fused API replaces both passes -- or host time on CPU-only traces. Profiles without framework ops use the legacy kernel ``Type`` sequences,
@@ -58,6 +59,12 @@ class FusedSpec:
     snippet_cuda: str
     backend_fix: bool = False  # the transform takes backend= and has a CUDA/CPU form
     keywords: str = ""  # regex over statement text: where in a function the sequence can start
+    # What the fused API also replaces next to a match: the advisor's patterns detect, and stop
+    # short of the whole expression (RMSNorm's ``* weight``, rotary's ``q * cos``, attention's
+    # ``k.transpose``). Op names per element ("a|b"), each optional, absorbed outward from the
+    # match while the op runs in a function of the match (``_widened``).
+    lead: tuple[str, ...] = ()
+    tail: tuple[str, ...] = ()
     summary: str = ""
     rationale: str = ""
 
@@ -70,7 +77,7 @@ SPECS: tuple[FusedSpec, ...] = (
         fx.rms_norm,
         "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
         "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
-        keywords=r"\brsqrt\b",
+        keywords=r"\brsqrt\b", tail=("to|type_as", "mul"),
         summary="RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.",
         rationale="Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole activation; npu_rms_norm does it in one pass.",
     ),
@@ -93,7 +100,7 @@ SPECS: tuple[FusedSpec, ...] = (
         ("Mul-Slice-Neg-Slice-ConcatD-Mul",), fx.rotary_mul,
         "Use torch_npu.npu_rotary_mul", "torch.compile the rotary embedding",
         "apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
-        keywords=r"rotate_half|cat\(\s*[(\[]\s*-",
+        keywords=r"rotate_half|cat\(\s*[(\[]\s*-", lead=("mul", "slice"),
         summary="Rotary embedding as chunk-neg-cat-mul-add: one fused npu_rotary_mul kernel instead.",
         rationale="rotate_half and the two products launch five or more small kernels per tensor; npu_rotary_mul applies the rotation in one.",
     ),
@@ -109,7 +116,7 @@ SPECS: tuple[FusedSpec, ...] = (
         "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
         "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
         backend_fix=True,
-        keywords=r"@|\bmatmul\(|\bbmm\(|softmax",
+        keywords=r"@|\bmatmul\(|\bbmm\(|softmax", lead=("transpose|permute",),
         summary="Attention as matmul-softmax-matmul: one fused attention kernel instead.",
         rationale="The score matrix (batch x heads x seq x seq) is written and read by every step of the hand-written attention; the fused kernel keeps it on chip.",
     ),
@@ -239,6 +246,8 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
     groups: dict[Span | None, Group] = {}
     for a in sorted(best):
         (a, b), pat = best[a]
+        if variant == "host":
+            a, b = _widened(ctx, spec, toks, a, b)
         rows = toks.rows[a:b]
         place = sq.place_ops(ctx, rows.tolist()) if variant == "host" else _kernel_place(ctx, spec, rows.tolist())
         if place is None:
@@ -250,6 +259,29 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
     out = (variant, toks, list(groups.values()), gating)
     cache[spec.code] = out
     return out
+
+
+def _widened(ctx: RuleContext, spec: FusedSpec, toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:
+    """The match [a, b) with the ops the fused API also replaces (``spec.lead`` before it,
+    ``spec.tail`` after it): each element optional, taken outward while the op next to the match
+    has one of its names and runs in a function the match's ops run in (unplaced ops: with
+    unplaced ones), so a neighbour from other code is never charged."""
+    def where(i: int) -> tuple[str, str] | None:
+        site = sq.site_of_op(ctx, int(toks.rows[i]))
+        return None if site is None else (site.span.path, site.function)
+
+    here = {where(i) for i in range(a, b)}
+
+    def takes(i: int, names: str) -> bool:
+        return 0 <= i < len(toks.rows) and toks.rows[i] >= 0 and toks.names[i] in names.split("|") and where(i) in here
+
+    for names in reversed(spec.lead):
+        if takes(a - 1, names):
+            a -= 1
+    for names in spec.tail:
+        if takes(b, names):
+            b += 1
+    return a, b
 
 
 def _kernel_place(ctx: RuleContext, spec: FusedSpec, rows: list[int]) -> sq.Place | None:

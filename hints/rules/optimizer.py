@@ -46,6 +46,7 @@ APPLY_KERNELS = {
 # denominator sqrt / bias correction + eps, param.addcdiv_ (the kernel types determine the update;
 # the mapping places the same kernels on optimizer.step(): one spelling, in mapping)
 ADAM_UPDATE = adam_update_pattern()
+ADAM_FAMILY = ("Adam", "AdamW")  # fused=True: torch_npu's _fused_adam(w)_, per parameter with a step counter
 FUSED, FOREACH = "_fused_", "_foreach_"  # inner op names of the fused and the multi-tensor update
 CLIP_CALLS = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_")
 CLIP_PATTERN = "add-reciprocal-mul"
@@ -109,7 +110,9 @@ class FusedOptimizer(Rule):
             for name in sorted({STEP_RE.match(names[r]).group("name") for r in rows}):
                 mine = np.array([r for r in rows if STEP_RE.match(names[r]).group("name") == name])
                 for f in self._host(ctx, name, mine):
-                    f.effect = multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step")
+                    per_parameter = ctx.backend is Backend.ASCEND and "foreach_ops" not in f.evidence
+                    f.effect = fused_step(ctx, mine, name) if per_parameter else \
+                        multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step")
                     yield f
             if len(rows):
                 return
@@ -398,6 +401,35 @@ def _clip_extent(toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:
     return i + 1, j
 
 
+def _at_ratio(kernels: np.ndarray, host: np.ndarray, f: float) -> tuple[Change, ...]:
+    """The kernels and host ops at ``f`` of their time; low end: half the gain."""
+    return tuple(Change(target, tuple(int(r) for r in rows), f, best=f, worst=0.5 + 0.5 * f)
+                 for target, rows in ((Target.KERNELS, kernels), (Target.HOST_OPS, host)) if len(rows))
+
+
+def fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect:
+    """``fused=True`` as torch_npu runs it: op-plugin's ``_fused_adamw_``
+    (FusedAdamWKernelNpuOpApi.cpp) loops over the parameters, one ``aclnnApplyAdamWV2`` kernel
+    and one ``state_steps[i].sub(1)`` each, after torch's one ``_foreach_add_`` of the step
+    counters; other optimizers: one fused kernel per parameter. The parameters are the launches of
+    the step's least frequent kernel type (a per-parameter update launches each of its types once
+    per parameter). The step's kernels and host time scale by the kernel count after / before."""
+    p = ctx.profile
+    under = pq.kernels_under(p, np.asarray(ops).tolist())
+    if not len(under):
+        return multi_tensor(ctx, ops, np.zeros(0, np.int64), "the optimizer step")
+    rows = p.kernels.index.get_indexer(under.index)
+    params = min(Counter(pq.kernel_types(under)).values())
+    per, once = (2, 1) if name in ADAM_FAMILY else (1, 0)
+    after = params * per + once * len(ops)
+    f = min(1.0, after / len(rows))
+    host = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist()))
+    each = "an ApplyAdamWV2 and a step-counter kernel" if per == 2 else "one fused update kernel"
+    return Effect(_at_ratio(rows, host, f),
+                  basis=f"fused=True as torch_npu runs it: {each} per parameter ({params}){' and one step increment' if once else ''}: "
+                        f"its {len(rows)} kernels and host time at {after}/{len(rows)} (low end: half the gain)")
+
+
 def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: str) -> Effect:
     """A per-tensor loop made multi-tensor: the kernels launched under ``ops`` (and ``kernels``)
     become one per kernel type, so their time and the ops' host time scale by the kernel count
@@ -414,13 +446,10 @@ def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: s
             return Effect(unknown=f"unknown: no kernels or ops inside {what} in the profile")
         n_types = len(set(pq.strs(p.host_ops["name"])[inner].tolist()))
         f = min(1.0, n_types / len(inner))
-        return Effect((Change(Target.HOST_OPS, tuple(int(r) for r in host), f, best=f, worst=0.5 + 0.5 * f),),
+        return Effect(_at_ratio(np.zeros(0, np.int64), host, f),
                       basis=f"{what} as one op per op name: its host time at {n_types}/{len(inner)} (the op count "
                             "ratio; low end: half the gain)")
     n_types = len(set(pq.kernel_types(p.kernels)[rows].tolist()))
     f = min(1.0, n_types / len(rows))
-    changes = [Change(Target.KERNELS, tuple(int(r) for r in rows), f, best=f, worst=0.5 + 0.5 * f)]
-    if len(host):
-        changes.append(Change(Target.HOST_OPS, tuple(int(r) for r in host), f, best=f, worst=0.5 + 0.5 * f))
-    return Effect(tuple(changes), basis=f"{what} as one kernel per kernel type: its {len(rows)} kernels and host time "
+    return Effect(_at_ratio(rows, host, f), basis=f"{what} as one kernel per kernel type: its {len(rows)} kernels and host time "
                                         f"at {n_types}/{len(rows)} (the kernel count ratio; low end: half the gain)")

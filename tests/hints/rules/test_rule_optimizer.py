@@ -86,6 +86,22 @@ def test_tiny_transformer_adamw_anchor_and_fixes():
     assert "torch_npu.optim.NpuFusedAdamW(model.parameters(), lr=args.lr, weight_decay=0.1)" in new_b
 
 
+def test_tiny_transformer_fused_adamw_saving_follows_torch_npus_per_parameter_loop():
+    """fused=True on torch_npu: op-plugin's ``_fused_adamw_`` launches an ApplyAdamWV2 and a
+    step-counter Sub per parameter after torch's one ``_foreach_add_`` of the step counters. The
+    sample's unfused step: 19 parameters (its least frequent kernel type, Addcdiv, once each), 152
+    kernels; fused: 2 x 19 + 1 = 39 (the model before: one kernel per type, 8 of 152)."""
+    from msprof_lsp.hints.finding import Target
+
+    profile = _tiny_npu()
+    (opt,) = only(findings(profile, ["NPU220"], [TINY]), "NPU220")
+    (kernels,) = [c for c in opt.effect.changes if c.target is Target.KERNELS]
+    steps = profile.num_steps
+    assert len(kernels.rows) == 152 * steps and opt.evidence["kernel_types"]["Addcdiv"] == 19 * steps
+    assert kernels.factor == pytest.approx((38 * steps + steps) / (152 * steps)) and kernels.worst == pytest.approx(0.5 + 0.5 * kernels.factor)
+    assert "an ApplyAdamWV2 and a step-counter kernel per parameter" in opt.effect.basis
+
+
 def test_tiny_transformer_grad_clip():
     train = (TINY / "train.py").read_text(encoding="utf-8")
     (clip,) = only(findings(_tiny_npu(), ["NPU221"], [TINY]), "NPU221")
