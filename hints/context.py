@@ -164,12 +164,13 @@ class RuleContext:
             self._level1_gap = gating.level1_missing(self.profile)
         return self._level1_gap  # type: ignore[return-value]
 
-    def needs_level1(self, code: str, reason: str) -> bool:
-        """True when the profile lacks the Level1 data ``reason`` names: the rule must then yield
-        nothing (absence of data is not absence of the problem); NPU901 reports the skip."""
+    def needs_level1(self, rule: Rule, *, also: str = "") -> bool:
+        """True when the profile lacks the Level1 data the rule declares (``Rule.level1``, plus
+        ``also``: what else the rule went without): the rule must then yield nothing (absence of
+        data is not absence of the problem); NPU901 reports the skip."""
         if self.level1_gap is None:
             return False
-        self.level1_skips.setdefault(code.upper(), reason)
+        self.level1_skips.setdefault(rule.code, ", ".join(filter(None, (rule.level1, also))))
         return True
 
     # -- findings -----------------------------------------------------------------------------

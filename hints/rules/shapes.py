@@ -80,19 +80,7 @@ class _Bad:
     nbytes: int
 
 
-@register
 class CubeShapeAlignment(Rule):
-    code = "NPU106"
-    name = "cube-shape-alignment"
-    summary = "MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower."
-    rationale = (
-        "The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128 for "
-        "FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same FLOPs take "
-        "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
-    )
-    thresholds = ("cubeAlign", "faAlign", "cubeMinBytes")
-    backends = (Backend.ASCEND, Backend.CUDA)
-
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         rows, bad = (_cuda(ctx) if ctx.backend is Backend.CUDA else _ascend(ctx))
         if not rows:
@@ -168,6 +156,19 @@ class CubeShapeAlignment(Rule):
                                confidence=Confidence.MODULE, related=related)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
                            confidence=site.confidence, related=related)
+
+
+register(CubeShapeAlignment(
+    "NPU106", "cube-shape-alignment",
+    summary="MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower.",
+    rationale=(
+        "The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128 for "
+        "FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same FLOPs take "
+        "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
+    ),
+    thresholds=("cubeAlign", "faAlign", "cubeMinBytes"),
+    backends=(Backend.ASCEND, Backend.CUDA),
+))
 
 
 def _gemm_flops(ins: str, out: str) -> float | None:
