@@ -17,7 +17,6 @@ in the hover.
 from __future__ import annotations
 
 import re
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.source.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
-from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.profile.shapes import io_bytes, parse_shapes
 
 from .. import profile_query as pq, source_query as sq
@@ -53,17 +52,13 @@ class Group:
     pattern: str
 
 
-_MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, pq.Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
-_DEVICE: weakref.WeakKeyDictionary[RuleContext, "_Roots"] = weakref.WeakKeyDictionary()
-
-
 def cann_version(ctx: RuleContext) -> str:
     return ctx.profile.meta.cann_version or DEFAULT_CANN
 
 
 @dataclass(frozen=True, slots=True)
 class _Roots:
-    """The outermost framework op each kernel of the steps belongs to, computed once per context
+    """The outermost framework op each kernel of the steps belongs to, computed once per profile
     for all eight codes: by launch (forward) and by the autograd link (backward)."""
 
     kernels: pd.DataFrame  # the kernels in steps
@@ -80,24 +75,27 @@ class _Roots:
 
 
 def _roots(ctx: RuleContext) -> _Roots:
-    hit = _DEVICE.get(ctx)
-    if hit is None:
-        prof = ctx.profile
-        roots = pq.outermost_framework_ops(prof)
-        k = prof.kernels_in_steps()
-        fwd, bwd = pq.kernel_roots(prof, roots, k), pq.backward_roots(prof, roots, k)
-        dur = k["dur_ns"].to_numpy(np.int64)
-        n = len(prof.host_ops)
-        per = [np.bincount(r[r >= 0], weights=dur[r >= 0], minlength=n).astype(np.int64) for r in (fwd, bwd)]
-        hit = _DEVICE[ctx] = _Roots(k, fwd, bwd, per[0], per[1])
-    return hit
+    prof = ctx.profile
+    return prof.derived.memo("fused_api/roots", prof.fields(), lambda: _device_roots(prof))
+
+
+def _device_roots(prof: Profile) -> _Roots:
+    roots = pq.outermost_framework_ops(prof)
+    k = prof.kernels_in_steps()
+    fwd, bwd = pq.kernel_roots(prof, roots, k), pq.backward_roots(prof, roots, k)
+    dur = k["dur_ns"].to_numpy(np.int64)
+    n = len(prof.host_ops)
+    per = [np.bincount(r[r >= 0], weights=dur[r >= 0], minlength=n).astype(np.int64) for r in (fwd, bwd)]
+    return _Roots(k, fwd, bwd, per[0], per[1])
 
 
 def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group], dict]:
-    """(variant "host"/"kernel", tokens, groups, gating info) for one code."""
-    cache = _MATCHES.setdefault(ctx, {})
-    if spec.code in cache:
-        return cache[spec.code]
+    """(variant "host"/"kernel", tokens, groups, gating info) for one code, once per context (the
+    groups are placed in its source)."""
+    return ctx.derived(("fused_api/find", spec.code), lambda: _find(ctx, spec))
+
+
+def _find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group], dict]:
     ascend = ctx.backend is Backend.ASCEND
     version = cann_version(ctx)
     active = [(p, v) for p, v in spec.patterns if not ascend or pq.cann_at_least(version, v)]
@@ -130,9 +128,7 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
         if g is None:
             groups[place.span] = g = Group(place, [], pat)
         g.matches.append((a, b))
-    out = (variant, toks, list(groups.values()), gating)
-    cache[spec.code] = out
-    return out
+    return variant, toks, list(groups.values()), gating
 
 
 def _kernel_place(ctx: RuleContext, spec: FusedSpec, rows: list[int]) -> sq.Place | None:
