@@ -7,9 +7,9 @@ here keeps the numbers and wording consistent across the catalog.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from msprof_lsp.mapping.profile.frames import Frame
 from msprof_lsp.mapping.source.critical_path import CriticalPath, critical_path
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access i
 
     from .registry import Rule
 
+T = TypeVar("T")
 MAX_FIX_WORDS = 12
 MAX_LIBRARY_LINES = 3  # library lines named in relatedInformation and evidence
 
@@ -86,24 +87,30 @@ class RuleContext:
         self.thresholds: Thresholds = config.thresholds  # typed fields: a misspelt name fails the type check
         b = backend if backend is not None else profile.meta.backend
         self.backend: Backend = Backend(b)  # a plain string from a caller is parsed once here
-        self._step_time_ns: float | None = None
-        self._texts: dict[str, str | None] = {}
-        self._suppressions: dict[str, dict[int, frozenset[str]]] = {}
-        self._libraries: dict[str, list[tuple[int, list[tuple[Frame, int]]]]] | None = None
-        self._level1_gap: str | None | bool = False  # False: not computed yet
-        self._critical_path: CriticalPath | None = None
+        # values of this context (its profile, attribution, source and settings), computed once
+        # for all rules: the one memo of a rules run (``derived``)
+        self._derived: dict[tuple[Any, ...], Any] = {}
         self.level1_skips: dict[str, str] = {}  # rule code -> the Level1 data it went without (NPU901)
+
+    def derived(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """``compute()`` once per ``key`` for this context: what depends on more than the profile
+        (the attribution, the source, the settings); a figure of the profile alone goes through
+        ``profile.derived.memo`` instead, which outlives the context."""
+        try:
+            return self._derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._derived[key] = compute()
+            return value
 
     # -- numbers ------------------------------------------------------------------------------
 
     @property
     def step_time_ns(self) -> float:
-        if self._step_time_ns is None:
+        def step() -> float:
             if self.attribution is not None and self.attribution.heat.step_time_ns > 0:
-                self._step_time_ns = float(self.attribution.heat.step_time_ns)
-            else:
-                self._step_time_ns = float(self.profile.step_time_ns)
-        return self._step_time_ns
+                return float(self.attribution.heat.step_time_ns)
+            return float(self.profile.step_time_ns)
+        return self.derived(("step_time_ns",), step)
 
     @property
     def num_steps(self) -> int:
@@ -114,9 +121,7 @@ class RuleContext:
     @property
     def critical_path(self) -> CriticalPath:
         """The steps' critical path (computed once per loaded profile) and its per-line figures."""
-        if self._critical_path is None:
-            self._critical_path = critical_path(self.profile, self.attribution)
-        return self._critical_path
+        return self.derived(("critical_path",), lambda: critical_path(self.profile, self.attribution))
 
     def per_step_count(self, n: float) -> int:
         """How many of something happen per step, for a message: at least 1 when any happened."""
@@ -160,16 +165,15 @@ class RuleContext:
     @property
     def level1_gap(self) -> str | None:
         """Why this profile has no Level1 data (CANN API events, statistics), None if it has."""
-        if self._level1_gap is False:
-            self._level1_gap = gating.level1_missing(self.profile)
-        return self._level1_gap  # type: ignore[return-value]
+        return self.derived(("level1_gap",), lambda: gating.level1_missing(self.profile))
 
-    def needs_level1(self, code: str, reason: str) -> bool:
-        """True when the profile lacks the Level1 data ``reason`` names: the rule must then yield
-        nothing (absence of data is not absence of the problem); NPU901 reports the skip."""
+    def needs_level1(self, rule: Rule, *, also: str = "") -> bool:
+        """True when the profile lacks the Level1 data the rule declares (``Rule.level1``, plus
+        ``also``: what else the rule went without): the rule must then yield nothing (absence of
+        data is not absence of the problem); NPU901 reports the skip."""
         if self.level1_gap is None:
             return False
-        self.level1_skips.setdefault(code.upper(), reason)
+        self.level1_skips.setdefault(rule.code, ", ".join(filter(None, (rule.level1, also))))
         return True
 
     # -- findings -----------------------------------------------------------------------------
@@ -256,17 +260,21 @@ class RuleContext:
         their device time over the capture, most time first."""
         if span is None or self.attribution is None:
             return []
-        if self._libraries is None:
-            self._libraries = {}
-            for sh in self.attribution.heat.spans:
-                if sh.libraries:
-                    self._libraries.setdefault(sh.site.span.path, []).append((sh.site.span.line, sh.libraries))
         found: dict[Frame, int] = {}
-        for line, libs in self._libraries.get(span.path, ()):
+        for line, libs in self.derived(("library_lines",), self._library_lines).get(span.path, ()):
             if span.line <= line <= span.end_line:
                 for f, ns in libs:
                     found[f] = found.get(f, 0) + ns
         return sorted(found.items(), key=lambda kv: (-kv[1], kv[0].raw))
+
+    def _library_lines(self) -> dict[str, list[tuple[int, list[tuple[Frame, int]]]]]:
+        """Per path: (line, the library lines behind it) of every mapped span that has some."""
+        out: dict[str, list[tuple[int, list[tuple[Frame, int]]]]] = {}
+        assert self.attribution is not None
+        for sh in self.attribution.heat.spans:
+            if sh.libraries:
+                out.setdefault(sh.site.span.path, []).append((sh.site.span.line, sh.libraries))
+        return out
 
     # -- source ------------------------------------------------------------------------------------
 
@@ -283,23 +291,21 @@ class RuleContext:
 
     def source_text(self, path: str) -> str | None:
         """The current text of a source file (the editor's buffer when the workspace has one)."""
-        if path in self._texts:
-            return self._texts[path]
-        text: str | None = None
-        # only the workspace reads source files: it refuses files outside its roots
-        if self.workspace is not None:
+        def read() -> str | None:
+            # only the workspace reads source files: it refuses files outside its roots
+            if self.workspace is None:
+                return None
             try:
-                text = self.workspace.text(path)
+                return self.workspace.text(path)
             except (OSError, KeyError, ValueError):
-                text = None
-        self._texts[path] = text
-        return text
+                return None
+        return self.derived(("text", path), read)
 
     def suppressions(self, path: str) -> dict[int, frozenset[str]]:
-        if path not in self._suppressions:
+        def table() -> dict[int, frozenset[str]]:
             text = self.source_text(path)
-            self._suppressions[path] = suppress.suppressions(text) if text is not None else {}
-        return self._suppressions[path]
+            return suppress.suppressions(text) if text is not None else {}
+        return self.derived(("suppressions", path), table)
 
     def is_suppressed(self, finding: Finding) -> bool:
         span = finding.span

@@ -76,7 +76,7 @@ def run_rules(ctx: RuleContext, rules: Sequence[Rule] | None = None, *, fixes: b
     pytorch = runs_pytorch(ctx)
     out: list[Finding] = []
     for rule in chosen:
-        if not ctx.config.enabled(rule.code) or not rule.applies_to(ctx.backend):
+        if not ctx.config.enabled(rule.code) or not rule.applies_to(ctx):
             continue
         if rule.pytorch_only and not pytorch:
             continue  # no PyTorch advice for a program that is not PyTorch

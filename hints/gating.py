@@ -2,13 +2,14 @@
 
 At ``profiler_level=Level0`` torch_npu prunes the CANN layer from trace_view.json (no
 ``AscendCL@...`` events) and writes no op/api statistics. A rule that reads that data must not
-conclude "no problem" from its absence: it calls ``ctx.needs_level1(code, reason)`` first and,
+conclude "no problem" from its absence: it calls ``ctx.needs_level1(self)`` first and,
 when that returns True, yields nothing. The skip is recorded, and notice NPU901 names every
 skipped rule with the data it would have needed (NPU901 declares ``after_others``: the engine
 runs it after every other rule, whatever the codes, so each skip is recorded before it reads them).
 
-Rules also declare their need on the class (``Rule.level1``): the static list of rules that *may*
-need Level1 data (``registry.declared_level1``: docs, NPU901's evidence). Only the skips recorded in the context are named as
+Rules declare that data on their declaration (``Rule.level1``), which ``needs_level1`` records:
+also the static list of rules that *may* need Level1 data (``registry.declared_level1``: docs,
+NPU901's evidence). Only the skips recorded in the context are named as
 skipped -- a declared rule can still run fully (NPU230 with recorded GC events needs no CANN
 layer).
 """

@@ -43,7 +43,13 @@ class OpCounters:
 
 def line_counters(profile: Profile, attribution: Attribution, thresholds: Thresholds | None = None) -> dict[str, dict[int, list[OpCounters]]]:
     """Per path and analysed line: the operators with counters, most time first. Empty when the
-    profile has no pipe counters (Level0, other ``aic_metrics`` sets)."""
+    profile has no pipe counters (Level0, other ``aic_metrics`` sets). Computed once per
+    attribution and thresholds, and kept with the profile (``profile.derived``)."""
+    return profile.derived.memo("line_counters", (*profile.fields(), attribution, thresholds),
+                                lambda: _line_counters(profile, attribution, thresholds))
+
+
+def _line_counters(profile: Profile, attribution: Attribution, thresholds: Thresholds | None) -> dict[str, dict[int, list[OpCounters]]]:
     k = profile.kernels
     if not len(k) or not any(c.startswith("pmu:") for c in k.columns):
         return {}

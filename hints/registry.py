@@ -1,9 +1,13 @@
-"""The rule framework: what a rule declares, and the registry that finds them.
+"""The rule framework: the one way to declare a rule, and the registry that finds them.
 
-A rule is a class with class-level metadata and a ``check(ctx)`` generator, registered with
-``@register``. Rule modules live in ``hints/rules/`` — one module per rule family (``seed.py`` for
-NPU101-109, ``fused_api.py`` for NPU210-217, ...); ``all_rules()`` imports every module there
-once, so adding a family is adding a file.
+A rule is one ``Rule`` value: its declaration (code, name, texts, severity, thresholds, backends
+and the data it reads, as the advisor's analyzers declare their datasets) as fields, its
+``check(ctx)`` generator as the method of its class. A rule module defines the class and
+registers one value of it, ``register(MyRule("NPU218", "my-name", summary=..., ...))``; a family
+of rules (``environment.py``, ``fused_api.py``) is one class with fields of its own and a table
+of its values. ``all_rules()`` imports every module of ``hints/rules/`` once, so adding a rule is
+adding a file. The engine, the Level1 gating, NPU901, ``msprof-lsp rule``, SARIF and the settings
+schema read the declaration only.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import KW_ONLY, dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
 
 from msprof_lsp.mapping.profile.model import Backend
 
@@ -31,13 +37,36 @@ BACKENDS: tuple[Backend, ...] = tuple(Backend)
 
 
 class RuleError(ValueError):
-    """A rule class whose metadata breaks the contract (a programming error, caught at import)."""
+    """A rule whose declaration breaks the contract (a programming error, caught at import)."""
 
 
+class Data(Enum):
+    """Data a rule reads without which it has nothing to say: the engine runs it only on a profile
+    that holds all it declares (``Rule.needs``), and ``msprof-lsp rule`` lists them."""
+
+    KERNELS = "device kernels"
+    CLUSTER = "the summaries of two ranks or more (a multi-rank job)"
+    ENV = "the environment variables recorded with the profile"
+    ATTRIBUTION = "the profile mapped to the workspace's source"
+    CALL_STACKS = "Python call stacks"
+
+    def present(self, ctx: RuleContext) -> bool:
+        p = ctx.profile
+        if self is Data.KERNELS:
+            return bool(len(p.kernels))  # then some are in the steps too (Profile.kernels_in_steps)
+        if self is Data.CLUSTER:
+            return ctx.cluster is not None and len(ctx.cluster.ranks) >= 2
+        if self is Data.ENV:
+            return bool(p.meta.env)
+        if self is Data.ATTRIBUTION:
+            return ctx.attribution is not None
+        return p.has_call_stacks
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Rule(ABC):
-    """Base class of every rule.
+    """A rule's declaration (checked when it is made) and, in its class, its ``check``.
 
-    Class attributes (checked by ``register``):
       code              stable id, family letters + 3 digits (NPU101); used by suppressions, SARIF
       name              kebab-case (relu-dropout-fusion)
       summary           one line for lists and the docs index
@@ -45,24 +74,32 @@ class Rule(ABC):
       default_severity  None: by share of step time (docs/rules/README.md); a Severity: fixed (env, notices)
       thresholds        camelCase keys of the hints.config.Thresholds fields the rule reads (its doc page lists them)
       backends          profile backends the rule applies to
+      needs             the ``Data`` it reads: the engine does not run it on a profile without them
       pytorch_only      its advice is PyTorch code or settings: it does not run on a profile of a
                         program that is not PyTorch (``profile_query.is_pytorch``)
       level1            the data it may need that a Level0 capture leaves out ("": none); the
-                        rule still calls ``ctx.needs_level1`` before concluding (hints/gating.py)
+                        rule still calls ``ctx.needs_level1(self)`` before concluding (hints/gating.py)
       after_others      it reads what the other rules recorded (their Level1 skips): the engine
                         runs it after every other rule, whatever its code
     """
 
-    code: ClassVar[str]
-    name: ClassVar[str]
-    summary: ClassVar[str]
-    rationale: ClassVar[str]
-    default_severity: ClassVar[Severity | None] = None
-    thresholds: ClassVar[tuple[str, ...]] = ()
-    backends: ClassVar[tuple[Backend, ...]] = BACKENDS
-    pytorch_only: ClassVar[bool] = False
-    level1: ClassVar[str] = ""
-    after_others: ClassVar[bool] = False
+    code: str
+    name: str
+    _: KW_ONLY
+    summary: str
+    rationale: str
+    default_severity: Severity | None = None
+    thresholds: tuple[str, ...] = ()
+    backends: tuple[Backend, ...] = BACKENDS
+    needs: tuple[Data, ...] = ()
+    pytorch_only: bool = False
+    level1: str = ""
+    after_others: bool = False
+
+    def __post_init__(self) -> None:
+        validate(self)
+        # a rule may spell its backends as strings
+        object.__setattr__(self, "backends", tuple(Backend(b) for b in self.backends))
 
     @property
     def doc(self) -> str:
@@ -73,8 +110,9 @@ class Rule(ABC):
     def fixed_severity(self) -> bool:
         return self.default_severity is not None
 
-    def applies_to(self, backend: Backend) -> bool:
-        return backend in self.backends
+    def applies_to(self, ctx: RuleContext) -> bool:
+        """Whether the rule runs on this context: its backend, and every kind of data it reads."""
+        return ctx.backend in self.backends and all(d.present(ctx) for d in self.needs)
 
     @abstractmethod
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
@@ -89,36 +127,37 @@ _LOADED = False
 _LOCK = threading.Lock()
 
 
-def validate(cls: type[Rule]) -> None:
+def validate(rule: Rule) -> None:
+    who = f"{type(rule).__name__} {getattr(rule, 'code', '')}".strip()
     for attr in ("code", "name", "summary", "rationale"):
-        if not isinstance(getattr(cls, attr, None), str) or not getattr(cls, attr):
-            raise RuleError(f"{cls.__name__}: missing class attribute {attr!r}")
-    if not CODE_RE.match(cls.code):
-        raise RuleError(f"{cls.__name__}: code {cls.code!r} is not LETTERS+3 digits (NPU101)")
-    if not NAME_RE.match(cls.name):
-        raise RuleError(f"{cls.__name__}: name {cls.name!r} is not kebab-case")
-    if "\n" in cls.summary.strip():
-        raise RuleError(f"{cls.__name__}: summary must be one line")
-    unknown = [k for k in cls.thresholds if k not in THRESHOLD_KEYS]
+        if not isinstance(getattr(rule, attr, None), str) or not getattr(rule, attr):
+            raise RuleError(f"{who}: missing {attr!r}")
+    if not CODE_RE.match(rule.code):
+        raise RuleError(f"{who}: code {rule.code!r} is not LETTERS+3 digits (NPU101)")
+    if not NAME_RE.match(rule.name):
+        raise RuleError(f"{who}: name {rule.name!r} is not kebab-case")
+    if "\n" in rule.summary.strip():
+        raise RuleError(f"{who}: summary must be one line")
+    unknown = [k for k in rule.thresholds if k not in THRESHOLD_KEYS]
     if unknown:
-        raise RuleError(f"{cls.__name__}: unknown threshold keys {unknown}")
+        raise RuleError(f"{who}: unknown threshold keys {unknown}")
     known = {b.value for b in Backend}
-    bad = [b for b in cls.backends if b not in known]
+    bad = [b for b in rule.backends if b not in known]
     if bad:
-        raise RuleError(f"{cls.__name__}: unknown backends {bad}")
-    cls.backends = tuple(Backend(b) for b in cls.backends)  # a rule may spell them as strings
-    if cls.default_severity is not None and not isinstance(cls.default_severity, Severity):
-        raise RuleError(f"{cls.__name__}: default_severity must be a Severity or None")
+        raise RuleError(f"{who}: unknown backends {bad}")
+    if rule.default_severity is not None and not isinstance(rule.default_severity, Severity):
+        raise RuleError(f"{who}: default_severity must be a Severity or None")
+    if not all(isinstance(d, Data) for d in rule.needs):
+        raise RuleError(f"{who}: needs must be Data members")
 
 
-def register(cls: type[Rule]) -> type[Rule]:
-    """Class decorator: validate the metadata and add one instance to the registry."""
-    validate(cls)
-    existing = _REGISTRY.get(cls.code)
-    if existing is not None and type(existing).__qualname__ != cls.__qualname__:
-        raise RuleError(f"duplicate rule code {cls.code}: {type(existing).__name__} and {cls.__name__}")
-    _REGISTRY[cls.code] = cls()
-    return cls
+def register(rule: Rule) -> Rule:
+    """Add a rule to the registry (its declaration was checked when it was made)."""
+    existing = _REGISTRY.get(rule.code)
+    if existing is not None and (type(existing).__qualname__, existing.name) != (type(rule).__qualname__, rule.name):
+        raise RuleError(f"duplicate rule code {rule.code}: {existing!r} and {rule!r}")
+    _REGISTRY[rule.code] = rule
+    return rule
 
 
 def load_rule_modules() -> None:

@@ -1,6 +1,6 @@
 """``msprof-lsp rule [CODE]``: a rule explained on the terminal, from the homes of each part.
 
-Name, summary, rationale, severity, backends and thresholds come from the rule registry
+Name, summary, rationale, severity, backends, the data it needs and thresholds come from the rule registry
 (``hints.registry``); the fixes from the fix catalog (``hints.fixes.CATALOG``); the saving's model
 from docs/savings.md "Each rule's model" where the docs are beside the package (a checkout),
 else from ``hints.savings.UNMODELLED`` for a rule without a model, else a link to that table.
@@ -45,6 +45,8 @@ def describe(code: str) -> str:
     severity = r.default_severity.value if r.default_severity else "by share of the step time (docs/rules/README.md)"
     lines = [f"{r.code} {r.name}", "", *_para("What it detects", r.summary), *_para("Why it costs time", r.rationale),
              f"Severity: {severity}", f"Backends: {', '.join(b.value for b in r.backends)}"]
+    if r.needs:
+        lines.append(f"Needs: {'; '.join(d.value for d in r.needs)}")
     if r.thresholds:
         lines.append(f"Thresholds: {', '.join(r.thresholds)}")
     lines += ["", *_para("Saving (its model)", saving_model(r.code))]

@@ -20,8 +20,8 @@ MIRRORED = ("mapping", "hints", "server", "benchmarks")
 SUITES = ("security", "fuzz", "hostile", "install", "synth", "nostack", "loop", "schemas")
 
 # Repository-wide checks, the only test files at the tests/ root.
-REPO_WIDE = ("test_dead_code.py", "test_function_size.py", "test_layering.py", "test_tree_mirror.py",
-             "test_vscode_manifest.py")
+REPO_WIDE = ("test_cache_forms.py", "test_dead_code.py", "test_function_size.py", "test_layering.py",
+             "test_tree_mirror.py", "test_vscode_manifest.py")
 
 # Rules and fixes share module names (relu_dropout, aicpu, fused_api, ...) and pytest imports test
 # files by basename, so their tests carry the kind: test_rule_<module>, test_fix_<module>.

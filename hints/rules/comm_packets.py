@@ -43,19 +43,7 @@ ALIGN_LINKS = frozenset({"HCCS", "PCIE", "SIO"})
 LOW_PRIORITY, HIGH_PRIORITY = 0.2, 0.7
 
 
-@register
 class CommByteAlignment(Rule):
-    code = "NPU203"
-    name = "comm-byte-alignment"
-    summary = "SDMA transfers of gradient collectives whose size is not a multiple of 512 bytes."
-    rationale = (
-        "SDMA moves data in 512-byte units; a transfer whose size is not a multiple of that ends in "
-        "a partial burst and runs at a lower bandwidth. In data-parallel training the sizes are the "
-        "gradient buckets' byte counts, set by the parameter sizes and DDP's bucket_cap_mb."
-    )
-    thresholds = ("commAlignBytes",)
-    backends = (Backend.ASCEND,)
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         align = int(ctx.thresholds.comm_align_bytes)
         sdma = [p for p in pq.packets(ctx.profile.comm_ops) if p.link in ALIGN_LINKS and p.size_bytes > align]
@@ -97,19 +85,20 @@ class CommByteAlignment(Rule):
                           related=related)
 
 
-@register
-class CommSmallPackets(Rule):
-    code = "NPU204"
-    name = "comm-small-packets"
-    summary = "Gradient collectives that move most of their data in small packets."
-    rationale = (
-        "Every transfer pays a fixed setup and synchronisation cost; packets well under the link's "
-        "efficient size (16 MB over SDMA, 1 MB over RDMA) spend more of their time on that cost than "
-        "on moving data. Larger gradient buckets or fewer synchronisations send fewer, larger packets."
-    )
-    thresholds = ("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent")
-    backends = (Backend.ASCEND,)
+register(CommByteAlignment(
+    "NPU203", "comm-byte-alignment",
+    summary="SDMA transfers of gradient collectives whose size is not a multiple of 512 bytes.",
+    rationale=(
+        "SDMA moves data in 512-byte units; a transfer whose size is not a multiple of that ends in "
+        "a partial burst and runs at a lower bandwidth. In data-parallel training the sizes are the "
+        "gradient buckets' byte counts, set by the parameter sizes and DDP's bucket_cap_mb."
+    ),
+    thresholds=("commAlignBytes",),
+    backends=(Backend.ASCEND,),
+))
 
+
+class CommSmallPackets(Rule):
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         limit = float(ctx.thresholds.small_packet_max_percent) / 100
         groups = pq.small_packets(ctx.profile.comm_ops, sdma_mb=ctx.thresholds.sdma_small_packet_mb,
@@ -147,6 +136,18 @@ class CommSmallPackets(Rule):
         yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
                           related=related)
 
+
+register(CommSmallPackets(
+    "NPU204", "comm-small-packets",
+    summary="Gradient collectives that move most of their data in small packets.",
+    rationale=(
+        "Every transfer pays a fixed setup and synchronisation cost; packets well under the link's "
+        "efficient size (16 MB over SDMA, 1 MB over RDMA) spend more of their time on that cost than "
+        "on moving data. Larger gradient buckets or fewer synchronisations send fewer, larger packets."
+    ),
+    thresholds=("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent"),
+    backends=(Backend.ASCEND,),
+))
 
 
 # -- NPU219 comm-bandwidth-contention ----------------------------------------------------------
@@ -192,20 +193,7 @@ def contended_ops(ctx: RuleContext) -> list[dict]:
     return out
 
 
-@register
 class CommBandwidthContention(Rule):
-    code = "NPU219"
-    name = "comm-bandwidth-contention"
-    summary = "Collectives whose SDMA bandwidth drops under 0.8x its baseline while MatMuls run beside them."
-    rationale = (
-        "Overlapping communication with computation hides it, but the two share the memory system: a "
-        "MatMul streaming its operands from HBM can slow the SDMA transfers of a collective running at "
-        "the same time. When the collective then takes longer than the compute it hides behind, the "
-        "overlap costs more than it saves."
-    )
-    thresholds = ("sdmaBaselineGbps", "contentionBandwidthPercent")
-    backends = (Backend.ASCEND,)
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         baseline = float(ctx.thresholds.sdma_baseline_gbps)
         limit = baseline * ctx.thresholds.contention_bandwidth_percent / 100
@@ -232,3 +220,17 @@ class CommBandwidthContention(Rule):
         span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
                           related=related)
+
+
+register(CommBandwidthContention(
+    "NPU219", "comm-bandwidth-contention",
+    summary="Collectives whose SDMA bandwidth drops under 0.8x its baseline while MatMuls run beside them.",
+    rationale=(
+        "Overlapping communication with computation hides it, but the two share the memory system: a "
+        "MatMul streaming its operands from HBM can slow the SDMA transfers of a collective running at "
+        "the same time. When the collective then takes longer than the compute it hides behind, the "
+        "overlap costs more than it saves."
+    ),
+    thresholds=("sdmaBaselineGbps", "contentionBandwidthPercent"),
+    backends=(Backend.ASCEND,),
+))

@@ -39,7 +39,6 @@ NO_OP_STATE = ("and no kernel records an OP State (Level0's kernel_details.csv h
                "so dynamic-shape operators cannot be judged either")
 
 
-
 def _op_states(ctx: RuleContext) -> np.ndarray:
     """Mask of the profiled steps' compute kernels with a recorded OP State (dynamic / static):
     kernel_details' or op_summary's column, the DB's COMPUTE_TASK_INFO.opState."""
@@ -51,20 +50,7 @@ def _op_states(ctx: RuleContext) -> np.ndarray:
     return compute & pq.kernels_in_steps_mask(ctx.profile) & np.isin(state, ["dynamic", "static"])
 
 
-@register
 class OnlineCompile(Rule):
-    code = "NPU107"
-    level1 = LEVEL1_NEED
-    pytorch_only = True  # its advice is torch_npu's
-    name = "online-compile"
-    summary = "Operators are compiled at run time (aclopCompileAndExecute) instead of using prebuilt binaries."
-    rationale = (
-        "With jit_compile on, torch_npu compiles an operator the first time it sees a shape (and again for every "
-        "new shape); compilation takes milliseconds on the host and the device waits. Prebuilt operator binaries "
-        "(jit_compile=False) skip it; stable shapes keep the cache effective."
-    )
-    thresholds = ("opCompileMaxCount",)
-
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if ctx.backend is not Backend.ASCEND:
             yield from self._recompiles(ctx)
@@ -72,8 +58,7 @@ class OnlineCompile(Rule):
         strong = None
         # At Level0 the count is not judged; the weak variant still is, from the OP State that
         # kernel_details records -- and where none is recorded, NPU901's line says so.
-        need = LEVEL1_NEED if _op_states(ctx).any() else f"{LEVEL1_NEED}, {NO_OP_STATE}"
-        if not ctx.needs_level1(self.code, need):
+        if not ctx.needs_level1(self, also="" if _op_states(ctx).any() else NO_OP_STATE):
             strong = self._count(ctx)
             if strong is not None:
                 yield strong
@@ -192,3 +177,17 @@ class OnlineCompile(Rule):
                     "manual_fix": ["torch._dynamo.mark_dynamic(t, dim)", "torch.compile(..., dynamic=True)"]}
         yield ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
                           confidence=Confidence.INFERRED, severity=Severity.HINT)
+
+
+register(OnlineCompile(
+    "NPU107", "online-compile",
+    summary="Operators are compiled at run time (aclopCompileAndExecute) instead of using prebuilt binaries.",
+    rationale=(
+        "With jit_compile on, torch_npu compiles an operator the first time it sees a shape (and again for every "
+        "new shape); compilation takes milliseconds on the host and the device waits. Prebuilt operator binaries "
+        "(jit_compile=False) skip it; stable shapes keep the cache effective."
+    ),
+    thresholds=("opCompileMaxCount",),
+    pytorch_only=True,  # its advice is torch_npu's
+    level1=LEVEL1_NEED,
+))

@@ -21,7 +21,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
 from ..finding import Finding
-from ..registry import Rule, register
+from ..registry import Data, Rule, register
 
 # bound -> (the rule whose fix applies, the short fix); bandwidth splits into copies and collectives
 ADVICE = {
@@ -38,23 +38,8 @@ DIAGNOSIS = {
 }
 
 
-@register
 class CriticalPathBound(Rule):
-    code = "NPU251"
-    name = "critical-path-bound"
-    summary = "A line mostly on the step's critical path is host-, sync- or bandwidth-bound."
-    rationale = (
-        "Time on the critical path is time the step cannot hide: shortening it shortens the step. When a line's "
-        "work lies there and what holds it up is the host launching it, a synchronisation, or a copy or "
-        "collective, the fix is the one for that cause, and it pays in full."
-    )
-    thresholds = ("criticalPathMinPercent",)
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        # Path time is charged to lines through recorded stacks; on a stackless capture the lines
-        # come from anchoring by name and shape, too coarse to say which line is on the path.
-        if ctx.attribution is None or not ctx.profile.has_call_stacks:
-            return
         cp = ctx.critical_path
         if cp.unavailable is not None or not cp.lines:
             return
@@ -94,6 +79,21 @@ class CriticalPathBound(Rule):
             "see": see,
         }
         return ctx.finding(self, span=span, message=msg, total_ns=cost * ctx.num_steps, wall=True, evidence=evidence)
+
+
+register(CriticalPathBound(
+    "NPU251", "critical-path-bound",
+    summary="A line mostly on the step's critical path is host-, sync- or bandwidth-bound.",
+    rationale=(
+        "Time on the critical path is time the step cannot hide: shortening it shortens the step. When a line's "
+        "work lies there and what holds it up is the host launching it, a synchronisation, or a copy or "
+        "collective, the fix is the one for that cause, and it pays in full."
+    ),
+    thresholds=("criticalPathMinPercent",),
+    needs=(Data.ATTRIBUTION, Data.CALL_STACKS),
+    # path time is charged to lines through recorded stacks; on a stackless capture the lines come
+    # from anchoring by name and shape, too coarse to say which line is on the path
+))
 
 
 def _line_spans(ctx: RuleContext) -> dict[tuple[str, int], Span]:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import ClassVar
-
+from dataclasses import dataclass, field
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import env_vars, make_offer
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
 
@@ -42,59 +40,93 @@ def _lacks_expandable(v: str) -> bool:
     return "expandable_segments:True" not in parts
 
 
-@dataclass(frozen=True, slots=True)
-class EnvSpec:
-    code: str
-    name: str
+@dataclass(frozen=True, eq=False, repr=False)
+class EnvRule(Rule):
+    """One variable family: the rule's own fields after code and name; every row is a rule."""
+
     variables: tuple[str, ...]
     fires: Callable[[str], bool]  # on the recorded value ("" = unset)
     short: str
     diagnosis: str
     advice: str  # <= 12 words
     value: env_vars.Value | str = ""  # what the fix writes (None: delete the statement); "" = no fix
-    summary: str = ""
-    rationale: str = ""
-    pytorch_only: bool = False  # a variable only torch_npu reads: no advice for a program without it
+    default_severity: Severity | None = field(default=Severity.INFO, kw_only=True)
+    backends: tuple[Backend, ...] = field(default=(Backend.ASCEND,), kw_only=True)
+    needs: tuple[Data, ...] = field(default=(Data.ENV,), kw_only=True)
+
+    def check(self, ctx: RuleContext) -> Iterator[Finding]:
+        env = ctx.profile.meta.env
+        present = [v for v in self.variables if v in env]
+        firing = [v for v in present if self.fires(env[v])]
+        if not firing:
+            return
+        for var in firing:
+            value = env[var]
+            evidence = {
+                "variable": var,
+                "value": value,
+                "unset": value == "",
+                "advice": self.advice,
+                "source": ctx.profile.meta.env_source or "ENV_VARIABLES",
+            }
+            span, conf, fixes = None, Confidence.MODULE, []
+            sites = setter_statements(ctx, var)
+            if sites:
+                span = sites[0]
+                index = sq.index_of(ctx, span.path)
+                imp = index.torch_npu_import if index is not None else None
+                if imp is not None and imp.span.line < span.line:
+                    evidence["note"] = f"set after `import torch_npu` (line {imp.span.line}): too late to take effect"
+                if self.value != "":
+                    fixes.append(make_offer(env_vars.set_env_value, span.path, span, name=var, value=self.value))
+            else:
+                entries = sq.entry_scripts(ctx)
+                if entries:
+                    span = sq.file_start(entries[0])
+                    evidence["anchor"] = "entry script (the variable belongs in the launcher)"
+            shown = f"{var}={value}" if value else f"{var} unset"
+            msg = f"{self.short}: {shown} when profiled: {self.diagnosis}. {self.advice}."
+            yield ctx.finding(self, span=span, message=msg, confidence=conf, evidence=evidence, fixes=fixes)
 
 
-SPECS: tuple[EnvSpec, ...] = (
-    EnvSpec("NPU241", "env-log-level", ("ASCEND_GLOBAL_LOG_LEVEL",), lambda v: v != "" and v.strip() != "3",
+SPECS: tuple[EnvRule, ...] = (
+    EnvRule("NPU241", "env-log-level", ("ASCEND_GLOBAL_LOG_LEVEL",), lambda v: v != "" and v.strip() != "3",
             "Verbose CANN logging", "logging below ERROR level slows every API call",
             "export ASCEND_GLOBAL_LOG_LEVEL=3", "3",
-            "CANN logs at INFO/DEBUG/WARNING level during the run.",
-            "Below level 3 (ERROR) CANN writes log records on the hot path of every API call."),
-    EnvSpec("NPU242", "env-hccl-rdma-qos", ("HCCL_RDMA_TC", "HCCL_RDMA_SL"), lambda v: v != "",
+            summary="CANN logs at INFO/DEBUG/WARNING level during the run.",
+            rationale="Below level 3 (ERROR) CANN writes log records on the hot path of every API call."),
+    EnvRule("NPU242", "env-hccl-rdma-qos", ("HCCL_RDMA_TC", "HCCL_RDMA_SL"), lambda v: v != "",
             "RDMA QoS set", "HCCL traffic class / service level differs from the defaults",
             "Review the network QoS settings with your cluster admin", "",
-            "HCCL_RDMA_TC / HCCL_RDMA_SL are set (informational).",
-            "A traffic class or service level that does not match the switch configuration can throttle collective bandwidth."),
-    EnvSpec("NPU243", "env-aclnn-cache", ("ACLNN_CACHE_LIMIT",), _int_below(10000),
+            summary="HCCL_RDMA_TC / HCCL_RDMA_SL are set (informational).",
+            rationale="A traffic class or service level that does not match the switch configuration can throttle collective bandwidth."),
+    EnvRule("NPU243", "env-aclnn-cache", ("ACLNN_CACHE_LIMIT",), _int_below(10000),
             "Small aclnn cache", "op executors are rebuilt when the cache overflows",
             "export ACLNN_CACHE_LIMIT=100000", "100000",
-            "ACLNN_CACHE_LIMIT is unset or below 10000.",
-            "aclnn caches compiled op executors per shape; a small cache makes models with many shapes rebuild them on the host."),
-    EnvSpec("NPU244", "env-host-cache", ("HOST_CACHE_CAPACITY",), lambda v: v.strip() in ("", "0"),
+            summary="ACLNN_CACHE_LIMIT is unset or below 10000.",
+            rationale="aclnn caches compiled op executors per shape; a small cache makes models with many shapes rebuild them on the host."),
+    EnvRule("NPU244", "env-host-cache", ("HOST_CACHE_CAPACITY",), lambda v: v.strip() in ("", "0"),
             "Host op cache off", "op host information is recomputed on every launch",
             "export HOST_CACHE_CAPACITY=20", "20",
-            "HOST_CACHE_CAPACITY is unset or 0.",
-            "With the host cache off, torch_npu rebuilds the host-side description of every op launch instead of reusing it.",
+            summary="HOST_CACHE_CAPACITY is unset or 0.",
+            rationale="With the host cache off, torch_npu rebuilds the host-side description of every op launch instead of reusing it.",
             pytorch_only=True),
-    EnvSpec("NPU245", "env-alloc-conf", ("PYTORCH_NPU_ALLOC_CONF",), _lacks_expandable,
+    EnvRule("NPU245", "env-alloc-conf", ("PYTORCH_NPU_ALLOC_CONF",), _lacks_expandable,
             "No expandable segments", "the caching allocator fragments device memory",
             "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True", env_vars.merge_setting("expandable_segments:True"),
-            "PYTORCH_NPU_ALLOC_CONF lacks expandable_segments:True.",
-            "Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees, re-allocations and out-of-memory retries.",
+            summary="PYTORCH_NPU_ALLOC_CONF lacks expandable_segments:True.",
+            rationale="Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees, re-allocations and out-of-memory retries.",
             pytorch_only=True),
-    EnvSpec("NPU246", "env-launch-blocking", ("ASCEND_LAUNCH_BLOCKING",), lambda v: v.strip() == "1",
+    EnvRule("NPU246", "env-launch-blocking", ("ASCEND_LAUNCH_BLOCKING",), lambda v: v.strip() == "1",
             "Synchronous launches", "every op waits for the device to finish",
             "unset ASCEND_LAUNCH_BLOCKING", None,
-            "ASCEND_LAUNCH_BLOCKING=1 makes every launch synchronous.",
-            "A debugging switch: the host blocks after each kernel launch, so host and device never overlap."),
-    EnvSpec("NPU247", "env-hccl-algo", ("HCCL_ALGO",), lambda v: v != "",
+            summary="ASCEND_LAUNCH_BLOCKING=1 makes every launch synchronous.",
+            rationale="A debugging switch: the host blocks after each kernel launch, so host and device never overlap."),
+    EnvRule("NPU247", "env-hccl-algo", ("HCCL_ALGO",), lambda v: v != "",
             "HCCL algorithm forced", "a fixed collective algorithm overrides HCCL's per-size choice",
             "unset HCCL_ALGO unless it was tuned for this cluster", None,
-            "HCCL_ALGO forces a collective algorithm.",
-            "HCCL picks an algorithm per message size and topology; a forced one is slower unless tuned for this cluster."),
+            summary="HCCL_ALGO forces a collective algorithm.",
+            rationale="HCCL picks an algorithm per message size and topology; a forced one is slower unless tuned for this cluster."),
 )
 
 
@@ -124,53 +156,5 @@ def setter_statements(ctx: RuleContext, var: str) -> list[Span]:
     return out
 
 
-class EnvRule(Rule):
-    spec: ClassVar[EnvSpec]
-    default_severity = Severity.INFO
-    backends = (Backend.ASCEND,)
-
-    def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        env = ctx.profile.meta.env
-        spec = self.spec
-        present = [v for v in spec.variables if v in env]
-        firing = [v for v in present if spec.fires(env[v])]
-        if not firing:
-            return
-        for var in firing:
-            value = env[var]
-            evidence = {
-                "variable": var,
-                "value": value,
-                "unset": value == "",
-                "advice": spec.advice,
-                "source": ctx.profile.meta.env_source or "ENV_VARIABLES",
-            }
-            span, conf, fixes = None, Confidence.MODULE, []
-            sites = setter_statements(ctx, var)
-            if sites:
-                span = sites[0]
-                index = sq.index_of(ctx, span.path)
-                imp = index.torch_npu_import if index is not None else None
-                if imp is not None and imp.span.line < span.line:
-                    evidence["note"] = f"set after `import torch_npu` (line {imp.span.line}): too late to take effect"
-                if spec.value != "":
-                    fixes.append(make_offer(env_vars.set_env_value, span.path, span, name=var, value=spec.value))
-            else:
-                entries = sq.entry_scripts(ctx)
-                if entries:
-                    span = sq.file_start(entries[0])
-                    evidence["anchor"] = "entry script (the variable belongs in the launcher)"
-            shown = f"{var}={value}" if value else f"{var} unset"
-            msg = f"{spec.short}: {shown} when profiled: {spec.diagnosis}. {spec.advice}."
-            yield ctx.finding(self, span=span, message=msg, confidence=conf, evidence=evidence, fixes=fixes)
-
-
-def _make(spec: EnvSpec) -> type[EnvRule]:
-    cls = type("Rule" + spec.code, (EnvRule,), {
-        "code": spec.code, "name": spec.name, "summary": spec.summary, "rationale": spec.rationale,
-        "spec": spec, "pytorch_only": spec.pytorch_only, "__module__": __name__, "__qualname__": "Rule" + spec.code,
-    })
-    return register(cls)  # type: ignore[return-value]
-
-
-RULES = {s.code: _make(s) for s in SPECS}
+for _rule in SPECS:
+    register(_rule)

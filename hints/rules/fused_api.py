@@ -18,11 +18,9 @@ in the hover.
 from __future__ import annotations
 
 import re
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -34,134 +32,12 @@ from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.source.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
-from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.profile.shapes import io_bytes, parse_shapes
 
 from .. import profile_query as pq, source_query as sq
 
 DEFAULT_CANN = "8.0.0"  # the advisor's default rule set (sets 0-3)
-
-
-@dataclass(frozen=True, slots=True)
-class FusedSpec:
-    code: str
-    name: str
-    short: str  # message short name
-    api: str  # the torch_npu API
-    patterns: tuple[tuple[str, str], ...]  # (aten pattern, minimum CANN version)
-    # Kernel ``Type`` patterns (``pattern_regex`` syntax) for profiles without framework ops: the
-    # graph-mode (legacy) sequence and the eager aclnn one; only sequences that determine the
-    # pattern by themselves (see kernel_match_confirmed for the static check they also need)
-    kernel_patterns: tuple[str, ...]
-    transform: Callable[..., object]
-    fix_npu: str  # <= 12 words
-    fix_cuda: str  # <= 12 words
-    snippet_cuda: str
-    backend_fix: bool = False  # the transform takes backend= and has a CUDA/CPU form
-    keywords: str = ""  # regex over statement text: where in a function the sequence can start
-    # What the fused API also replaces next to a match: the advisor's patterns detect, and stop
-    # short of the whole expression (RMSNorm's ``* weight``, rotary's ``q * cos``, attention's
-    # ``k.transpose``). Op names per element ("a|b"), each optional, absorbed outward from the
-    # match while the op runs in a function of the match (``_widened``).
-    lead: tuple[str, ...] = ()
-    tail: tuple[str, ...] = ()
-    summary: str = ""
-    rationale: str = ""
-
-
-SPECS: tuple[FusedSpec, ...] = (
-    FusedSpec(
-        "NPU210", "fused-api-rms-norm", "RMSNorm written out", "torch_npu.npu_rms_norm",
-        (("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}", "7.0.0"),),
-        ("Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", "(Cast){0,1}-Pow-ReduceMean-(Add|Adds)-Rsqrt-Mul"),
-        fx.rms_norm,
-        "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
-        "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
-        keywords=r"\brsqrt\b", tail=("to|type_as", "mul"),
-        summary="RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.",
-        rationale="Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole activation; npu_rms_norm does it in one pass.",
-    ),
-    FusedSpec(
-        "NPU211", "fused-api-swiglu", "SwiGLU written out", "torch_npu.npu_swiglu",
-        tuple((p, "7.0.0") for p in (
-            "(slice|chunk)-silu-mul", "(slice|chunk)-mul-silu", "(slice|chunk)-sigmoid-mul-mul",
-            "(slice|chunk)-mul-sigmoid-mul", "(slice|chunk)-mul-mul-sigmoid",
-        )),
-        ("Slice-Slice-Swish-Mul",), fx.swiglu,
-        "Use torch_npu.npu_swiglu", "torch.compile the gated MLP",
-        "mlp = torch.compile(mlp)  # fuses chunk-silu-mul into one kernel",
-        keywords=r"\bsilu\b|\bsigmoid\b|\bchunk\(",
-        summary="SwiGLU as chunk-silu-mul: one fused npu_swiglu kernel instead.",
-        rationale="The split, the SiLU and the product are three kernels with two intermediate tensors; npu_swiglu computes silu(a) * b in one kernel.",
-    ),
-    FusedSpec(
-        "NPU212", "fused-api-rotary-mul", "Rotary embedding written out", "torch_npu.npu_rotary_mul",
-        (("(chunk)-neg-cat-(mul){0,2}-add", "7.0.RC1"), ("(slice)-neg-cat-(mul){0,2}-add", "7.0.RC1")),
-        ("Mul-Slice-Neg-Slice-ConcatD-Mul",), fx.rotary_mul,
-        "Use torch_npu.npu_rotary_mul", "torch.compile the rotary embedding",
-        "apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
-        keywords=r"rotate_half|cat\(\s*[(\[]\s*-", lead=("mul", "slice"),
-        summary="Rotary embedding as chunk-neg-cat-mul-add: one fused npu_rotary_mul kernel instead.",
-        rationale="rotate_half and the two products launch five or more small kernels per tensor; npu_rotary_mul applies the rotation in one.",
-    ),
-    FusedSpec(
-        "NPU213", "fused-api-attention", "Attention written out", "torch_npu.npu_fusion_attention",
-        (
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
-        ),
-        ("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}-SoftmaxV2"
-         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",),
-        fx.attention,
-        "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
-        "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
-        backend_fix=True,
-        keywords=r"@|\bmatmul\(|\bbmm\(|softmax", lead=("transpose|permute",),
-        summary="Attention as matmul-softmax-matmul: one fused attention kernel instead.",
-        rationale="The score matrix (batch x heads x seq x seq) is written and read by every step of the hand-written attention; the fused kernel keeps it on chip.",
-    ),
-    FusedSpec(
-        "NPU214", "fused-api-fast-gelu", "Exact GELU", "torch_npu.fast_gelu",
-        (("gelu", "6.3.RC2"),),
-        (), fx.fast_gelu,
-        "Use torch_npu.fast_gelu (approximation)", "Use the tanh GELU approximation",
-        'y = F.gelu(x, approximate="tanh")',
-        backend_fix=True,
-        keywords=r"\bgelu\b|GELU",
-        summary="Exact GELU where the faster approximation would do.",
-        rationale="The erf-based GELU is slower than its approximation; fast_gelu (tanh GELU on CUDA) changes numerics slightly, so it is opt-in.",
-    ),
-    FusedSpec(
-        "NPU215", "fused-api-confusion-transpose", "Transpose and reshape", "torch_npu.npu_confusion_transpose",
-        (("(permute|transpose)-(contiguous){0,1}-(reshape|view)", "6.3.RC2"), ("(reshape|view)-(contiguous){0,1}-(permute|transpose)", "6.3.RC2")),
-        ("Transpose",), fx.confusion_transpose,
-        "Use torch_npu.npu_confusion_transpose", "Drop .contiguous() where the consumer accepts strides",
-        "out = out.transpose(1, 2).reshape(b, s, h)  # reshape copies only when it must",
-        keywords=r"\.(permute|transpose)\(.*\.(view|reshape)\(|\.(view|reshape)\(.*\.(permute|transpose)\(",
-        summary="permute/transpose + contiguous + view: one npu_confusion_transpose instead.",
-        rationale="The explicit contiguous() copy and the layout change are separate kernels; npu_confusion_transpose moves the data once.",
-    ),
-    FusedSpec(
-        "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
-        (("softmax-(mul){0,1}-(masked_fill_)", "6.3.RC2"), ("softmax-(mul){0,1}-(add)", "6.3.RC2")),
-        ("Cast-Mul-MaskedFill-SoftmaxV2-Cast",), fx.scaled_masked_softmax,
-        "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
-        "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
-        keywords=r"softmax",
-        summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
-        rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
-    ),
-    FusedSpec(
-        "NPU217", "fused-api-add-layer-norm", "Residual add then LayerNorm", "torch_npu.npu_add_layer_norm",
-        (("add-layer_norm", "8.0.RC1"),),
-        ("Add-LayerNorm",), fx.add_layer_norm,
-        "Use torch_npu.npu_add_layer_norm", "torch.compile the residual add and LayerNorm",
-        "block = torch.compile(block)  # fuses the residual add into the LayerNorm",
-        keywords=r"\+.*\bnorm|\bnorm\w*\(|layer_norm",
-        summary="Residual add followed by LayerNorm: one npu_add_layer_norm kernel instead.",
-        rationale="The sum is written to memory only to be read back by the LayerNorm; npu_add_layer_norm returns both from one kernel.",
-    ),
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,17 +53,13 @@ class Group:
     pattern: str
 
 
-_MATCHES: weakref.WeakKeyDictionary[RuleContext, dict[str, tuple[str, pq.Tokens, list[Group], dict]]] = weakref.WeakKeyDictionary()
-_DEVICE: weakref.WeakKeyDictionary[RuleContext, "_Roots"] = weakref.WeakKeyDictionary()
-
-
 def cann_version(ctx: RuleContext) -> str:
     return ctx.profile.meta.cann_version or DEFAULT_CANN
 
 
 @dataclass(frozen=True, slots=True)
 class _Roots:
-    """The outermost framework op each kernel of the steps belongs to, computed once per context
+    """The outermost framework op each kernel of the steps belongs to, computed once per profile
     for all eight codes: by launch (forward) and by the autograd link (backward)."""
 
     kernels: pd.DataFrame  # the kernels in steps
@@ -204,24 +76,27 @@ class _Roots:
 
 
 def _roots(ctx: RuleContext) -> _Roots:
-    hit = _DEVICE.get(ctx)
-    if hit is None:
-        prof = ctx.profile
-        roots = pq.outermost_framework_ops(prof)
-        k = prof.kernels_in_steps()
-        fwd, bwd = pq.kernel_roots(prof, roots, k), pq.backward_roots(prof, roots, k)
-        dur = k["dur_ns"].to_numpy(np.int64)
-        n = len(prof.host_ops)
-        per = [np.bincount(r[r >= 0], weights=dur[r >= 0], minlength=n).astype(np.int64) for r in (fwd, bwd)]
-        hit = _DEVICE[ctx] = _Roots(k, fwd, bwd, per[0], per[1])
-    return hit
+    prof = ctx.profile
+    return prof.derived.memo("fused_api/roots", prof.fields(), lambda: _device_roots(prof))
+
+
+def _device_roots(prof: Profile) -> _Roots:
+    roots = pq.outermost_framework_ops(prof)
+    k = prof.kernels_in_steps()
+    fwd, bwd = pq.kernel_roots(prof, roots, k), pq.backward_roots(prof, roots, k)
+    dur = k["dur_ns"].to_numpy(np.int64)
+    n = len(prof.host_ops)
+    per = [np.bincount(r[r >= 0], weights=dur[r >= 0], minlength=n).astype(np.int64) for r in (fwd, bwd)]
+    return _Roots(k, fwd, bwd, per[0], per[1])
 
 
 def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group], dict]:
-    """(variant "host"/"kernel", tokens, groups, gating info) for one code."""
-    cache = _MATCHES.setdefault(ctx, {})
-    if spec.code in cache:
-        return cache[spec.code]
+    """(variant "host"/"kernel", tokens, groups, gating info) for one code, once per context (the
+    groups are placed in its source)."""
+    return ctx.derived(("fused_api/find", spec.code), lambda: _find(ctx, spec))
+
+
+def _find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group], dict]:
     ascend = ctx.backend is Backend.ASCEND
     version = cann_version(ctx)
     active = [(p, v) for p, v in spec.patterns if not ascend or pq.cann_at_least(version, v)]
@@ -256,9 +131,7 @@ def find(ctx: RuleContext, spec: FusedSpec) -> tuple[str, pq.Tokens, list[Group]
         if g is None:
             groups[place.span] = g = Group(place, [], pat)
         g.matches.append((a, b))
-    out = (variant, toks, list(groups.values()), gating)
-    cache[spec.code] = out
-    return out
+    return variant, toks, list(groups.values()), gating
 
 
 def _widened(ctx: RuleContext, spec: FusedSpec, toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:
@@ -421,12 +294,34 @@ def fused_effect(ctx: RuleContext, forward: pd.DataFrame, backward: pd.DataFrame
     return Effect(fwd.changes + bwd.changes, basis=f"{fwd.basis}; its backward kernels likewise")
 
 
-class FusedApiRule(Rule):
-    spec: ClassVar[FusedSpec]
-    pytorch_only = True  # the replacements are torch_npu / torch APIs
+@dataclass(frozen=True, eq=False, repr=False)
+class FusedSpec(Rule):
+    """One fused API: the rule's own fields after code and name; every row of SPECS is a rule."""
+
+    short: str  # message short name
+    api: str  # the torch_npu API
+    patterns: tuple[tuple[str, str], ...]  # (aten pattern, minimum CANN version)
+    # Kernel ``Type`` patterns (``pattern_regex`` syntax) for profiles without framework ops: the
+    # graph-mode (legacy) sequence and the eager aclnn one; only sequences that determine the
+    # pattern by themselves (see kernel_match_confirmed for the static check they also need)
+    kernel_patterns: tuple[str, ...]
+    transform: Callable[..., object]
+    fix_npu: str  # <= 12 words
+    fix_cuda: str  # <= 12 words
+    snippet_cuda: str
+    backend_fix: bool = False  # the transform takes backend= and has a CUDA/CPU form
+    keywords: str = ""  # regex over statement text: where in a function the sequence can start
+    # What the fused API also replaces next to a match: the advisor's patterns detect, and stop
+    # short of the whole expression (RMSNorm's ``* weight``, rotary's ``q * cos``, attention's
+    # ``k.transpose``). Op names per element ("a|b"), each optional, absorbed outward from the
+    # match while the op runs in a function of the match (``_widened``).
+    lead: tuple[str, ...] = ()
+    tail: tuple[str, ...] = ()
+    # the replacements are torch_npu / torch APIs
+    pytorch_only: bool = field(default=True, kw_only=True)
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        spec = self.spec
+        spec = self
         variant, toks, groups, gating = find(ctx, spec)
         ascend = ctx.backend is Backend.ASCEND
         roots = _roots(ctx) if variant == "host" else None
@@ -525,21 +420,100 @@ class FusedApiRule(Rule):
         return out
 
 
-def _make(spec: FusedSpec) -> type[FusedApiRule]:
-    cls = type(
-        "Rule" + spec.code,
-        (FusedApiRule,),
-        {
-            "code": spec.code,
-            "name": spec.name,
-            "summary": spec.summary,
-            "rationale": spec.rationale,
-            "spec": spec,
-            "__module__": __name__,
-            "__qualname__": "Rule" + spec.code,
-        },
-    )
-    return register(cls)  # type: ignore[return-value]
+SPECS: tuple[FusedSpec, ...] = (
+    FusedSpec(
+        "NPU210", "fused-api-rms-norm", "RMSNorm written out", "torch_npu.npu_rms_norm",
+        (("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}", "7.0.0"),),
+        ("Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", "(Cast){0,1}-Pow-ReduceMean-(Add|Adds)-Rsqrt-Mul"),
+        fx.rms_norm,
+        "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
+        "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
+        keywords=r"\brsqrt\b", tail=("to|type_as", "mul"),
+        summary="RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.",
+        rationale="Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole activation; npu_rms_norm does it in one pass.",
+    ),
+    FusedSpec(
+        "NPU211", "fused-api-swiglu", "SwiGLU written out", "torch_npu.npu_swiglu",
+        tuple((p, "7.0.0") for p in (
+            "(slice|chunk)-silu-mul", "(slice|chunk)-mul-silu", "(slice|chunk)-sigmoid-mul-mul",
+            "(slice|chunk)-mul-sigmoid-mul", "(slice|chunk)-mul-mul-sigmoid",
+        )),
+        ("Slice-Slice-Swish-Mul",), fx.swiglu,
+        "Use torch_npu.npu_swiglu", "torch.compile the gated MLP",
+        "mlp = torch.compile(mlp)  # fuses chunk-silu-mul into one kernel",
+        keywords=r"\bsilu\b|\bsigmoid\b|\bchunk\(",
+        summary="SwiGLU as chunk-silu-mul: one fused npu_swiglu kernel instead.",
+        rationale="The split, the SiLU and the product are three kernels with two intermediate tensors; npu_swiglu computes silu(a) * b in one kernel.",
+    ),
+    FusedSpec(
+        "NPU212", "fused-api-rotary-mul", "Rotary embedding written out", "torch_npu.npu_rotary_mul",
+        (("(chunk)-neg-cat-(mul){0,2}-add", "7.0.RC1"), ("(slice)-neg-cat-(mul){0,2}-add", "7.0.RC1")),
+        ("Mul-Slice-Neg-Slice-ConcatD-Mul",), fx.rotary_mul,
+        "Use torch_npu.npu_rotary_mul", "torch.compile the rotary embedding",
+        "apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
+        keywords=r"rotate_half|cat\(\s*[(\[]\s*-", lead=("mul", "slice"),
+        summary="Rotary embedding as chunk-neg-cat-mul-add: one fused npu_rotary_mul kernel instead.",
+        rationale="rotate_half and the two products launch five or more small kernels per tensor; npu_rotary_mul applies the rotation in one.",
+    ),
+    FusedSpec(
+        "NPU213", "fused-api-attention", "Attention written out", "torch_npu.npu_fusion_attention",
+        (
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+        ),
+        ("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}-SoftmaxV2"
+         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",),
+        fx.attention,
+        "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
+        "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
+        backend_fix=True,
+        keywords=r"@|\bmatmul\(|\bbmm\(|softmax", lead=("transpose|permute",),
+        summary="Attention as matmul-softmax-matmul: one fused attention kernel instead.",
+        rationale="The score matrix (batch x heads x seq x seq) is written and read by every step of the hand-written attention; the fused kernel keeps it on chip.",
+    ),
+    FusedSpec(
+        "NPU214", "fused-api-fast-gelu", "Exact GELU", "torch_npu.fast_gelu",
+        (("gelu", "6.3.RC2"),),
+        (), fx.fast_gelu,
+        "Use torch_npu.fast_gelu (approximation)", "Use the tanh GELU approximation",
+        'y = F.gelu(x, approximate="tanh")',
+        backend_fix=True,
+        keywords=r"\bgelu\b|GELU",
+        summary="Exact GELU where the faster approximation would do.",
+        rationale="The erf-based GELU is slower than its approximation; fast_gelu (tanh GELU on CUDA) changes numerics slightly, so it is opt-in.",
+    ),
+    FusedSpec(
+        "NPU215", "fused-api-confusion-transpose", "Transpose and reshape", "torch_npu.npu_confusion_transpose",
+        (("(permute|transpose)-(contiguous){0,1}-(reshape|view)", "6.3.RC2"), ("(reshape|view)-(contiguous){0,1}-(permute|transpose)", "6.3.RC2")),
+        ("Transpose",), fx.confusion_transpose,
+        "Use torch_npu.npu_confusion_transpose", "Drop .contiguous() where the consumer accepts strides",
+        "out = out.transpose(1, 2).reshape(b, s, h)  # reshape copies only when it must",
+        keywords=r"\.(permute|transpose)\(.*\.(view|reshape)\(|\.(view|reshape)\(.*\.(permute|transpose)\(",
+        summary="permute/transpose + contiguous + view: one npu_confusion_transpose instead.",
+        rationale="The explicit contiguous() copy and the layout change are separate kernels; npu_confusion_transpose moves the data once.",
+    ),
+    FusedSpec(
+        "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
+        (("softmax-(mul){0,1}-(masked_fill_)", "6.3.RC2"), ("softmax-(mul){0,1}-(add)", "6.3.RC2")),
+        ("Cast-Mul-MaskedFill-SoftmaxV2-Cast",), fx.scaled_masked_softmax,
+        "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
+        "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
+        keywords=r"softmax",
+        summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
+        rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
+    ),
+    FusedSpec(
+        "NPU217", "fused-api-add-layer-norm", "Residual add then LayerNorm", "torch_npu.npu_add_layer_norm",
+        (("add-layer_norm", "8.0.RC1"),),
+        ("Add-LayerNorm",), fx.add_layer_norm,
+        "Use torch_npu.npu_add_layer_norm", "torch.compile the residual add and LayerNorm",
+        "block = torch.compile(block)  # fuses the residual add into the LayerNorm",
+        keywords=r"\+.*\bnorm|\bnorm\w*\(|layer_norm",
+        summary="Residual add followed by LayerNorm: one npu_add_layer_norm kernel instead.",
+        rationale="The sum is written to memory only to be read back by the LayerNorm; npu_add_layer_norm returns both from one kernel.",
+    ),
+)
 
 
-RULES = {s.code: _make(s) for s in SPECS}
+for _rule in SPECS:
+    register(_rule)

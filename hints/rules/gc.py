@@ -35,20 +35,7 @@ ACL_MAX_SHARE = 0.01  # ... taking at most 1 % of it
 LEVEL1_NEED = "AscendCL@ API events (GC conjectured from long device-idle gaps)"
 
 
-@register
 class GcPauses(Rule):
-    code = "NPU230"
-    level1 = LEVEL1_NEED
-    name = "gc-pauses"
-    summary = "Python garbage-collection pauses stall the training loop."
-    rationale = (
-        "A full collection walks every tracked Python object -- with a large model and dataset "
-        "index that takes milliseconds, during which no op is dispatched and the device idles. "
-        "gc.freeze() after setup moves those objects out of the collector's scans."
-    )
-    thresholds = ("gcMinUs",)
-    backends = (Backend.ASCEND,)
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         he = ctx.profile.host_events
         gc = np.zeros(len(he), dtype=bool)
@@ -109,7 +96,7 @@ class GcPauses(Rule):
         free &= pq.in_steps(ctx.profile, ov["start_ns"].to_numpy(np.int64))
         if not free.any():
             return
-        if ctx.needs_level1(self.code, LEVEL1_NEED):
+        if ctx.needs_level1(self):
             return
         he = ctx.profile.host_events
         acl = pq.mask(he["name"], lambda n: n.startswith("AscendCL@")) if len(he) else np.zeros(0, dtype=bool)
@@ -147,3 +134,17 @@ class GcPauses(Rule):
         )
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence,
                           fixes=fixes, severity=Severity.INFO)
+
+
+register(GcPauses(
+    "NPU230", "gc-pauses",
+    summary="Python garbage-collection pauses stall the training loop.",
+    rationale=(
+        "A full collection walks every tracked Python object -- with a large model and dataset "
+        "index that takes milliseconds, during which no op is dispatched and the device idles. "
+        "gc.freeze() after setup moves those objects out of the collector's scans."
+    ),
+    thresholds=("gcMinUs",),
+    backends=(Backend.ASCEND,),
+    level1=LEVEL1_NEED,
+))

@@ -68,19 +68,7 @@ class _Group:
     removed: bool = False  # a synchronize() between its anchored neighbours that the source no longer has
 
 
-@register
 class HostSync(Rule):
-    code = "NPU108"
-    name = "host-sync"
-    summary = "The host blocks on the device every step (.item(), .cpu(), synchronize(), nonzero)."
-    rationale = (
-        "Reading a device value on the host (loss.item(), printing a tensor, .cpu(), nonzero) or calling "
-        "synchronize() makes the host wait until the device has finished all queued work; the device then idles "
-        "while the host prepares the next launches. Keeping values on the device and reading them every N steps "
-        "removes the stall."
-    )
-    backends = (Backend.ASCEND, Backend.CUDA)
-
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         prof = ctx.profile
         h = prof.host_ops
@@ -178,6 +166,19 @@ class HostSync(Rule):
         )
         return ctx.finding(self, span=call.span, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
                            confidence=conf, fixes=fixes, effect=effect)
+
+
+register(HostSync(
+    "NPU108", "host-sync",
+    summary="The host blocks on the device every step (.item(), .cpu(), synchronize(), nonzero).",
+    rationale=(
+        "Reading a device value on the host (loss.item(), printing a tensor, .cpu(), nonzero) or calling "
+        "synchronize() makes the host wait until the device has finished all queued work; the device then idles "
+        "while the host prepares the next launches. Keeping values on the device and reading them every N steps "
+        "removes the stall."
+    ),
+    backends=(Backend.ASCEND, Backend.CUDA),
+))
 
 
 def _syncs_removed(ctx: RuleContext, g: _Group) -> Effect:

@@ -87,17 +87,7 @@ def _is_inference_loop(index, loop) -> bool:  # noqa: ANN001
     return "backward" not in {index.calls[i].name for i in loop.calls}
 
 
-@register
 class DropoutInInference(Rule):
-    code = "NPU250"
-    name = "dropout-in-inference"
-    summary = "Dropout runs in a profile without backward or optimizer: the model is still in training mode."
-    rationale = (
-        "In training mode every dropout generates a random mask and applies it; in an inference "
-        "run that is wasted device time and changes the outputs. model.eval() turns dropout into "
-        "the identity (and batch norm to its running statistics)."
-    )
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         h = p.host_ops
@@ -184,3 +174,14 @@ class DropoutInInference(Rule):
         if span is None:
             return []
         return [make_offer(t, span.path, span) for t in (fx.eval_before_loop, fx.inference_mode)]
+
+
+register(DropoutInInference(
+    "NPU250", "dropout-in-inference",
+    summary="Dropout runs in a profile without backward or optimizer: the model is still in training mode.",
+    rationale=(
+        "In training mode every dropout generates a random mask and applies it; in an inference "
+        "run that is wasted device time and changes the outputs. model.eval() turns dropout into "
+        "the identity (and batch norm to its running statistics)."
+    ),
+))

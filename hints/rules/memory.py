@@ -29,23 +29,9 @@ from .. import profile_query as pq, source_query as sq
 LEVEL1_NEED = "AscendCL@aclMallocMemInner / aclrtFree events (CANN layer) to time the allocator"
 
 
-
-@register
 class AllocChurn(Rule):
-    code = "NPU109"
-    level1 = LEVEL1_NEED
-    name = "alloc-churn"
-    summary = "The device allocator frees and re-allocates memory every step (malloc/free API time)."
-    rationale = (
-        "The caching allocator keeps freed blocks for reuse; empty_cache() hands them back to the driver, so the "
-        "next step pays for fresh device allocations (and their synchronisation) again. Shapes that change every "
-        "step cause the same churn. Removing empty_cache() from the loop keeps the blocks cached."
-    )
-    thresholds = ("allocMaxUs",)
-    backends = (Backend.ASCEND, Backend.CUDA)
-
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        if ctx.backend is Backend.ASCEND and ctx.needs_level1(self.code, LEVEL1_NEED):
+        if ctx.backend is Backend.ASCEND and ctx.needs_level1(self):
             return
         ev = pq.api_events(ctx.profile, pq.ALLOC_APIS)
         if not len(ev):
@@ -82,6 +68,20 @@ class AllocChurn(Rule):
         fixes = sq.fixes(ctx, (fx.remove_empty_cache, call.span, index.path, {}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total, evidence=evidence, wall=True,
                           confidence=conf, fixes=fixes, related=related)
+
+
+register(AllocChurn(
+    "NPU109", "alloc-churn",
+    summary="The device allocator frees and re-allocates memory every step (malloc/free API time).",
+    rationale=(
+        "The caching allocator keeps freed blocks for reuse; empty_cache() hands them back to the driver, so the "
+        "next step pays for fresh device allocations (and their synchronisation) again. Shapes that change every "
+        "step cause the same churn. Removing empty_cache() from the loop keeps the blocks cached."
+    ),
+    thresholds=("allocMaxUs",),
+    backends=(Backend.ASCEND, Backend.CUDA),
+    level1=LEVEL1_NEED,
+))
 
 
 def _empty_cache_calls(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite, Confidence]]:

@@ -88,18 +88,7 @@ def _fix_list(ctx: RuleContext, span: Span | None, transforms, evidence: dict) -
     return [make_offer(t, span.path, span) for t in transforms]
 
 
-@register
 class FusedOptimizer(Rule):
-    code = "NPU220"
-    name = "fused-optimizer"
-    thresholds = ("foreachHostRatio",)
-    summary = "The optimizer updates parameters one at a time: use its fused (or NpuFused) form."
-    rationale = (
-        "A per-parameter optimizer step launches several small kernels for every parameter tensor "
-        "and reads its step counter with aten::item; the host spends the step dispatching. A fused "
-        "optimizer updates all parameters with a few multi-tensor kernels."
-    )
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         h = ctx.profile.host_ops
         if len(h):
@@ -288,24 +277,25 @@ class FusedOptimizer(Rule):
                            evidence=evidence, fixes=fixes)
 
 
+register(FusedOptimizer(
+    "NPU220", "fused-optimizer",
+    summary="The optimizer updates parameters one at a time: use its fused (or NpuFused) form.",
+    rationale=(
+        "A per-parameter optimizer step launches several small kernels for every parameter tensor "
+        "and reads its step counter with aten::item; the host spends the step dispatching. A fused "
+        "optimizer updates all parameters with a few multi-tensor kernels."
+    ),
+    thresholds=("foreachHostRatio",),
+))
+
+
 def _constructed_adam(ctx: RuleContext) -> str | None:
     """Adam or AdamW, whichever the workspace constructs (None: neither, or both)."""
     names = [n for n in ("AdamW", "Adam") if next(sq.calls_named(ctx, (f"torch.optim.{n}", f"torch.optim.{n.lower()}.{n}")), None)]
     return names[0] if len(names) == 1 else None
 
 
-@register
 class FusedGradClip(Rule):
-    code = "NPU221"
-    name = "fused-grad-clip"
-    summary = "Gradient clipping computes one norm per tensor: clip with the fused or foreach form."
-    rationale = (
-        "clip_grad_norm_ without the multi-tensor path launches a norm kernel per gradient tensor, "
-        "then add, reciprocal and mul for the coefficient and a mul_ per tensor; NpuFused "
-        "optimizers clip their combined gradient buffer in one pass, foreach=True batches the rest."
-    )
-    backends = (Backend.ASCEND, Backend.CUDA)
-
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         toks = pq.host_tokens(ctx)
@@ -375,6 +365,18 @@ class FusedGradClip(Rule):
         fused = np.concatenate(whole) if whole else rows
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes,
                           effect=multi_tensor(ctx, fused, norm_rows, "the clipping"))
+
+
+register(FusedGradClip(
+    "NPU221", "fused-grad-clip",
+    summary="Gradient clipping computes one norm per tensor: clip with the fused or foreach form.",
+    rationale=(
+        "clip_grad_norm_ without the multi-tensor path launches a norm kernel per gradient tensor, "
+        "then add, reciprocal and mul for the coefficient and a mul_ per tensor; NpuFused "
+        "optimizers clip their combined gradient buffer in one pass, foreach=True batches the rest."
+    ),
+    backends=(Backend.ASCEND, Backend.CUDA),
+))
 
 
 def _clip_extent(toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:

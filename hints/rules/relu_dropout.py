@@ -90,18 +90,7 @@ class _Construct:
     names: tuple[str, ...] = ()  # the ReLU's and the dropout's names, as matched
 
 
-@register
 class ReluDropoutFusion(Rule):
-    code = "NPU101"
-    name = "relu-dropout-fusion"
-    summary = "A ReLU followed by a dropout runs as three small kernels (Relu, mask generation, DoMask) per pair."
-    rationale = (
-        "Each kernel of the ReLU->Dropout pair does a trivial elementwise pass over the same tensor; when they are "
-        "short, launching them costs more than computing them and the intermediate is written and read back. No "
-        "fused relu+dropout API exists in torch or torch_npu: compiling the pair lets the compiler emit one kernel."
-    )
-    thresholds = ("smallKernelUs", "schedulingDelayUs")
-
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         pairs, how = _pairs(ctx)
         if not pairs:
@@ -198,6 +187,18 @@ class ReluDropoutFusion(Rule):
         if c.dropout is not None:
             cands.append((fx.drop_zero_dropout, c.dropout, path, {}))
         return sq.fixes(ctx, *cands)
+
+
+register(ReluDropoutFusion(
+    "NPU101", "relu-dropout-fusion",
+    summary="A ReLU followed by a dropout runs as three small kernels (Relu, mask generation, DoMask) per pair.",
+    rationale=(
+        "Each kernel of the ReLU->Dropout pair does a trivial elementwise pass over the same tensor; when they are "
+        "short, launching them costs more than computing them and the intermediate is written and read back. No "
+        "fused relu+dropout API exists in torch or torch_npu: compiling the pair lets the compiler emit one kernel."
+    ),
+    thresholds=("smallKernelUs", "schedulingDelayUs"),
+))
 
 
 # -- evidence ---------------------------------------------------------------------------------------

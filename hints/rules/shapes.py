@@ -80,19 +80,7 @@ class _Bad:
     nbytes: int
 
 
-@register
 class CubeShapeAlignment(Rule):
-    code = "NPU106"
-    name = "cube-shape-alignment"
-    summary = "MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower."
-    rationale = (
-        "The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128 for "
-        "FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same FLOPs take "
-        "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
-    )
-    thresholds = ("cubeAlign", "faAlign", "cubeMinBytes")
-    backends = (Backend.ASCEND, Backend.CUDA)
-
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         rows, bad = (_cuda(ctx) if ctx.backend is Backend.CUDA else _ascend(ctx))
         if not rows:
@@ -108,15 +96,14 @@ class CubeShapeAlignment(Rule):
             groups[key].append((r, b))
             if key not in sites or (site is not None and site.confidence.rank < sites[key].confidence.rank):
                 sites[key] = site
-        literal_cache: dict[int, list[Related]] = {}
         rates = _aligned_rates(ctx, set(rows)) if ctx.backend is not Backend.CUDA else None
         for key, members in groups.items():
-            f = self._finding(ctx, members, dur, sites[key], literal_cache)
+            f = self._finding(ctx, members, dur, sites[key])
             if f is not None:  # None: no dim padding can serve
                 f.effect = _at_aligned_rate(ctx, [r for r, _ in members], rates)
                 yield f
 
-    def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site, cache) -> Finding | None:
+    def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site) -> Finding | None:
         steps = ctx.num_steps
         by_shape: dict[_Bad, list[int]] = defaultdict(list)
         for r, b in members:
@@ -161,13 +148,26 @@ class CubeShapeAlignment(Rule):
             "thresholds": {"cubeAlign": ctx.thresholds.cube_align, "faAlign": ctx.thresholds.fa_align,
                            "cubeMinBytes": ctx.thresholds.cube_min_bytes},
         }
-        related = [r for x in sorted(dims, reverse=True) for r in _literals(ctx, x, up=pad_up(x, align), cache=cache)]
+        related = [r for x in sorted(dims, reverse=True) for r in _literals(ctx, x, up=pad_up(x, align))]
         related = related[:MAX_RELATED]
         if site is None:
             return ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
                                confidence=Confidence.MODULE, related=related)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
                            confidence=site.confidence, related=related)
+
+
+register(CubeShapeAlignment(
+    "NPU106", "cube-shape-alignment",
+    summary="MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower.",
+    rationale=(
+        "The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128 for "
+        "FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same FLOPs take "
+        "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
+    ),
+    thresholds=("cubeAlign", "faAlign", "cubeMinBytes"),
+    backends=(Backend.ASCEND, Backend.CUDA),
+))
 
 
 def _gemm_flops(ins: str, out: str) -> float | None:
@@ -293,10 +293,12 @@ def _cuda(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     return rows, bad
 
 
-def _literals(ctx: RuleContext, value: int, *, up: int, cache: dict[int, list[Related]]) -> list[Related]:
-    """Integer literals equal to ``value`` in the workspace's Python files."""
-    if value in cache:
-        return cache[value]
+def _literals(ctx: RuleContext, value: int, *, up: int) -> list[Related]:
+    """Integer literals equal to ``value`` in the workspace's Python files (searched once per context)."""
+    return ctx.derived(("shapes/literals", value, up), lambda: _search_literals(ctx, value, up))
+
+
+def _search_literals(ctx: RuleContext, value: int, up: int) -> list[Related]:
     out: list[Related] = []
     for path in (ctx.workspace.python_files() if ctx.workspace is not None else []):
         text = ctx.source_text(path)
@@ -311,5 +313,4 @@ def _literals(ctx: RuleContext, value: int, *, up: int, cache: dict[int, list[Re
                 (line, col), (end_line, end_col) = tok.start, tok.end
                 out.append(Related(Span(path, line, col, end_line, end_col),
                                    f"{value} here: {up} would be aligned (pad up and mask the extra part)"))
-    cache[value] = out
     return out

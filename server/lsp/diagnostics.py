@@ -23,6 +23,7 @@ from .payloads import DiagnosticData
 
 if TYPE_CHECKING:
     from .state.context import RequestContext
+    from .state.snapshot import Snapshot
 
 
 class Views:
@@ -111,13 +112,9 @@ def doc_path(ctx: RequestContext, uri: str) -> str | None:
     return path_of(uri)
 
 
-def _suppressions(doc: OpenDocument) -> dict[int, frozenset[str]]:
-    cached = doc.suppress_cache
-    if cached is not None and cached[0] == doc.version:
-        return cached[1]
-    table = suppress.suppressions(doc.text)
-    doc.suppress_cache = (doc.version, table)
-    return table
+def _suppressions(snap: Snapshot, doc: OpenDocument) -> dict[int, frozenset[str]]:
+    """The buffer's suppression comments at its version, parsed once per snapshot and version."""
+    return snap.derived(("suppressions", doc.path, doc.opened_seq, doc.version), lambda: suppress.suppressions(doc.text))
 
 
 def compute(ctx: RequestContext, path: str | None) -> tuple[FileView | None, list[types.Diagnostic]]:
@@ -155,19 +152,19 @@ def _compute(ctx: RequestContext, path: str) -> tuple[FileView | None, list[type
         d = diagnostic(f, i, view, views, ctx.caps, snap.generation, change)  # type: ignore[arg-type]
         if d is None:
             continue
-        if doc is not None and not doc.linemap.is_identity and _newly_suppressed(doc, view.lines, d):  # type: ignore[union-attr]
+        if doc is not None and not doc.linemap.is_identity and _newly_suppressed(snap, doc, view.lines, d):  # type: ignore[union-attr]
             continue
         out.append(d)
     return view, out
 
 
-def _newly_suppressed(doc: OpenDocument, lines: list[str], d: types.Diagnostic) -> bool:
+def _newly_suppressed(snap: Snapshot, doc: OpenDocument, lines: list[str], d: types.Diagnostic) -> bool:
     """A ``# msprof: ignore`` typed since the analysis (the rules already honoured older ones);
     ``lines``: the buffer's lines now."""
     first, last = d.range.start.line, d.range.end.line
     if not any(0 <= i < len(lines) and "msprof" in lines[i] for i in {first, last}):
         return False  # the cheap test: no directive text on the diagnostic's lines
-    return suppress.span_suppressed(_suppressions(doc), first + 1, last + 1, str(d.code))
+    return suppress.span_suppressed(_suppressions(snap, doc), first + 1, last + 1, str(d.code))
 
 
 def digest(view: FileView | None, diags: list[types.Diagnostic]) -> str:

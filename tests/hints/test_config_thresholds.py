@@ -46,13 +46,13 @@ def _reads(tree: ast.AST) -> set[str]:
 
 
 def _declared(tree: ast.AST) -> set[str]:
-    """The keys of ``thresholds = (...)`` class attributes in one module."""
+    """The keys of the ``thresholds=(...)`` declarations of the rules in one module."""
     keys: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "thresholds" for t in stmt.targets):
-                    keys |= set(ast.literal_eval(stmt.value))
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg == "thresholds":
+                    keys |= set(ast.literal_eval(kw.value))
     return keys
 
 

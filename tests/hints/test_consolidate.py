@@ -21,6 +21,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import (Change, Effect, Finding, FixOffer, Saving, Severity, ShareOf, Target)
 from msprof_lsp.hints.registry import Rule
+from tests.hints.rules.rulekit import fake_rule
 from msprof_lsp.mapping.profile.model import (HOST_OP_SCHEMA, KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, Step,
                                               make_table)
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
@@ -51,11 +52,7 @@ def _profile() -> Profile:
 
 
 def _rule(code: str, emit) -> Rule:
-    cls = type(f"Fake{code}", (Rule,), {"code": code, "name": f"fake-{code.lower()}", "summary": "Fake.",
-                                        "rationale": "Tests consolidation.", "default_severity": None,
-                                        "check": lambda self, ctx: emit(self, ctx)})
-    registry.validate(cls)
-    return cls()
+    return fake_rule(code, emit)
 
 
 def _kernels(*rows: int) -> Effect:

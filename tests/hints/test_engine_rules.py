@@ -17,6 +17,7 @@ from msprof_lsp.hints.registry import Rule, RuleError, register
 from msprof_lsp.mapping.profile.model import Backend, Profile, ProfileKind, ProfileMeta, Step
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
+from tests.hints.rules.rulekit import FakeRule, fake_rule
 
 MS = 1_000_000  # ns
 
@@ -30,67 +31,43 @@ def _ctx(config: RuleConfig | None = None, workspace: SourceWorkspace | None = N
     return RuleContext(_profile(**kw), None, workspace, config or RuleConfig())
 
 
-def _rule(code: str, emit, *, severity: Severity | None = None, backends=registry.BACKENDS) -> Rule:
+def _rule(code: str, emit, *, severity: Severity | None = None, backends=registry.BACKENDS, **declared) -> Rule:
     """A rule whose check() calls ``emit(rule, ctx)``; built per test, never registered."""
-    cls = type(
-        f"Fake{code}",
-        (Rule,),
-        {
-            "code": code,
-            "name": f"fake-{code.lower()}",
-            "summary": "A fake rule for engine tests.",
-            "rationale": "Tests the engine.",
-            "default_severity": severity,
-            "backends": backends,
-            "check": lambda self, ctx: emit(self, ctx),
-        },
-    )
-    registry.validate(cls)
-    return cls()
+    return fake_rule(code, emit, default_severity=severity, backends=backends, **declared)
 
 
 def _at(path: str, line: int) -> Span:
     return Span(path, line, 0, line, 10)
 
 
-def test_registry_validates_metadata():
-    class Bad(Rule):
-        code = "npu1"
-        name = "Bad"
-        summary = "x"
-        rationale = "y"
-
-        def check(self, ctx):
-            return []
+def test_a_declaration_is_checked_when_it_is_made():
+    def bad(code="NPU998", name="bad-rule", **declared):
+        return FakeRule(code, name, lambda rule, ctx: [], summary="x", rationale="y", **declared)
 
     with pytest.raises(RuleError, match="code"):
-        register(Bad)
-    Bad.code, Bad.name = "NPU998", "Bad_Name"
+        bad(code="npu1")
     with pytest.raises(RuleError, match="kebab"):
-        register(Bad)
-    Bad.name, Bad.thresholds = "bad-rule", ("noSuchKey",)
+        bad(name="Bad_Name")
     with pytest.raises(RuleError, match="threshold"):
-        register(Bad)
+        bad(thresholds=("noSuchKey",))
+    with pytest.raises(RuleError, match="backends"):
+        bad(backends=("tpu",))
+    with pytest.raises(RuleError, match="needs"):
+        bad(needs=("kernels",))
+    assert bad(backends=("cuda",)).backends == (Backend.CUDA,)  # spelt as a string, held as the enum
 
 
 def test_register_lookup_and_duplicates():
-    class One(Rule):
-        code, name, summary, rationale = "TST901", "test-one", "One.", "For the registry test."
-        thresholds = ("smallKernelUs",)
-
-        def check(self, ctx):
-            return []
-
-    class Other(One):
-        name = "test-other"
+    one = fake_rule("TST901", lambda rule, ctx: [], thresholds=("smallKernelUs",))
+    other = FakeRule("TST901", "test-other", lambda rule, ctx: [], summary="Other.", rationale="r.")
 
     try:
-        register(One)
-        assert registry.rule("tst901").name == "test-one"
+        register(one)
+        assert registry.rule("tst901") is one
         assert registry.rule("TST901").doc == "docs/rules/TST901.md"
         assert any(r.code == "TST901" for r in registry.rules_matching(["TST9"]))
         with pytest.raises(RuleError, match="duplicate"):
-            register(Other)
+            register(other)
         with pytest.raises(KeyError):
             registry.rule("TST999")
     finally:
@@ -101,7 +78,7 @@ def test_all_rules_imports_rule_modules_and_orders_by_code():
     rules = registry.all_rules()
     assert [r.code for r in rules] == sorted(r.code for r in rules)
     for r in rules:
-        registry.validate(type(r))
+        registry.validate(r)
 
 
 def test_message_format_matches_the_catalog_examples():
@@ -195,8 +172,7 @@ def test_pytorch_rules_do_not_run_on_a_program_that_is_not_pytorch():
     """An msprof CLI capture with no framework layer and no torch source behind its kernels is not a
     PyTorch program: a ``pytorch_only`` rule stays silent there; torch versions, aten ops or a
     torch_npu/Kineto export make it one."""
-    torch_advice = _rule("NPU778", _emit_shares((0.1, 1)))
-    torch_advice.pytorch_only = True
+    torch_advice = _rule("NPU778", _emit_shares((0.1, 1)), pytorch_only=True)
     msprof = Profile(meta=ProfileMeta(kind=ProfileKind.MSPROF, path="/prof"), steps=_profile().steps)
     assert run_rules(RuleContext(msprof, None, None, RuleConfig()), [torch_advice]) == []
     assert len(run_rules(RuleContext(msprof, None, None, RuleConfig()), [_rule("NPU779", _emit_shares((0.1, 1)))])) == 1

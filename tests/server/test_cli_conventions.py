@@ -92,6 +92,7 @@ def test_rule_explains_a_rule_from_the_registry_the_catalog_and_the_savings_mode
         assert f"{spec.safety.value}: {spec.summary} ({spec.id})" in out
     env = run_cli(["rule", "npu244"], capsys)
     assert f"none: {UNMODELLED['NPU244']}" in " ".join(env.out.split())
+    assert "Needs: the environment variables recorded with the profile" in env.out  # the declared data
     fused = run_cli(["rule", "NPU213"], capsys)  # a row for a range of codes (NPU210–NPU217)
     assert "the fused torch_npu API" in fused.out
 

@@ -53,7 +53,6 @@ class OpenDocument:
     linemap: LineMap | None = None  # analysed text of ``path`` -> the buffer; None: nothing analysed
     base_generation: int = -1  # the snapshot the line map starts from
     opened_seq: int = 0  # order of opening (the newest open file picks the job)
-    suppress_cache: tuple[int, dict[int, frozenset[str]]] | None = field(default=None, repr=False)
     # recent versions -> map from that version's lines to the current ones (stale code actions)
     history: dict[int, LineMap] = field(default_factory=dict, repr=False)
     pinned: set[int] = field(default_factory=set, repr=False)  # versions an analysis is running on
@@ -83,7 +82,6 @@ class OpenDocument:
                 del self.history[v]
         self.version = version
         self.keys = keys
-        self.suppress_cache = None
 
     def line_now(self, version: int | None, line: int) -> int | None:
         """Where 1-based ``line`` of an earlier ``version`` of this buffer is now (None: edited

@@ -61,7 +61,6 @@ class Engine:
         self.job: JobChoice | None = None
         self._texts: dict[str, str] = {}
         # the counter tables of one attribution (and threshold), kept until either changes
-        self._counters: tuple[object, object, dict[str, dict[int, list[OpCounters]]]] | None = None
 
     # -- whole loads -----------------------------------------------------------------------------
 
@@ -182,12 +181,7 @@ class Engine:
 
     def _line_counters(self) -> dict[str, dict[int, list[OpCounters]]]:
         assert self.loaded is not None and self.attribution is not None
-        thresholds = self.settings.rule_config().thresholds
-        held = self._counters
-        if held is None or held[0] is not self.attribution or held[1] != thresholds:
-            held = self._counters = (self.attribution, thresholds,
-                                     line_counters(self.loaded.profile, self.attribution, thresholds))
-        return held[2]
+        return line_counters(self.loaded.profile, self.attribution, self.settings.rule_config().thresholds)
 
     def snapshot(self) -> Snapshot:
         assert self.loaded is not None and self.attribution is not None and self.workspace is not None

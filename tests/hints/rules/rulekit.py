@@ -4,7 +4,8 @@ run rules on it against source files the test writes, and check offered fixes.""
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from msprof_lsp.hints.config import RuleConfig
@@ -12,7 +13,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Finding, Fix
 from msprof_lsp.hints.fixes.edits import apply_edits
-from msprof_lsp.hints.registry import rules_matching
+from msprof_lsp.hints.registry import Rule, rules_matching
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.profile.frames import StackTable
 from msprof_lsp.mapping.profile.linking import assign_parents, resolve_kernel_links
@@ -138,6 +139,21 @@ class ProfileBuilder:
             stacks=self.stacks.stacks,
             steps=steps,
         )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FakeRule(Rule):
+    """A rule declared like every other whose check calls ``emit(rule, ctx)``; built per test,
+    never registered."""
+
+    emit: Callable[[Rule, RuleContext], Iterable[Finding]]
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        return self.emit(self, ctx)
+
+
+def fake_rule(code: str, emit: Callable[[Rule, RuleContext], Iterable[Finding]], **declared: object) -> FakeRule:
+    return FakeRule(code, f"fake-{code.lower()}", emit, summary="A fake rule.", rationale="Tests the engine.", **declared)
 
 
 def context(profile: Profile, roots: Sequence[Path] = (), *, config: RuleConfig | None = None) -> RuleContext:

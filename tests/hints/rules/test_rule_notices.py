@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED, shared_fixture
-from rulekit import LIB, ProfileBuilder, findings, frame, only
+from rulekit import LIB, ProfileBuilder, fake_rule, findings, frame, only
 
 from msprof_lsp.hints import registry
 from msprof_lsp.hints.config import RuleConfig
@@ -75,12 +75,7 @@ def _level_profile(info: Path | None, *, free_us: float = 0) -> Profile:
 
 
 def _recording_rule(code: str, reason: str) -> Rule:
-    cls = type(f"Rec{code}", (Rule,), {
-        "code": code, "name": "needs-api-events", "summary": "s.", "rationale": "r.",
-        "check": lambda self, ctx: [] if ctx.needs_level1(code, reason) else [],
-    })
-    registry.validate(cls)
-    return cls()
+    return fake_rule(code, lambda rule, ctx: [] if ctx.needs_level1(rule) else [], level1=reason)
 
 
 def test_level0_fixture_names_the_skipped_rules():
@@ -101,7 +96,7 @@ def test_level1_fixture_needs_nothing():
     profile = _level_profile(shared_fixture(INFO_LEVEL1), free_us=300_000)
     assert profile.meta.level == "Level1"
     ctx = RuleContext(profile, None, None, RuleConfig())
-    assert ctx.needs_level1("TST107", "x") is False and ctx.level1_skips == {}
+    assert ctx.needs_level1(_recording_rule("TST107", "x")) is False and ctx.level1_skips == {}
     assert not only(run_rules(ctx, [rule("NPU901")]), "NPU901")
 
 
@@ -225,7 +220,7 @@ def test_unattributed_time_at_five_percent(tmp_path, lost_us, fires):
 
 
 def test_declared_level1_rules():
-    # declared on the rule class, and each declared rule asks ctx.needs_level1 for that data
+    # declared on the rule, and each declared rule asks ctx.needs_level1 for that data
     assert registry.declared_level1() == {"NPU107": rule("NPU107").level1, "NPU109": rule("NPU109").level1,
                                           "NPU230": rule("NPU230").level1}
     assert "AscendCL@" in registry.declared_level1()["NPU230"]

@@ -32,13 +32,7 @@ def _is_dropout(op) -> bool:  # noqa: ANN001
     return op.type.startswith("DropOut")
 
 
-@register
 class ReluDropoutPair(Rule):
-    code = "TST101"
-    name = "relu-dropout-pair"
-    summary = "Test double of NPU101: ReLU and dropout kernels launched from one line."
-    rationale = "Small elementwise kernels back to back are dispatch-bound; see NPU101."
-
     def check(self, ctx):  # noqa: ANN001, ANN201
         heat = ctx.attribution.heat if ctx.attribution else None
         if heat is None:
@@ -66,13 +60,14 @@ class ReluDropoutPair(Rule):
                               evidence={"ops": sorted({o.type for o in ops})})
 
 
-@register
-class HotLine(Rule):
-    code = "TST102"
-    name = "hot-line"
-    summary = "Test rule: a line with at least 5 % of the step time."
-    rationale = "Exercises safe fixes and fixAll in the language-server tests."
+register(ReluDropoutPair(
+    "TST101", "relu-dropout-pair",
+    summary="Test double of NPU101: ReLU and dropout kernels launched from one line.",
+    rationale="Small elementwise kernels back to back are dispatch-bound; see NPU101.",
+))
 
+
+class HotLine(Rule):
     def check(self, ctx):  # noqa: ANN001, ANN201
         heat = ctx.attribution.heat if ctx.attribution else None
         if heat is None:
@@ -94,16 +89,24 @@ class HotLine(Rule):
             yield ctx.finding(self, span=span, message=message, total_ns=lh.device_ns, fixes=[fix])
 
 
-@register
-class ProfileNotes(Rule):
-    code = "TST900"
-    name = "profile-notes"
-    summary = "Test rule: one profile-level note."
-    rationale = "Profile-level findings are shown as a message, not on a line."
-    default_severity = Severity.INFO
+register(HotLine(
+    "TST102", "hot-line",
+    summary="Test rule: a line with at least 5 % of the step time.",
+    rationale="Exercises safe fixes and fixAll in the language-server tests.",
+))
 
+
+class ProfileNotes(Rule):
     def check(self, ctx):  # noqa: ANN001, ANN201
         print("TST900: this line goes to stdout and must not reach the JSON-RPC stream")
         sys.stdout.flush()
         steps = ctx.num_steps
         yield ctx.finding(self, span=None, message=f"Profile notes: {steps} profiled steps.")
+
+
+register(ProfileNotes(
+    "TST900", "profile-notes",
+    summary="Test rule: one profile-level note.",
+    rationale="Profile-level findings are shown as a message, not on a line.",
+    default_severity=Severity.INFO,
+))
