@@ -151,7 +151,7 @@ def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
     if args.format == "json":
         return json_text(json.dumps(report(run).as_dict(), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "sarif":
-        return json_text(json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False)) + "\n"
+        return json_text(json.dumps(sarif.render_document(report(run)), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "github":
         return github.render(run)
     if args.format == "html":
