@@ -1,5 +1,5 @@
 """The Python API's DataFrames, built from a check run's jobs with the JSON report's own
-definitions (``analysis.views.document``), so their figures are the report's (docs/python-api.md)."""
+definitions (``analysis.views``: ``document``, the rows and their ``parts``), so their figures are the report's (docs/python-api.md)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from msprof_lsp.mapping.profile.timemodel import profile_breakdown, work_mask
 from msprof_lsp.mapping.source.heat import TimeSource
 
 from ..analysis.views import document
+from ..analysis.views.parts import BREAKDOWN_KEYS, BreakdownView
 from ..analysis.views.result import CheckRun, JobReport
 from ..analysis.views.rows import HotspotRow
 
 HOTSPOT_COLUMNS = ["profile", "path", "line", "end_line", "column", "function", "code", "time_us_per_step", "share",
                    "forward_us", "backward_us", "calls", "confidence", "top_op"]
-STEP_COLUMNS = ["profile", "step", "device", *document.BREAKDOWN_KEYS]
+STEP_COLUMNS = ["profile", "step", "device", *BREAKDOWN_KEYS]
 KERNEL_COLUMNS = ["profile", "name", "type", "core", "step", "device", "stream", "start_us", "duration_us",
                   "backward", "in_step", "work", "path", "line"]
 
@@ -48,8 +49,8 @@ def steps(run: CheckRun) -> pd.DataFrame:
     rows = []
     for job in run.jobs:
         profile = document.rel_path(job.profile.meta.path, run.cwd)
-        for s in document.breakdown_dict(profile_breakdown(job.profile))["steps"]:
-            rows.append({"profile": profile, **s})
+        for s in BreakdownView.of(profile_breakdown(job.profile)).steps:
+            rows.append({"profile": profile, **s.as_dict()})
     return _frame(rows, STEP_COLUMNS)
 
 

@@ -1,5 +1,5 @@
 """One workspace analysed for the MCP server and the Python API: the same run as
-``--check --format json`` (``check.command.collect``), with report paths relative to the workspace,
+``--check --format json`` (the core's ``analysis.check_run``), with report paths relative to the workspace,
 and kept in memory until a file it read changes.
 
 Where the request comes from decides the confinement: an agent's ``profile``, ``baseline``, path
@@ -9,16 +9,16 @@ pyproject.toml must), a notebook user's are taken as given (as command-line flag
 
 from __future__ import annotations
 
-import io
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..analysis.check_run import CheckFailed, RunHooks, RunRequest, check_run
 from ..analysis.settings import Layer, Settings, inside, resolve
-from ..check.command import CheckFailed, collect
 from ..analysis.views.result import CheckRun
-from ..cli import CheckArgs
+from ..cli import version
+from ..escape import visible
 
 CONFINED = "an agent's request may only name files inside its workspace"
 MAX_CACHED = 8  # analyses kept in memory (a session rarely switches between more workspaces)
@@ -79,14 +79,16 @@ def run_request(request: Request) -> tuple[CheckRun, list[str]]:
     settings, warnings = settings_for(request)
     profile = request.place(request.profile, "profile") if request.profile else None
     baseline = request.place(request.baseline, "baseline") if request.baseline else None
-    args = CheckArgs(paths=[str(root)], profile=str(profile) if profile else None, format="json",
-                     baseline=str(baseline) if baseline else None, quiet=True)
-    warn = io.StringIO()
+    # the JSON document's run, critical paths included; a job that could not be read is a warning
+    req = RunRequest(cwd=root, tool_version=version(), paths=(root,), profile=profile, baseline=baseline,
+                     critical_path=True)
+    said: list[str] = []
+    hooks = RunHooks(on_unreadable=lambda bad: said.append(visible(f"msprof-lsp: error: {bad.error}")))
     try:
-        run = collect(args, lambda message, fraction: None, warn, cwd=root, settings_of=lambda _path: settings)
+        run = check_run(req, lambda _path: settings, hooks)
     except CheckFailed as exc:
         raise RequestError(str(exc)) from None
-    return run, warnings + [w for w in warn.getvalue().splitlines() if w]
+    return run, warnings + said
 
 
 def _stamp(run: CheckRun) -> tuple[tuple[str, int, int], ...]:

@@ -10,30 +10,25 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from msprof_lsp.hints.finding import Severity
-from msprof_lsp.mapping.source.critical_path import critical_path
 from msprof_lsp.hints.fixes.profiling import HOW_TO_RECORD
 from msprof_lsp.mapping.errors import NoProfileFound, ProfileError
 from msprof_lsp.mapping.profile.jobs import Job
+from msprof_lsp.mapping.profile.locations import Progress
 
-from ..analysis import run
-from ..analysis.baseline import against_baseline, load_baseline
+from ..analysis.check_run import CheckFailed, RunHooks, RunRequest, check_run
+from ..analysis.run import UnreadableJob
 from ..cli import CheckArgs, UsageError, check_codes, version
 from . import fixing
 from .progress import ProgressLine
 from .report import github, html, sarif, text
-from ..analysis.views.result import CheckRun, JobReport, merge_repeated
+from ..analysis.views.result import CheckRun
 from ..analysis.views.rows import report
 from ..escape import json_text, visible
 from ..analysis.settings import Layer, Settings, find_pyproject, resolve
-
-
-class CheckFailed(Exception):
-    """The run cannot go on (exit 2); the message is the one line printed."""
 
 
 def settings_for(path: Path, args: CheckArgs, warn: TextIO) -> Settings:
@@ -73,62 +68,27 @@ def _say_jobs(jobs: list[Job], base: Path, warn: TextIO | None) -> None:
         print(visible(f"msprof-lsp: job {i} of {len(jobs)} under {base}: {job.describe(base)}"), file=warn)
 
 
-def collect(args: CheckArgs, progress, warn: TextIO, *, cwd: Path | None = None,
-            settings_of: Callable[[Path], Settings] | None = None) -> CheckRun:
-    """The run every structured front-end reads (``--check``, the MCP server, the Python API):
-    paths in the report are relative to ``cwd`` (default: the current directory); ``settings_of``
-    replaces ``--check``'s resolver (the MCP server confines a workspace's settings to it)."""
-    cwd = cwd or Path.cwd()
-    paths = [Path(p) for p in args.paths] or [cwd]
-    for p in paths:
-        if not p.exists():
-            raise CheckFailed(f"{p}: no such file or directory")
-    profile = Path(args.profile) if args.profile else None
-    if profile is not None and not profile.exists():
-        raise CheckFailed(f"{profile}: no such file or directory (--profile)")
-    use_cache = not args.no_cache
-    jobs: list[JobReport] = []
-    unreadable: list[run.UnreadableJob] = []
+def request_of(args: CheckArgs, cwd: Path | None = None) -> RunRequest:
+    """The core's run request of the command line (report paths relative to ``cwd``, default the
+    current directory)."""
+    return RunRequest(cwd=cwd or Path.cwd(), tool_version=version(), paths=tuple(Path(p) for p in args.paths),
+                      profile=Path(args.profile) if args.profile else None,
+                      baseline=Path(args.baseline) if args.baseline else None, use_cache=not args.no_cache,
+                      critical_path=args.format == "json")  # only the JSON document prints it
 
-    def say_unreadable(bad: run.UnreadableJob) -> None:
+
+def collect(args: CheckArgs, progress: Progress, warn: TextIO) -> CheckRun:
+    """``--check``'s run: the core's ``check_run`` with the command line's settings, the jobs
+    said on ``warn`` (unless --quiet) and each unreadable job's one line."""
+    say = None if args.quiet else warn
+
+    def say_unreadable(bad: UnreadableJob) -> None:
         # the same one line (naming the file) a fatal error gets; the exit status is 2 as for it
-        unreadable.append(bad)
         print(visible(f"msprof-lsp: error: {bad.error}"), file=warn)
 
-    # a bad setting stops the run before any analysis
-    every = [(path, settings_of(path) if settings_of is not None else settings_for(path, args, warn)) for path in paths]
-    say = None if args.quiet else warn
-    for path, settings in every:
-        chosen = profile or (settings.resolve_path(settings.profile) if settings.profile else None)
-        analyses = run.analyse_paths([path], settings, profile=chosen, use_cache=use_cache, progress=progress,
-                                     on_jobs=lambda found, base: _say_jobs(found, base, say),
-                                     on_unreadable=say_unreadable)
-        baseline = args.baseline or settings.baseline
-        for a in analyses:
-            against = None
-            if baseline:
-                bpath = Path(baseline) if args.baseline else settings.resolve_path(baseline)
-                if not bpath.exists():
-                    raise CheckFailed(f"{bpath}: no such file or directory (--baseline)")
-                held = load_baseline(bpath, a.workspace, settings, use_cache=use_cache)
-                against = against_baseline(held, a.loaded, a.attribution, a.findings, a.workspace, settings)
-            jobs.append(
-                JobReport(
-                    profile=a.profile,
-                    heat=a.attribution.heat,
-                    critical_path=critical_path(a.profile, a.attribution) if args.format == "json" else None,  # only JSON prints it; memoized per profile, so NPU251's run is reused
-                    findings=a.findings,
-                    cluster=a.loaded.cluster,
-                    ranks=sorted({loc.rank for loc in a.loaded.locations if loc.rank is not None}),
-                    comparison=against.comparison if against else None,
-                    finding_changes=against.changes if against else [],
-                    attribution=a.attribution,
-                    source_text=a.workspace.text,
-                    all_ranks=a.all_ranks,
-                )
-            )
-    merge_repeated(jobs, cwd)
-    return CheckRun(jobs=jobs, cwd=cwd, tool_version=version(), unreadable=unreadable)
+    hooks = RunHooks(progress=progress, on_jobs=lambda found, base: _say_jobs(found, base, say),
+                     on_unreadable=say_unreadable)
+    return check_run(request_of(args), lambda path: settings_for(path, args, warn), hooks)
 
 
 def exit_status(run: CheckRun, args: CheckArgs) -> int:
@@ -151,7 +111,7 @@ def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
     if args.format == "json":
         return json_text(json.dumps(report(run).as_dict(), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "sarif":
-        return json_text(json.dumps(sarif.render_document(run), indent=2, ensure_ascii=False)) + "\n"
+        return json_text(json.dumps(sarif.render_document(report(run)), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "github":
         return github.render(run)
     if args.format == "html":

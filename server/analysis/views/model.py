@@ -30,6 +30,7 @@ from msprof_lsp.mapping.source.heat import Attribution, Site
 
 from . import document
 from ..diff import unified_diff
+from .result import CheckRun
 from .rows import ProfileView, hotspot_rows
 
 MODEL_VERSION = 1
@@ -542,6 +543,16 @@ def job_model(profile: Profile, attribution: Attribution | None, heat, findings:
     return JobModel(profile=header, breakdown=bars if cluster is not None else own_bars, ranks=rank_bars, comm=comm,
                     timeline=timeline(profile, attribution, own_bars, cwd), hotspots=hotspots, findings=views,
                     notes=notes)
+
+
+def report_model(run: CheckRun, base: str = "") -> ReportModel:
+    """The model of a check run: the HTML report's (``base`` "": paths relative to the run's cwd)
+    and the editor's "Show profile" of its one job (``base``: the folder they are relative to)."""
+    jobs = [job_model(j.profile, j.attribution, j.heat, j.findings, j.cluster, j.ranks, run.cwd,
+                      j.source_text or (lambda _path: None))
+            for j in run.jobs]
+    return ReportModel(version=MODEL_VERSION, tool_version=run.tool_version, base=base, jobs=jobs,
+                       start_here=start_views([j.findings for j in run.jobs], run.cwd))
 
 
 def encode(model: ReportModel) -> bytes:

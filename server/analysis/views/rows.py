@@ -16,6 +16,7 @@ from typing import Any
 
 from msprof_lsp.hints.consolidate import start_here
 from msprof_lsp.hints.finding import Finding, Fix, Saving, Severity, ShareOf
+from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 from msprof_lsp.mapping.profile.step_infer import describe as describe_steps
 from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profile_breakdown
@@ -24,6 +25,7 @@ from msprof_lsp.mapping.source.heat import SpanHeat
 
 from ..ranks import AllRanks
 from . import document
+from .parts import BaselineView, BreakdownView, ClusterView, CriticalPathView, RankFindingsView
 from .result import CheckRun
 
 TOOL_NAME = "msprof-lsp"
@@ -66,6 +68,8 @@ class RelatedRow:
     line: int
     column: int
     message: str
+    end_line: int  # SARIF's region; the JSON document names the start only
+    end_column: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +95,12 @@ class FindingRow:
     related: tuple[RelatedRow, ...]
     profile_path: str | None
     finding: Finding = field(repr=False, compare=False)
+    # against a baseline (SARIF's baselineState; the JSON document lists the states under "baseline")
+    state: FindingState | None = None
 
     @classmethod
-    def of(cls, f: Finding, cwd: Path, profile_path: str | None = None) -> FindingRow:
+    def of(cls, f: Finding, cwd: Path, profile_path: str | None = None,
+           state: FindingState | None = None) -> FindingRow:
         s = f.span
         return cls(
             code=f.code, name=f.name, severity=f.severity, path=document.rel_path(s.path, cwd) if s else None,
@@ -103,8 +110,9 @@ class FindingRow:
             saving=f.saving or Saving.unknown("no saving model for this rule yet"), confidence=f.confidence.value,
             evidence=f.evidence, fixes=tuple(FixRow.of(x, cwd) for x in f.fixes),
             related=tuple(RelatedRow(path=document.rel_path(r.span.path, cwd), line=r.span.line,
-                                     column=r.span.col + 1, message=r.message) for r in f.related),
-            profile_path=profile_path, finding=f)
+                                     column=r.span.col + 1, message=r.message, end_line=r.span.end_line,
+                                     end_column=r.span.end_col + 1) for r in f.related),
+            profile_path=profile_path, finding=f, state=state)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -217,8 +225,8 @@ def hotspot_rows(heat, cwd: Path, steps: int, cp: CriticalPath | None = None,  #
 
 @dataclass(frozen=True, slots=True)
 class ProfileView:
-    """One analysed profile's header (docs/report.md "JSON"); the nested parts keep the JSON
-    document's shape (``cluster``, ``breakdown``, ``critical_path``)."""
+    """One analysed profile's header (docs/report.md "JSON"); the nested parts are typed rows
+    (``parts``) whose ``as_dict`` is the JSON document's."""
 
     path: str
     kind: str
@@ -235,11 +243,11 @@ class ProfileView:
     mapped_share: float
     complete: bool
     issues: tuple[str, ...]
-    cluster: dict[str, Any] | None
-    breakdown: dict[str, Any]
+    cluster: ClusterView | None
+    breakdown: BreakdownView
     breakdown_source: str
-    critical_path: dict[str, Any] | None = None
-    rank_findings: dict[str, Any] | None = None  # --ranks all: every rank's findings grouped
+    critical_path: CriticalPathView | None = None
+    rank_findings: RankFindingsView | None = None  # --ranks all: every rank's findings grouped
 
     @classmethod
     def of(cls, profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path,
@@ -255,9 +263,9 @@ class ProfileView:
             step_time_us=us(step_ns), step_time_source=step_source, wall_step_time_us=None if wall is None else us(wall),
             device_time_us=us(device_time_per_step_ns(profile)), has_call_stacks=profile.has_call_stacks,
             mapped_share=round(mapped_share, 6), complete=meta.complete, issues=tuple(str(i) for i in profile.issues),
-            cluster=document.cluster_dict(cluster), breakdown=document.breakdown_dict(breakdown),
-            breakdown_source=breakdown.source.value, critical_path=document.critical_path_dict(cp, cwd),
-            rank_findings=document.rank_findings_dict(all_ranks, cwd))
+            cluster=ClusterView.of(cluster), breakdown=BreakdownView.of(breakdown),
+            breakdown_source=breakdown.source.value, critical_path=CriticalPathView.of(cp, cwd),
+            rank_findings=RankFindingsView.of(all_ranks, cwd))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -266,9 +274,13 @@ class ProfileView:
             "step_time_source": self.step_time_source, "wall_step_time_us": self.wall_step_time_us,
             "device_time_us": self.device_time_us, "has_call_stacks": self.has_call_stacks,
             "mapped_share": self.mapped_share, "complete": self.complete, "issues": list(self.issues),
-            "cluster": self.cluster, "breakdown": self.breakdown, "critical_path": self.critical_path,
-            "rank_findings": self.rank_findings,
+            "cluster": _dict_of(self.cluster), "breakdown": self.breakdown.as_dict(),
+            "critical_path": _dict_of(self.critical_path), "rank_findings": _dict_of(self.rank_findings),
         }
+
+
+def _dict_of(part: ClusterView | CriticalPathView | RankFindingsView | BaselineView | None) -> dict[str, Any] | None:
+    return None if part is None else part.as_dict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,16 +298,20 @@ class Counters:
 @dataclass(frozen=True, slots=True)
 class Report:
     """One check run, every job: its profiles, findings (per job, by place), hotspots, what to
-    start with (indexes into ``findings``), the baseline comparison of the first job, and counters."""
+    start with (indexes into ``findings``), the baseline comparison of the first job, and counters.
+    ``cwd``: what the paths are relative to; ``resolved``: every job's baseline findings that are
+    gone (SARIF's "absent" results; the JSON document lists them under ``baseline``)."""
 
     tool_version: str
     profiles: tuple[ProfileView, ...]
     findings: tuple[FindingRow, ...]
     hotspots: tuple[HotspotRow, ...]
     start_here: tuple[int, ...]
-    baseline: dict[str, Any] | None
+    baseline: BaselineView | None
     counters: Counters
+    cwd: Path
     unreadable: tuple[dict[str, str], ...] = ()  # jobs of the run that could not be read (job, error)
+    resolved: tuple[FindingRow, ...] = ()
     version: int = document.SCHEMA_VERSION
 
     def by_place(self) -> list[FindingRow]:
@@ -314,7 +330,7 @@ class Report:
             "hotspots": [h.as_dict() for h in self.hotspots],
             "start_here": list(self.start_here),
             "unreadable": list(self.unreadable),
-            "baseline": self.baseline,
+            "baseline": _dict_of(self.baseline),
         }
 
 
@@ -331,17 +347,23 @@ def report(run: CheckRun) -> Report:
     profiles: list[ProfileView] = []
     findings: list[FindingRow] = []
     hotspots: list[HotspotRow] = []
+    resolved: list[FindingRow] = []
+    # a finding of a run compared with a baseline has a state, NEW when the baseline lacks it
+    compared = any(j.comparison is not None for j in run.jobs)
     for job in run.jobs:
         p = ProfileView.of(job.profile, job.cluster, job.ranks, cwd, job.heat.mapped_share, job.critical_path,
                            job.all_ranks)
         profiles.append(p)
-        findings += [FindingRow.of(f, cwd, p.path) for f in sorted(job.findings, key=Finding.sort_key)]
+        states = {id(c.after): c.state for c in job.finding_changes if c.after is not None}
+        findings += [FindingRow.of(f, cwd, p.path, states.get(id(f), FindingState.NEW) if compared else None)
+                     for f in sorted(job.findings, key=Finding.sort_key)]
         hotspots += hotspot_rows(job.heat, cwd, job.profile.num_steps, job.critical_path, p.path)
+        resolved += [FindingRow.of(c.before, cwd, p.path, FindingState.RESOLVED) for c in job.finding_changes
+                     if c.state is FindingState.RESOLVED and c.before is not None]
     first = run.jobs[0] if run.jobs else None
     return Report(
         tool_version=run.tool_version, profiles=tuple(profiles), findings=tuple(findings), hotspots=tuple(hotspots),
         start_here=tuple(start_here([r.finding for r in findings])),
-        baseline=document.baseline_dict(first.comparison if first else None, cwd,
-                                         first.finding_changes if first else []),
-        counters=counters(run.findings),
-        unreadable=tuple({"job": u.job, "error": str(u.error)} for u in run.unreadable))
+        baseline=BaselineView.of(first.comparison if first else None, cwd, first.finding_changes if first else []),
+        counters=counters(run.findings), cwd=cwd,
+        unreadable=tuple({"job": u.job, "error": str(u.error)} for u in run.unreadable), resolved=tuple(resolved))

@@ -21,14 +21,6 @@ def asset(name: str) -> str:
     return resources.files(__package__).joinpath("assets", name).read_text(encoding="utf-8")
 
 
-def report_model(run: CheckRun) -> model.ReportModel:
-    jobs = [model.job_model(j.profile, j.attribution, j.heat, j.findings, j.cluster, j.ranks, run.cwd,
-                            j.source_text or (lambda _path: None))
-            for j in run.jobs]
-    return model.ReportModel(version=model.MODEL_VERSION, tool_version=run.tool_version, base="", jobs=jobs,
-                             start_here=model.start_views([j.findings for j in run.jobs], run.cwd))
-
-
 def model_json(m: model.ReportModel) -> str:
     """The model as JSON safe inside a <script type="application/json"> element: "<" is written
     as its JSON escape, so no "</script>" or "<!--" can end or alter the element; so are the
@@ -57,4 +49,4 @@ def page(m: model.ReportModel) -> str:
 
 
 def render(run: CheckRun) -> str:
-    return page(report_model(run))
+    return page(model.report_model(run))

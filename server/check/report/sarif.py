@@ -8,16 +8,16 @@ survive line moves (rule + file + the anchored source text + occurrence), fixes 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+import os
+from collections.abc import Sequence
 from typing import Any
 
-from msprof_lsp.hints.finding import Finding, Severity
+from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import all_rules
 from msprof_lsp.hints.verify import FindingState, line_text
 
 from ...protocol import rule_doc_url
-from ...analysis.views import document
-from ...analysis.views.result import CheckRun
+from ...analysis.views.rows import FindingRow, Report
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 MAX_RESULTS = 5000
@@ -28,14 +28,16 @@ BASELINE_STATE = {FindingState.NEW: "new", FindingState.PERSISTING: "unchanged",
 _DEFAULT_LEVEL = {None: "warning", Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note", Severity.HINT: "note"}
 
 
-def fingerprints(findings: list[Finding], cwd: Path) -> list[str]:
+def fingerprints(rows: Sequence[FindingRow], view: Report) -> list[str]:
     """Per finding, a hash of rule, file, the anchored line's text and its occurrence number."""
     cache: dict[str, list[str]] = {}
     seen: dict[tuple[str, str, str], int] = {}
     out = []
-    for f in findings:
-        path = document.rel_path(f.span.path, cwd) if f.span else ""
-        text = line_text(f.span.path, f.span.line, cache) if f.span else f.message
+    for f in rows:
+        path = f.path or ""
+        # the row's path is relative to the cwd; joined lexically, as relpath made it
+        text = line_text(os.path.normpath(os.path.join(view.cwd, f.path)), f.line, cache) \
+            if f.path is not None and f.line is not None else f.message
         key = (f.code, path, text)
         n = seen.get(key, 0)
         seen[key] = n + 1
@@ -43,46 +45,34 @@ def fingerprints(findings: list[Finding], cwd: Path) -> list[str]:
     return out
 
 
-def _region(line: int, col: int, end_line: int, end_col: int) -> dict[str, int]:
-    return {"startLine": line, "startColumn": col + 1, "endLine": end_line, "endColumn": end_col + 1}
+def _region(line: int, column: int, end_line: int, end_column: int) -> dict[str, int]:
+    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
 
 
-def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str, state: FindingState | None = None) -> dict[str, Any]:
+def _artifact(path: str) -> dict[str, str]:
+    return {"uri": path, "uriBaseId": "%SRCROOT%"}
+
+
+def _result(f: FindingRow, rule_index: dict[str, int], fp: str) -> dict[str, Any]:
     r: dict[str, Any] = {
         "ruleId": f.code,
         "level": _LEVEL[f.severity],
         "message": {"text": f.message},
         "partialFingerprints": {"msprofFinding/v1": fp},
-        "properties": {
-            "share": round(f.share, 6),
-            "deviceTimeUs": round(f.time_per_step_us, 3),
-            "confidence": f.confidence.value,
-        },
+        "properties": {"share": f.share, "deviceTimeUs": f.device_time_us, "confidence": f.confidence},
     }
-    if state is not None:
-        r["baselineState"] = BASELINE_STATE[state]
+    if f.state is not None:
+        r["baselineState"] = BASELINE_STATE[f.state]
     if f.code in rule_index:
         r["ruleIndex"] = rule_index[f.code]
-    if f.span:
-        s = f.span
-        r["locations"] = [
-            {
-                "physicalLocation": {
-                    "artifactLocation": {"uri": document.rel_path(s.path, cwd), "uriBaseId": "%SRCROOT%"},
-                    "region": _region(s.line, s.col, s.end_line, s.end_col),
-                }
-            }
-        ]
+    if f.path is not None:
+        region = _region(f.line, f.column, f.end_line, f.end_column)  # type: ignore[arg-type] # placed: all set
+        r["locations"] = [{"physicalLocation": {"artifactLocation": _artifact(f.path), "region": region}}]
     if f.related:
         r["relatedLocations"] = [
-            {
-                "id": i,
-                "message": {"text": rel.message},
-                "physicalLocation": {
-                    "artifactLocation": {"uri": document.rel_path(rel.span.path, cwd), "uriBaseId": "%SRCROOT%"},
-                    "region": _region(rel.span.line, rel.span.col, rel.span.end_line, rel.span.end_col),
-                },
-            }
+            {"id": i, "message": {"text": rel.message},
+             "physicalLocation": {"artifactLocation": _artifact(rel.path),
+                                  "region": _region(rel.line, rel.column, rel.end_line, rel.end_column)}}
             for i, rel in enumerate(f.related)
         ]
     if f.fixes:
@@ -90,37 +80,33 @@ def _result(f: Finding, rule_index: dict[str, int], cwd: Path, fp: str, state: F
         for fix in f.fixes:
             by_file: dict[str, list[dict[str, Any]]] = {}
             for e in fix.edits:
-                by_file.setdefault(document.rel_path(e.path, cwd), []).append(
-                    {"deletedRegion": _region(e.line, e.col, e.end_line, e.end_col), "insertedContent": {"text": e.new_text}}
-                )
+                by_file.setdefault(e.path, []).append(
+                    {"deletedRegion": _region(e.line, e.column, e.end_line, e.end_column),
+                     "insertedContent": {"text": e.new_text}})
             r["fixes"].append(
                 {
-                    "description": {"text": document.fix_label(fix)},
+                    "description": {"text": fix.label},
                     **({"properties": {"group": fix.group}} if fix.group else {}),
-                    "artifactChanges": [
-                        {"artifactLocation": {"uri": uri, "uriBaseId": "%SRCROOT%"}, "replacements": reps}
-                        for uri, reps in by_file.items()
-                    ],
+                    "artifactChanges": [{"artifactLocation": _artifact(uri), "replacements": reps}
+                                        for uri, reps in by_file.items()],
                 }
             )
     return r
 
 
-def render_document(run: CheckRun) -> dict[str, Any]:
+def render_document(view: Report) -> dict[str, Any]:
     rules = sorted(all_rules(), key=lambda r: r.code)
     rule_index = {r.code: i for i, r in enumerate(rules)}
-    findings = sorted(run.findings, key=lambda f: (-f.severity.rank, -f.share, f.sort_key()))
+    by_place = view.by_place()
+    # most severe first, then the biggest share; by place among equals
+    order = sorted(range(len(by_place)), key=lambda i: (-by_place[i].severity.rank, -by_place[i].share, i))
+    findings = [by_place[i] for i in order]
     truncated = len(findings) > MAX_RESULTS
     findings = findings[:MAX_RESULTS]
-    states = {id(c.after): c.state for j in run.jobs for c in j.finding_changes if c.after is not None}
-    compared = any(j.comparison is not None for j in run.jobs)
     # a baseline's finding that is gone is a result too ("absent"), after the current ones
-    gone = [c.before for j in run.jobs for c in j.finding_changes if c.state is FindingState.RESOLVED and c.before]
-    gone = gone[: max(MAX_RESULTS - len(findings), 0)]
-    fps = fingerprints(findings, run.cwd)
-    results = [_result(f, rule_index, run.cwd, fp, states.get(id(f), FindingState.NEW) if compared else None)
-               for f, fp in zip(findings, fps)]
-    results += [_result(f, rule_index, run.cwd, fp, FindingState.RESOLVED) for f, fp in zip(gone, fingerprints(gone, run.cwd))]
+    gone = list(view.resolved[: max(MAX_RESULTS - len(findings), 0)])
+    results = [_result(f, rule_index, fp) for f, fp in zip(findings, fingerprints(findings, view))]
+    results += [_result(f, rule_index, fp) for f, fp in zip(gone, fingerprints(gone, view))]
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -129,8 +115,8 @@ def render_document(run: CheckRun) -> dict[str, Any]:
                 "tool": {
                     "driver": {
                         "name": "msprof-lsp",
-                        "version": run.tool_version,
-                        "semanticVersion": run.tool_version,
+                        "version": view.tool_version,
+                        "semanticVersion": view.tool_version,
                         "informationUri": rule_doc_url(None),
                         "rules": [
                             {
@@ -147,9 +133,9 @@ def render_document(run: CheckRun) -> dict[str, Any]:
                     }
                 },
                 "columnKind": "unicodeCodePoints",
-                "originalUriBaseIds": {"%SRCROOT%": {"uri": run.cwd.resolve().as_uri() + "/"}},
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": view.cwd.resolve().as_uri() + "/"}},
                 "results": results,
-                "properties": {"truncated": truncated, "profiles": [document.rel_path(j.profile.meta.path, run.cwd) for j in run.jobs]},
+                "properties": {"truncated": truncated, "profiles": [p.path for p in view.profiles]},
             }
         ],
     }

@@ -29,7 +29,9 @@ from msprof_lsp.hints.verify import FindingChange, FindingState
 from ...analysis import run
 from ...analysis.baseline import Baseline, against_baseline, load_baseline
 from ...analysis.settings import Settings
-from ...analysis.views.model import MODEL_VERSION, ReportModel, job_model, start_views
+from ...analysis.check_run import job_report
+from ...analysis.views.model import ReportModel, report_model
+from ...analysis.views.result import CheckRun
 from .snapshot import ProfileInfo, Snapshot, merge
 from .targets import JobChoice, choose_job, discovered, owner
 
@@ -173,11 +175,8 @@ class Engine:
         findings = run.findings_for(profile, self.attribution, self.workspace, self.settings, fixes=True,
                                           cluster=self.loaded.cluster)
         base = self.workspace.roots[0] if self.workspace.roots else Path.cwd()
-        ranks = sorted({loc.rank for loc in self.loaded.locations if loc.rank is not None})
-        job = job_model(profile, self.attribution, self.attribution.heat, findings, self.loaded.cluster, ranks, base,
-                        self.workspace.text)
-        return ReportModel(version=MODEL_VERSION, tool_version=tool_version, base=str(base), jobs=[job],
-                           start_here=start_views([findings], base))
+        job = job_report(run.Analysis(self.loaded, self.workspace, self.attribution, findings))
+        return report_model(CheckRun(jobs=[job], cwd=base, tool_version=tool_version), base=str(base))
 
     def _line_counters(self) -> dict[str, dict[int, list[OpCounters]]]:
         assert self.loaded is not None and self.attribution is not None

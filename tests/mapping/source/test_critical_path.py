@@ -225,14 +225,14 @@ def test_unavailable_says_why():
 
     from msprof_lsp.mapping.profile.load import load_location, locate
     from msprof_lsp.mapping.profile.model import StepsSource
-    from msprof_lsp.server.analysis.views.document import critical_path_dict
+    from msprof_lsp.server.analysis.views.parts import CriticalPathView
     from msprof_lsp.server.analysis.views.rows import PathFigures
 
     alexnet = load_location(locate(shared_fixture("HolisticTraceAnalysis/critical_path/alexnet")), use_cache=False)
     assert alexnet.meta.steps_source is StepsSource.CAPTURE
     cp = critical_path(alexnet)
     assert cp.steps == [] and "no step markers" in cp.unavailable
-    doc = critical_path_dict(cp, Path("/"))
+    doc = CriticalPathView.of(cp, Path("/")).as_dict()
     assert doc["unavailable"] == cp.unavailable and doc["steps"] == [] and doc["total_us"] == 0.0
     assert PathFigures.of(cp, "/x.py", 1).as_dict() == {"on_path_us": None, "critical_path_unavailable": cp.unavailable}
     p = _profile(

@@ -70,7 +70,7 @@ def test_one_baseline_flow():
     assert importers("msprof_lsp.hints.verify", "classify") == core
     assert importers("msprof_lsp.mapping.source.compare", "compare") == core
     users = importers("msprof_lsp.server.analysis.baseline", "against_baseline")
-    assert users == {"server/check/command.py", "server/lsp/state/engine.py"}
+    assert users == {"server/analysis/check_run.py", "server/lsp/state/engine.py"}
 
 
 def test_one_settings_model_and_one_resolver():
@@ -105,3 +105,33 @@ def test_the_report_view_models_are_the_cores():
     assert importers("msprof_lsp.server.analysis.views.rows", "report") == {
         "server/check/command.py", "server/check/report/text.py", "server/check/report/github.py",
         "server/analysis/views/__init__.py", "server/api/result.py", "server/mcp/tools.py"}
+
+
+def test_the_check_run_is_the_cores():
+    """``--check``, the Python API and the MCP server (through the API's run) read one check run,
+    built in the core; the editor's "Show profile" builds its job with the same ``job_report``.
+    server/check keeps argument handling and rendering: it runs no analysis step itself."""
+    core = "msprof_lsp.server.analysis.check_run"
+    assert importers(core, "check_run") == {"server/check/command.py", "server/api/workspace_run.py"}
+    assert importers(core, "job_report") == {"server/lsp/state/engine.py"}
+    steps = [("msprof_lsp.server.analysis.run", "analyse_paths"), ("msprof_lsp.server.analysis.baseline", "load_baseline"),
+             ("msprof_lsp.server.analysis.baseline", "against_baseline"),
+             ("msprof_lsp.mapping.source.critical_path", "critical_path"),
+             ("msprof_lsp.server.analysis.views.result", "merge_repeated")]
+    front = {r for r in SOURCES if r.startswith(("server/check/", "server/api/", "server/mcp/"))}
+    assert {r for module, name in steps for r in importers(module, name)} & front == set()
+
+
+def _names_read(rel: str) -> set[str]:
+    return {n.id for n in ast.walk(SOURCES[rel]) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(SOURCES[rel]) if isinstance(n, ast.Attribute)}
+
+
+def test_sarif_and_html_render_view_models():
+    """SARIF reads the ``Report`` rows (never a ``Finding`` or the run's jobs); the HTML page
+    renders the report model that ``views.model.report_model`` builds."""
+    sarif = _names_read("server/check/report/sarif.py")
+    assert not sarif & {"Finding", "CheckRun", "jobs", "finding", "span", "finding_changes"}
+    assert "Report" in sarif
+    html = _names_read("server/check/report/html.py")
+    assert "report_model" in html and not html & {"job_model", "start_views", "findings"}

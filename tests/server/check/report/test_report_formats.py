@@ -62,13 +62,13 @@ def test_sarif_validates_against_the_2_1_0_schema(run):
     if not SCHEMA.is_file():
         pytest.skip(f"SARIF schema not installed at {SCHEMA} (run: npm ci --prefix tests/schemas)")
     jsonschema = pytest.importorskip("jsonschema")
-    doc = sarif.render_document(run)
+    doc = sarif.render_document(report(run))
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     jsonschema.Draft7Validator(schema).validate(json.loads(json.dumps(doc)))
 
 
 def test_sarif_content_for_code_scanning(run):
-    doc = sarif.render_document(run)
+    doc = sarif.render_document(report(run))
     assert doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-2.1.0.json")
     r = doc["runs"][0]
     assert r["columnKind"] == "unicodeCodePoints"
@@ -89,14 +89,14 @@ def test_sarif_content_for_code_scanning(run):
 
 
 def test_sarif_fingerprints_survive_line_moves(run, tmp_path):
-    before = sarif.render_document(run)["runs"][0]["results"]
+    before = sarif.render_document(report(run))["runs"][0]["results"]
     src = tmp_path / "pkg" / "model.py"
     src.write_text("# a new first line\n\n" + SOURCE, encoding="utf-8")
     for job in run.jobs:
         for f in job.findings:
             if f.span:
                 f.span = f.span.shifted(2)
-    after = sarif.render_document(run)["runs"][0]["results"]
+    after = sarif.render_document(report(run))["runs"][0]["results"]
     fp = lambda rs: sorted(r["partialFingerprints"]["msprofFinding/v1"] for r in rs)
     assert fp(before) == fp(after)
 
