@@ -395,7 +395,11 @@ def place_ops(ctx: RuleContext, rows: Sequence[int]) -> Place:
                     return Place(span, Confidence.STACK, None, index, index.scope_at(line))
         if here:
             return _site_place(ctx, here[0])
-    site = next((s for s in sites if s is not None and s.kind != SiteKind.FUNCTION), None) or best_site(sites)
+    real = [s for s in sites if s is not None and s.kind != SiteKind.FUNCTION]
+    if not common and real and len(real) == len(sites) and len({(s.span.path, s.function) for s in real}) == 1:
+        # no frames, every op placed in one function: its earliest line, as the frames would give
+        return _site_place(ctx, min(real, key=lambda s: (s.span.line, s.span.col)))
+    site = real[0] if real else best_site(sites)
     if site is None:
         return Place(None, Confidence.MODULE)
     return _site_place(ctx, site)

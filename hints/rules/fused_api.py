@@ -428,7 +428,7 @@ SPECS: tuple[FusedSpec, ...] = (
         fx.rms_norm,
         "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
         "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
-        keywords=r"\brsqrt\b", tail=("to|type_as", "mul"),
+        keywords=r"\brsqrt\b|\bpow\b|\bsquare\b|\*\*\s*2\b", tail=("to|type_as", "mul"),  # the pow line when split
         summary="RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.",
         rationale="Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole activation; npu_rms_norm does it in one pass.",
     ),

@@ -792,8 +792,9 @@ class Anchorer:
                                     occurrence=index.statement_occurrence(stmt, function)),))
         if not cands:
             return Anchor(note=f"{ctx.label}: no matching construct in the workspace")
-        return Anchor(note=f"{ctx.label}: several constructs in the workspace could launch it; "
-                           "not attributed without a call stack")
+        named = "; ".join(f"{Path(c.span.path).name}:{c.span.line} {c.call_text}" for c in cands[:4])
+        return Anchor(note=f"{ctx.label}: several constructs in the workspace could launch it ({named}"
+                           f"{' …' if len(cands) > 4 else ''}); not attributed without a call stack")
 
 
 def _stmt_occurrence(index: SourceIndex, stmt: Statement) -> int:

@@ -559,8 +559,10 @@ class Attributor:
         key = ("shape", ctx.keys, g.kname, g.shapes)
         if key not in cache:
             sa = self.shape_anchorer.anchor(ctx.keys, g.kname, ctx.label, ins, outs, bwd == "True")
+            # a kernel recorded in backward is a gradient even where its forward op's shapes name the
+            # layer as a forward use (kernels of the backward take their forward op's input shapes)
             cache[key] = (None if not sa.note else (Anchor((sa.site,)) if sa.site is not None else Anchor(note=sa.note)),
-                          sa.form is Form.FORWARD)
+                          sa.form is Form.FORWARD and bwd != "True")
         anchor, g.forward = cache[key]
         return anchor
 
@@ -647,15 +649,28 @@ class Attributor:
                     if shared is None:
                         break
                     self.i_site[r] = self._register(seq.beside(self.base_sites[int(self.i_site[land_row])], shared))
-            pending = [r for r in segment if self.i_site[r] < 0]
+            ops = self._pending_ops([r for r in segment if self.i_site[r] < 0])
             ga = self.groups[int(self.i_group[a])] if a >= 0 else None
             gb = self.groups[int(self.i_group[b])] if b >= 0 else None
-            if ga is not None and gb is not None and pending and ga.forward == gb.forward:
+            if ga is not None and gb is not None and ops and ga.forward == gb.forward:
                 sites = seq.align(self.base_sites[int(self.i_site[a])], self.base_sites[int(self.i_site[b])],
-                                  ga.forward, [self.groups[int(self.i_group[p])].keys for p in pending])
-                for p, site in zip(pending, sites):
+                                  ga.forward, [self.groups[int(self.i_group[op[0]])].keys for op in ops])
+                for op, site in zip(ops, sites):
                     if site is not None:
-                        self.i_site[p] = self._register(site)
+                        self.i_site[op] = self._register(site)
+
+    def _pending_ops(self, pending: list[int]) -> list[list[int]]:
+        """Kernels to align, one item per op: consecutive kernels launched by one host op (a
+        pooling's layout conversions and the pooling kernel) are one call's; without host ops
+        each kernel is its own item."""
+        out: list[list[int]] = []
+        for r in pending:
+            ctx = int(self.i_ctx[r])
+            if out and ctx >= 0 and int(self.i_ctx[out[-1][-1]]) == ctx:
+                out[-1].append(r)
+            else:
+                out.append([r])
+        return out
 
     def _optimizer_updates(self) -> None:
         """No host data: single-tensor Adam update kernels still without a site go to the one

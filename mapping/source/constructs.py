@@ -12,14 +12,20 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+import libcst as cst
+
 from msprof_lsp.mapping.source.source_index import CallSite, ModuleAttr, SourceIndex
+
+# Ops that run on the AI CPU whatever their dtype, each with its own call (``torch.bincount``): a
+# kernel of one is placed on the call of its key (docs/source-mapping.md "AI_CPU kernels")
+AICPU_KEYS = ("bincount", "nonzero", "unique", "multinomial", "histc")
 
 # Keys the inferred (pattern-only) search may use: ops with a recognisable construct. Arithmetic
 # keys (add, mul, ...) stay out: "+" is everywhere.
 SEARCHABLE_KEYS = frozenset({
     "relu", "dropout", "matmul", "conv", "layer_norm", "rms_norm", "batch_norm", "softmax",
     "log_softmax", "cross_entropy", "gelu", "silu", "sigmoid", "tanh", "layout", "to", "item",
-    "embedding", "attention", "pool", "optimizer_step",
+    "embedding", "attention", "pool", "optimizer_step", *AICPU_KEYS,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -69,7 +75,11 @@ _ops("pool", "max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_av
 _ops("add", "add", "sub", "rsub")
 _ops("mul", "mul")
 _ops("div", "div", "true_divide")
-_ops("nonzero", "nonzero", "masked_select")
+_ops("nonzero", "nonzero", "masked_select", "argwhere")
+_ops("bincount", "bincount")
+_ops("unique", "unique", "unique2", "unique_consecutive", "unique_dim", "unique_dim_consecutive")
+_ops("multinomial", "multinomial")
+_ops("histc", "histc")
 _ops("cat", "cat", "concat", "stack")
 _ops("neg", "neg", "neg_")
 
@@ -142,6 +152,11 @@ _KERNEL_PATTERNS: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (r"^(add|axpy|addn|sub)$", "add"),
         (r"^(mul|muls)$", "mul"),
         (r"^(realdiv|div|divs)$", "div"),
+        (r"^(nonzero|maskedselect)", "nonzero"),
+        (r"^bincount", "bincount"),
+        (r"^unique", "unique"),
+        (r"^multinomial", "multinomial"),
+        (r"^histogram", "histc"),
     )
 )
 _TRAILING_NUMBER = re.compile(r"\d+$")
@@ -226,7 +241,11 @@ _q("pool", _F + "max_pool2d", _F + "avg_pool2d", _F + "adaptive_avg_pool2d", _F 
 _q("add", "torch.add", "torch.sub")
 _q("mul", "torch.mul")
 _q("div", "torch.div", "torch.true_divide")
-_q("nonzero", "torch.nonzero", "torch.masked_select")
+_q("nonzero", "torch.nonzero", "torch.masked_select", "torch.argwhere")
+_q("bincount", "torch.bincount")
+_q("unique", "torch.unique", "torch.unique_consecutive")
+_q("multinomial", "torch.multinomial")
+_q("histc", "torch.histc")
 _q("cat", "torch.cat", "torch.concat", "torch.stack")
 _q("zero_grad", "torch.optim.Optimizer.zero_grad")
 # Python conversions of a tensor read its value: aten::item / _local_scalar_dense
@@ -267,7 +286,8 @@ _METHOD_KEYS: dict[str, frozenset[str]] = {
         "softmax": "softmax", "log_softmax": "log_softmax", "sigmoid": "sigmoid", "tanh": "tanh",
         "add": "add", "add_": "add", "sub": "add", "sub_": "add",
         "mul": "mul", "mul_": "mul", "div": "div", "div_": "div",
-        "nonzero": "nonzero", "masked_select": "nonzero",
+        "nonzero": "nonzero", "masked_select": "nonzero", "argwhere": "nonzero", "bincount": "bincount",
+        "unique": "unique", "unique_consecutive": "unique", "multinomial": "multinomial", "histc": "histc",
     }.items()
 }
 _OPERATOR_KEYS: dict[str, frozenset[str]] = {
@@ -342,6 +362,8 @@ def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
         keys = _QUALNAME_KEYS.get(call.qualname)
         if keys is not None:
             return keys
+        if call.qualname == "torch.where":  # torch.where(cond) is nonzero; with x and y a Select
+            return frozenset({"nonzero"}) if _positional_args(call.text) == 1 else frozenset()
         last = call.qualname.rsplit(".", 1)[-1]
         if call.qualname.startswith("torch.nn.") and last in MODULE_CLASS_KEYS:
             return MODULE_CLASS_KEYS[last]  # nn.ReLU()(x), or a constructor
@@ -351,6 +373,15 @@ def _call_keys(index: SourceIndex, call: CallSite) -> frozenset[str]:
     if call.receiver or not call.callee:
         return _METHOD_KEYS.get(call.name, frozenset())  # x.float(), self.w.t(), f(x).item()
     return frozenset()
+
+
+def _positional_args(text: str) -> int:
+    """How many positional arguments a call's text passes (-1: not a call that parses)."""
+    try:
+        node = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return -1
+    return sum(1 for a in node.args if a.keyword is None) if isinstance(node, cst.Call) else -1
 
 
 def module_class_called(index: SourceIndex, call: CallSite) -> tuple[str, ...] | None:

@@ -5,10 +5,13 @@ The kernels a step launches follow the order of the calls in the model's ``forwa
 execution sequence: from each root module's ``forward`` (a workspace ``nn.Module`` no other
 workspace module holds), every call in execution order, with the ``forward`` of a workspace
 sub-module inlined where it is called (``self.block(x)``, ``for blk in self.blocks: blk(x)`` --
-a loop body once). Kernels anchored by shape (mapping.shape_anchor) are landmarks: each is one
+a loop body once; ``checkpoint(blk, x)``, which the index records as a call of ``blk``). Kernels
+anchored by shape (mapping.shape_anchor) are landmarks: each is one
 position in that sequence. A kernel launched between two landmarks of the same direction
 (forward: the first landmark earlier in the sequence; backward: later) was produced by a call
-between those two positions:
+between those two positions -- or, the two the other way round inside one loop body over a module
+list, by a call from the first to the body's end or from its start to the second (one pass, then
+the next):
 
 1. per kernel family (mapping.constructs keys, arithmetic included: the slice is narrow), as many
    kernels as candidate calls -- or up to 4 per call (``F.dropout`` launches a mask and an apply
@@ -25,8 +28,8 @@ with it (a 2-D one also transposed), goes to the landmark's call (where a stack 
 it: the same host op).
 
 Limits: a module called at two places, or a layer inside a loop body run several times, is one
-position, so the kernels between the last layer of one loop pass and the first of the next stay
-unplaced; intervals that change direction (forward -> backward: the loss; backward -> forward:
+position, so a pass without a landmark of its own is not told from the next; intervals that
+change direction (forward -> backward: the loss; backward -> forward:
 the optimizer and the next step) are never aligned. Every site is ``inferred`` and its note
 names the two landmark calls.
 """
@@ -77,6 +80,7 @@ class SequenceAnchorer:
         self.workspace = workspace
         self._flat: list[Entry] | None = None
         self._pos: dict[tuple[str, Span], list[int]] = {}
+        self._passes: list[tuple[int, int]] = []  # [start, end) of each loop body over a module list
         self._cache: dict[tuple, tuple[Site | None, ...]] = {}
 
     # -- the flattened forward -----------------------------------------------------------------
@@ -147,20 +151,34 @@ class SequenceAnchorer:
 
     def _flatten(self, index: SourceIndex, function: str, classes: dict, out: list[Entry], depth: int,
                  active: tuple[str, ...]) -> None:
+        # loops over a module list run their body once per element: where each body starts and ends
+        bodies = [lp.calls for lp in index.loops_in(function)
+                  if lp.calls and any(index.calls[j].loop_attr for j in lp.calls)]
+        starts: dict[int, list[int]] = {}
         for i in index.functions[function].calls:
-            c = index.calls[i]
-            sub = self._sub_forward(index, c, classes) if depth < _MAX_DEPTH else None
-            key = f"{sub[0].path}:{sub[1]}" if sub is not None else ""
-            elements = self._sequential_elements(index, c) if sub is None else ()
-            if sub is not None and key not in active:
-                out.append(Entry(index, c, True))
-                self._flatten(sub[0], sub[1], classes, out, depth + 1, (*active, key))
-            elif elements:
-                # self.features(x) on an nn.Sequential runs its elements in order: one position each
-                out.append(Entry(index, c, True))
-                out.extend(Entry(index, c, False, e) for e in elements)
-            else:
-                out.append(Entry(index, c, False))
+            for body in bodies:
+                if i == body[0]:
+                    starts.setdefault(body[-1], []).append(len(out))
+            self._flatten_call(index, i, classes, out, depth, active)
+            for start in starts.pop(i, ()):
+                if len(out) - start > 1:
+                    self._passes.append((start, len(out)))
+
+    def _flatten_call(self, index: SourceIndex, i: int, classes: dict, out: list[Entry], depth: int,
+                      active: tuple[str, ...]) -> None:
+        c = index.calls[i]
+        sub = self._sub_forward(index, c, classes) if depth < _MAX_DEPTH else None
+        key = f"{sub[0].path}:{sub[1]}" if sub is not None else ""
+        elements = self._sequential_elements(index, c) if sub is None else ()
+        if sub is not None and key not in active:
+            out.append(Entry(index, c, True))
+            self._flatten(sub[0], sub[1], classes, out, depth + 1, (*active, key))
+        elif elements:
+            # self.features(x) on an nn.Sequential runs its elements in order: one position each
+            out.append(Entry(index, c, True))
+            out.extend(Entry(index, c, False, e) for e in elements)
+        else:
+            out.append(Entry(index, c, False))
 
     @staticmethod
     def _sequential_elements(index: SourceIndex, c: CallSite) -> tuple[ModuleAttr, ...]:
@@ -194,12 +212,7 @@ class SequenceAnchorer:
     def _align(self, a: Site, b: Site, forward: bool, families: Sequence[frozenset[str]]) -> tuple[Site | None, ...]:
         out: list[Site | None] = [None] * len(families)
         pa, pb = self.position(a), self.position(b)
-        if pa is None or pb is None or (pa < pb) != forward or pa == pb:
-            return tuple(out)
-        lo, hi = sorted((pa, pb))
-        calls = [e for e in self.flat[lo + 1:hi] if not e.inlined]
-        if not forward:
-            calls.reverse()
+        calls = self._between(pa, pb, forward) if pa is not None and pb is not None and pa != pb else []
         if not calls:
             return tuple(out)
         ckeys = [e.keys for e in calls]
@@ -239,6 +252,25 @@ class SequenceAnchorer:
             if j >= 0:
                 out[i] = self._site(calls[j], a, b)
         return tuple(out)
+
+    def _between(self, pa: int, pb: int, forward: bool) -> list[Entry]:
+        """The calls run after position ``pa`` and before ``pb``, in launch order: in between when
+        the two are in the direction's order; else, both inside one loop body over a module list,
+        from ``pa`` to the body's end and on from its start to ``pb`` (one pass to the next)."""
+        flat = self.flat
+        if (pa < pb) == forward:
+            lo, hi = sorted((pa, pb))
+            run = flat[lo + 1:hi]
+        else:
+            body = min(((s, e) for s, e in self._passes if s <= min(pa, pb) and max(pa, pb) < e),
+                       key=lambda p: p[1] - p[0], default=None)
+            if body is None:
+                return []
+            start, end = body
+            # backward: the forward order of what runs, reversed below as a whole
+            run = flat[pa + 1:end] + flat[start:pb] if forward else flat[pb + 1:end] + flat[start:pa]
+        calls = [e for e in run if not e.inlined]
+        return calls if forward else calls[::-1]
 
     @staticmethod
     def _note(a: Site, b: Site) -> str:

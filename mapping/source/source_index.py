@@ -37,6 +37,12 @@ from msprof_lsp.mapping.spans import Span
 
 MODULE_SCOPE = "<module>"
 CONTAINER_CLASSES = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+# functions that run the module given as their first positional argument on the other arguments
+# (gradient checkpointing): a call of one is indexed as a call of that module (``self_attr`` ...)
+RUNS_FIRST_ARGUMENT = frozenset({
+    "torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential",
+    "deepspeed.checkpointing.checkpoint",
+})
 _BUILTIN_NAMES = frozenset(dir(builtins))
 
 
@@ -99,7 +105,9 @@ class CallSite:
     depth: int  # number of enclosing calls (0 = not an argument of another call)
     occurrence: int = 0  # index among calls of ``function`` with the same ``text``
     operator: bool = False
-    self_attr: str = ""  # "drop" for ``self.drop(x)`` / "layers" for ``self.layers[0](x)``
+    # "drop" for ``self.drop(x)`` / "layers" for ``self.layers[0](x)``; for a RUNS_FIRST_ARGUMENT call
+    # (``checkpoint(self.block, x)``) these three name the module it runs
+    self_attr: str = ""
     element: int = -1  # the literal index of ``self.layers[0](x)``
     loop_attr: str = ""  # callee is a loop variable of ``for v in self.<attr>:``
     in_loop: bool = False  # inside a for/while of its own function
@@ -353,6 +361,7 @@ class _RawCall:
     element: int
     loop_attr: str
     in_loop: bool
+    arg_ref: tuple[str, int, str] = ("", -1, "")  # (self_attr, element, loop_attr) of the first positional argument
 
 
 @dataclass(slots=True)
@@ -757,40 +766,48 @@ class _Collector(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         self.call_depth += 1
 
+    def _module_ref(self, expr: cst.BaseExpression) -> tuple[str, int, str]:
+        """(self_attr, element, loop_attr) of an expression that names a sub-module: ``self.fc``,
+        ``self.layers[0]``, a loop variable bound to ``self.layers``; empty parts otherwise."""
+        _, self_name = self.method_class()
+        dotted = _dotted(expr)
+        if dotted is not None:
+            receiver, _, name = dotted.rpartition(".")
+            if self_name and receiver == self_name:
+                return name, -1, ""
+            if not receiver:
+                for bound in reversed(self.loop_vars):
+                    if name in bound:
+                        return "", -1, bound[name]
+        elif isinstance(expr, cst.Subscript):
+            base = _dotted(expr.value)
+            if base and self_name and base.startswith(self_name + ".") and base.count(".") == 1:
+                element = -1
+                if len(expr.slice) == 1:
+                    idx = expr.slice[0].slice
+                    if isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer):
+                        literal = int_literal(idx.value.value)  # 0x1, 1_0; None past 64 characters
+                        element = literal if literal is not None else -1
+                return base.split(".", 1)[1], element, ""
+        return "", -1, ""
+
     def leave_Call(self, node: cst.Call) -> None:
         self.call_depth -= 1
         func = node.func
         dotted = _dotted(func)
-        self_attr = ""
-        element = -1
-        loop_attr = ""
+        self_attr, element, loop_attr = self._module_ref(func)
         if dotted is not None:
             callee = dotted
             receiver, _, name = dotted.rpartition(".")
-            _, self_name = self.method_class()
-            if self_name and receiver == self_name and "." not in receiver:
-                self_attr = name
-            elif not receiver:
-                for bound in reversed(self.loop_vars):
-                    if name in bound:
-                        loop_attr = bound[name]
-                        break
         else:
             callee = ""
             receiver = ""
             name = func.attr.value if isinstance(func, cst.Attribute) else ""
-            if isinstance(func, cst.Subscript):
-                base = _dotted(func.value)
-                _, self_name = self.method_class()
-                if base and self_name and base.startswith(self_name + ".") and base.count(".") == 1:
-                    self_attr = base.split(".", 1)[1]
-                    if len(func.slice) == 1:
-                        idx = func.slice[0].slice
-                        if isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer):
-                            literal = int_literal(idx.value.value)  # 0x1, 1_0; None past 64 characters
-                            element = literal if literal is not None else -1
+        first = node.args[0] if node.args else None
+        arg_ref = self._module_ref(first.value) if first is not None and not first.star and first.keyword is None \
+            else ("", -1, "")
         self._add_call(self.span(node), callee, name, receiver, self_attr=self_attr, element=element,
-                       loop_attr=loop_attr)
+                       loop_attr=loop_attr, arg_ref=arg_ref)
 
     def leave_UnaryOperation(self, node: cst.UnaryOperation) -> None:
         # ``-x`` launches aten::neg; ``-1`` (a literal) launches nothing.
@@ -805,7 +822,8 @@ class _Collector(cst.CSTVisitor):
             self._add_call(self.span(node), sym, sym, "", operator=True)
 
     def _add_call(self, span: Span, callee: str, name: str, receiver: str, *, operator: bool = False,
-                  self_attr: str = "", element: int = -1, loop_attr: str = "") -> None:
+                  self_attr: str = "", element: int = -1, loop_attr: str = "",
+                  arg_ref: tuple[str, int, str] = ("", -1, "")) -> None:
         fn = self._fn_scope()
         cls, _ = self.method_class()
         stmt = self.stmts[-1] if self.stmts else span
@@ -813,7 +831,7 @@ class _Collector(cst.CSTVisitor):
         in_loop = (scope.loop_depth if scope is not None else self.module_loop_depth) > 0
         self.f.calls.append(
             _RawCall(span, self.text_of(span), callee, name, receiver, fn, cls, stmt, self.next_order(fn),
-                     max(0, self.call_depth), operator, self_attr, element, loop_attr, in_loop)
+                     max(0, self.call_depth), operator, self_attr, element, loop_attr, in_loop, arg_ref)
         )
 
     # -- sub-module attributes -----------------------------------------------------------------
@@ -978,7 +996,7 @@ class SourceIndex:
                     if c.function == MODULE_SCOPE and call_delta_mod:
                         raw.calls[i] = _RawCall(c.span, c.text, c.callee, c.name, c.receiver, c.function, c.cls,
                                                 c.stmt, c.order + call_delta_mod, c.depth, c.operator,
-                                                c.self_attr, c.element, c.loop_attr, c.in_loop)
+                                                c.self_attr, c.element, c.loop_attr, c.in_loop, c.arg_ref)
             for f in frag.functions:
                 raw.functions.append(FunctionInfo(f.qualname, f.name, f.cls, f.parent, _shift(f.span, path, d),
                                                   f.def_line + d, f.first_line + d, _shift(f.header, path, d),
@@ -1027,6 +1045,7 @@ class SourceIndex:
             key = (c.function, c.text)
             k = occ.get(key, 0)
             occ[key] = k + 1
+            self_attr, element, loop_attr = c.self_attr, c.element, c.loop_attr
             if c.operator or c.self_attr or c.loop_attr:
                 qual = ""
             else:
@@ -1034,9 +1053,11 @@ class SourceIndex:
                 qual = resolved.get(rkey)
                 if qual is None:
                     qual = resolved[rkey] = resolve(c.callee, c.function)
+                if qual in RUNS_FIRST_ARGUMENT:  # checkpoint(self.block, x): a call of self.block
+                    self_attr, element, loop_attr = c.arg_ref
             calls.append(CallSite(span, c.text, c.callee, qual, c.name, c.receiver, c.function,
-                                  c.cls, stmt, c.order, c.depth, k, c.operator, c.self_attr,
-                                  c.element, c.loop_attr, c.in_loop, len(calls)))
+                                  c.cls, stmt, c.order, c.depth, k, c.operator, self_attr,
+                                  element, loop_attr, c.in_loop, len(calls)))
         self.calls = tuple(calls)
         # calls are collected in post-order, so each function's list is already in execution order
         by_fn: dict[str, list[int]] = {}

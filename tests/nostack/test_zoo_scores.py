@@ -1,7 +1,9 @@
 """Floors of mapping without stacks on the zoo (tests/nostack/zoo.py), both halves: recall and
 precision per model and form as measured after the zoo's mapping changes (docs/mapping-zoo.md
-has the table, benchmarks/zoo.py prints it). A floor below the targets (ckpt_transformer, moe_lm)
-is a measured limit of the method, kept as it is so a change that moves it shows. In every form
+has the table, benchmarks/zoo.py prints it). Since checkpoint calls are inlined and AI_CPU ops
+keyed to their calls every held-out model meets the targets (the Level0 misses are NPU107, which
+that form has no data for); a floor is kept at the measured figure so a change that moves it
+shows. In every form
 the step count and the step time are the stack form's (msprof CLI: inferred steps, within 1 %)."""
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ FLOORS: dict[str, tuple[tuple[int, int], ...]] = {
     "gru_tagger": ((100, 100), (83, 100), (100, 100), (100, 100)),
     "recsys_towers": ((100, 100), (86, 100), (100, 100), (86, 100)),
     "vit_classifier": ((100, 100), (89, 100), (100, 100), (78, 100)),
-    "moe_lm": ((83, 100), (67, 100), (83, 100), (67, 100)),
+    "moe_lm": ((100, 100), (83, 100), (100, 100), (83, 100)),
     "custom_fn_mlp": ((100, 100), (88, 100), (100, 100), (100, 100)),
-    "ckpt_transformer": ((60, 60), (40, 50), (60, 60), (60, 100)),
+    "ckpt_transformer": ((100, 100), (80, 100), (100, 100), (100, 100)),
     "compiled_mlp": ((100, 100), (88, 100), (100, 100), (100, 100)),
 }
 NEW = sorted(set(ZOO) - {"patch_classifier", "char_lm"})  # those two: tests/nostack/test_anchoring_recall.py
