@@ -290,3 +290,17 @@ def test_one_reader_per_kind_and_discovery_hands_it_its_layout(tmp_path: Path) -
     assert npu.output == text / "ASCEND_PROFILER_OUTPUT" and npu.trace == npu.output / "trace_view.json"
     assert npu.infos == (text / "profiler_info_0.json",)
     assert msprof.style == "current" and list(msprof.files) == ["op_summary"]
+
+
+def test_a_path_too_long_to_stat_is_no_profile_not_an_os_error(tmp_path: Path) -> None:
+    """Found by the campaign (seed 29): a repository's ``profile`` setting of 5,000 characters made
+    the foreign-format check's stat raise ENAMETOOLONG, an internal error; it is "no profile found"
+    naming the path."""
+    from msprof_lsp.mapping.errors import NoProfileFound
+    from msprof_lsp.mapping.profile.discover import foreign_format, require_found
+
+    long = tmp_path / ("n" + "[" * 5000)
+    assert foreign_format(long) is None
+    with pytest.raises(NoProfileFound) as err:
+        require_found([], long)
+    assert str(long) in str(err.value)
