@@ -561,8 +561,8 @@ class Packets:
     wall_ns: int = -1
 
 
-# Beyond these a Size Distribution entry is not a transfer (2^53 B, about 104 days): skipped, so
-# that the byte and ns sums stay exact int64 figures.
+# Beyond these a Size Distribution entry is not a transfer (2^53 B, 9 PB, a packet; 9e12 ms, the
+# int64 ns range): skipped, so that the byte and ns sums stay exact int64 figures.
 MAX_PACKET_MB = 2.0**53 / BYTES_PER_MB
 MAX_PACKET_MS = 9e12
 

@@ -69,7 +69,10 @@ def require_found(found: Sequence[T], where: str | Path, given: Sequence[Path] =
 
 def foreign_format(path: Path) -> str | None:
     """What another profiler's file at ``path`` is, from its first bytes; None for anything else."""
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return None
+    except OSError:  # a name too long for the file system (ENAMETOOLONG): no file, so no format
         return None
     head, _gz = sniff(path)
     return next((what for marker, what in FOREIGN_FORMATS if marker in head), None)

@@ -302,7 +302,7 @@ def _names_of_readers(rel: str, readers: set[str]) -> list[str]:
     """Where the file at ``rel`` names a reader module or a ProfileKind member."""
     import ast
 
-    tree = ast.parse((Path(__file__).resolve().parents[1] / rel).read_text(encoding="utf-8"))
+    tree = ast.parse((Path(__file__).resolve().parents[3] / rel).read_text(encoding="utf-8"))
     named = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -324,7 +324,7 @@ def test_discovery_jobs_cache_time_model_and_editor_name_no_reader() -> None:
     from msprof_lsp.mapping.profile.readers.registry import READERS
     from msprof_lsp.server.lsp.watch import PROFILE_GLOBS
 
-    folder = Path(__file__).resolve().parents[1] / "mapping" / "profile" / "readers"
+    folder = Path(__file__).resolve().parents[3] / "mapping" / "profile" / "readers"
     readers = {p.stem for p in folder.glob("*.py")} - {"__init__", "protocol", "registry"}
     assert {"kineto", "torch_npu", "torch_npu_db", "msprof_cli"} <= readers
     assert [n for rel in USES_READERS for n in _names_of_readers(rel, readers)] == []
@@ -352,3 +352,16 @@ def test_a_readers_raw_data_is_neither_walked_nor_stamped(tmp_path: Path) -> Non
     assert [p.relative_to(prof).as_posix() for p in input_files(found[prof])] == [
         "mindstudio_profiler_output/op_summary_20240101120000.csv"
     ]
+
+def test_a_path_too_long_to_stat_is_no_profile_not_an_os_error(tmp_path: Path) -> None:
+    """Found by the campaign (seed 29): a repository's ``profile`` setting of 5,000 characters made
+    the foreign-format check's stat raise ENAMETOOLONG, an internal error; it is "no profile found"
+    naming the path."""
+    from msprof_lsp.mapping.errors import NoProfileFound
+    from msprof_lsp.mapping.profile.discover import foreign_format, require_found
+
+    long = tmp_path / ("n" + "[" * 5000)
+    assert foreign_format(long) is None
+    with pytest.raises(NoProfileFound) as err:
+        require_found([], long)
+    assert str(long) in str(err.value)
