@@ -54,7 +54,11 @@ class RunHooks:
 
 
 def _exists(path: Path, what: str = "") -> Path:
-    if not path.exists():
+    try:
+        there = path.exists()
+    except OSError as e:  # a name the file system refuses (ENAMETOOLONG from a repository's setting)
+        raise CheckFailed(f"{path}: cannot be opened: {e.strerror or e}{what}") from None
+    if not there:
         raise CheckFailed(f"{path}: no such file or directory{what}")
     return path
 
