@@ -178,6 +178,15 @@ def is_regular(path: str | Path) -> bool:
         return False
 
 
+def is_folder(path: str | Path) -> bool:
+    """``Path.is_dir`` that says False for a name the file system refuses (ENAMETOOLONG from a
+    repository's setting), which Python 3.11's raises."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def read_bytes(path: str | Path, max_bytes: int = LIMITS.json_file_bytes) -> bytes:
     """The whole content of a regular file of at most ``max_bytes`` (a growing file is cut there)."""
     with open_regular(path, max_bytes) as f:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from msprof_lsp.mapping.profile.readers.registry import READERS
+from msprof_lsp.mapping.profile.safe_io import is_folder
 
 from .state.documents import path_of
 from .guard import spawn
@@ -42,7 +43,7 @@ def watchers(ls: MsprofLanguageServer) -> list[types.FileSystemWatcher]:
     if explicit is not None and ls.caps.watched_files_relative and not any(
         f == explicit or f in explicit.parents for f in folders
     ):
-        base = explicit if explicit.is_dir() else explicit.parent
+        base = explicit if is_folder(explicit) else explicit.parent
         out.append(types.FileSystemWatcher(
             glob_pattern=types.RelativePattern(base_uri=base.as_uri(), pattern="**/*")))
     return out
