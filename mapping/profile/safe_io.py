@@ -171,20 +171,21 @@ def open_regular(path: str | Path, max_bytes: int | None = None) -> BinaryIO:
         raise
 
 
-def is_regular(path: str | Path) -> bool:
+def _mode(path: str | Path) -> int:
+    """The file's mode, 0 for one that cannot be stat'ed: absent, or a name the file system
+    refuses (ENAMETOOLONG from a repository's setting), which Python 3.11's ``Path.is_dir`` raises."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        return os.stat(path).st_mode
     except (OSError, ValueError):
-        return False
+        return 0
+
+
+def is_regular(path: str | Path) -> bool:
+    return stat.S_ISREG(_mode(path))
 
 
 def is_folder(path: str | Path) -> bool:
-    """``Path.is_dir`` that says False for a name the file system refuses (ENAMETOOLONG from a
-    repository's setting), which Python 3.11's raises."""
-    try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
+    return stat.S_ISDIR(_mode(path))
 
 
 def read_bytes(path: str | Path, max_bytes: int = LIMITS.json_file_bytes) -> bytes:
