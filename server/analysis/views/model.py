@@ -502,7 +502,7 @@ def start_views(jobs: Sequence[Sequence[Finding]], cwd: Path) -> list[StartHere]
 def job_model(profile: Profile, attribution: Attribution | None, heat, findings: Sequence[Finding],  # noqa: ANN001
               cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, text_of) -> JobModel:  # noqa: ANN001
     """One job's model; ``text_of(path)`` gives a workspace file's current text (None: unreadable)."""
-    head = ProfileView.of(profile, cluster, ranks, cwd, heat.mapped_share)
+    head = ProfileView.of(profile, cluster, ranks, cwd, heat)
     own = profile_breakdown(profile)
     if cluster is not None:
         bars = [bar for r in cluster.ranks if r.breakdown is not None for bar in breakdown_bars(r.breakdown, r.rank)]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.verify import FindingChange
+from msprof_lsp.hints.verify import FindingChange, FindingState
 from msprof_lsp.mapping.profile.model import ClusterSummary, RankSummary
 from msprof_lsp.mapping.profile.timemodel import StepTimes, TimeBreakdown
 from msprof_lsp.mapping.source.compare import Comparison
@@ -279,6 +279,11 @@ class RankFindingsView:
     ranks_failed: tuple[tuple[int, str], ...]  # (rank, error)
     groups: tuple[RankGroupRow, ...]
 
+    @property
+    def total(self) -> int:
+        """The ranks of the job: analysed or failed."""
+        return len(self.ranks_analysed) + len(self.ranks_failed)
+
     @classmethod
     def of(cls, all_ranks: AllRanks | None, cwd: Path) -> RankFindingsView | None:
         if all_ranks is None:
@@ -343,6 +348,7 @@ class LineChangeRow:
     line: int
     before_us: float
     after_us: float
+    change: float | None  # after / before - 1 (None: no time before); the JSON document leaves it out
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "before_us": self.before_us, "after_us": self.after_us}
@@ -360,8 +366,9 @@ class OperatorChangeRow:
 
 @dataclass(frozen=True, slots=True)
 class BaselineView:
-    """The first job against the baseline: step time, per line, per operator type and per finding
-    (docs/numbers.md "Baseline")."""
+    """A job against the baseline: step time, per line, per operator type and per finding
+    (docs/numbers.md "Baseline"). ``improved`` and ``regressed``: the lines of ``changes`` whose
+    time fell or rose (the text report's lists; the JSON document leaves them out)."""
 
     path: str
     step_time_us: float
@@ -370,23 +377,36 @@ class BaselineView:
     changes: tuple[LineChangeRow, ...]
     operators: tuple[OperatorChangeRow, ...]
     findings: tuple[FindingChangeRow, ...]
+    improved: tuple[LineChangeRow, ...] = ()
+    regressed: tuple[LineChangeRow, ...] = ()
 
     @classmethod
     def of(cls, cmp: Comparison | None, cwd: Path, changes: Sequence[FindingChange] = ()) -> BaselineView | None:
         if cmp is None:
             return None
+        lines = [LineChangeRow(path=rel_path(c.path, cwd), line=c.line, before_us=round(c.before_us, 3),
+                               after_us=round(c.after_us, 3), change=_ratio(c.ratio)) for c in cmp.lines]
+        row = {id(c): r for c, r in zip(cmp.lines, lines)}
         return cls(
             path=rel_path(cmp.baseline_path, cwd), step_time_us=round(cmp.before_step_us, 3),
-            current_step_time_us=round(cmp.after_step_us, 3),
-            step_change=None if cmp.step_ratio is None else round(cmp.step_ratio, 6),
-            changes=tuple(LineChangeRow(path=rel_path(c.path, cwd), line=c.line, before_us=round(c.before_us, 3),
-                                        after_us=round(c.after_us, 3)) for c in cmp.lines),
+            current_step_time_us=round(cmp.after_step_us, 3), step_change=_ratio(cmp.step_ratio),
+            changes=tuple(lines),
             operators=tuple(OperatorChangeRow(type=c.key, before_us=round(c.before_us, 3),
                                               after_us=round(c.after_us, 3)) for c in cmp.operators),
-            findings=tuple(FindingChangeRow.of(c, cwd) for c in changes))
+            findings=tuple(FindingChangeRow.of(c, cwd) for c in changes),
+            improved=tuple(row[id(c)] for c in cmp.improved()), regressed=tuple(row[id(c)] for c in cmp.regressed()))
+
+    def state_counts(self) -> list[tuple[str, int]]:
+        """(state, how many baseline findings have it), in ``FindingState`` order, the states none has left out."""
+        have = [f.state for f in self.findings]
+        return [(s.value, n) for s in FindingState if (n := have.count(s.value))]
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "step_time_us": self.step_time_us,
                 "current_step_time_us": self.current_step_time_us, "step_change": self.step_change,
                 "changes": [c.as_dict() for c in self.changes], "operators": [o.as_dict() for o in self.operators],
                 "findings": [f.as_dict() for f in self.findings]}
+
+
+def _ratio(r: float | None) -> float | None:
+    return None if r is None else round(r, 6)

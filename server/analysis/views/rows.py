@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msprof_lsp.hints.consolidate import start_here
+from msprof_lsp.hints.consolidate import saving_order, start_here
 from msprof_lsp.hints.finding import Finding, Fix, Saving, Severity, ShareOf
 from msprof_lsp.hints.verify import FindingState
 from msprof_lsp.mapping.profile.model import ClusterSummary, Profile
 from msprof_lsp.mapping.profile.step_infer import describe as describe_steps
 from msprof_lsp.mapping.profile.timemodel import device_time_per_step_ns, profile_breakdown
 from msprof_lsp.mapping.source.critical_path import CriticalPath
-from msprof_lsp.mapping.source.heat import SpanHeat
+from msprof_lsp.mapping.source.heat import SourceHeat, SpanHeat
 
 from ..ranks import AllRanks
 from . import document
@@ -74,7 +74,8 @@ class RelatedRow:
 
 @dataclass(frozen=True, slots=True)
 class FindingRow:
-    """One finding as every report lists it; ``finding`` is the domain object it was built from."""
+    """One finding as every report lists it; ``finding`` is the domain object it was built from,
+    ``job`` the index of its profile in ``Report.profiles``."""
 
     code: str
     name: str
@@ -93,14 +94,17 @@ class FindingRow:
     evidence: dict[str, Any]
     fixes: tuple[FixRow, ...]
     related: tuple[RelatedRow, ...]
+    saving_text: str  # how much it saves, as the text formats print it (document.saving_text)
+    change: str  # what to change, as "Start here" prints it (document.advice)
     profile_path: str | None
     finding: Finding = field(repr=False, compare=False)
     # against a baseline (SARIF's baselineState; the JSON document lists the states under "baseline")
     state: FindingState | None = None
+    job: int = 0
 
     @classmethod
     def of(cls, f: Finding, cwd: Path, profile_path: str | None = None,
-           state: FindingState | None = None) -> FindingRow:
+           state: FindingState | None = None, job: int = 0) -> FindingRow:
         s = f.span
         return cls(
             code=f.code, name=f.name, severity=f.severity, path=document.rel_path(s.path, cwd) if s else None,
@@ -112,7 +116,8 @@ class FindingRow:
             related=tuple(RelatedRow(path=document.rel_path(r.span.path, cwd), line=r.span.line,
                                      column=r.span.col + 1, message=r.message, end_line=r.span.end_line,
                                      end_column=r.span.end_col + 1) for r in f.related),
-            profile_path=profile_path, finding=f, state=state)
+            saving_text=document.saving_text(f), change=document.advice(f), profile_path=profile_path, finding=f,
+            state=state, job=job)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -167,7 +172,9 @@ class PathFigures:
 
 @dataclass(frozen=True, slots=True)
 class HotspotRow:
-    """A source span with device time (docs/numbers.md "Hotspots")."""
+    """A source span with device time (docs/numbers.md "Hotspots"); ``ops_by_type``: its
+    operators' forward and backward kernels of one type counted once (name, count), most time
+    first, as the text report lists them; ``job``: the index of its profile in ``Report.profiles``."""
 
     path: str
     line: int
@@ -182,13 +189,15 @@ class HotspotRow:
     share: float
     calls: int
     ops: tuple[OpRow, ...]
+    ops_by_type: tuple[tuple[str, int], ...]
     heat: SpanHeat = field(repr=False, compare=False)  # what it was built from
     on_path: PathFigures | None = None  # JSON only: the critical path when it was computed
     profile_path: str | None = None
+    job: int = 0
 
     @classmethod
     def of(cls, h: SpanHeat, cwd: Path, steps: int, cp: CriticalPath | None = None,
-           profile_path: str | None = None) -> HotspotRow:
+           profile_path: str | None = None, job: int = 0) -> HotspotRow:
         span, us = h.site.span, document.us
         per_step = max(steps, 1)
         return cls(path=document.rel_path(span.path, cwd), line=span.line, end_line=span.end_line,
@@ -199,7 +208,8 @@ class HotspotRow:
                    calls=h.calls,
                    ops=tuple(OpRow(name=o.name, type=o.type, core=o.core, time_us=us(o.total_ns / per_step),
                                    count=o.count, shapes=tuple(o.shapes), backward=o.backward) for o in h.ops),
-                   heat=h, on_path=PathFigures.of(cp, span.path, span.line), profile_path=profile_path)
+                   ops_by_type=_ops_by_type(h), heat=h, on_path=PathFigures.of(cp, span.path, span.line),
+                   profile_path=profile_path, job=job)
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -217,16 +227,28 @@ class HotspotRow:
         return d
 
 
-def hotspot_rows(heat, cwd: Path, steps: int, cp: CriticalPath | None = None,  # noqa: ANN001 - SourceHeat
-                 profile_path: str | None = None) -> list[HotspotRow]:
+def _ops_by_type(h: SpanHeat) -> tuple[tuple[str, int], ...]:
+    totals: dict[str, list[int]] = {}
+    for o in h.ops:
+        t = totals.setdefault(o.type or o.name, [0, 0])
+        t[0] += o.total_ns
+        t[1] += o.count
+    return tuple((name, c) for name, (_, c) in sorted(totals.items(), key=lambda kv: -kv[1][0]))
+
+
+def hotspot_rows(heat: SourceHeat, cwd: Path, steps: int, cp: CriticalPath | None = None,
+                 profile_path: str | None = None, job: int = 0) -> list[HotspotRow]:
     """The spans with the most device time, most first, at most ``document.MAX_HOTSPOTS``."""
-    return [HotspotRow.of(h, cwd, steps, cp, profile_path) for h in document.hot_spans(heat)[: document.MAX_HOTSPOTS]]
+    return [HotspotRow.of(h, cwd, steps, cp, profile_path, job) for h in document.hot_spans(heat)[: document.MAX_HOTSPOTS]]
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileView:
     """One analysed profile's header (docs/report.md "JSON"); the nested parts are typed rows
-    (``parts``) whose ``as_dict`` is the JSON document's."""
+    (``parts``) whose ``as_dict`` is the JSON document's. ``time_source``: what the mapped share and
+    the hotspots' times are of ("device", or "host" for a profile without device tasks);
+    ``baseline``: this profile against the baseline (the JSON document has the first one's, as
+    ``Report.baseline``); the JSON document leaves both out."""
 
     path: str
     kind: str
@@ -248,10 +270,13 @@ class ProfileView:
     breakdown_source: str
     critical_path: CriticalPathView | None = None
     rank_findings: RankFindingsView | None = None  # --ranks all: every rank's findings grouped
+    time_source: str = "device"
+    baseline: BaselineView | None = None
 
     @classmethod
-    def of(cls, profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path,
-           mapped_share: float, cp: CriticalPath | None = None, all_ranks: AllRanks | None = None) -> ProfileView:
+    def of(cls, profile: Profile, cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, heat: SourceHeat,
+           cp: CriticalPath | None = None, all_ranks: AllRanks | None = None,
+           baseline: BaselineView | None = None) -> ProfileView:
         meta, us = profile.meta, document.us
         step_ns, step_source = profile.step_time()
         wall = profile.wall_step_ns()
@@ -262,10 +287,10 @@ class ProfileView:
             steps_source=describe_steps(meta, bool(profile.steps) or bool((profile.kernels["step"] >= 0).any())),
             step_time_us=us(step_ns), step_time_source=step_source, wall_step_time_us=None if wall is None else us(wall),
             device_time_us=us(device_time_per_step_ns(profile)), has_call_stacks=profile.has_call_stacks,
-            mapped_share=round(mapped_share, 6), complete=meta.complete, issues=tuple(str(i) for i in profile.issues),
+            mapped_share=round(heat.mapped_share, 6), complete=meta.complete, issues=tuple(str(i) for i in profile.issues),
             cluster=ClusterView.of(cluster), breakdown=BreakdownView.of(breakdown),
             breakdown_source=breakdown.source.value, critical_path=CriticalPathView.of(cp, cwd),
-            rank_findings=RankFindingsView.of(all_ranks, cwd))
+            rank_findings=RankFindingsView.of(all_ranks, cwd), time_source=heat.time_source.value, baseline=baseline)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -318,6 +343,16 @@ class Report:
         """Every job's findings in one list by place: what the line formats (concise, GitHub) print."""
         return sorted(self.findings, key=lambda r: r.finding.sort_key())
 
+    def by_saving(self, job: int) -> list[FindingRow]:
+        """One job's findings as the text report lists them: by saving (unknown last), then time
+        per step; by place among equals (hints.consolidate.saving_order)."""
+        rows = [r for r in self.findings if r.job == job]
+        return [rows[i] for i in saving_order([r.finding for r in rows])]
+
+    def hotspots_of(self, job: int) -> list[HotspotRow]:
+        """One job's hotspots, most time first."""
+        return [h for h in self.hotspots if h.job == job]
+
     def as_dict(self) -> dict[str, Any]:
         """The ``--format json`` document."""
         profiles = [p.as_dict() for p in self.profiles]
@@ -350,20 +385,18 @@ def report(run: CheckRun) -> Report:
     resolved: list[FindingRow] = []
     # a finding of a run compared with a baseline has a state, NEW when the baseline lacks it
     compared = any(j.comparison is not None for j in run.jobs)
-    for job in run.jobs:
-        p = ProfileView.of(job.profile, job.cluster, job.ranks, cwd, job.heat.mapped_share, job.critical_path,
-                           job.all_ranks)
+    for n, job in enumerate(run.jobs):
+        p = ProfileView.of(job.profile, job.cluster, job.ranks, cwd, job.heat, job.critical_path, job.all_ranks,
+                           BaselineView.of(job.comparison, cwd, job.finding_changes))
         profiles.append(p)
         states = {id(c.after): c.state for c in job.finding_changes if c.after is not None}
-        findings += [FindingRow.of(f, cwd, p.path, states.get(id(f), FindingState.NEW) if compared else None)
+        findings += [FindingRow.of(f, cwd, p.path, states.get(id(f), FindingState.NEW) if compared else None, n)
                      for f in sorted(job.findings, key=Finding.sort_key)]
-        hotspots += hotspot_rows(job.heat, cwd, job.profile.num_steps, job.critical_path, p.path)
-        resolved += [FindingRow.of(c.before, cwd, p.path, FindingState.RESOLVED) for c in job.finding_changes
+        hotspots += hotspot_rows(job.heat, cwd, job.profile.num_steps, job.critical_path, p.path, n)
+        resolved += [FindingRow.of(c.before, cwd, p.path, FindingState.RESOLVED, n) for c in job.finding_changes
                      if c.state is FindingState.RESOLVED and c.before is not None]
-    first = run.jobs[0] if run.jobs else None
     return Report(
         tool_version=run.tool_version, profiles=tuple(profiles), findings=tuple(findings), hotspots=tuple(hotspots),
         start_here=tuple(start_here([r.finding for r in findings])),
-        baseline=BaselineView.of(first.comparison if first else None, cwd, first.finding_changes if first else []),
-        counters=counters(run.findings), cwd=cwd,
+        baseline=profiles[0].baseline if profiles else None, counters=counters(run.findings), cwd=cwd,
         unreadable=tuple({"job": u.job, "error": str(u.error)} for u in run.unreadable), resolved=tuple(resolved))

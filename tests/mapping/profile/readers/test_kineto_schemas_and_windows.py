@@ -24,6 +24,8 @@ from msprof_lsp.mapping.profile.model import Backend, ProfileKind, Step
 from msprof_lsp.mapping.profile.readers.kineto import read
 from msprof_lsp.mapping.profile.step_windows import capture_step, covered_per_step, merge_intervals
 from msprof_lsp.mapping.profile.timemodel import profile_breakdown
+from msprof_lsp.mapping.source.heat import SourceHeat
+from msprof_lsp.server.analysis.views.rows import ProfileView
 from msprof_lsp.server.check.report.text import breakdown_line
 
 PID, TID, BWD = 25738, 25738, 25772
@@ -272,7 +274,9 @@ def test_device_idle_is_the_breakdowns_free(tmp_path):
     assert f.share == pytest.approx(0.22)
     b = profile_breakdown(p)
     assert b.mean("free_ns") == 200_000 and b.mean("computing_ns") == 580_000
-    assert "free 200 µs" in breakdown_line(p)
+    heat = SourceHeat(step_time_ns=0, num_steps=1, spans=[], lines=[], functions=[], total_device_ns=0,
+                      attributed_ns=0, unattributed_ns=0)
+    assert "free 200 µs" in breakdown_line(ProfileView.of(p, None, [], tmp_path, heat))
 
 
 def test_device_idle_share_is_of_the_stage_when_device_work_outlasts_the_step(tmp_path):

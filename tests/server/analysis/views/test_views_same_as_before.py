@@ -4,11 +4,18 @@ the move (commit ``BEFORE``, extracted from git into a temporary folder) and the
 the same samples, and compares their output byte for byte -- no stored golden file. ``BEFORE`` is
 the commit just before the move, after the last deliberate change to the samples' figures. A later
 commit that changes the figures on purpose ends this test's use: the move was proven at its merge,
-so retire the test then rather than pin a newer reference."""
+so retire the test then rather than pin a newer reference.
+
+One pin is retired so far, by name (``RETIRED``): the text report moved onto the view models
+(issue 24) and now prints a hotspot's code as ``HotspotRow.code`` does -- for a span without a call
+text, its function (``in SwiGLU.forward()``), as the JSON document and the HTML page already did
+at ``BEFORE``, where the text printed no code line. Those lines are taken out of the new text
+before the comparison; every other byte of the five formats stays pinned."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +28,8 @@ REPO = Path(__file__).resolve().parents[4]
 BEFORE = "4d23e3b8f98be8f75713ce20919a71d3b49099b8"  # the integration branch just before the view models were merged (w30-fused had changed NPU210's estimate on tiny_transformer by then, deliberately)
 SAMPLES = ["tiny_transformer", "cnn_classifier"]
 FORMATS = ["json", "text", "concise", "github", "sarif"]
+# format -> the lines the current code prints on purpose that BEFORE did not (see the docstring)
+RETIRED = {"text": re.compile(rb"^ {23}in [\w.<>]+\(\)$")}
 
 
 def _tree_before(dest: Path) -> Path:
@@ -77,4 +86,12 @@ def test_the_reports_are_byte_identical_to_mains_before_the_move(before: str, sa
     old, new = _check(before, sample, tmp_path / "old"), _check(None, sample, tmp_path / "new")
     for fmt in FORMATS:
         assert old[fmt].strip(), f"{sample} {fmt}: the old code printed nothing"
-        assert new[fmt] == old[fmt], f"{sample}: --format {fmt} differs from {BEFORE[:7]}"
+        assert _pinned(fmt, new[fmt]) == old[fmt], f"{sample}: --format {fmt} differs from {BEFORE[:7]}"
+
+
+def _pinned(fmt: str, out: bytes) -> bytes:
+    """``out`` without the lines of ``RETIRED[fmt]``."""
+    retired = RETIRED.get(fmt)
+    if retired is None:
+        return out
+    return b"".join(line for line in out.splitlines(keepends=True) if not retired.match(line.rstrip(b"\n")))

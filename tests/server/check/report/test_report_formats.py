@@ -171,9 +171,53 @@ def test_text_hotspots_rank_inferred_anchors_with_the_others_and_mark_them(run):
     inferred = Site(Span(src, 5, 21, 5, 30), Confidence.INFERRED, "head", "F.relu(x)")
     job.heat.spans = [SpanHeat(inferred, 900_000, 900_000, 0, 0, 2, 450_000.0, 0.052),
                       SpanHeat(stack, 400_000, 400_000, 0, 0, 2, 200_000.0, 0.023)]
-    lines = text.hotspots(job, run)
+    view = report(run)
+    lines = text.hotspots(view.profiles[0], view.hotspots_of(0))
     rows = [ln for ln in lines if "pkg/model.py:5" in ln]
     assert len(rows) == 2
     assert rows[0].endswith("pkg/model.py:5  (inferred: no call stack)") and "5.2%" in rows[0]
     assert rows[1].endswith("pkg/model.py:5") and "2.3%" in rows[1]
     assert fits_80_columns("\n".join(lines))
+
+
+def test_text_hotspot_code_is_the_view_models(run):
+    """A span without a call text shows its function, as the JSON document's ``code`` does (the
+    text report printed no code line there before it read the view model)."""
+    from msprof_lsp.mapping.source.heat import Site, SpanHeat
+
+    job = run.jobs[0]
+    src = job.findings[0].span.path
+    job.heat.spans = [SpanHeat(Site(Span(src, 3, 0, 3, 12), Confidence.STACK, "head", ""), 400_000, 400_000, 0, 0, 2,
+                               200_000.0, 0.023)]
+    view = report(run)
+    (row,) = view.as_dict()["hotspots"]
+    assert row["code"] == "in head()"
+    assert f"{'':23}in head()" in text.render(run).splitlines()
+
+
+RENDERERS = Path(__file__).resolve().parents[4] / "server" / "check" / "report"
+
+
+def test_report_renderers_read_the_view_models_only():
+    """Issue 24: each ``--check`` format renders the view models (server/analysis/views); a
+    renderer hands the check run to ``report`` or ``report_model`` and reads nothing else of it,
+    and imports no profile or source model, so a figure it prints is one the view model holds."""
+    import ast
+
+    builders = {"report", "report_model"}
+    for path in sorted(RENDERERS.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "run" and isinstance(node.ctx, ast.Load):
+                call = parent[node]
+                func = getattr(call, "func", None)
+                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                assert isinstance(call, ast.Call) and name in builders and call.args == [node], \
+                    f"{path.name}:{node.lineno} reads the check run itself"
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                assert not module.startswith(("msprof_lsp.mapping.profile", "msprof_lsp.mapping.source")), \
+                    f"{path.name}:{node.lineno} imports {module}"
+                assert "JobReport" not in {a.name for a in node.names}, f"{path.name}:{node.lineno} imports JobReport"
+
