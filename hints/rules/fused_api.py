@@ -509,11 +509,14 @@ SPECS: tuple[FusedSpec, ...] = (
     ),
     FusedSpec(
         "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
-        (("softmax-(mul){0,1}-(masked_fill_)", "6.3.RC2"), ("softmax-(mul){0,1}-(add)", "6.3.RC2")),
+        # scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill,
+        # in place or not, or a float mask added; inside a written-out attention NPU213's match
+        # holds these ops too, and hints.consolidate folds this finding into that one
+        (("(mul){0,1}-(masked_fill|masked_fill_)-softmax", "6.3.RC2"), ("(mul){0,1}-(add)-softmax", "6.3.RC2")),
         ("Cast-Mul-MaskedFill-SoftmaxV2-Cast",), fx.scaled_masked_softmax,
         "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
         "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
-        keywords=r"softmax",
+        keywords=r"masked_fill|softmax",  # the mask's line when split; the softmax's otherwise
         summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
         rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
     ),
