@@ -323,9 +323,10 @@ FAMILIES: dict[str, Callable[[Timeline, Finding], Charges]] = {
 
 
 def from_effect(t: Timeline, f: Finding) -> Charges:
-    """The rows the finding's effect acts on, and the device idle its host rows overlap."""
+    """The rows the finding's effect acts on, and the device idle its host rows overlap; also
+    where its saving is unknown (the fused-API rules on a CPU-only trace name the matched ops)."""
     out: Charges = {}
-    if f.effect is None or f.effect.unknown:
+    if f.effect is None:
         return out
     p = t.profile
     tables = {Target.KERNELS: p.kernels, Target.HOST_OPS: p.host_ops, Target.SYNC_CALLS: p.host_events}

@@ -280,18 +280,33 @@ def fused_effect(ctx: RuleContext, forward: pd.DataFrame, backward: pd.DataFrame
     """The forward kernels of each match as one fused kernel and their backward kernels as one
     fused backward kernel (``one_kernel_per_match`` on each pass: the fused API has a kernel of
     its own for each); the autograd nodes of the matched ops become one per match too, also where
-    the backward launches no kernel."""
+    the backward launches no kernel. Without kernels of either pass (a CPU-only trace) the saving
+    is unknown, but the effect still names the matched ops and what runs inside them: what the fix
+    touches and the finding charges (``hints.charges``), so a finding whose ops another fused-API
+    match holds is folded into that one on such a trace too, as it is where kernels are recorded."""
     fwd = one_kernel_per_match(ctx, forward, matches, api, ops)
     if not len(backward):
+        if fwd.unknown:
+            return _touching(ctx, fwd, ops)
         # a backward without kernels (views, permutes) still runs an autograd node per op
         nodes = _one_call_per_match(ctx, _autograd_nodes(ctx, ops), matches) if ops is not None else None
-        if fwd.unknown or nodes is None:
+        if nodes is None:
             return fwd
         return Effect(fwd.changes + (nodes,), basis=f"{fwd.basis}; its autograd nodes one per match")
     bwd = one_kernel_per_match(ctx, backward, matches, api, _autograd_nodes(ctx, ops) if ops is not None else None)
     if fwd.unknown:
         return bwd
     return Effect(fwd.changes + bwd.changes, basis=f"{fwd.basis}; its backward kernels likewise")
+
+
+def _touching(ctx: RuleContext, unknown: Effect, ops: np.ndarray | None) -> Effect:
+    """``unknown`` with the matched host ops and everything inside them as the rows the fix acts on
+    (factor 1: nothing replays an unknown effect, its saving stays unknown)."""
+    if ops is None or not len(ops):
+        return unknown
+    inside = tuple(int(r) for r in np.flatnonzero(pq.descendants(ctx.profile, np.asarray(ops).tolist())))
+    return Effect((Change(Target.HOST_OPS, inside, 1.0, best=1.0, worst=1.0),), basis=unknown.basis,
+                  unknown=unknown.unknown)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -494,11 +509,14 @@ SPECS: tuple[FusedSpec, ...] = (
     ),
     FusedSpec(
         "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
-        (("softmax-(mul){0,1}-(masked_fill_)", "6.3.RC2"), ("softmax-(mul){0,1}-(add)", "6.3.RC2")),
+        # scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill,
+        # in place or not, or a float mask added; inside a written-out attention NPU213's match
+        # holds these ops too, and hints.consolidate folds this finding into that one
+        (("(mul){0,1}-(masked_fill|masked_fill_)-softmax", "6.3.RC2"), ("(mul){0,1}-(add)-softmax", "6.3.RC2")),
         ("Cast-Mul-MaskedFill-SoftmaxV2-Cast",), fx.scaled_masked_softmax,
         "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
         "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
-        keywords=r"softmax",
+        keywords=r"masked_fill|softmax",  # the mask's line when split; the softmax's otherwise
         summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
         rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
     ),

@@ -90,6 +90,21 @@ def test_findings_charging_the_same_kernels_are_one_kept_by_the_one_with_a_fix()
     assert (folded["code"], folded["message"], folded["share_of"]) == ("TST101", "TST101 says so", "device-step")
 
 
+def test_rows_of_an_effect_with_an_unknown_saving_still_charge():
+    """A fix whose saving has no model still acts on the rows it names (the fused-API rules on a
+    CPU-only trace: the matched host ops): two such findings on the same ops are one cause."""
+    def unknown(*rows: int) -> Effect:
+        return Effect((Change(Target.HOST_OPS, rows, 1.0, 1.0, 1.0),), unknown="unknown: no kernels")
+
+    a = _rule("TST111", _emit(_at(3), 600, unknown(0, 1), fix=True))
+    b = _rule("TST112", _emit(_at(5), 300, unknown(0, 1)))
+    out = _run([a, b])
+    assert [f.code for f in out] == ["TST111"] and out[0].evidence["same_cause"] == ["TST112"]
+    t = Timeline(RuleContext(_profile(), None, None, RuleConfig()))
+    assert charges(t, out[0])[("host-op", 0)] == 300 * US
+    assert not out[0].saving.known  # the saving stays unknown
+
+
 def test_disjoint_and_slightly_overlapping_charges_stay_apart():
     a = _rule("TST101", _emit(_at(3), 200, _kernels(0, 2)))  # MatMuls
     b = _rule("TST102", _emit(_at(7), 300, _kernels(1, 3)))  # Adds

@@ -429,6 +429,30 @@ def softmax(shape: Shape, *, dur_us: float, frames: tuple[StackEntry, ...] = F_S
     return Launch(op("aten::softmax", inner, inputs=(shape, (), ())), frames)
 
 
+def masked_fill(shape: Shape, mask: Shape, *, dur_us: float, inplace: bool = False, copy_us: float = 2.0,
+                frames: tuple[StackEntry, ...] = ()) -> Launch:
+    """``x.masked_fill(mask, v)`` with a bool ``mask``: aten::masked_fill > aten::clone (the copy
+    the out-of-place op fills) + aten::masked_fill_ > aclnnInplaceMaskedFillScalar (MaskedFill);
+    ``inplace``: ``x.masked_fill_(mask, v)``, the aten::masked_fill_ alone. The backward fills the
+    gradient with 0 where masked: one MaskedFill. The clone's kernel type (ViewCopy) is [inferred]."""
+    fill = aclnn("aclnnInplaceMaskedFillScalar", "MaskedFillAiCore", "MaskedFill", AI_VECTOR_CORE, dur_us,
+                 inputs=(shape, mask, ()), outputs=(shape,))
+    fill_b = aclnn("aclnnInplaceMaskedFillScalar", "MaskedFillAiCore", "MaskedFill", AI_VECTOR_CORE, dur_us,
+                   inputs=(shape, mask, ()), outputs=(shape,))
+    types = ";".join(["c10::BFloat16", "bool", "Scalar"])
+    back = (op("aten::masked_fill_", scope("aclnnInplaceMaskedFillScalar", fill_b), inputs=(shape, mask, ()),
+               types=types),)
+    inner = op("aten::masked_fill_", scope("aclnnInplaceMaskedFillScalar", fill), inputs=(shape, mask, ()), types=types,
+               **({"autograd": "MaskedFillBackward0", "backward": back} if inplace else {}))
+    if inplace:
+        return Launch(inner, frames)
+    copy = aclnn("aclnnInplaceCopy", "ViewCopy", "ViewCopy", AI_VECTOR_CORE, copy_us, inputs=(shape,), outputs=(shape,))
+    clone = op("aten::clone", op("aten::empty_like", self_us=3), op("aten::copy_", scope("aclnnInplaceCopy", copy),
+                                                                   inputs=(shape, shape, ())), inputs=(shape,))
+    return Launch(op("aten::masked_fill", clone, inner, inputs=(shape, mask, ()), types=types,
+                     autograd="MaskedFillBackward0", backward=back), frames)
+
+
 def embedding(tokens: int, vocab: int, dim: int, *, dur_us: float, frames: tuple[StackEntry, ...] = ()) -> Launch:
     k = aclnn("aclnnEmbedding", "GatherV2", "GatherV2", AI_VECTOR_CORE, dur_us, inputs=((vocab, dim), (tokens,)),
               outputs=((tokens, dim),))

@@ -232,6 +232,10 @@ def test_tiny_transformer_npu_profile_lower_share_rules():
     assert "torch_npu.npu_swiglu(" in applied(model, swi.fixes[0])  # ... the rewrite is of the product line
     perm = [f for f in only(fs, "NPU215") if f.evidence["sequence"] == "permute-contiguous-view"]
     assert [f.span.line for f in perm] == [line_of(model, "out = out.permute(0, 2, 1, 3)")]
+    # the attention's scale, float mask and softmax (mul-add-softmax) are NPU216's pattern too: the
+    # same kernels, one cause, kept by NPU213 (hints.consolidate), never a second finding
+    (att,) = only(fs, "NPU213")
+    assert not only(fs, "NPU216") and att.evidence["same_cause"] == ["NPU216"]
 
 
 def test_tiny_transformer_kineto_cpu_analogues():
@@ -249,6 +253,8 @@ def test_tiny_transformer_kineto_cpu_analogues():
     assert rms.span.line == line_of(model, "return x * torch.rsqrt(") and rms.confidence is Confidence.MODULE
     assert "F.rms_norm" in rms.message and rms.evidence["time_source"] == "host"
     assert rms.evidence["matches"] == 5 * profile.num_steps
+    # no kernels on a CPU trace: the two findings charge the matched host ops, NPU216's inside NPU213's
+    assert not only(fs, "NPU216") and att.evidence["same_cause"] == ["NPU216"]
 
 
 # -- every code: fires at its minimum CANN version, not just below it; the fix applies ----------
@@ -268,8 +274,9 @@ CASES = {
     "NPU214": ([("aten::gelu", "y = F.gelu(self.gelu_proj(y))", "forward")], 1, "6.3.RC2", "6.3.RC1", "torch_npu.fast_gelu(self.gelu_proj(y))"),
     "NPU215": ([("aten::permute", "ctx = ctx.permute(0, 2, 1, 3)", "forward"), ("aten::contiguous", "ctx = ctx.permute(0, 2, 1, 3)", "forward"),
                 ("aten::view", "ctx = ctx.permute(0, 2, 1, 3)", "forward")], 3, "6.3.RC2", "6.3.RC1", "torch_npu.npu_confusion_transpose(ctx, [0, 2, 1, 3]"),
-    "NPU216": ([("aten::softmax", "return F.softmax((x * scale)", "scaled_scores"), ("aten::mul", "return F.softmax((x * scale)", "scaled_scores"),
-                ("aten::masked_fill_", "return F.softmax((x * scale)", "scaled_scores")], 3, "6.3.RC2", "6.3.RC1",
+    # scale, mask, softmax in time order; the line's out-of-place masked_fill records aten::masked_fill
+    "NPU216": ([("aten::mul", "return F.softmax((x * scale)", "scaled_scores"), ("aten::masked_fill", "return F.softmax((x * scale)", "scaled_scores"),
+                ("aten::softmax", "return F.softmax((x * scale)", "scaled_scores")], 3, "6.3.RC2", "6.3.RC1",
                "torch_npu.npu_scaled_masked_softmax(x, mask, scale=scale)"),
     "NPU217": ([("aten::add", "h = x + r", "forward"), ("aten::layer_norm", "y = self.post_norm(h)", "forward")], 2, "8.0.RC1", "7.0.0",
                "torch_npu.npu_add_layer_norm(x, r, self.post_norm.weight"),

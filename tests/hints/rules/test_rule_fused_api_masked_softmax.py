@@ -1,0 +1,204 @@
+"""NPU216 fused-api-scaled-masked-softmax, a truth case: a generated torch_npu export (tests/synth)
+of a script that writes the masked softmax out in the order the fused kernel computes it (scale,
+masked_fill, softmax), beside softmax-first code the rule must leave alone. The finding lands on
+the masked softmax's line with the time of its kernels (both passes, from the run description's
+truth), its quick fix applies, and the fixed script runs with the torch_npu stand-in and where
+torch_npu is not installed, giving the unfixed script's numbers on both paths."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from seedkit import CALL_IMPL, Analysed, L, Launch, Source, UserCall, applied, span_text, step_run, write_project
+from tests.synth import truth
+from tests.synth.run import Frame
+from tests.synth.write_text import write_torch_npu_text
+
+from msprof_lsp.hints.config import RuleConfig
+from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.profile_query import host_tokens, pattern_regex
+from msprof_lsp.hints.rules.fused_api import SPECS
+from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.source.attribute import attribute
+from msprof_lsp.mapping.source.workspace import SourceWorkspace
+from msprof_lsp.mapping.spans import Confidence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixes"))
+import npu_standin  # noqa: E402  (tests/hints/fixes: the torch_npu stand-in and the model loader)
+from fixkit import load  # noqa: E402
+
+REMOTE = "/home/ma-user/work/proj"
+
+MODEL_PY = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def masked_probs(x, mask, scale):
+    return F.softmax((x * scale).masked_fill(mask, float("-inf")), dim=-1)
+
+
+def weighted_probs(x, mask, w):
+    p = F.softmax(x, dim=-1) * w
+    return p.masked_fill_(mask, 0.0)
+
+
+class Scorer(nn.Module):
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.scale = dim**-0.5
+
+    def forward(self, x, mask):
+        h = self.proj(x)
+        p = masked_probs(h, mask, self.scale)
+        q = weighted_probs(h, mask, 0.5)
+        return p + q
+'''
+
+TRAIN_PY = '''\
+import torch
+import torch_npu
+
+from model import Scorer
+
+
+def train(loader):
+    model = Scorer().npu()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, mask in loader:
+        loss = model(x, mask).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    train([])
+'''
+
+MODEL, TRAIN = Source("model.py", MODEL_PY), Source("train.py", TRAIN_PY)
+POSITIVE = 'return F.softmax((x * scale).masked_fill(mask, float("-inf")), dim=-1)'
+X, MASK = (8, 4, 64, 64), (64, 64)
+
+
+def _loop(needle: str) -> tuple:
+    return (Frame(f"{REMOTE}/train.py", TRAIN.line(needle), "train", TRAIN.funcs["train"]),
+            Frame(f"{REMOTE}/train.py", TRAIN.line("train([])"), "<module>"))
+
+
+def _in(needle: str, func: str, call: str | None = None) -> tuple:
+    """A line of ``func`` in model.py (called from Scorer.forward's ``call`` line) run by the loop's forward call."""
+    outer = (MODEL.frame(call, "Scorer.forward"),) if call else ()
+    return (MODEL.frame(needle, func), *outer, *CALL_IMPL, *_loop("loss = model(x, mask).sum()"))
+
+
+def _mul(shape, dur_us: float) -> Launch:
+    back = L.backward_of("aten::mul", "aclnnMuls", "Muls", shape, dur_us=dur_us, n_inputs=1)
+    return L.elementwise("aten::mul", "aclnnMuls", "Muls", shape, dur_us=dur_us, scalar=True, autograd="MulBackward0",
+                         bwd=back)
+
+
+def _run():
+    lin = L.linear_nd(8 * 4 * 64, 64, 64, mm_us=20.0)
+    items = [
+        UserCall(_in("h = self.proj(x)", "Scorer.forward"), (Launch(lin.op, lin.frames),), label="proj"),
+        # scale, mask, softmax: what npu_scaled_masked_softmax computes in one kernel
+        UserCall(_in(POSITIVE, "masked_probs", "p = masked_probs(h, mask, self.scale)"),
+                 (_mul(X, 30.0), L.masked_fill(X, MASK, dur_us=35.0), L.softmax(X, dur_us=40.0)), label="masked"),
+        # softmax first, then a mul and a fill: no masked softmax (what the old, reversed patterns flagged)
+        UserCall(_in("p = F.softmax(x, dim=-1) * w", "weighted_probs", "q = weighted_probs(h, mask, 0.5)"),
+                 (L.softmax(X, dur_us=40.0), _mul(X, 30.0)), label="weighted"),
+        UserCall(_in("return p.masked_fill_(mask, 0.0)", "weighted_probs", "q = weighted_probs(h, mask, 0.5)"),
+                 (L.masked_fill(X, MASK, dur_us=35.0, inplace=True),), label="weighted.fill"),
+        UserCall(_in("return p + q", "Scorer.forward"),
+                 (L.elementwise("aten::add", "aclnnAdd", "Add", X, dur_us=20.0, autograd="AddBackward0"),), label="sum"),
+        UserCall(L.BACKWARD + _loop("loss.backward()"), (Launch(L.grad_seed().op),), label="backward", backward=True),
+        UserCall(_loop("optimizer.step()"), (L.sgd_step(((64, 64), (64,)), kernel_us=2.0),), label="optimizer"),
+    ]
+    return step_run(items, steps=3)
+
+
+def _analyse(run, tmp_path: Path) -> Analysed:
+    root = write_torch_npu_text(run, tmp_path / "prof")
+    proj = write_project(tmp_path, MODEL_PY, TRAIN_PY)
+    profile = load_location(locate(root), use_cache=False)
+    ws = SourceWorkspace([proj])
+    return Analysed(root, proj, profile, RuleContext(profile, attribute(profile, ws), ws, RuleConfig()))
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    run = _run()
+    return run, _analyse(run, tmp_path_factory.mktemp("masked_softmax"))
+
+
+def test_fires_on_the_masked_softmax_line_with_its_kernels_time(analysed):
+    run, a = analysed
+    (f,) = a.run("NPU216", min_share=0.0)  # the softmax-first function makes none
+    assert f.span.path.endswith("model.py") and span_text(f.span) == POSITIVE  # the statement
+    assert f.confidence is Confidence.STACK
+    assert f.evidence["sequence"] == "mul-masked_fill-softmax" and f.evidence["matched_in"] == "host ops"
+    assert f.evidence["pattern"] == "(mul){0,1}-(masked_fill|masked_fill_)-softmax"
+    t = truth(run)
+    # the three ops' forward kernels (the fill's clone copy among them) and their backward kernels
+    assert f.time_per_step_us == pytest.approx(t.per_step(t.kernel_ns_by_label["masked"]) / 1000)
+    assert f.evidence["kernel_types"] == {"Muls": 6, "MaskedFill": 6, "SoftmaxV2": 3, "SoftmaxGrad": 3, "ViewCopy": 3}
+    assert f.saving is not None and f.saving.known  # the kernels are recorded: the fused-API model replays them
+    # the patterns before issue 23's fix (softmax first) flag only the softmax-first function
+    toks = host_tokens(a.ctx)
+    old = {toks.sequence(*m) for p in ("softmax-(mul){0,1}-(masked_fill_)", "softmax-(mul){0,1}-(add)")
+           for m in toks.find(pattern_regex(p))}
+    assert old == {"softmax-mul-masked_fill_"}
+
+
+def test_the_fix_applies_and_the_fixed_script_runs_on_both_paths(analysed):
+    import torch
+
+    _, a = analysed
+    (f,) = a.run("NPU216", min_share=0.0)
+    path, new = applied(f, "npu_scaled_masked_softmax")  # parses
+    assert path.endswith("model.py")
+    assert "return torch_npu.npu_scaled_masked_softmax(x, mask, scale=scale)" in new
+    assert "if torch_npu is not None:" in new and POSITIVE in new  # the original stays as the else branch
+    ref = load(MODEL_PY, "scorer_ref")
+    npu = load(new, "scorer_npu", torch_npu=npu_standin.make())
+    cpu = load(new, "scorer_cpu", torch_npu=None)
+    assert npu["torch_npu"] is not None and cpu["torch_npu"] is None
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 32, 64)
+    mask = torch.rand(32, 64) > 0.5
+    mask[:, 0] = False  # no row fully masked (-inf everywhere is NaN in both forms)
+    outs = []
+    for ns in (ref, npu, cpu):
+        torch.manual_seed(1)
+        model = ns["Scorer"]().eval()
+        with torch.no_grad():
+            outs.append(model(x, mask))
+    assert torch.allclose(outs[0], outs[1], atol=1e-6)  # the stand-in computes the documented semantics
+    assert torch.equal(outs[0], outs[2])  # without torch_npu: the original code
+
+
+# -- the patterns themselves, over token strings -------------------------------------------------------
+
+NPU216 = next(s for s in SPECS if s.code == "NPU216")
+
+
+def _matches(seq: str) -> bool:
+    text = "".join(f"-{n}-" for n in seq.split("-"))
+    return any(pattern_regex(p).search(text) for p, _v in NPU216.patterns)
+
+
+@pytest.mark.parametrize("seq", ["mul-masked_fill-softmax", "masked_fill-softmax", "mul-masked_fill_-softmax",
+                                 "masked_fill_-softmax", "mul-add-softmax", "add-softmax"])
+def test_scale_and_mask_before_the_softmax_match(seq):
+    assert _matches(seq)
+
+
+@pytest.mark.parametrize("seq", ["softmax-mul-masked_fill_", "softmax-masked_fill_", "softmax-mul-add", "softmax-add",
+                                 "softmax-mul", "mul-softmax", "softmax"])
+def test_softmax_first_or_no_mask_does_not_match(seq):
+    assert not _matches(seq)
