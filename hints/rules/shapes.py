@@ -17,6 +17,10 @@ a 256 alignment would double -- is left as it is and named in the evidence; a fi
 are all such has no advice and is not reported. The advice says what the padding costs
 (``pad_cost``: 4095 -> 4096 is "+1, +0.02 % params": one padded entry along the axis, and the
 params -- and GEMM FLOPs -- of every layer with that axis grow by 1/4095).
+
+The saving (``_at_aligned_rate``, docs/savings.md): each MatMul the padding aligns at the FLOP rate
+of the profile's GEMMs of comparable work (its type and dtypes, FLOPs and bytes within
+``COMPARABLE_WORK``) that are aligned but for the axes the padding keeps; "A/B test" without one.
 """
 
 from __future__ import annotations
@@ -96,11 +100,11 @@ class CubeShapeAlignment(Rule):
             groups[key].append((r, b))
             if key not in sites or (site is not None and site.confidence.rank < sites[key].confidence.rank):
                 sites[key] = site
-        rates = _aligned_rates(ctx, set(rows)) if ctx.backend is not Backend.CUDA else None
+        gemms = _gemms(ctx) if ctx.backend is not Backend.CUDA else None
         for key, members in groups.items():
             f = self._finding(ctx, members, dur, sites[key])
             if f is not None:  # None: no dim padding can serve
-                f.effect = _at_aligned_rate(ctx, [r for r, _ in members], rates)
+                f.effect = _at_aligned_rate(ctx, [r for r, _ in members], gemms)
                 yield f
 
     def _finding(self, ctx: RuleContext, members: list[tuple[int, _Bad]], dur: np.ndarray, site) -> Finding | None:
@@ -170,56 +174,124 @@ register(CubeShapeAlignment(
 ))
 
 
-def _gemm_flops(ins: str, out: str) -> float | None:
-    """2·M·N·K of a MatMul row from its shapes (``shapes.gemm_flops``); None without them."""
-    return float(gemm_flops(parse_shapes(ins), parse_shapes(out))) or None
+@dataclass(frozen=True, slots=True)
+class _Gemm:
+    """One distinct MatMul of the steps (OpType, shapes, dtypes, formats)."""
+
+    op_type: str
+    dtypes: str  # its input dtypes ("" not recorded)
+    shapes: str
+    flops: float  # 2·M·N·K per kernel (0: unknown)
+    nbytes: int  # its inputs and outputs
+    unaligned: frozenset[int]  # its inner axes that are not multiples of cubeAlign
+    kernels: int  # its kernels with a recorded time
+    ns: float  # their recorded time
 
 
-def _aligned_rates(ctx: RuleContext, bad: set[int]) -> dict[str, float]:
-    """FLOP per ns the profile's aligned MatMul kernels achieve, per op type (in the steps)."""
+def _gemms(ctx: RuleContext) -> tuple[np.ndarray, list[_Gemm]]:
+    """Every MatMul kernel of the steps with shapes, by distinct (OpType, shapes, dtypes, formats):
+    (per kernel row its index in the list, -1 for none; the list). Once per rule run."""
     k = ctx.profile.kernels
     types = pq.kernel_types(k)
-    sel = np.flatnonzero(pq.matches(types, MATMUL) & pq.kernels_in_steps_mask(ctx.profile))
-    sel = sel[~np.isin(sel, list(bad))]
-    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
-    dur = k["dur_ns"].to_numpy(np.int64)
-    flops: dict[str, float] = defaultdict(float)
-    ns: dict[str, float] = defaultdict(float)
-    memo: dict[tuple[str, str], float | None] = {}
-    for r in sel.tolist():
-        key = (str(ins[r]), str(outs[r]))
-        if key not in memo:
-            memo[key] = _gemm_flops(*key)
-        if memo[key] is not None and dur[r] > 0:
-            flops[str(types[r])] += memo[key]  # type: ignore[operator]
-            ns[str(types[r])] += float(dur[r])
-    return {t: flops[t] / ns[t] for t in flops if ns[t] > 0}
+    cols = [pq.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes")]
+    sel = np.flatnonzero(pq.matches(types, MATMUL) & pq.kernels_in_steps_mask(ctx.profile) & (cols[0] != ""))
+    code_of = np.full(len(k), -1, np.int64)
+    if not len(sel):
+        return code_of, []
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([types[sel]] + [c[sel] for c in cols]))
+    code_of[sel] = codes
+    dur = k["dur_ns"].to_numpy(np.int64)[sel]
+    timed = dur > 0
+    n = np.bincount(codes[timed], minlength=len(uniques))
+    ns = np.bincount(codes[timed], weights=dur[timed].astype(np.float64), minlength=len(uniques))
+    align = ctx.thresholds.cube_align
+    out = []
+    for i, (t, ins, dtypes, formats, outs, out_dtypes) in enumerate(uniques):
+        a, b = parse_shapes(ins), parse_shapes(outs)
+        unaligned = frozenset(d for d in _inner_axes(a, formats) if d % align)
+        out.append(_Gemm(str(t), str(dtypes), str(ins), float(gemm_flops(a, b)),
+                         io_bytes(a, dtypes) + io_bytes(b, out_dtypes), unaligned, int(n[i]), float(ns[i])))
+    return code_of, out
 
 
-def _at_aligned_rate(ctx: RuleContext, rows: list[int], rates: dict[str, float] | None) -> Effect:
-    """Each misaligned MatMul at the rate the profile's aligned MatMuls of its type achieve (never
-    slower than recorded); the low end keeps half the gain."""
-    if rates is None:
+def _reference_rate(g: _Gemm, table: list[_Gemm], keeps: frozenset[int]) -> float | None:
+    """FLOP per ns of the GEMMs that stand for ``g`` padded: its OpType (and input dtypes where both
+    are recorded), FLOPs and bytes moved per kernel each within ``COMPARABLE_WORK`` either way of
+    its own (a GEMM's rate grows with its size and its FLOPs per byte), and no unaligned inner axis
+    but those ``g`` keeps (``keeps``: the ones the advice does not pad). None: no such GEMM in the
+    profile."""
+    def near(x: float, y: float) -> bool:
+        return y / pq.COMPARABLE_WORK <= x <= y * pq.COMPARABLE_WORK
+
+    peers = [h for h in table if h.op_type == g.op_type and (h.dtypes == g.dtypes or not h.dtypes or not g.dtypes)
+             and h.kernels > 0 and h.ns > 0 and near(h.flops, g.flops) and near(h.nbytes, g.nbytes)
+             and h.unaligned <= keeps]
+    ns = sum(h.ns for h in peers)
+    return sum(h.flops * h.kernels for h in peers) / ns if peers and ns > 0 else None
+
+
+def _at_aligned_rate(ctx: RuleContext, rows: list[int], gemms: tuple[np.ndarray, list[_Gemm]] | None) -> Effect:
+    """Each MatMul the padding aligns (a padded dim among its inner axes) at the FLOP rate the
+    profile's aligned GEMMs of comparable work reach (``_reference_rate``; never slower than
+    recorded); the low end keeps half the gain. "A/B test" where the profile has none: a smaller
+    GEMM's rate says nothing of a larger one's (docs/savings.md)."""
+    if gemms is None:
         return Effect(unknown="A/B test: the CUDA GEMMs' shapes are on their host ops, not their kernels")
-    k = ctx.profile.kernels
-    types = pq.kernel_types(k)
-    ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
-    dur = k["dur_ns"].to_numpy(np.int64)
-    changes = []
-    missing = set()
+    code_of, table = gemms
+    align = ctx.thresholds.cube_align
+    types = pq.kernel_types(ctx.profile.kernels)
+    dur = ctx.profile.kernels["dur_ns"].to_numpy(np.int64)
+    by_gemm: dict[int, list[int]] = defaultdict(list)
     for r in rows:
-        t = str(types[r])
-        fl = _gemm_flops(str(ins[r]), str(outs[r]))
-        if t not in rates or fl is None or dur[r] <= 0:
-            missing.add(t)
+        by_gemm[int(code_of[r])].append(int(r))
+    changes: list[Change] = []
+    unrated: dict[str, list[str]] = defaultdict(list)  # OpType -> the shapes of its GEMMs with no reference
+    other: set[str] = set()  # FlashAttention, or a MatMul without shapes or FLOPs: no rate model
+    for c, members in by_gemm.items():
+        g = table[c] if c >= 0 else None
+        if g is None or g.flops <= 0:
+            other.add(str(types[members[0]]))
             continue
-        f = min(1.0, fl / rates[t] / float(dur[r]))
-        changes.append(Change(Target.KERNELS, (int(r),), f, best=f, worst=0.5 + 0.5 * f))
+        padded = frozenset(d for d in g.unaligned if paddable(d, align))
+        if not padded:
+            continue  # the padding leaves its inner axes as they are (a vocabulary along its M axis)
+        rate = _reference_rate(g, table, g.unaligned - padded)
+        if rate is None:
+            unrated[g.op_type].append(g.shapes)
+            continue
+        for r in members:
+            if dur[r] > 0:
+                f = min(1.0, g.flops / rate / float(dur[r]))
+                changes.append(Change(Target.KERNELS, (r,), f, best=f, worst=0.5 + 0.5 * f))
+    peers = f"within {pq.COMPARABLE_WORK:g}x their FLOPs and bytes"
+    left = [f"{t} {' and '.join(sh)}" for t, sh in sorted(unrated.items())] + sorted(other)
     if not changes:
-        kinds = "/".join(sorted(missing)) or "MatMul"
-        return Effect(unknown=f"unknown: no aligned {kinds} kernel with shapes in the profile to take the rate from")
-    return Effect(tuple(changes), basis="the misaligned MatMuls at the FLOP rate of the profile's aligned ones of "
-                                        "their type (low end: half the gain)")
+        if unrated:
+            shapes = " or ".join(x for v in unrated.values() for x in v)
+            return Effect(unknown=f"A/B test: the profile has no aligned {'/'.join(sorted(unrated))} GEMM within "
+                                  f"{pq.COMPARABLE_WORK:g}x the FLOPs and bytes of {shapes} to take the rate from "
+                                  "(a GEMM's rate depends on its size)")
+        if other:
+            return Effect(unknown=f"A/B test: no rate model for {'/'.join(sorted(other))} (no FLOPs from its shapes)")
+        return Effect(unknown="unknown: the misaligned MatMuls have no recorded time")
+    basis = (f"the misaligned MatMuls at the FLOP rate of the profile's GEMMs of their type and dtypes {peers} "
+             "whose inner axes are aligned but for those the padding keeps")
+    if left:  # the ones without a reference save nothing in the estimate: said, not guessed
+        basis += f"; {', '.join(left)} as recorded (nothing to rate {'them' if len(left) > 1 else 'it'} by)"
+    return Effect(tuple(changes), basis=basis + " (low end: half the gain)")
+
+
+def _inner_axes(shapes: list, formats: str) -> list[int]:
+    """The inner axis of a MatMul's two inputs: the last dim of a 2-D ND input, ``dims[1] x
+    dims[2]`` of a 4-D FRACTAL_NZ one."""
+    fmts = [f.strip() for f in formats.split(";")] if formats else []
+    out = []
+    for i, s in enumerate(shapes[:2]):
+        if not s:
+            continue
+        nz = i < len(fmts) and fmts[i] == "FRACTAL_NZ" and len(s) == 4
+        out.append(s[1] * s[2] if nz else s[-1])
+    return out
 
 
 def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
@@ -248,20 +320,13 @@ def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
 def _judge(t: str, shapes: str, dtypes: str, formats: str, out_shapes: str, out_dtypes: str, *,
            align: int, fa_align: int, min_bytes: int) -> _Bad | None:
     ins = parse_shapes(shapes)
-    fmts = [f.strip() for f in formats.split(";")] if formats else []
     nbytes = io_bytes(ins, dtypes) + io_bytes(parse_shapes(out_shapes), out_dtypes)
     if FLASH.match(t):
         dims = tuple(s[-1] for s in ins[:3] if s and s[-1] % fa_align)
         return _Bad("flash", t, shapes, tuple(dict.fromkeys(dims)), fa_align, "head dim", nbytes) if dims else None
     if nbytes < min_bytes:
         return None
-    inner = []
-    for i, s in enumerate(ins[:2]):
-        if not s:
-            continue
-        nz = i < len(fmts) and fmts[i] == "FRACTAL_NZ" and len(s) == 4
-        inner.append(s[1] * s[2] if nz else s[-1])
-    dims = tuple(dict.fromkeys(d for d in inner if d % align))
+    dims = tuple(dict.fromkeys(d for d in _inner_axes(ins, formats) if d % align))
     return _Bad("matmul", t, shapes, dims, align, "inner axis", nbytes) if dims else None
 
 

@@ -315,7 +315,8 @@ CASES: tuple[Case, ...] = (
     Case("NPU215", "transformer, 150 us copies: permute().contiguous() before the output projection",
          "tiny_transformer", _tf(copy_us=150.0), _confusion_transpose(COPY150), FUSED_KNOB),
     Case("NPU106", "transformer: lm_head N = 32003", "tiny_transformer", _tf(), None,
-         "a padded GEMM's time would be a knob of the generator; the sample has no aligned MatMulV3 to rate it"),
+         "a padded GEMM's time would be a knob of the generator; the sample's lm_head GEMMs all take one knob time, "
+         "its weight gradient (the aligned GEMM of comparable work) too, so the estimate is 0"),
     Case("NPU106", "transformer, device-model GEMMs: lm_head N = 32003 padded to 32256", "tiny_transformer",
          _tf_timed(linear_type="MatMulV3"), _pad_vocab, DEVICE_MODEL),
     Case("NPU106", "transformer, device-model GEMMs, batch 128, DataLoader workers: lm_head N = 32003 padded to 32256",

@@ -13,7 +13,7 @@ from seedkit import L, Launch, UserCall, analyse, backward, fwd, span_text, step
 from msprof_lsp.hints.config import RuleConfig, Thresholds
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.profile.model import Profile, ProfileKind, ProfileMeta
+from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, make_table
 from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 
 KD_2025 = "Ascend-msprof-analyze/test/ut/advisor/compute_advice/data/kernel_details.csv"
@@ -150,3 +150,77 @@ def test_tiny_transformer_sample_pads_the_vocabulary_not_d_model():
     (fwd,) = [f for f in found if f.evidence["shapes"][0]["input_shapes"] == "2048,128;128,32003"]
     assert fwd.message.endswith("inner axis 32003 is not a multiple of 256. Pad 32003 up to 32256 (+253, +0.79 % params); mask the padding.")
     assert set(fwd.evidence["not_padded"]) == {"128"} and "32000" not in fwd.message
+
+
+# -- the saving model: the rate of aligned GEMMs of comparable work (docs/savings.md, NPU106 row) -----------
+
+LM_FWD = ("8192,128;128,32003", "8192,32003")  # the lm_head: 67.1 GFLOP, 32003 an inner axis
+LM_DW = ("32003,8192;8192,128", "32003,128")  # its weight gradient: the same work, 32003 along M
+SMALL = ("8192,128;128,512", "8192,512")  # 1.07 GFLOP: 62x less work
+
+
+def _gemm_profile(*kernels: tuple[tuple[str, str], float, str]) -> Profile:
+    """MatMulV3 kernels ((input shapes, output shape), µs, dtype), one step."""
+    cols: dict[str, list] = {c: [] for c in ("name", "type", "core", "start_ns", "dur_ns", "input_shapes",
+                                              "input_dtypes", "input_formats", "output_shapes", "output_dtypes")}
+    t = 0
+    for (ins, out), us, dtype in kernels:
+        for c, v in (("name", "MatMulV3"), ("type", "MatMulV3"), ("core", "AI_CORE"), ("start_ns", t),
+                     ("dur_ns", int(us * 1000)), ("input_shapes", ins), ("input_dtypes", f"{dtype};{dtype}"),
+                     ("input_formats", "ND;ND"), ("output_shapes", out), ("output_dtypes", dtype)):
+            cols[c].append(v)
+        t += int(us * 1000) + 1000
+    return Profile(ProfileMeta(ProfileKind.TORCH_NPU, "/gemms"), kernels=make_table(KERNEL_SCHEMA, cols))
+
+
+def _lm_effect(*kernels):
+    found = list(rule("NPU106").check(RuleContext(_gemm_profile(*kernels), None, None, RuleConfig())))
+    (f,) = [f for f in found if f.evidence["shapes"][0]["input_shapes"] == LM_FWD[0]]
+    return f.effect
+
+
+def test_the_rate_comes_from_an_aligned_gemm_of_comparable_work():
+    """The lm_head's own weight gradient does the same FLOPs with aligned inner axes (32003 is its M;
+    its 128 is one the padding keeps too): the misaligned GEMM at its rate. The small GEMMs' lower
+    rate is not used."""
+    e = _lm_effect((LM_FWD, 669.0, "DT_BF16"), (LM_DW, 336.0, "DT_BF16"), (SMALL, 8.5, "DT_BF16"))
+    assert not e.unknown
+    (c,) = e.changes
+    assert c.factor == pytest.approx(336.0 / 669.0, rel=1e-6) and c.best == c.factor
+    assert c.worst == pytest.approx(0.5 + 0.5 * c.factor)
+    assert "within 4x their FLOPs and bytes" in e.basis
+
+
+def test_a_slower_comparable_gemm_means_no_gain():
+    e = _lm_effect((LM_FWD, 669.0, "DT_BF16"), (LM_DW, 700.0, "DT_BF16"))
+    (c,) = e.changes
+    assert c.factor == c.best == c.worst == 1.0
+
+
+@pytest.mark.parametrize("others", [
+    [(SMALL, 8.5, "DT_BF16")],  # aligned, but 62x less work: a lower rate that says nothing of the lm_head's
+    [(("8192,32003;32003,128", "8192,128"), 660.0, "DT_BF16")],  # comparable, but misaligned in the padded dim
+    [(LM_DW, 336.0, "DT_FLOAT")],  # comparable and aligned, another dtype
+    [(("4096,4096;4096,2048", "4096,2048"), 336.0, "DT_BF16")],  # comparable FLOPs, 8x fewer bytes
+    [(("32003,8192;8192,100", "32003,100"), 300.0, "DT_BF16")],  # its 100 the lm_head does not keep unaligned
+])
+def test_without_an_aligned_gemm_of_comparable_work_the_saving_is_an_ab_test(others):
+    e = _lm_effect((LM_FWD, 669.0, "DT_BF16"), *others)
+    assert not e.changes
+    assert e.unknown == ("A/B test: the profile has no aligned MatMulV3 GEMM within 4x the FLOPs and bytes of "
+                         "8192,128;128,32003 to take the rate from (a GEMM's rate depends on its size)")
+
+
+def test_one_finding_rates_what_it_can_and_says_what_it_cannot():
+    """A finding's GEMMs (one call site: forward and backward) each by their own references: the
+    weight gradient, whose inner axes the padding leaves, is unchanged; a GEMM with no reference is
+    kept as recorded and named in the basis, not priced by a GEMM of other work."""
+    from msprof_lsp.hints.rules.shapes import _at_aligned_rate, _gemms
+
+    other = ("4096,4095;4095,4096", "4096,4096")  # 137 GFLOP, 4095 padded: no reference of its work
+    ctx = RuleContext(_gemm_profile((LM_FWD, 669.0, "DT_BF16"), (LM_DW, 336.0, "DT_BF16"), (other, 900.0, "DT_BF16")),
+                      None, None, RuleConfig())
+    e = _at_aligned_rate(ctx, [0, 1, 2], _gemms(ctx))
+    assert [c.rows for c in e.changes] == [(0,)] and e.changes[0].factor == pytest.approx(336.0 / 669.0, rel=1e-6)
+    assert e.basis.endswith("; MatMulV3 4096,4095;4095,4096 as recorded (nothing to rate it by) "
+                            "(low end: half the gain)")
