@@ -8,15 +8,19 @@ anchor in its function (before the epoch loop, not inside it).
 
 from __future__ import annotations
 
+import libcst as cst
+
 from . import cst_tools as ct
-from .result import Anchor, FixResult, Text, anchor_path, decline, result
+from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
 
 
 def freeze_before_loop(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    found = ct.loops_at(source, anchor, why)
-    if found is None:
-        return None
-    src, loops = found
+    src = ct.parse(source)
+    if src is None:
+        return decline(why, "the file does not parse")
+    loops = src.at(where(anchor), (cst.For, cst.While))  # type: ignore[arg-type]
+    if not loops:
+        return decline(why, "no loop around this line")
     func = src.function_of(loops[0])
     candidates = [lp for lp in loops if src.function_of(lp) is func]
     loop = candidates[-1]

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext, Unit
+from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, register
 from msprof_lsp.mapping.profile import comm_time
@@ -73,13 +73,16 @@ class CommByteAlignment(Rule):
             "align_bytes": align,
             "links": sorted({p.link for p in bad}),
         }
+        count = ctx.per_step_count(sum(p.count for p in bad))
         message = ctx.message(
-            "SDMA unaligned", total_ns=bad_ns, events=sum(p.count for p in bad), unit=Unit.TRANSFER,
+            "SDMA unaligned", total_ns=bad_ns, count=count, unit="transfer" if count == 1 else "transfers",
             qualifier=f"{share:.0%} of SDMA time, sizes not multiples of {align} B",
             diagnosis="partial bursts lower the link bandwidth",
             fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
         )
-        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=bad_ns, evidence=evidence)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
+        yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
+                          related=related)
 
 
 register(CommByteAlignment(
@@ -108,13 +111,14 @@ class CommSmallPackets(Rule):
         time_ns = sum(e["small_wall_ns"] for e in small.values())
         worst = max(small, key=lambda g: small[g]["small_ratio"])
         e = small[worst]
+        count = ctx.per_step_count(sum(x["small"] for x in small.values()))
         comm = pq.gradient_comm(ctx)
         if comm is None or comm.transfer_bound:
             diagnosis = "per-transfer overhead dominates the collectives"
         else:  # packet sizes shape only the transfers, a small part of the collectives' time
             diagnosis = f"per-transfer overhead, but the collectives mostly wait, not transfer ({comm.words()})"
         message = ctx.message(
-            "Small packets", total_ns=time_ns, events=sum(x["small"] for x in small.values()), unit=Unit.PACKET,
+            "Small packets", total_ns=time_ns, count=count, unit="packet" if count == 1 else "packets",
             qualifier=f"{e['small_ratio']:.0%} of {worst} packets under {e['limit_mb']:g} MB",
             diagnosis=diagnosis,
             fix="Send larger buckets: raise bucket_cap_mb or accumulate gradients",
@@ -128,7 +132,9 @@ class CommSmallPackets(Rule):
             "time_split": comm.as_dict() if comm is not None else None,
             "threshold_percent": limit * 100,
         }
-        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=time_ns, evidence=evidence)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
+        yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
+                          related=related)
 
 
 register(CommSmallPackets(
@@ -199,8 +205,9 @@ class CommBandwidthContention(Rule):
         if ctx.step_time_ns > 0:  # transfers of several streams may add up past the step: a share stays <= 1
             lost_ns = min(lost_ns, ctx.step_time_ns * ctx.num_steps)
         worst = min(slow, key=lambda o: o["gbps"])
+        count = ctx.per_step_count(len(slow))
         message = ctx.message(
-            "SDMA contention", total_ns=lost_ns, events=len(slow), unit=Unit.COLLECTIVE,
+            "SDMA contention", total_ns=lost_ns, count=count, unit="collective" if count == 1 else "collectives",
             qualifier=f"{worst['gbps']:.1f} GB/s < {limit:.1f} GB/s beside MatMuls",
             diagnosis="overlapped MatMuls slow the transfers they hide",
             fix="Compare a run without the overlap; retune bucket_cap_mb",
@@ -210,7 +217,9 @@ class CommBandwidthContention(Rule):
                      "sdma_ms": round(o["ms"], 6)} for o in sorted(slow, key=lambda o: o["gbps"])[:10]],
             "threshold_gbps": round(limit, 4), "baseline_gbps": baseline, "lost_us": round(lost_ns / 1000, 3),
         }
-        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=lost_ns, evidence=evidence)
+        span, conf, related = sq.gradient_sync_anchor(ctx)
+        yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
+                          related=related)
 
 
 register(CommBandwidthContention(
