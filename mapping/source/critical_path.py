@@ -489,23 +489,53 @@ def _event_sources(rec: np.ndarray, waits: np.ndarray, end: np.ndarray, dev: np.
 
 def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> tuple[_Graph, int] | None:
     """The event graph of one step and its end node (the latest node); None when the step is
-    empty."""
+    empty. Host threads are chains of boundary points; device tasks are two nodes each, chained
+    per stream; launch, cross-stream event and sync edges join them."""
     t = tables if tables is not None else step_tables(profile)
-    h_start, h_end, e_start, e_end = t.h_start, t.h_end, t.e_start, t.e_end
-    k_step, k_start, k_end = t.k_step, t.k_start, t.k_end
-    h_in = np.flatnonzero((h_start >= step.start_ns) & (h_start < step.end_ns))
-    e_in = np.flatnonzero((e_start >= step.start_ns) & (e_start < step.end_ns))
-    if (k_step >= 0).any():
-        k_in = np.flatnonzero(k_step == step.id)
+    h_in = np.flatnonzero((t.h_start >= step.start_ns) & (t.h_start < step.end_ns))
+    e_in = np.flatnonzero((t.e_start >= step.start_ns) & (t.e_start < step.end_ns))
+    if (t.k_step >= 0).any():
+        k_in = np.flatnonzero(t.k_step == step.id)
     else:
-        k_in = np.flatnonzero((k_start >= step.start_ns) & (k_start < step.end_ns))
+        k_in = np.flatnonzero((t.k_start >= step.start_ns) & (t.k_start < step.end_ns))
     edges = _Edges()
-    late_launches = 0
+    host = _host_chains(t, h_in, e_in, edges)
+    tasks = _device_tasks(t, k_in, host.n_nodes, edges)
+    late_launches = _launch_edges(t, h_in, host, tasks, edges)
+    _event_edges(t, tasks, edges)
+    _sync_edges(t, host, tasks, edges)
+    time = np.concatenate([host.time, tasks.time])
+    if not len(time):
+        return None
+    g = _Graph(time, *edges.columns(), kernels=k_in, late_launches=late_launches, n_host=host.n_nodes)
+    return g, int(np.flatnonzero(time == time.max())[-1])
 
-    # -- host threads: one chain of boundary points each ----------------------------------------
-    # items: the step's host ops (row order), then its runtime calls; threads numbered by first use
-    i_start = np.concatenate([h_start[h_in], e_start[e_in]])
-    i_end = np.concatenate([h_end[h_in], e_end[e_in]])
+
+@dataclass(slots=True)
+class _HostPoints:
+    """A step's host threads as chains of points, two per item (host op or runtime call), in
+    (thread, time) order; a point's node is its place in that order."""
+
+    time: np.ndarray  # per point
+    thread: np.ndarray  # per point: the thread, numbered by first use
+    item: np.ndarray  # per point
+    start_node: np.ndarray  # per item: its start point
+    end_node: np.ndarray  # per item: its end point
+    op: np.ndarray  # per point: the innermost open host op after it (host_ops row, -1)
+    call_of: np.ndarray  # per item: its host_events row, -1 for a host op
+    sync_ends: np.ndarray  # the end points of the sync calls, sorted
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.time)
+
+
+def _host_chains(t: _Tables, h_in: np.ndarray, e_in: np.ndarray, edges: _Edges) -> _HostPoints:
+    """The step's host ops (row order) and runtime calls as one chain of points per thread, and
+    the edges from each point to the next on its thread: waiting for the device inside a sync
+    call, else the innermost open op's self time (runtime calls count as their op's)."""
+    i_start = np.concatenate([t.h_start[h_in], t.e_start[e_in]])
+    i_end = np.concatenate([t.h_end[h_in], t.e_end[e_in]])
     i_row = np.concatenate([h_in, np.full(len(e_in), -1, dtype=np.int64)])
     i_sync = np.concatenate([np.zeros(len(h_in), dtype=bool), t.e_sync[e_in]])
     m = len(i_start)
@@ -528,91 +558,123 @@ def step_graph(profile: Profile, step: Step, tables: _Tables | None = None) -> t
     p_item, p_time, p_start, p_thread = p_item[order], p_time[order], p_type[order] == 1, p_thread[order]
     where = np.empty(2 * m, dtype=np.int64)  # each point's node (its place in the order)
     where[order] = np.arange(2 * m)
-    start_node, end_node = where[:m], where[m:]
-    top, nested = _innermost(p_start, p_item)
-    is_op = i_row[p_item] >= 0
-    op_pts = np.flatnonzero(is_op)
-    op_top_sub, _ = _innermost(p_start[op_pts], p_item[op_pts])
-    k = np.searchsorted(op_pts, np.arange(2 * m), side="right") - 1
-    op_top = np.where(k >= 0, op_top_sub[np.maximum(k, 0)] if len(op_pts) else -1, -1)
-    s_op = np.where(op_top >= 0, i_row[np.maximum(op_top, 0)], -1)
-    t_first = np.searchsorted(p_thread, np.arange(len(uniq) + 1))  # each thread's first point
-    rows = i_row.tolist()
-    for th in np.unique(p_thread[~p_start][~nested]).tolist():  # items that overlap without nesting
-        a, b = int(t_first[th]), int(t_first[th + 1])
-        s_op[a:b], top[a:b] = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), rows)
+    s_op, top = _open_items(p_item, p_start, p_thread, i_row, len(uniq))
     s_sync = (top >= 0) & i_sync[np.maximum(top, 0)]
-    # from each point to the next on its thread: waiting for the device inside a sync call, else
-    # the innermost open op's self time (runtime calls count as their op's)
-    # (a sync wait keeps the op it is in and its call, to name it)
+    # a sync wait keeps the op it is in and its call, to name it
     gap = np.flatnonzero(p_thread[1:] == p_thread[:-1])
     g_sync = s_sync[gap]
     call_of = np.concatenate([np.full(len(h_in), -1, dtype=np.int64), e_in])  # item -> host_events row
     edges.add(gap, gap + 1, np.where(g_sync, _WAIT, _HOST), host_op=s_op[gap],
               dep=np.where(g_sync, _SYNC, -1), call=np.where(g_sync, call_of[np.maximum(top[gap], 0)], -1))
-    times = [p_time]  # node times: the host points, then the device tasks
-    sync_ends = np.sort(end_node[i_sync])
-    n_host = 2 * m
+    end_node = where[m:]
+    return _HostPoints(p_time, p_thread, p_item, where[:m], end_node, s_op, call_of, np.sort(end_node[i_sync]))
 
-    # -- device streams --------------------------------------------------------------------------
-    dev, stream, launcher = t.k_dev, t.k_stream, t.k_launcher
-    order = k_in[np.lexsort((k_start[k_in], stream[k_in], dev[k_in]))]
+
+def _open_items(p_item: np.ndarray, p_start: np.ndarray, p_thread: np.ndarray, i_row: np.ndarray,
+                n_threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per point (in (thread, time) order): the innermost open host op after it (host_ops row,
+    -1) and the innermost open item (-1). Vectorised while items nest; a thread whose items
+    overlap without nesting is walked (:func:`_walk_thread`)."""
+    top, nested = _innermost(p_start, p_item)
+    is_op = i_row[p_item] >= 0
+    op_pts = np.flatnonzero(is_op)
+    op_top_sub, _ = _innermost(p_start[op_pts], p_item[op_pts])
+    k = np.searchsorted(op_pts, np.arange(len(p_item)), side="right") - 1
+    op_top = np.where(k >= 0, op_top_sub[np.maximum(k, 0)] if len(op_pts) else -1, -1)
+    s_op = np.where(op_top >= 0, i_row[np.maximum(op_top, 0)], -1)
+    t_first = np.searchsorted(p_thread, np.arange(n_threads + 1))  # each thread's first point
+    rows = i_row.tolist()
+    for th in np.unique(p_thread[~p_start][~nested]).tolist():  # items that overlap without nesting
+        a, b = int(t_first[th]), int(t_first[th + 1])
+        s_op[a:b], top[a:b] = _walk_thread(p_item[a:b].tolist(), p_start[a:b].tolist(), rows)
+    return s_op, top
+
+
+@dataclass(slots=True)
+class _DeviceTasks:
+    """A step's device tasks in (device, stream, start) order, two nodes each after the host's."""
+
+    k_in: np.ndarray  # the step's kernels rows, sorted
+    order: np.ndarray  # kernels rows in (device, stream, start) order
+    a_node: np.ndarray  # per task in ``order``: its start node
+    b_node: np.ndarray  # ... and its end node
+    pos_of: np.ndarray  # k_in position -> position in ``order``
+    time: np.ndarray  # the nodes' times
+
+    def pos(self, rows: np.ndarray) -> np.ndarray:
+        """Kernels rows of the step -> their positions in ``order``."""
+        return self.pos_of[np.searchsorted(self.k_in, rows)]
+
+
+def _device_tasks(t: _Tables, k_in: np.ndarray, n_host: int, edges: _Edges) -> _DeviceTasks:
+    """The step's device tasks, with an edge across each task and one from each task to the next
+    on its stream."""
+    dev, stream = t.k_dev, t.k_stream
+    order = k_in[np.lexsort((t.k_start[k_in], stream[k_in], dev[k_in]))]
     nk = len(order)
     a_node = n_host + 2 * np.arange(nk, dtype=np.int64)
     b_node = a_node + 1
-    times.append(np.column_stack([k_start[order], k_end[order]]).ravel())
     edges.add(a_node, b_node, _KIND_OF_CLASS[t.k_classes[order]], kernel=order)
     same = (dev[order][1:] == dev[order][:-1]) & (stream[order][1:] == stream[order][:-1])
     edges.add(b_node[:-1][same], a_node[1:][same], _WAIT, dep=_STREAM)
-    # launch: from the launching op's last point not after the task's start
-    if len(h_in) and nk:
-        ops = launcher[order]
-        rows, firsts, lasts = h_in, start_node[:len(h_in)], end_node[:len(h_in)]  # h_in is sorted
-        pos = np.clip(np.searchsorted(rows, ops), 0, len(rows) - 1)
-        hit = np.flatnonzero(rows[pos] == ops)
-        if len(hit):
-            lo, hi = firsts[pos[hit]], lasts[pos[hit]]
-            # the last point of the op's thread not after the task's start (points are in
-            # (thread, time) order; one merged search for all threads at once)
-            j = _count_le(p_thread, p_time, p_thread[lo], k_start[order[hit]]) - 1
-            src = np.clip(j, lo, hi)
-            # a task that starts before the op that launched it began (clock skew, a wrong link)
-            # would put a cycle in the graph: its launch is left out and counted
-            ahead = p_time[src] <= k_start[order[hit]]
-            late_launches = int((~ahead).sum())
-            edges.add(src[ahead], a_node[hit][ahead], _WAIT, dep=_LAUNCH)
-    pos_of = np.empty(nk, dtype=np.int64)  # k_in position -> position in ``order``
+    pos_of = np.empty(nk, dtype=np.int64)
     pos_of[np.searchsorted(k_in, order)] = np.arange(nk)
+    time = np.column_stack([t.k_start[order], t.k_end[order]]).ravel()
+    return _DeviceTasks(k_in, order, a_node, b_node, pos_of, time)
 
-    def k_pos(r: np.ndarray | int) -> np.ndarray:
-        return pos_of[np.searchsorted(k_in, r)]
 
-    # -- cross-stream events (Ascend EVENT_RECORD -> EVENT_WAIT) --------------------------------
+def _launch_edges(t: _Tables, h_in: np.ndarray, host: _HostPoints, tasks: _DeviceTasks, edges: _Edges) -> int:
+    """Launch edges: from the launching op's last point not after the task's start. Returns how
+    many launches were left out because the task started before its op."""
+    if not len(h_in) or not len(tasks.order):
+        return 0
+    order = tasks.order
+    ops = t.k_launcher[order]
+    m = len(h_in)
+    firsts, lasts = host.start_node[:m], host.end_node[:m]  # h_in is sorted
+    pos = np.clip(np.searchsorted(h_in, ops), 0, m - 1)
+    hit = np.flatnonzero(h_in[pos] == ops)
+    if not len(hit):
+        return 0
+    lo, hi = firsts[pos[hit]], lasts[pos[hit]]
+    # the last point of the op's thread not after the task's start (points are in (thread, time)
+    # order; one merged search for all threads at once)
+    starts = t.k_start[order[hit]]
+    j = _count_le(host.thread, host.time, host.thread[lo], starts) - 1
+    src = np.clip(j, lo, hi)
+    # a task that starts before the op that launched it began (clock skew, a wrong link) would put
+    # a cycle in the graph: its launch is left out and counted
+    ahead = host.time[src] <= starts
+    edges.add(src[ahead], tasks.a_node[hit][ahead], _WAIT, dep=_LAUNCH)
+    return int((~ahead).sum())
+
+
+def _event_edges(t: _Tables, tasks: _DeviceTasks, edges: _Edges) -> None:
+    """Cross-stream events (Ascend EVENT_RECORD -> EVENT_WAIT): the wait ends after its record."""
+    k_in = tasks.k_in
     rec = k_in[t.k_record[k_in]]
     waits = k_in[t.k_wait[k_in]]
     if len(rec) and len(waits):
-        src_r, dst_r = _event_sources(rec, waits, k_end, dev, stream)
+        src_r, dst_r = _event_sources(rec, waits, t.k_end, t.k_dev, t.k_stream)
         if len(src_r):
-            edges.add(b_node[k_pos(src_r)], b_node[k_pos(dst_r)], _WAIT, dep=_EVENT)
+            edges.add(tasks.b_node[tasks.pos(src_r)], tasks.b_node[tasks.pos(dst_r)], _WAIT, dep=_EVENT)
 
-    # -- host synchronisation: the sync call ends after the device work it waited for ---------
-    if len(sync_ends) and nk:
-        work = k_in[t.k_classes[k_in] != int(TaskClass.WAIT)]
-        o = np.argsort(k_end[work], kind="stable")
-        ends = k_end[work][o]
-        nodes = sync_ends
-        j = np.searchsorted(ends, p_time[nodes], side="right") - 1
-        ok = j >= 0
-        if ok.any():
-            at = nodes[ok]  # the sync call's end point; the op it is in is open just before it
-            edges.add(b_node[k_pos(work[o][j[ok]])], at, _WAIT, dep=_SYNC, host_op=s_op[at - 1],
-                      call=call_of[p_item[at]])
 
-    time = np.concatenate(times)
-    if not len(time):
-        return None
-    g = _Graph(time, *edges.columns(), kernels=k_in, late_launches=late_launches, n_host=n_host)
-    return g, int(np.flatnonzero(time == time.max())[-1])
+def _sync_edges(t: _Tables, host: _HostPoints, tasks: _DeviceTasks, edges: _Edges) -> None:
+    """Host synchronisation: a sync call ends after the last device work that ended before it."""
+    if not len(host.sync_ends) or not len(tasks.order):
+        return
+    k_in = tasks.k_in
+    work = k_in[t.k_classes[k_in] != int(TaskClass.WAIT)]
+    o = np.argsort(t.k_end[work], kind="stable")
+    ends = t.k_end[work][o]
+    nodes = host.sync_ends
+    j = np.searchsorted(ends, host.time[nodes], side="right") - 1
+    ok = j >= 0
+    if ok.any():
+        at = nodes[ok]  # the sync call's end point; the op it is in is open just before it
+        edges.add(tasks.b_node[tasks.pos(work[o][j[ok]])], at, _WAIT, dep=_SYNC, host_op=host.op[at - 1],
+                  call=host.call_of[host.item[at]])
 
 
 def step_path(profile: Profile, step: Step, tables: _Tables | None = None) -> StepPath | None:
@@ -789,100 +851,125 @@ class _LineAcc:
 def _lines(profile: Profile, att: Attribution, paths: list[StepPath]) -> list[LinePath]:
     """Per source line (of a kernel's or host op's site), per analysed step: its time on the path,
     its own time, and the path time charged to it by kind (docs/numbers.md "Critical path")."""
-    n = len(paths)
-    classes = task_classes(profile.kernels)
-    dur = profile.kernels["dur_ns"].to_numpy(np.int64)
-    ev_names = profile.host_events["name"].astype(str).to_numpy()
-    h_names = profile.host_ops["name"].astype(str).to_numpy()
-    blocking = profile.host_ops["name"].astype(str).str.match(BLOCKING_OP.pattern).to_numpy(dtype=bool)
-    device = np.isin(classes, [int(TaskClass.COMPUTE), int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
-    work = work_mask(profile.kernels)
-    bandwidth = np.isin(classes, [int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
-    acc: dict[tuple[str, int], _LineAcc] = {}
+    lines = _LineCharges(profile, att, len(paths))
+    for p in paths:
+        lines.own_time(p)
+        lines.charge_path(p)
+    return lines.result()
 
-    def at(site) -> _LineAcc | None:  # noqa: ANN001 - Site | None
+
+class _LineCharges:
+    """The per-line accumulators of :func:`_lines` and the profile columns they read."""
+
+    def __init__(self, profile: Profile, att: Attribution, n_steps: int) -> None:
+        self.att, self.n = att, n_steps
+        self.classes = task_classes(profile.kernels)
+        self.dur = profile.kernels["dur_ns"].to_numpy(np.int64)
+        self.ev_names = profile.host_events["name"].astype(str).to_numpy()
+        self.h_names = profile.host_ops["name"].astype(str).to_numpy()
+        self.blocking = profile.host_ops["name"].astype(str).str.match(BLOCKING_OP.pattern).to_numpy(dtype=bool)
+        self.device = np.isin(self.classes, [int(TaskClass.COMPUTE), int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
+        self.work = work_mask(profile.kernels)
+        self.bandwidth = np.isin(self.classes, [int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
+        self.acc: dict[tuple[str, int], _LineAcc] = {}
+
+    def at(self, site) -> _LineAcc | None:  # noqa: ANN001 - Site | None
         if site is None:
             return None
         key = (site.span.path, site.span.line)
-        a = acc.get(key)
+        a = self.acc.get(key)
         if a is None:
-            a = acc[key] = _LineAcc()
+            a = self.acc[key] = _LineAcc()
         return a
 
-    for p in paths:
-        # own time: the step's device tasks and its host ops' self time
-        rows = p.kernels[device[p.kernels]]
-        ks = att.kernel_site[rows]
-        for i, ns in zip(*_sum_by(ks, dur[rows])):
-            if (a := at(att.sites[i])) is not None:
+    def own_time(self, p: StepPath) -> None:
+        """The step's device tasks and its host ops' self time, to the lines they came from."""
+        att, n = self.att, self.n
+        rows = p.kernels[self.device[p.kernels]]
+        for i, ns in zip(*_sum_by(att.kernel_site[rows], self.dur[rows])):
+            if (a := self.at(att.sites[i])) is not None:
                 a.own += ns / n
         if len(p.host_ops):
             for i, ns in zip(*_sum_by(att.op_site[p.host_ops], p.host_self_ns)):
-                if (a := at(att.sites[i])) is not None:
+                if (a := self.at(att.sites[i])) is not None:
                     a.own += ns / n
+
+    def charge_path(self, p: StepPath) -> None:
+        """Each path segment's time to the line it is on or the line it holds up."""
         segs = p.segments
         nxt_of, prev_name = _kernel_neighbours(segs)
         after_sync: tuple[_LineAcc, str] | None = None  # the host relaunching after a sync call
         for j, s in enumerate(segs):
-            w = s.weight_ns / n
+            w = s.weight_ns / self.n
             if s.kernel >= 0:
                 after_sync = None
-                a = at(att.site_of_kernel(s.kernel))
-                if a is None:
-                    continue
-                if device[s.kernel]:
-                    a.device_on += w
-                    if work[s.kernel]:
-                        a.work_on += w
-                    if bandwidth[s.kernel]:
-                        a.charged[Bound.BANDWIDTH] += w
-                        if classes[s.kernel] == int(TaskClass.MEMCPY):
-                            a.copies += w
-                    else:
-                        a.charged[Bound.COMPUTE] += w
-                elif s.kind is SegmentKind.WAIT:  # a device wait task (EVENT_WAIT) of the line
-                    a.wait(s.name, w)
-                continue
-            if s.kind is SegmentKind.HOST:
-                own = at(att.site_of_op(s.host_op)) if s.host_op >= 0 else None
-                if own is not None:
-                    own.host_on += w
-                if after_sync is not None:
-                    after_sync[0].wait(after_sync[1], w)
-                elif own is not None and blocking[s.host_op]:
-                    own.wait(f"{h_names[s.host_op]} (host blocked for a device value)", w)
-                elif own is not None:
-                    own.charged[Bound.HOST] += w
-                continue
-            nxt = nxt_of[j]
-            if s.name == Dependency.SYNC.value:
-                a = at(att.site_of_op(s.host_op)) if s.host_op >= 0 else None
-                call = str(ev_names[s.call]) if s.call >= 0 else "synchronisation"
-                label = f"{call} in {h_names[s.host_op]}" if s.host_op >= 0 else call
-                if a is not None:
-                    a.wait(label, w)
-                    after_sync = (a, label)
+                self._device_segment(s, w)
+            elif s.kind is SegmentKind.HOST:
+                self._host_segment(s, w, after_sync)
+            elif s.name == Dependency.SYNC.value:
+                after_sync = self._sync_segment(s, w) or after_sync
             elif s.name == Dependency.LAUNCH.value:
                 if after_sync is not None:
                     after_sync[0].wait(after_sync[1], w)
-                elif nxt is not None and (a := at(att.site_of_kernel(nxt.kernel))) is not None:
+                elif nxt_of[j] is not None and (a := self.at(self.att.site_of_kernel(nxt_of[j].kernel))) is not None:
                     a.charged[Bound.HOST] += w
-            elif s.name == Dependency.EVENT.value and nxt is not None:
-                if (a := at(att.site_of_kernel(nxt.kernel))) is not None:
-                    prev = prev_name[j]
-                    a.wait(f"{nxt.name} waits for {prev} (event)", w)
-    totals = {(lh.path, lh.line): lh.per_step_ns for lh in att.heat.lines}
-    out = []
-    for (path, line), a in acc.items():
-        on = a.device_on + a.host_on
-        if on <= 0 and sum(a.charged.values()) <= 0:
-            continue
-        share = min(1.0, on / a.own) if a.own > 0 else 0.0
-        waits = sorted(a.waits.items(), key=lambda kv: -kv[1])[:3]
-        out.append(LinePath(path, line, totals.get((path, line), 0.0), a.work_on, a.host_on, a.own, share,
-                            {b: v for b, v in a.charged.items()}, waits, a.copies))
-    out.sort(key=lambda lp: (-(lp.on_path_per_step_ns + lp.host_on_path_per_step_ns), lp.path, lp.line))
-    return out
+            elif s.name == Dependency.EVENT.value and nxt_of[j] is not None:
+                if (a := self.at(self.att.site_of_kernel(nxt_of[j].kernel))) is not None:
+                    a.wait(f"{nxt_of[j].name} waits for {prev_name[j]} (event)", w)
+
+    def _device_segment(self, s: Segment, w: float) -> None:
+        a = self.at(self.att.site_of_kernel(s.kernel))
+        if a is None:
+            return
+        k = s.kernel
+        if self.device[k]:
+            a.device_on += w
+            if self.work[k]:
+                a.work_on += w
+            if self.bandwidth[k]:
+                a.charged[Bound.BANDWIDTH] += w
+                if self.classes[k] == int(TaskClass.MEMCPY):
+                    a.copies += w
+            else:
+                a.charged[Bound.COMPUTE] += w
+        elif s.kind is SegmentKind.WAIT:  # a device wait task (EVENT_WAIT) of the line
+            a.wait(s.name, w)
+
+    def _host_segment(self, s: Segment, w: float, after_sync: tuple[_LineAcc, str] | None) -> None:
+        own = self.at(self.att.site_of_op(s.host_op)) if s.host_op >= 0 else None
+        if own is not None:
+            own.host_on += w
+        if after_sync is not None:
+            after_sync[0].wait(after_sync[1], w)
+        elif own is not None and self.blocking[s.host_op]:
+            own.wait(f"{self.h_names[s.host_op]} (host blocked for a device value)", w)
+        elif own is not None:
+            own.charged[Bound.HOST] += w
+
+    def _sync_segment(self, s: Segment, w: float) -> tuple[_LineAcc, str] | None:
+        """Charge a sync wait to the line whose op made the call; returns (line, label) so the
+        host's relaunch after it is charged there too (None: no line, the previous one stays)."""
+        a = self.at(self.att.site_of_op(s.host_op)) if s.host_op >= 0 else None
+        call = str(self.ev_names[s.call]) if s.call >= 0 else "synchronisation"
+        label = f"{call} in {self.h_names[s.host_op]}" if s.host_op >= 0 else call
+        if a is None:
+            return None
+        a.wait(label, w)
+        return a, label
+
+    def result(self) -> list[LinePath]:
+        totals = {(lh.path, lh.line): lh.per_step_ns for lh in self.att.heat.lines}
+        out = []
+        for (path, line), a in self.acc.items():
+            on = a.device_on + a.host_on
+            if on <= 0 and sum(a.charged.values()) <= 0:
+                continue
+            share = min(1.0, on / a.own) if a.own > 0 else 0.0
+            waits = sorted(a.waits.items(), key=lambda kv: -kv[1])[:3]
+            out.append(LinePath(path, line, totals.get((path, line), 0.0), a.work_on, a.host_on, a.own, share,
+                                {b: v for b, v in a.charged.items()}, waits, a.copies))
+        out.sort(key=lambda lp: (-(lp.on_path_per_step_ns + lp.host_on_path_per_step_ns), lp.path, lp.line))
+        return out
 
 
 def _kernel_neighbours(segs: list[Segment]) -> tuple[list[Segment | None], list[str]]:
