@@ -115,14 +115,13 @@ def test_unchanged_replay_reproduces_real_fixtures(name):
 
 
 def test_the_ordered_pass_gives_the_same_times(monkeypatch):
-    """Past the work budget the relaxation falls back to one pass in topological order: same
+    """Past VECTOR_ROUNDS the relaxation falls back to one pass in topological order: same
     answers (the device-bound step, with and without a change)."""
     from msprof_lsp.mapping.source import replay
 
     p = _device_bound()
     want = [_saved(p, WhatIf(np.array([0]), np.array([0.0]))), _saved(p, WhatIf(removed_syncs=np.array([1])))]
-    monkeypatch.setattr(replay, "WORK_BUDGET", 0)
-    monkeypatch.setattr(replay, "MAX_ROUNDS", 0)
+    monkeypatch.setattr(replay, "VECTOR_ROUNDS", 0)
     p = _device_bound()  # a fresh profile: nothing memoised
     base = replay_base(p)
     assert base.residual_ns == 0 and base.steps[0].base_ns == 860
