@@ -19,11 +19,11 @@ This module is the one home of that question; ``fused_api``, ``optimizer``, ``np
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
 from . import cst_tools as ct
 from .cst_tools import Replacement, Source
@@ -51,9 +51,23 @@ class NpuAccess:
         return f"{self.name} is not None"
 
 
-_CATCHES_IMPORT = m.ExceptHandler(type=m.Name("ImportError") | m.Name("ModuleNotFoundError") | m.Name("Exception")
-                                  | m.Tuple(elements=[m.ZeroOrMore(), m.Element(m.Name("ImportError") | m.Name("ModuleNotFoundError")), m.ZeroOrMore()]))
-_NO_TYPE = m.ExceptHandler(type=None)
+@functools.cache
+def _matchers():  # noqa: ANN202 - the libcst.matchers module
+    """libcst.matchers, imported on first use: its import is ~0.3 s, a tenth of a --check on a
+    45 MB export, and only a file with a top-level ``try`` or a fix's edit asks for it."""
+    import libcst.matchers
+
+    return libcst.matchers
+
+
+@functools.cache
+def _guard_pattern():  # noqa: ANN202 - a libcst matcher
+    """An ``except`` that catches a failed import (or everything)."""
+    m = _matchers()
+    return (m.ExceptHandler(type=m.Name("ImportError") | m.Name("ModuleNotFoundError") | m.Name("Exception")
+                            | m.Tuple(elements=[m.ZeroOrMore(), m.Element(m.Name("ImportError") | m.Name("ModuleNotFoundError")),
+                                               m.ZeroOrMore()]))
+            | m.ExceptHandler(type=None))
 
 
 def _import_alias(line: cst.CSTNode) -> str | None:
@@ -72,10 +86,11 @@ def _import_alias(line: cst.CSTNode) -> str | None:
 
 
 def _guard_handler(node: cst.Try) -> cst.ExceptHandler | None:
-    return next((h for h in node.handlers if m.matches(h, _CATCHES_IMPORT | _NO_TYPE)), None)
+    return next((h for h in node.handlers if _matchers().matches(h, _guard_pattern())), None)
 
 
 def _binds_none(handler: cst.ExceptHandler, name: str) -> bool:
+    m = _matchers()
     return any(m.matches(s, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name(name))], value=m.Name("None"))]))
                for s in handler.body.body)
 
@@ -109,6 +124,7 @@ def optional_npu(module: cst.Module) -> tuple[NpuAccess, cst.Module]:
     if access.how is NpuImport.GUARDED and guard is not None:
         handler = _guard_handler(guard)
         assert handler is not None
+        m = _matchers()
         kept = [s for s in handler.body.body if not m.matches(s, m.SimpleStatementLine(body=[m.Pass()]))]
         new_handler = handler.with_changes(body=handler.body.with_changes(body=[*kept, ct.stmt(f"{access.name} = None")]))
         module = ct.rewrite(module, {handler: new_handler})
@@ -155,6 +171,7 @@ def _rewritten(stmt: cst.BaseStatement, replacements: Mapping[cst.CSTNode, Repla
 def in_fallback(src: Source, node: cst.CSTNode) -> bool:
     """``node`` is in the ``else`` of an ``if torch_npu is not None:`` (a fix applied before)."""
     name = npu_access(src.module).name
+    m = _matchers()
     test = m.Comparison(left=m.Name(name), comparisons=[m.ComparisonTarget(operator=m.IsNot(), comparator=m.Name("None"))])
     child: cst.CSTNode = node
     for parent in src.ancestors(node):
