@@ -321,6 +321,12 @@ CASES: tuple[Case, ...] = (
          _tf_timed(linear_type="MatMulV3"), _pad_vocab, DEVICE_MODEL),
     Case("NPU106", "transformer, device-model GEMMs, batch 128, DataLoader workers: lm_head N = 32003 padded to 32256",
          "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=128), _pad_vocab, DEVICE_MODEL),
+    Case("NPU106", "transformer, device-model GEMMs, batch 64, seq 128, DataLoader workers: lm_head N = 32003 padded "
+         "to 32256", "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=64, seq=128), _pad_vocab,
+         DEVICE_MODEL),
+    Case("NPU106", "transformer in fp32, device-model GEMMs, batch 96, DataLoader workers: lm_head N = 32003 padded "
+         "to 32256", "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=96, cube_dtype="DT_FLOAT"),
+         _pad_vocab, DEVICE_MODEL),
     Case("NPU222", "transformer in fp32, device-model GEMMs: bf16 autocast", "tiny_transformer",
          _tf_timed(cube_dtype="DT_FLOAT"), _autocast, DEVICE_MODEL),
     Case("NPU222", "transformer in fp32, device-model GEMMs, batch 128, DataLoader workers: bf16 autocast",
