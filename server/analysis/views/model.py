@@ -25,6 +25,7 @@ from msprof_lsp.mapping.source.positions import split_lines
 from msprof_lsp.mapping.interning import Interner, per_distinct
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.model import CommLink, Profile, TimeBreakdown
+from msprof_lsp.mapping.profile import step_windows
 from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, profile_breakdown, task_classes
 from msprof_lsp.mapping.source.heat import Attribution, Site
 
@@ -335,22 +336,11 @@ def _lane(lane_id: str, label: str, kind: LaneKind, ev: tuple[list[int], ...], t
                 busy_us=[_us(x) for x in b], cls=c, count=k, name=nm, source=src, tasks=tasks)
 
 
-def _step_windows(profile: Profile, kernels: pd.DataFrame) -> list[tuple[int, int, int]]:
-    """(step, start, end) ns of every step: ProfilerStep ranges, else the span of each Step Id's
-    tasks, else the capture (-1)."""
-    if profile.steps:
-        return [(s.id, s.start_ns, s.end_ns) for s in profile.steps]
-    start = kernels["start_ns"].to_numpy(dtype=np.int64)
-    end = start + kernels["dur_ns"].to_numpy(dtype=np.int64)
-    step = kernels["step"].to_numpy(dtype=np.int64)
-    if len(kernels) and (step >= 0).any():
-        return [(int(sid), int(start[step == sid].min()), int(end[step == sid].max())) for sid in np.unique(step[step >= 0])]
-    ops = profile.host_ops
-    hs = ops["start_ns"].to_numpy(dtype=np.int64)
-    he = hs + ops["dur_ns"].to_numpy(dtype=np.int64)
-    lo = [int(a.min()) for a in (start, hs[hs >= 0]) if len(a)]
-    hi = [int(a.max()) for a in (end, he[hs >= 0]) if len(a)]
-    return [(-1, min(lo), max(hi))] if lo else []
+def _step_windows(profile: Profile) -> list[tuple[int, int, int]]:
+    """(step, start, end) ns of every step window (``step_windows.windows``, the rules' own: the
+    steps, else one per Step Id, else the capture, drawn as step -1)."""
+    whole = not profile.steps and not (profile.kernels["step"].to_numpy() >= 0).any()
+    return [(-1 if whole else w.id, w.start_ns, w.end_ns) for w in step_windows.windows(profile)]
 
 
 STEP_MARK = "ProfilerStep#"
@@ -386,7 +376,7 @@ def _slowest(bars: list[BreakdownBar], windows: list[tuple[int, int, int]]) -> i
 def timeline(profile: Profile, attribution: Attribution | None, bars: list[BreakdownBar], cwd: Path) -> Timeline:
     k = profile.kernels
     names = _Names()
-    windows = _step_windows(profile, k)
+    windows = _step_windows(profile)
     if not windows:
         return Timeline(classes=list(_CLASS_ORDER), names=[], sources=[], steps=[], chosen=-1, steps_total=0)
     slowest = _slowest(bars, windows)
