@@ -71,17 +71,41 @@ def capture_step(starts: Sequence[np.ndarray], ends: Sequence[np.ndarray]) -> St
 
 
 def windows(profile: Profile) -> list[Step]:
-    """The windows a rule measures time in: the profile's steps, else the span of its host ops and
-    kernels (a reader that found no markers usually gave the profile that one step already)."""
+    """The step windows of a profile, sorted by start: what rules measure time in, the critical
+    path walks and the HTML report's timeline draws. Its steps (ProfilerStep ranges, inferred or
+    the reader's capture span); else, where the kernels carry a Step Id, one window per id
+    (``step_id_windows``); else the span of its host ops and kernels, as step 0."""
     if profile.steps:
         return sorted(profile.steps, key=lambda s: s.start_ns)
     k, h = profile.kernels, profile.host_ops
     k_start, h_start = k["start_ns"].to_numpy(np.int64), h["start_ns"].to_numpy(np.int64)
-    span = capture_step(
-        (k_start, h_start),
-        (k_start + k["dur_ns"].to_numpy(np.int64), h_start + h["dur_ns"].to_numpy(np.int64)),
-    )
+    k_end = k_start + k["dur_ns"].to_numpy(np.int64)
+    by_id = step_id_windows(k["step"].to_numpy(np.int64), k_start, k_end)
+    if by_id:
+        return by_id
+    span = capture_step((k_start, h_start), (k_end, h_start + h["dur_ns"].to_numpy(np.int64)))
     return [span] if span is not None else []
+
+
+def step_id_windows(step: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[Step]:
+    """Windows of tasks that carry a step id (kernel_details' Step Id) but no step range: per id,
+    its timed tasks' first start to last end, in start order, each opening no earlier than the
+    one before closes (a task still running as the next step's first starts counts once, in the
+    window it runs in). Ids whose tasks are all untimed, or fully inside an earlier window, make none."""
+    timed = (step >= 0) & (starts >= 0)
+    if not timed.any():
+        return []
+    ids, inv = np.unique(step[timed], return_inverse=True)
+    lo = np.full(len(ids), np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(len(ids), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, inv, starts[timed])
+    np.maximum.at(hi, inv, ends[timed])
+    out: list[Step] = []
+    for i in np.argsort(lo, kind="stable"):
+        start = max(int(lo[i]), out[-1].end_ns) if out else int(lo[i])
+        if int(hi[i]) > start:
+            out.append(Step(int(ids[i]), start, int(hi[i])))
+    return out
 
 
 def no_step_markers_note(step: Step) -> str:
@@ -172,5 +196,5 @@ def step_ids(times: np.ndarray, steps: Sequence[Step], *, closed: bool = False) 
 
 __all__ = [
     "capture_step", "covered_per_step", "in_steps", "merge_intervals", "no_step_markers_note",
-    "profiler_steps", "step_ids", "windows",
+    "profiler_steps", "step_id_windows", "step_ids", "windows",
 ]

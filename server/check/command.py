@@ -98,11 +98,10 @@ def exit_status(run: CheckRun, args: CheckArgs) -> int:
         floor = Severity(args.fail_on).rank
         if any(f.severity.rank >= floor for f in run.findings):
             return 1
-    if args.fail_on_regression is not None:
-        for job in run.jobs:
-            ratio = job.comparison.step_ratio if job.comparison else None
-            if ratio is not None and ratio * 100 > args.fail_on_regression:
-                return 1
+    if args.fail_on_regression is not None:  # on the baseline view the report prints, never the raw comparison
+        pct = args.fail_on_regression
+        if any(p.baseline is not None and p.baseline.regressed_beyond(pct) for p in report(run).profiles):
+            return 1
     return 0
 
 

@@ -1,5 +1,6 @@
 """The report model: what the HTML report (``--format html``) and the VS Code "Show profile" view
-draw, built once from a check run's jobs and serialised to JSON for the TypeScript renderer
+draw, built once from a check run (its findings, "Start here", hotspots and profile headers from
+the ``Report`` view model's rows, ``rows.report``) and serialised to JSON for the TypeScript renderer
 (vscode-client/src/report/). Its TypeScript interfaces are generated from these structs
 (vscode-client/src/generated/report.ts; ``python -m msprof_lsp.server.lsp.payload_schema``).
 
@@ -18,20 +19,20 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.consolidate import saving_order, start_here
-from msprof_lsp.hints.finding import Finding, Fix
+from msprof_lsp.hints.finding import Fix
 from msprof_lsp.hints.fixes.edits import PositionError, apply_edits
 from msprof_lsp.mapping.source.positions import split_lines
 from msprof_lsp.mapping.interning import Interner, per_distinct
 from msprof_lsp.mapping.profile.cluster import comm_links
-from msprof_lsp.mapping.profile.model import ClusterSummary, CommLink, Profile, TimeBreakdown
+from msprof_lsp.mapping.profile.model import CommLink, Profile, TimeBreakdown
+from msprof_lsp.mapping.profile import step_windows
 from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, profile_breakdown, task_classes
 from msprof_lsp.mapping.source.heat import Attribution, Site
 
 from . import document
 from ..diff import unified_diff
-from .result import CheckRun
-from .rows import ProfileView, hotspot_rows
+from .result import CheckRun, JobReport
+from .rows import FindingRow, HotspotRow, ProfileView, Report, report
 
 MODEL_VERSION = 1
 MAX_TIMELINE_STEPS = 6  # the slowest and the ones around it; a selector switches between them
@@ -335,22 +336,11 @@ def _lane(lane_id: str, label: str, kind: LaneKind, ev: tuple[list[int], ...], t
                 busy_us=[_us(x) for x in b], cls=c, count=k, name=nm, source=src, tasks=tasks)
 
 
-def _step_windows(profile: Profile, kernels: pd.DataFrame) -> list[tuple[int, int, int]]:
-    """(step, start, end) ns of every step: ProfilerStep ranges, else the span of each Step Id's
-    tasks, else the capture (-1)."""
-    if profile.steps:
-        return [(s.id, s.start_ns, s.end_ns) for s in profile.steps]
-    start = kernels["start_ns"].to_numpy(dtype=np.int64)
-    end = start + kernels["dur_ns"].to_numpy(dtype=np.int64)
-    step = kernels["step"].to_numpy(dtype=np.int64)
-    if len(kernels) and (step >= 0).any():
-        return [(int(sid), int(start[step == sid].min()), int(end[step == sid].max())) for sid in np.unique(step[step >= 0])]
-    ops = profile.host_ops
-    hs = ops["start_ns"].to_numpy(dtype=np.int64)
-    he = hs + ops["dur_ns"].to_numpy(dtype=np.int64)
-    lo = [int(a.min()) for a in (start, hs[hs >= 0]) if len(a)]
-    hi = [int(a.max()) for a in (end, he[hs >= 0]) if len(a)]
-    return [(-1, min(lo), max(hi))] if lo else []
+def _step_windows(profile: Profile) -> list[tuple[int, int, int]]:
+    """(step, start, end) ns of every step window (``step_windows.windows``, the rules' own: the
+    steps, else one per Step Id, else the capture, drawn as step -1)."""
+    whole = not profile.steps and not (profile.kernels["step"].to_numpy() >= 0).any()
+    return [(-1 if whole else w.id, w.start_ns, w.end_ns) for w in step_windows.windows(profile)]
 
 
 STEP_MARK = "ProfilerStep#"
@@ -386,7 +376,7 @@ def _slowest(bars: list[BreakdownBar], windows: list[tuple[int, int, int]]) -> i
 def timeline(profile: Profile, attribution: Attribution | None, bars: list[BreakdownBar], cwd: Path) -> Timeline:
     k = profile.kernels
     names = _Names()
-    windows = _step_windows(profile, k)
+    windows = _step_windows(profile)
     if not windows:
         return Timeline(classes=list(_CLASS_ORDER), names=[], sources=[], steps=[], chosen=-1, steps_total=0)
     slowest = _slowest(bars, windows)
@@ -476,33 +466,46 @@ def _snippet(text: str | None, line: int, end_line: int) -> list[SnippetLine]:
     return [SnippetLine(line=i, text=lines[i - 1].rstrip("\r\n")) for i in range(lo, hi + 1)]
 
 
-def report_order(findings: Sequence[Finding]) -> list[Finding]:
-    """A job's findings as the report lists them: by saving (unknown last), then share; by place
-    among equals (the order ``start_views`` indexes)."""
-    by_place = sorted(findings, key=Finding.sort_key)
-    return [by_place[i] for i in saving_order(by_place)]
+def finding_view(r: FindingRow, text_of, cwd: Path) -> FindingView:  # noqa: ANN001 - text_of: path -> str | None
+    """A finding as the report model draws it: every figure and text the ``Report`` row's (the
+    JSON document's saving, share and its denominator, the reports' saving text and fix labels);
+    each fix as a diff of the file's current text."""
+    return FindingView(code=r.code, name=r.name, severity=r.severity.value, path=r.path, line=r.line,
+                       message=r.message, share=r.share, share_of=r.share_of.value,
+                       saving_us=r.saving.as_dict()["us_per_step"], saving=r.saving_text,
+                       fixes=[FixView(title=x.label, safe=x.safe, diff=fix_diff(fix, text_of, cwd))
+                              for x, fix in zip(r.fixes, r.finding.fixes)])
 
 
-def start_views(jobs: Sequence[Sequence[Finding]], cwd: Path) -> list[StartHere]:
-    """The report's "Start here": the top findings by saving over all jobs (the same choice as the
-    JSON ``start_here`` and the text report), each pointing at its job's ``findings`` entry."""
-    at = {id(f): (j, n) for j, fs in enumerate(jobs) for n, f in enumerate(report_order(fs))}
-    by_place = [f for fs in jobs for f in sorted(fs, key=Finding.sort_key)]  # as the JSON lists them
+def start_views(view: Report, ordered: Sequence[Sequence[FindingRow]]) -> list[StartHere]:
+    """The report's "Start here": the ``Report``'s (the JSON ``start_here`` and the text report's
+    choice), each pointing at its entry in its job's findings (``ordered[job]``, ``by_saving``)."""
+    at = {id(r): (j, n) for j, rows in enumerate(ordered) for n, r in enumerate(rows)}
     out = []
-    for rank, i in enumerate(start_here(by_place), 1):
-        f = by_place[i]
-        job, n = at[id(f)]
-        out.append(StartHere(rank=rank, job=job, finding=n, code=f.code, name=f.name,
-                             path=document.rel_path(f.span.path, cwd) if f.span else None,
-                             line=f.span.line if f.span else None, saving=document.saving_text(f),
-                             change=document.advice(f)))
+    for rank, i in enumerate(view.start_here, 1):
+        r = view.findings[i]
+        job, n = at[id(r)]
+        out.append(StartHere(rank=rank, job=job, finding=n, code=r.code, name=r.name, path=r.path, line=r.line,
+                             saving=r.saving_text, change=r.change))
     return out
 
 
-def job_model(profile: Profile, attribution: Attribution | None, heat, findings: Sequence[Finding],  # noqa: ANN001
-              cluster: ClusterSummary | None, ranks: Sequence[int], cwd: Path, text_of) -> JobModel:  # noqa: ANN001
-    """One job's model; ``text_of(path)`` gives a workspace file's current text (None: unreadable)."""
-    head = ProfileView.of(profile, cluster, ranks, cwd, heat)
+def _hotspot_view(h: HotspotRow, ordered: Sequence[FindingRow], text_of) -> HotspotView:  # noqa: ANN001
+    span = h.heat.site.span
+    mine = [i for i, f in enumerate(ordered) if f.path == h.path and f.line is not None and h.line <= f.line <= h.end_line]
+    return HotspotView(path=h.path, line=h.line, end_line=h.end_line, code=h.code, share=h.share,
+                       device_time_us=h.device_time_us, calls=h.calls,
+                       ops=[f"{o.type or o.name} ×{o.count}" for o in h.ops[:4]],
+                       snippet=_snippet(text_of(span.path), span.line, span.end_line), findings=mine)
+
+
+def job_model(job: JobReport, head: ProfileView, ordered: Sequence[FindingRow], hotspots: Sequence[HotspotRow],
+              cwd: Path) -> JobModel:
+    """One job's model from its ``Report`` rows (``head``: its profile, ``ordered``: its findings by
+    saving, ``hotspots``: its hotspots) and what only the model draws (breakdown bars, ranks,
+    matrix, timeline, snippets, fix diffs)."""
+    profile, cluster = job.profile, job.cluster
+    text_of = job.source_text or (lambda _path: None)
     own = profile_breakdown(profile)
     if cluster is not None:
         bars = [bar for r in cluster.ranks if r.breakdown is not None for bar in breakdown_bars(r.breakdown, r.rank)]
@@ -515,24 +518,6 @@ def job_model(profile: Profile, attribution: Attribution | None, heat, findings:
         rank_bars = []
         comm = comm_matrix(comm_links(profile, profile.meta.rank))
     own_bars = [b for b in bars if b.rank == (profile.meta.rank if profile.meta.rank is not None else -1)] or bars
-    ordered = report_order(findings)
-    views = [FindingView(code=f.code, name=f.name, severity=f.severity.value,
-                         path=document.rel_path(f.span.path, cwd) if f.span else None,
-                         line=f.span.line if f.span else None, message=f.message, share=round(f.share, 6),
-                         share_of=f.share_of.value,
-                         saving_us=round(f.saving.us_per_step, 3) if f.saving is not None and f.saving.known else None,
-                         saving=document.saving_text(f),
-                         fixes=[FixView(title=document.fix_label(x), safe=x.safe, diff=fix_diff(x, text_of, cwd)) for x in f.fixes])
-             for f in ordered]
-    hotspots: list[HotspotView] = []
-    for h in hotspot_rows(heat, cwd, profile.num_steps):
-        span = h.heat.site.span
-        mine = [i for i, f in enumerate(ordered) if f.span is not None and f.span.path == span.path
-                and span.line <= f.span.line <= span.end_line]
-        hotspots.append(HotspotView(path=h.path, line=h.line, end_line=h.end_line, code=h.code, share=h.share,
-                                    device_time_us=h.device_time_us, calls=h.calls,
-                                    ops=[f"{o.type or o.name} ×{o.count}" for o in h.ops[:4]],
-                                    snippet=_snippet(text_of(span.path), span.line, span.end_line), findings=mine))
     header = ProfileHeader(path=head.path, kind=head.kind, rank=head.rank, ranks=list(head.ranks), steps=head.steps,
                            step_time_us=head.step_time_us, mapped_share=head.mapped_share,
                            breakdown_source=head.breakdown_source)
@@ -541,18 +526,20 @@ def job_model(profile: Profile, attribution: Attribution | None, heat, findings:
         notes.append("no communication matrix in this profile (communication_matrix.json / CommAnalyzerMatrix: "
                      "multi-rank torch_npu Level1 exports write it)")
     return JobModel(profile=header, breakdown=bars if cluster is not None else own_bars, ranks=rank_bars, comm=comm,
-                    timeline=timeline(profile, attribution, own_bars, cwd), hotspots=hotspots, findings=views,
-                    notes=notes)
+                    timeline=timeline(profile, job.attribution, own_bars, cwd),
+                    hotspots=[_hotspot_view(h, ordered, text_of) for h in hotspots],
+                    findings=[finding_view(r, text_of, cwd) for r in ordered], notes=notes)
 
 
 def report_model(run: CheckRun, base: str = "") -> ReportModel:
     """The model of a check run: the HTML report's (``base`` "": paths relative to the run's cwd)
-    and the editor's "Show profile" of its one job (``base``: the folder they are relative to)."""
-    jobs = [job_model(j.profile, j.attribution, j.heat, j.findings, j.cluster, j.ranks, run.cwd,
-                      j.source_text or (lambda _path: None))
-            for j in run.jobs]
+    and the editor's "Show profile" of its one job (``base``: the folder they are relative to).
+    Its profiles, findings, hotspots and "Start here" are the ``Report`` view model's rows."""
+    view = report(run)
+    ordered = [view.by_saving(n) for n in range(len(run.jobs))]
+    jobs = [job_model(j, view.profiles[n], ordered[n], view.hotspots_of(n), run.cwd) for n, j in enumerate(run.jobs)]
     return ReportModel(version=MODEL_VERSION, tool_version=run.tool_version, base=base, jobs=jobs,
-                       start_here=start_views([j.findings for j in run.jobs], run.cwd))
+                       start_here=start_views(view, ordered))
 
 
 def encode(model: ReportModel) -> bytes:

@@ -396,6 +396,17 @@ class BaselineView:
             findings=tuple(FindingChangeRow.of(c, cwd) for c in changes),
             improved=tuple(row[id(c)] for c in cmp.improved()), regressed=tuple(row[id(c)] for c in cmp.regressed()))
 
+    @property
+    def step_change_pct(self) -> float | None:
+        """The step time's change in percent as the text report prints it (one decimal; None: no
+        step time in the baseline)."""
+        return None if self.step_change is None else round(self.step_change * 100, 1)
+
+    def regressed_beyond(self, pct: float) -> bool:
+        """``--fail-on-regression PCT``: the step time grew by more than ``pct`` percent, judged on
+        the figure the report prints (``step_change_pct``), so the exit status and the report agree."""
+        return self.step_change_pct is not None and self.step_change_pct > pct
+
     def state_counts(self) -> list[tuple[str, int]]:
         """(state, how many baseline findings have it), in ``FindingState`` order, the states none has left out."""
         have = [f.state for f in self.findings]

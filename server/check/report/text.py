@@ -198,7 +198,7 @@ def hotspots(p: ProfileView, rows: Iterable[HotspotRow]) -> list[str]:
 def baseline(cmp: BaselineView | None) -> list[str]:
     if cmp is None:
         return []
-    change = f" ({cmp.step_change * 100:+.1f}%)" if cmp.step_change is not None else ""
+    change = f" ({cmp.step_change_pct:+.1f}%)" if cmp.step_change_pct is not None else ""
     out = [
         f"Compared with {visible(cmp.path)}:",
         f"  step time {format_us(cmp.step_time_us)} → {format_us(cmp.current_step_time_us)}{change}",

@@ -98,9 +98,14 @@ def test_index_select_needs_a_visible_index_tensor():
 
 
 def test_positional_orders_match_torch():
-    for name, order in optimizer.TORCH_POSITIONAL.items():
+    """NpuFused<Name>'s parameters are torch.optim.<Name>'s leading positional ones, in order: the
+    fix keeps a call's positional arguments as they are (the stand-in mirrors torch_npu's)."""
+    for name, order in optimizer.NPU_FUSED.items():
         params = list(inspect.signature(getattr(torch.optim, name).__init__).parameters)[2:]
         assert tuple(params[: len(order)]) == order, name
+        standin = getattr(npu_standin, f"NpuFused{name}", None)
+        if standin is not None:
+            assert tuple(inspect.signature(standin.__init__).parameters)[2:] == order, name
     for name in optimizer.FUSED_CAPABLE:
         assert "fused" in inspect.signature(getattr(torch.optim, name).__init__).parameters
     assert inspect.signature(torch.optim.SGD.__init__).parameters["lr"].default == 0.001
@@ -164,6 +169,16 @@ def test_npu_fused_optimizer_and_fused_clip_run_on_the_stand_in():
         else:
             for p, q in zip(ref, model.parameters()):
                 assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_npu_fused_keeps_positional_arguments_and_refuses_torch_only_ones():
+    src = "import torch\nimport torch_npu\nopt = torch.optim.AdamW(params, 1e-3, (0.9, 0.99))\n"
+    new = check_fix(src, optimizer.npu_fused_optimizer(src, 3), allowed_lines={3})
+    assert "opt = torch_npu.optim.NpuFusedAdamW(params, 1e-3, (0.9, 0.99))" in new
+    # Adadelta's sixth positional parameter is torch's foreach, which NpuFusedAdadelta lacks
+    why: list[str] = []
+    src = "import torch\nopt = torch.optim.Adadelta(params, 1.0, 0.9, 1e-6, 0, None)\n"
+    assert optimizer.npu_fused_optimizer(src, 2, why=why) is None and "line up" in why[0]
 
 
 def test_npu_fused_sgd_gets_explicit_lr_and_refuses_unknown_args():

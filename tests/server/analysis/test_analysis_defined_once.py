@@ -104,7 +104,21 @@ def test_the_report_view_models_are_the_cores():
     assert {rel for rel in dict_keys if not rel.startswith("server/analysis/views/")} == set()
     assert importers("msprof_lsp.server.analysis.views.rows", "report") == {
         "server/check/command.py", "server/check/report/text.py", "server/check/report/github.py",
-        "server/analysis/views/__init__.py", "server/api/result.py", "server/mcp/tools.py"}
+        "server/analysis/views/__init__.py", "server/analysis/views/model.py", "server/api/result.py",
+        "server/mcp/tools.py"}
+
+
+def test_the_report_model_reads_the_report_rows():
+    """The HTML page's and "Show profile"'s model takes its findings, "Start here", hotspots and
+    profile header from ``views.report``'s rows: it computes no saving text, advice, fix label or
+    order of its own, and builds no profile view or hotspot row."""
+    model = "server/analysis/views/model.py"
+    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+             for n in ast.walk(SOURCES[model]) if isinstance(n, ast.Call)}
+    assert "report" in calls
+    assert not calls & {"saving_text", "advice", "fix_label", "saving_order", "start_here", "hotspot_rows", "of"}
+    assert model not in importers("msprof_lsp.hints.consolidate", "saving_order") | \
+        importers("msprof_lsp.hints.consolidate", "start_here")
 
 
 def test_the_check_run_is_the_cores():

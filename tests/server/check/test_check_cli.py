@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -290,6 +291,45 @@ def test_baseline_reports_improvement_and_regression(tmp_path, monkeypatch, caps
                     "--fail-on-regression", "0.1"], capsys).code == 1
     assert run_cli(["--check", "cnn_classifier", "--baseline", old, "--fail-on", "never",
                     "--fail-on-regression", "1000"], capsys).code == 0
+
+
+def _printed_step_change(text: str) -> float:
+    """The step time's change the text report prints ("step time A → B (+12.3%)"), in percent."""
+    m = re.search(r"^  step time .* \(([+-]\d+\.\d)%\)$", text, re.MULTILINE)
+    assert m, text
+    return float(m.group(1))
+
+
+def test_fail_on_regression_reads_the_printed_step_change(tmp_path, monkeypatch, capsys):
+    """--fail-on-regression decides on the step change the report prints: a slower step fails
+    above the printed figure and passes at it; a faster step passes even at 0 %."""
+    proj = tmp_path / "proj"
+    src = copy_sample_sources(proj / "cnn_classifier")
+    slow = single_rank(CnnKnobs())
+    fast = replace(slow, allreduce_us=slow.allreduce_us / 2, conv_us=(slow.conv_us[0] / 2, slow.conv_us[1] / 2))
+    write_cnn_profiles(src, proj / "runs" / "slow", slow)
+    write_cnn_profiles(src, proj / "runs" / "fast", fast)
+    monkeypatch.chdir(proj)
+    slow_dir, fast_dir = (str(next((proj / "runs" / n).glob("*_ascend_pt"))) for n in ("slow", "fast"))
+
+    def check(current: str, baseline: str, pct: float) -> tuple[int, float]:
+        r = run_cli(["--check", "cnn_classifier", "--profile", current, "--baseline", baseline,
+                     "--fail-on", "never", "--fail-on-regression", str(pct)], capsys)
+        assert r.code in (0, 1), r.err
+        return r.code, _printed_step_change(r.out)
+
+    code, printed = check(slow_dir, fast_dir, 0)  # the step regressed: beyond 0 %, it fails
+    assert printed > 0 and code == 1
+    assert check(slow_dir, fast_dir, printed) == (0, printed)  # not more than the printed figure: passes
+    # between the exact change (the JSON document's) and the printed one, the printed one decides
+    doc = json.loads(run_cli(["--check", "cnn_classifier", "--profile", slow_dir, "--baseline", fast_dir,
+                              "--format", "json", "--fail-on", "never"], capsys).out)
+    exact = doc["baseline"]["step_change"] * 100
+    assert exact != printed and round(exact, 1) == printed
+    between = (exact + printed) / 2
+    assert check(slow_dir, fast_dir, between) == (int(printed > between), printed)
+    code, printed = check(fast_dir, slow_dir, 0)  # the step got faster
+    assert printed < 0 and code == 0
 
 
 def _codes(doc) -> set[str]:

@@ -14,6 +14,7 @@ import pytest
 from msprof_lsp.hints.finding import Fix, TextEdit
 from msprof_lsp.mapping.profile.cluster import comm_links
 from msprof_lsp.mapping.profile.load import load_location, locate
+from msprof_lsp.mapping.profile.step_windows import windows
 from msprof_lsp.mapping.profile.timemodel import profile_breakdown
 from msprof_lsp.server.analysis.views import model
 from tests.conftest import shared_fixture
@@ -45,6 +46,19 @@ def test_matrix_of_the_real_export_keeps_each_ranks_own_rows() -> None:
     # the file's allreduce-total 0-1 of its one step: 3.8839 ms, 61.2106 MB, 15.7599 GB/s
     assert m.transit_ms[0][one] == pytest.approx(3.88393759375, abs=1e-6)  # rounded to the ns
     assert m.bandwidth_gbps[0][one] == pytest.approx(15.7599, rel=1e-3)
+
+
+def test_the_timeline_draws_the_rules_step_windows_of_a_step_id_export() -> None:
+    """A real export with kernel_details Step Id and no ProfilerStep range: the timeline's step
+    is the Step Id window the rules and the critical path measure in (step_windows.windows)."""
+    rank0 = shared_fixture("Ascend-msinsight-st-level2/level2/rank_0_ascend_pt")
+    profile = load_location(locate(rank0), use_cache=False)
+    assert not profile.steps and set(profile.kernels["step"]) == {13}
+    wins = windows(profile)
+    assert [w.id for w in wins] == [13]
+    t = model.timeline(profile, None, [], REPO)
+    assert [s.step for s in t.steps] == [13] and t.steps_total == 1
+    assert t.steps[0].dur_us == pytest.approx((wins[0].end_ns - wins[0].start_ns) / 1000, abs=1e-3)
 
 
 def _lane(n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
