@@ -472,12 +472,17 @@ SPECS: tuple[FusedSpec, ...] = (
     ),
     FusedSpec(
         "NPU213", "fused-api-attention", "Attention written out", "torch_npu.npu_fusion_attention",
+        # the bool mask's fill in place (aten::masked_fill_) or not (aten::masked_fill: a clone and
+        # the in-place fill inside it; eager kernels: the clone's copy, then MaskedFill)
         (
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul",
+             "7.0.RC1"),
         ),
         ("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}-SoftmaxV2"
-         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",),
+         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",
+         "(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(ViewCopy|TensorMove)-MaskedFill-(Add|Adds){0,1}"
+         "-SoftmaxV2-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)"),
         fx.attention,
         "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
         "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
