@@ -13,9 +13,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from seedkit import Analysed, L, Launch, Source, UserCall, applied, step_run, write_project
+from seedkit import Analysed, L, Launch, Source, UserCall, applied, mask_train, step_run, train_loop, write_project
 from tests.synth import write_msprof_cli, write_torch_npu_db, write_torch_npu_text
-from tests.synth.run import Frame
 from tests.synth.sample_runs import mod
 
 from msprof_lsp.hints.config import RuleConfig
@@ -27,7 +26,6 @@ from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 from msprof_lsp.mapping.spans import Confidence
 
-REMOTE = "/home/ma-user/work/proj"
 OUT_OF_PLACE = 'scores = scores.masked_fill(mask, float("-inf"))'
 IN_PLACE = 'scores.masked_fill_(mask, float("-inf"))'
 
@@ -56,28 +54,9 @@ class CausalAttention(nn.Module):
         return self.out(y)
 '''
 
-TRAIN_PY = '''\
-import torch
-import torch_npu
+TRAIN = mask_train("CausalAttention")
+TRAIN_PY = TRAIN.text
 
-from model import CausalAttention
-
-
-def train(loader):
-    model = CausalAttention().npu()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for x, mask in loader:
-        loss = model(x, mask).sum()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
-
-if __name__ == "__main__":
-    train([])
-'''
-
-TRAIN = Source("train.py", TRAIN_PY)
 SCORES = "scores = q @ k.transpose(-2, -1) * self.scale"
 B, S, D, NH = 8, 128, 256, 4
 HD, T = D // NH, B * S
@@ -90,8 +69,7 @@ def _model(fill: str) -> Source:
 
 
 def _loop(needle: str) -> tuple:
-    return (Frame(f"{REMOTE}/train.py", TRAIN.line(needle), "train", TRAIN.funcs["train"]),
-            Frame(f"{REMOTE}/train.py", TRAIN.line("train([])"), "<module>"))
+    return train_loop(TRAIN, needle)
 
 
 def _run(model: Source, inplace: bool):

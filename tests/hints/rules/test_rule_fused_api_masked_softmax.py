@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from seedkit import CALL_IMPL, Analysed, L, Launch, Source, UserCall, applied, span_text, step_run, write_project
+from seedkit import (
+    CALL_IMPL, Analysed, L, Launch, Source, UserCall, applied, mask_train, span_text, step_run, train_loop, write_project,
+)
 from tests.synth import truth
-from tests.synth.run import Frame
 from tests.synth.write_msprof import write_msprof_cli
 from tests.synth.write_text import write_torch_npu_text
 
@@ -36,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixes"))
 import npu_standin  # noqa: E402  (tests/hints/fixes: the torch_npu stand-in and the model loader)
 from fixkit import load  # noqa: E402
 
-REMOTE = "/home/ma-user/work/proj"
 
 MODEL_PY = '''\
 import torch
@@ -66,35 +66,16 @@ class Scorer(nn.Module):
         return p + q
 '''
 
-TRAIN_PY = '''\
-import torch
-import torch_npu
+TRAIN = mask_train("Scorer")
+TRAIN_PY = TRAIN.text
 
-from model import Scorer
-
-
-def train(loader):
-    model = Scorer().npu()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for x, mask in loader:
-        loss = model(x, mask).sum()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
-
-if __name__ == "__main__":
-    train([])
-'''
-
-MODEL, TRAIN = Source("model.py", MODEL_PY), Source("train.py", TRAIN_PY)
+MODEL = Source("model.py", MODEL_PY)
 POSITIVE = 'return F.softmax((x * scale).masked_fill(mask, float("-inf")), dim=-1)'
 X, MASK = (8, 4, 64, 64), (64, 64)
 
 
 def _loop(needle: str) -> tuple:
-    return (Frame(f"{REMOTE}/train.py", TRAIN.line(needle), "train", TRAIN.funcs["train"]),
-            Frame(f"{REMOTE}/train.py", TRAIN.line("train([])"), "<module>"))
+    return train_loop(TRAIN, needle)
 
 
 def _in(needle: str, func: str, call: str | None = None) -> tuple:
