@@ -165,13 +165,15 @@ def _kernel_place(ctx: RuleContext, spec: FusedSpec, rows: list[int]) -> sq.Plac
     kernels were placed only on such statements. Unplaced matches keep no line (nothing to be wrong
     about)."""
     placed = False
-    for r in rows:
+    for i, r in enumerate(rows):
         place = sq.place_kernels(ctx, [r])
         if place.span is None:
             continue
         placed = True
         index = sq.index_of(ctx, place.span.path)
-        if not spec.keywords or (index is not None and re.search(spec.keywords, sq.text(index, place.span))):
+        # the match's first kernel may also be the optional element it starts with (spec.starts)
+        spelling = "|".join(p for p in (spec.keywords, spec.starts if i == 0 else "") if p)
+        if not spelling or (index is not None and re.search(spelling, sq.text(index, place.span))):
             return place
     return None if placed else sq.Place(None, Confidence.INFERRED)
 
@@ -318,7 +320,7 @@ class FusedSpec(Rule):
     patterns: tuple[tuple[str, str], ...]  # (aten pattern, minimum CANN version)
     # Kernel ``Type`` patterns (``pattern_regex`` syntax) for profiles without framework ops: the
     # graph-mode (legacy) sequence and the eager aclnn one; only sequences that determine the
-    # pattern by themselves (see kernel_match_confirmed for the static check they also need)
+    # pattern by themselves (``_kernel_place`` makes the static check they also need)
     kernel_patterns: tuple[str, ...]
     transform: Callable[..., object]
     fix_npu: str  # <= 12 words
@@ -326,6 +328,10 @@ class FusedSpec(Rule):
     snippet_cuda: str
     backend_fix: bool = False  # the transform takes backend= and has a CUDA/CPU form
     keywords: str = ""  # regex over statement text: where in a function the sequence can start
+    # regex over statement text: where a kernel-type match may also start, checked on its first
+    # kernel's statement only -- an optional leading element (NPU216's scale, a plain ``*``) too
+    # common for ``keywords``, whose def-line search would take any statement of the function
+    starts: str = ""
     # What the fused API also replaces next to a match: the advisor's patterns detect, and stop
     # short of the whole expression (RMSNorm's ``* weight``, rotary's ``q * cos``, attention's
     # ``k.transpose``). Op names per element ("a|b"), each optional, absorbed outward from the
@@ -472,12 +478,17 @@ SPECS: tuple[FusedSpec, ...] = (
     ),
     FusedSpec(
         "NPU213", "fused-api-attention", "Attention written out", "torch_npu.npu_fusion_attention",
+        # the bool mask's fill in place (aten::masked_fill_) or not (aten::masked_fill: a clone and
+        # the in-place fill inside it; eager kernels: the clone's copy, then MaskedFill)
         (
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul",
+             "7.0.RC1"),
         ),
         ("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}-SoftmaxV2"
-         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",),
+         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",
+         "(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(ViewCopy|TensorMove)-MaskedFill-(Add|Adds){0,1}"
+         "-SoftmaxV2-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)"),
         fx.attention,
         "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
         "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
@@ -513,10 +524,15 @@ SPECS: tuple[FusedSpec, ...] = (
         # in place or not, or a float mask added; inside a written-out attention NPU213's match
         # holds these ops too, and hints.consolidate folds this finding into that one
         (("(mul){0,1}-(masked_fill|masked_fill_)-softmax", "6.3.RC2"), ("(mul){0,1}-(add)-softmax", "6.3.RC2")),
-        ("Cast-Mul-MaskedFill-SoftmaxV2-Cast",), fx.scaled_masked_softmax,
+        # kernel types: the graph-mode sequence, then the eager ones -- the bool mask's fill (out of
+        # place: the clone's copy first) or a float mask's tensor Add (Adds is a scalar: no mask)
+        ("Cast-Mul-MaskedFill-SoftmaxV2-Cast", "(Mul|Muls){0,1}-(ViewCopy|TensorMove){0,1}-MaskedFill-SoftmaxV2",
+         "(Mul|Muls){0,1}-Add-SoftmaxV2"),
+        fx.scaled_masked_softmax,
         "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
         "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
         keywords=r"masked_fill|softmax",  # the mask's line when split; the softmax's otherwise
+        starts=r"(?<!\*)\*(?!\*)|\bmul\(",  # a kernel match's scale (Mul/Muls) on a line of its own
         summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
         rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
     ),

@@ -163,6 +163,40 @@ def item_call() -> UserCall:
     return UserCall(loop("print(f\"step {step} loss {loss.item():.4f}\")"), (L.item(),), label="item")
 
 
+MASK_TRAIN_PY = '''\
+import torch
+import torch_npu
+
+from model import MODEL_CLASS
+
+
+def train(loader):
+    model = MODEL_CLASS().npu()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, mask in loader:
+        loss = model(x, mask).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    train([])
+'''
+
+
+def mask_train(model_class: str) -> Source:
+    """``train.py`` of the masked-softmax and attention truth cases: SGD over ``(x, mask)`` batches
+    through model.py's ``model_class``."""
+    return Source("train.py", MASK_TRAIN_PY.replace("MODEL_CLASS", model_class))
+
+
+def train_loop(train: Source, needle: str) -> tuple:
+    """A line of ``train()`` of a ``mask_train`` script (active: its executing line) and the module's call."""
+    return (Frame(f"{REMOTE}/train.py", train.line(needle), "train", train.funcs["train"]),
+            Frame(f"{REMOTE}/train.py", train.line("train([])"), "<module>"))
+
+
 def step_run(items: list, *, steps: int = 2, config: ProfilerConfig | None = None, **kw) -> Run:
     return Run(steps=RepeatedSteps([tuple(items)], steps, first=2), config=config or ProfilerConfig(), **kw)
 

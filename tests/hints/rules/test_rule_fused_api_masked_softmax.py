@@ -3,7 +3,13 @@ of a script that writes the masked softmax out in the order the fused kernel com
 masked_fill, softmax), beside softmax-first code the rule must leave alone. The finding lands on
 the masked softmax's line with the time of its kernels (both passes, from the run description's
 truth), its quick fix applies, and the fixed script runs with the torch_npu stand-in and where
-torch_npu is not installed, giving the unfixed script's numbers on both paths."""
+torch_npu is not installed, giving the unfixed script's numbers on both paths.
+
+The msprof CLI form (kernel types only) of a second script finds the boolean mask's fill
+(``Muls-ViewCopy-MaskedFill-SoftmaxV2``) and a float mask added (``Muls-Add-SoftmaxV2``, the scale
+on a line of its own) on the lines the stack form names, and not the softmax-first code; before
+the eager kernel patterns it found neither (the graph-mode ``Cast-Mul-MaskedFill-SoftmaxV2-Cast``
+only)."""
 
 from __future__ import annotations
 
@@ -11,9 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from seedkit import CALL_IMPL, Analysed, L, Launch, Source, UserCall, applied, span_text, step_run, write_project
+from seedkit import (
+    CALL_IMPL, Analysed, L, Launch, Source, UserCall, applied, mask_train, span_text, step_run, train_loop, write_project,
+)
 from tests.synth import truth
-from tests.synth.run import Frame
+from tests.synth.write_msprof import write_msprof_cli
 from tests.synth.write_text import write_torch_npu_text
 
 from msprof_lsp.hints.config import RuleConfig
@@ -29,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixes"))
 import npu_standin  # noqa: E402  (tests/hints/fixes: the torch_npu stand-in and the model loader)
 from fixkit import load  # noqa: E402
 
-REMOTE = "/home/ma-user/work/proj"
 
 MODEL_PY = '''\
 import torch
@@ -59,35 +66,16 @@ class Scorer(nn.Module):
         return p + q
 '''
 
-TRAIN_PY = '''\
-import torch
-import torch_npu
+TRAIN = mask_train("Scorer")
+TRAIN_PY = TRAIN.text
 
-from model import Scorer
-
-
-def train(loader):
-    model = Scorer().npu()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for x, mask in loader:
-        loss = model(x, mask).sum()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-
-
-if __name__ == "__main__":
-    train([])
-'''
-
-MODEL, TRAIN = Source("model.py", MODEL_PY), Source("train.py", TRAIN_PY)
+MODEL = Source("model.py", MODEL_PY)
 POSITIVE = 'return F.softmax((x * scale).masked_fill(mask, float("-inf")), dim=-1)'
 X, MASK = (8, 4, 64, 64), (64, 64)
 
 
 def _loop(needle: str) -> tuple:
-    return (Frame(f"{REMOTE}/train.py", TRAIN.line(needle), "train", TRAIN.funcs["train"]),
-            Frame(f"{REMOTE}/train.py", TRAIN.line("train([])"), "<module>"))
+    return train_loop(TRAIN, needle)
 
 
 def _in(needle: str, func: str, call: str | None = None) -> tuple:
@@ -202,3 +190,104 @@ def test_scale_and_mask_before_the_softmax_match(seq):
                                  "softmax-mul", "mul-softmax", "softmax"])
 def test_softmax_first_or_no_mask_does_not_match(seq):
     assert not _matches(seq)
+
+
+@pytest.mark.parametrize("seq", ["Muls-ViewCopy-MaskedFill-SoftmaxV2", "Muls-TensorMove-MaskedFill-SoftmaxV2",
+                                 "Muls-MaskedFill-SoftmaxV2", "MaskedFill-SoftmaxV2", "Muls-Add-SoftmaxV2", "Mul-Add-SoftmaxV2",
+                                 "Add-SoftmaxV2", "Cast-Mul-MaskedFill-SoftmaxV2-Cast"])
+def test_eager_kernel_types_of_scale_and_mask_before_the_softmax_match(seq):
+    assert _matches_kernels(seq)
+
+
+@pytest.mark.parametrize("seq", ["SoftmaxV2-Muls-MaskedFill", "SoftmaxV2-Muls-Add", "Muls-SoftmaxV2", "ViewCopy-SoftmaxV2",
+                                 "Muls-Adds-SoftmaxV2"])  # Adds: a scalar added, no mask
+def test_eager_kernel_types_without_a_mask_before_the_softmax_do_not_match(seq):
+    assert not _matches_kernels(seq)
+
+
+def _matches_kernels(seq: str) -> bool:
+    text = "".join(f"-{n}-" for n in seq.split("-"))
+    return any(pattern_regex(p).search(text) for p in NPU216.kernel_patterns)
+
+
+# -- the msprof CLI form: kernel types only, placed by the mapping ---------------------------------------
+
+EAGER_PY = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Scorer(nn.Module):
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.proj = nn.Linear(48, dim, bias=False)
+        self.out = nn.Linear(dim, 10, bias=False)
+        self.scale = dim**-0.5
+        self.register_buffer("bias", torch.full((dim, dim), float("-inf")).triu(1))
+
+    def forward(self, x, mask):
+        h = self.proj(x)
+        p = F.softmax((h * self.scale).masked_fill(mask, float("-inf")), dim=-1)
+        s = h * self.scale
+        r = F.softmax(s + self.bias, dim=-1)
+        q = F.softmax(h, dim=-1) * 0.5
+        q = q.masked_fill_(mask, 0.0)
+        return self.out(p + q + r)
+'''
+EAGER = Source("model.py", EAGER_PY)
+MASKED, SCALED = 'p = F.softmax((h * self.scale).masked_fill(mask, float("-inf")), dim=-1)', "s = h * self.scale"
+
+
+def _eager_run():
+    def at(needle: str) -> tuple:
+        return (EAGER.frame(needle, "Scorer.forward"), *CALL_IMPL, *_loop("loss = model(x, mask).sum()"))
+
+    def add(shape) -> Launch:
+        return L.elementwise("aten::add", "aclnnAdd", "Add", shape, dur_us=20.0, autograd="AddBackward0",
+                             bwd=L.backward_of("aten::add", "aclnnAdd", "Add", shape, dur_us=20.0))
+
+    # the two projections' shapes differ: the mapping's landmarks around the softmaxes
+    proj, out = L.linear_nd(8 * 4 * 64, 48, 64, mm_us=20.0), L.linear_nd(8 * 4 * 64, 64, 10, mm_us=10.0)
+    items = [
+        UserCall(at("h = self.proj(x)"), (Launch(proj.op, proj.frames),), label="proj"),
+        # the bool mask filled out of place: Muls, the clone's copy, MaskedFill, SoftmaxV2
+        UserCall(at(MASKED), (_mul(X, 30.0), L.masked_fill(X, MASK, dur_us=35.0), L.softmax(X, dur_us=40.0)),
+                 label="masked"),
+        # a float mask added, the scale on a line of its own: Muls, Add, SoftmaxV2
+        UserCall(at(SCALED), (_mul(X, 30.0),), label="biased.scale"),
+        UserCall(at("r = F.softmax(s + self.bias, dim=-1)"), (add(X), L.softmax(X, dur_us=40.0)), label="biased"),
+        # softmax first: no masked softmax
+        UserCall(at("q = F.softmax(h, dim=-1) * 0.5"), (L.softmax(X, dur_us=40.0), _mul(X, 30.0)), label="weighted"),
+        UserCall(at("q = q.masked_fill_(mask, 0.0)"), (L.masked_fill(X, MASK, dur_us=35.0, inplace=True),),
+                 label="weighted.fill"),
+        UserCall(at("return self.out(p + q + r)"), (add(X), add(X), Launch(out.op, out.frames)), label="out"),
+        UserCall(L.BACKWARD + _loop("loss.backward()"), (Launch(L.grad_seed().op),), label="backward", backward=True),
+        UserCall(_loop("optimizer.step()"), (L.sgd_step(((64, 48), (10, 64)), kernel_us=2.0),), label="optimizer"),
+    ]
+    return step_run(items, steps=3)
+
+
+@pytest.mark.parametrize("form", ["text", "msprof"])
+def test_the_msprof_form_finds_both_masks_where_the_stack_form_does(tmp_path, form):
+    """Each masked softmax on the line the stack form names (the scale's line where it is split off:
+    the match starts there); the softmax-first function stays silent in both."""
+    run = _eager_run()
+    root = write_torch_npu_text(run, tmp_path / "prof") if form == "text" else \
+        write_msprof_cli(run, tmp_path / "prof", step_trace=False)
+    proj = write_project(tmp_path, EAGER_PY, TRAIN_PY)
+    profile = load_location(locate(root), use_cache=False)
+    ws = SourceWorkspace([proj])
+    ctx = RuleContext(profile, attribute(profile, ws), ws, RuleConfig(min_share=0.0))
+    found = Analysed(root, proj, profile, ctx).run("NPU216")
+    assert sorted(f.span.line for f in found) == sorted([EAGER.line(MASKED), EAGER.line(SCALED)])
+    by_line = {f.span.line: f for f in found}
+    masked, biased = by_line[EAGER.line(MASKED)], by_line[EAGER.line(SCALED)]
+    if form == "msprof":
+        assert {f.evidence["matched_in"] for f in found} == {"kernel types"}
+        assert all(f.confidence is Confidence.INFERRED for f in found)
+        assert masked.evidence["sequence"] == "Muls-ViewCopy-MaskedFill-SoftmaxV2"
+        assert biased.evidence["sequence"] == "Muls-Add-SoftmaxV2"
+    else:
+        assert masked.evidence["sequence"] == "mul-masked_fill-softmax"
+        assert biased.evidence["sequence"] == "mul-add-softmax"
