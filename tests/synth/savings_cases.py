@@ -327,6 +327,11 @@ CASES: tuple[Case, ...] = (
     Case("NPU106", "transformer in fp32, device-model GEMMs, batch 96, DataLoader workers: lm_head N = 32003 padded "
          "to 32256", "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=96, cube_dtype="DT_FLOAT"),
          _pad_vocab, DEVICE_MODEL),
+    Case("NPU106", "transformer, device-model GEMMs, batch 48, seq 96, DataLoader workers: lm_head N = 32003 padded "
+         "to 32256", "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=48, seq=96), _pad_vocab,
+         DEVICE_MODEL),
+    Case("NPU106", "transformer, device-model GEMMs, batch 160, DataLoader workers: lm_head N = 32003 padded to 32256",
+         "tiny_transformer", _tf_timed(True, linear_type="MatMulV3", batch=160), _pad_vocab, DEVICE_MODEL),
     Case("NPU222", "transformer in fp32, device-model GEMMs: bf16 autocast", "tiny_transformer",
          _tf_timed(cube_dtype="DT_FLOAT"), _autocast, DEVICE_MODEL),
     Case("NPU222", "transformer in fp32, device-model GEMMs, batch 128, DataLoader workers: bf16 autocast",
