@@ -2,13 +2,25 @@
 
 A rule is one ``Rule`` value: its declaration (code, name, texts, severity, thresholds, backends
 and the data it reads, as the advisor's analyzers declare their datasets) as fields, its
-``check(ctx)`` generator as the method of its class. A rule module defines the class and
-registers one value of it, ``register(MyRule("NPU218", "my-name", summary=..., ...))``, or
-decorates the class with ``@declare`` (its docstring the summary and rationale); a family
-of rules (``environment.py``, ``fused_api.py``) is one class with fields of its own and a table
-of its values. ``all_rules()`` imports every module of ``hints/rules/`` once, so adding a rule is
-adding a file. The engine, the Level1 gating, NPU901, ``msprof-lsp rule``, SARIF and the settings
-schema read the declaration only.
+``check(ctx)`` generator as the method of its class. Every rule is declared the same way, its doc
+beside its code (as ruff's violations are): a class decorated with ``@declare``, whose docstring
+is the rule's texts (first paragraph the summary, the rest the rationale) and whose decorator says
+what differs from the defaults::
+
+    @declare("NPU218", "my-name", thresholds=("myThreshold",), needs=(Data.KERNELS,))
+    class MyRule(Rule):
+        '''One line for lists and the docs index.
+
+        Why this costs time and what the fix changes.
+        '''
+
+        def check(self, ctx): ...
+
+A family of rules (``environment.py``, ``fused_api.py``) is one class with fields of its own and
+``check``; each rule of it is a subclass declared so, its decorator giving the family's fields.
+``all_rules()`` imports every module of ``hints/rules/`` once, so adding a rule is adding a file.
+The engine, the Level1 gating, NPU901, ``msprof-lsp rule``, SARIF and the settings schema read the
+declaration only.
 """
 
 from __future__ import annotations
@@ -166,7 +178,7 @@ def doc_texts(cls: type) -> tuple[str, str]:
 
 
 def declare(code: str, name: str, **declared: Any) -> Callable[[type[R]], type[R]]:
-    """Declare a rule: a class decorator that registers one value of the class.
+    """The one way to declare a rule: a class decorator that registers one value of the class.
 
     Its docstring gives ``summary`` and ``rationale`` (``doc_texts``); ``declared`` the other fields
     that differ from the defaults (``Rule``'s, a family's own). Returns the class itself.
@@ -181,7 +193,8 @@ def declare(code: str, name: str, **declared: Any) -> Callable[[type[R]], type[R
 
 
 def register(rule: Rule) -> Rule:
-    """Add a rule value to the registry (its declaration was checked when it was made)."""
+    """Add a rule value to the registry (its declaration was checked when it was made); rules are
+    declared with ``@declare``, which calls this."""
     existing = _REGISTRY.get(rule.code)
     if existing is not None and (type(existing).__qualname__, existing.name) != (type(rule).__qualname__, rule.name):
         raise RuleError(f"duplicate rule code {rule.code}: {existing!r} and {rule!r}")
