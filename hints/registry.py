@@ -2,26 +2,40 @@
 
 A rule is one ``Rule`` value: its declaration (code, name, texts, severity, thresholds, backends
 and the data it reads, as the advisor's analyzers declare their datasets) as fields, its
-``check(ctx)`` generator as the method of its class. A rule module defines the class and
-registers one value of it, ``register(MyRule("NPU218", "my-name", summary=..., ...))``; a family
-of rules (``environment.py``, ``fused_api.py``) is one class with fields of its own and a table
-of its values. ``all_rules()`` imports every module of ``hints/rules/`` once, so adding a rule is
-adding a file. The engine, the Level1 gating, NPU901, ``msprof-lsp rule``, SARIF and the settings
-schema read the declaration only.
+``check(ctx)`` generator as the method of its class. Every rule is declared the same way, its doc
+beside its code (as ruff's violations are): a class decorated with ``@declare``, whose docstring
+is the rule's texts (first paragraph the summary, the rest the rationale) and whose decorator says
+what differs from the defaults::
+
+    @declare("NPU218", "my-name", thresholds=("myThreshold",), needs=(Data.KERNELS,))
+    class MyRule(Rule):
+        '''One line for lists and the docs index.
+
+        Why this costs time and what the fix changes.
+        '''
+
+        def check(self, ctx): ...
+
+A family of rules (``environment.py``, ``fused_api.py``) is one class with fields of its own and
+``check``; each rule of it is a subclass declared so, its decorator giving the family's fields.
+``all_rules()`` imports every module of ``hints/rules/`` once, so adding a rule is adding a file.
+The engine, the Level1 gating, NPU901, ``msprof-lsp rule``, SARIF and the settings schema read the
+declaration only.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import pkgutil
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from msprof_lsp.mapping.profile.model import Backend
 
@@ -34,6 +48,7 @@ if TYPE_CHECKING:
 CODE_RE = re.compile(r"^[A-Z]{3}[0-9]{3}$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 BACKENDS: tuple[Backend, ...] = tuple(Backend)
+R = TypeVar("R", bound="Rule")
 
 
 class RuleError(ValueError):
@@ -69,8 +84,8 @@ class Rule(ABC):
 
       code              stable id, family letters + 3 digits (NPU101); used by suppressions, SARIF
       name              kebab-case (relu-dropout-fusion)
-      summary           one line for lists and the docs index
-      rationale         one paragraph: why this costs time and what the fix changes
+      summary           one line for lists and the docs index (``@declare``: the docstring's first paragraph)
+      rationale         one paragraph: why this costs time and what the fix changes (the docstring's rest)
       default_severity  None: by share of step time (docs/rules/README.md); a Severity: fixed (env, notices)
       thresholds        camelCase keys of the hints.config.Thresholds fields the rule reads (its doc page lists them)
       backends          profile backends the rule applies to
@@ -151,8 +166,35 @@ def validate(rule: Rule) -> None:
         raise RuleError(f"{who}: needs must be Data members")
 
 
+def doc_texts(cls: type) -> tuple[str, str]:
+    """(summary, rationale) from a rule class's own docstring: its first paragraph and the rest,
+    each paragraph's lines joined by one space (paragraphs of the rest by a blank line)."""
+    doc = cls.__dict__.get("__doc__")
+    paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in re.split(r"\n\s*\n", inspect.cleandoc(doc or ""))
+                  if p.strip()]
+    if len(paragraphs) < 2:
+        raise RuleError(f"{cls.__qualname__}: its docstring must hold the summary, a blank line, then the rationale")
+    return paragraphs[0], "\n\n".join(paragraphs[1:])
+
+
+def declare(code: str, name: str, **declared: Any) -> Callable[[type[R]], type[R]]:
+    """The one way to declare a rule: a class decorator that registers one value of the class.
+
+    Its docstring gives ``summary`` and ``rationale`` (``doc_texts``); ``declared`` the other fields
+    that differ from the defaults (``Rule``'s, a family's own). Returns the class itself.
+    """
+
+    def make(cls: type[R]) -> type[R]:
+        summary, rationale = doc_texts(cls)
+        register(cls(code, name, summary=summary, rationale=rationale, **declared))
+        return cls
+
+    return make
+
+
 def register(rule: Rule) -> Rule:
-    """Add a rule to the registry (its declaration was checked when it was made)."""
+    """Add a rule value to the registry (its declaration was checked when it was made); rules are
+    declared with ``@declare``, which calls this."""
     existing = _REGISTRY.get(rule.code)
     if existing is not None and (type(existing).__qualname__, existing.name) != (type(rule).__qualname__, rule.name):
         raise RuleError(f"duplicate rule code {rule.code}: {existing!r} and {rule!r}")

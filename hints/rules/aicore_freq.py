@@ -18,7 +18,7 @@ import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY, Backend
 from msprof_lsp.mapping.spans import Confidence
@@ -50,7 +50,16 @@ def kernel_freqs(ts: np.ndarray, mhz: np.ndarray, start: int, end: int) -> np.nd
     return mhz[max(first, 0):last] if first >= 0 else mhz[0:last]
 
 
+@declare("NPU218", "aicore-freq-drop", thresholds=("aicoreFreqDropPercent",), backends=(Backend.ASCEND,),
+         needs=(Data.KERNELS,))
 class AicoreFreqDrop(Rule):
+    """Kernels that ran while the AI Core clock was below its rated frequency.
+
+    The AI Core lowers its clock when the chip runs hot or hits its power cap; every kernel then
+    takes longer for the same work, however well it is written. The fix is on the machine: cooling,
+    power settings, or fewer jobs per node.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         samples = freq_samples(ctx)
         k = ctx.profile.kernels_in_steps()
@@ -102,17 +111,3 @@ class AicoreFreqDrop(Rule):
             }
             conf = g.site.confidence if g.site is not None else Confidence.STACK
             yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
-
-
-register(AicoreFreqDrop(
-    "NPU218", "aicore-freq-drop",
-    summary="Kernels that ran while the AI Core clock was below its rated frequency.",
-    rationale=(
-        "The AI Core lowers its clock when the chip runs hot or hits its power cap; every kernel then "
-        "takes longer for the same work, however well it is written. The fix is on the machine: cooling, "
-        "power settings, or fewer jobs per node."
-    ),
-    thresholds=("aicoreFreqDropPercent",),
-    backends=(Backend.ASCEND,),
-    needs=(Data.KERNELS,),
-))

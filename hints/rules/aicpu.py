@@ -24,7 +24,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Severity, Target
 from msprof_lsp.hints.fixes import aicpu as fx
 from msprof_lsp.hints.fixes import make_offer, offer
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.source.heat import Site
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -145,7 +145,16 @@ def _on_ai_core(ctx: RuleContext, rows: np.ndarray) -> Effect:
                                         "type take (low end: half the gain)")
 
 
+@declare("NPU201", "aicpu-fallback", thresholds=("aicpuMinUs",), backends=(Backend.ASCEND, Backend.CUDA),
+         needs=(Data.KERNELS,))
 class AicpuFallback(Rule):
+    """Operators that fell back to the AI CPU (unsupported dtype or op); float64 kernels on CUDA.
+
+    An AI_CPU task runs scalar code on the device's control CPU, far slower than an AI Core kernel,
+    and forces copies between the cores; the usual cause is a dtype the AI Core kernel does not
+    support (float64) or an indexing form without an AI Core kernel.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
         if ctx.backend is Backend.ASCEND:
@@ -272,17 +281,3 @@ class AicpuFallback(Rule):
     def _fixes(ctx: RuleContext, cause: Cause, tries: list[Span], evidence: dict) -> list[FixOffer]:
         # the first place and transform that match win
         return [make_offer(t, where.path, where, choice=cause.key) for where in tries[:6] for t in cause.transforms]
-
-
-register(AicpuFallback(
-    "NPU201", "aicpu-fallback",
-    summary="Operators that fell back to the AI CPU (unsupported dtype or op); float64 kernels on CUDA.",
-    rationale=(
-        "An AI_CPU task runs scalar code on the device's control CPU, far slower than an AI Core "
-        "kernel, and forces copies between the cores; the usual cause is a dtype the AI Core "
-        "kernel does not support (float64) or an indexing form without an AI Core kernel."
-    ),
-    thresholds=("aicpuMinUs",),
-    backends=(Backend.ASCEND, Backend.CUDA),
-    needs=(Data.KERNELS,),
-))

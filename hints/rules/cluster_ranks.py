@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.profile.model import Backend, RankSummary
 from msprof_lsp.mapping.units import format_us
 
@@ -87,7 +87,15 @@ def _ranks_text(ranks: tuple[int, ...]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
+@declare("NPU207", "slow-rank", thresholds=("slowRankGapPercent",), backends=(Backend.ASCEND,), needs=(Data.CLUSTER,))
 class SlowRank(Rule):
+    """One rank computes or idles longer than the others: the whole job waits on it.
+
+    Data-parallel ranks meet in every gradient collective; a rank that computes longer (uneven input
+    sizes, a slower device) or idles longer (host-bound data loading, a busy host) makes every other
+    rank wait there, so the job runs at the speed of its slowest rank.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         gaps = rank_gaps(ctx.cluster.ranks)
         limit = ctx.thresholds.slow_rank_gap_percent / 100
@@ -140,20 +148,6 @@ class SlowRank(Rule):
                           evidence=evidence, related=related)
 
 
-register(SlowRank(
-    "NPU207", "slow-rank",
-    summary="One rank computes or idles longer than the others: the whole job waits on it.",
-    rationale=(
-        "Data-parallel ranks meet in every gradient collective; a rank that computes longer (uneven "
-        "input sizes, a slower device) or idles longer (host-bound data loading, a busy host) makes every "
-        "other rank wait there, so the job runs at the speed of its slowest rank."
-    ),
-    thresholds=("slowRankGapPercent",),
-    backends=(Backend.ASCEND,),
-    needs=(Data.CLUSTER,),
-))
-
-
 def link_gaps(ranks: list[RankSummary]) -> dict[str, dict]:
     """Per link group with traffic on at least two ranks: each rank's bandwidth (GB/s = MB/ms),
     the slowest and fastest rank, and the gap as a share of the mean bandwidth."""
@@ -174,7 +168,15 @@ def link_gaps(ranks: list[RankSummary]) -> dict[str, dict]:
     return out
 
 
+@declare("NPU208", "slow-link", thresholds=("slowLinkGapPercent",), backends=(Backend.ASCEND,), needs=(Data.CLUSTER,))
 class SlowLink(Rule):
+    """One rank's collectives move data much slower than the others' over the same kind of link.
+
+    The ranks of a collective move their share of the gradients over the same kind of link; one rank
+    whose transfers run at a fraction of the others' bandwidth (a degraded link, a congested switch
+    port, another job on its node) sets the pace of every collective it takes part in.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         limit = ctx.thresholds.slow_link_gap_percent / 100
         gaps = link_gaps(ctx.cluster.ranks)
@@ -198,17 +200,3 @@ class SlowLink(Rule):
         span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
                           related=related)
-
-
-register(SlowLink(
-    "NPU208", "slow-link",
-    summary="One rank's collectives move data much slower than the others' over the same kind of link.",
-    rationale=(
-        "The ranks of a collective move their share of the gradients over the same kind of link; one "
-        "rank whose transfers run at a fraction of the others' bandwidth (a degraded link, a congested "
-        "switch port, another job on its node) sets the pace of every collective it takes part in."
-    ),
-    thresholds=("slowLinkGapPercent",),
-    backends=(Backend.ASCEND,),
-    needs=(Data.CLUSTER,),
-))

@@ -32,7 +32,7 @@ import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.profile import comm_time
 from msprof_lsp.mapping.profile.model import Backend
 
@@ -43,7 +43,15 @@ ALIGN_LINKS = frozenset({"HCCS", "PCIE", "SIO"})
 LOW_PRIORITY, HIGH_PRIORITY = 0.2, 0.7
 
 
+@declare("NPU203", "comm-byte-alignment", thresholds=("commAlignBytes",), backends=(Backend.ASCEND,))
 class CommByteAlignment(Rule):
+    """SDMA transfers of gradient collectives whose size is not a multiple of 512 bytes.
+
+    SDMA moves data in 512-byte units; a transfer whose size is not a multiple of that ends in a
+    partial burst and runs at a lower bandwidth. In data-parallel training the sizes are the
+    gradient buckets' byte counts, set by the parameter sizes and DDP's bucket_cap_mb.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         align = int(ctx.thresholds.comm_align_bytes)
         sdma = [p for p in pq.packets(ctx.profile.comm_ops) if p.link in ALIGN_LINKS and p.size_bytes > align]
@@ -85,20 +93,16 @@ class CommByteAlignment(Rule):
                           related=related)
 
 
-register(CommByteAlignment(
-    "NPU203", "comm-byte-alignment",
-    summary="SDMA transfers of gradient collectives whose size is not a multiple of 512 bytes.",
-    rationale=(
-        "SDMA moves data in 512-byte units; a transfer whose size is not a multiple of that ends in "
-        "a partial burst and runs at a lower bandwidth. In data-parallel training the sizes are the "
-        "gradient buckets' byte counts, set by the parameter sizes and DDP's bucket_cap_mb."
-    ),
-    thresholds=("commAlignBytes",),
-    backends=(Backend.ASCEND,),
-))
-
-
+@declare("NPU204", "comm-small-packets", thresholds=("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent"),
+         backends=(Backend.ASCEND,))
 class CommSmallPackets(Rule):
+    """Gradient collectives that move most of their data in small packets.
+
+    Every transfer pays a fixed setup and synchronisation cost; packets well under the link's
+    efficient size (16 MB over SDMA, 1 MB over RDMA) spend more of their time on that cost than on
+    moving data. Larger gradient buckets or fewer synchronisations send fewer, larger packets.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         limit = float(ctx.thresholds.small_packet_max_percent) / 100
         groups = pq.small_packets(ctx.profile.comm_ops, sdma_mb=ctx.thresholds.sdma_small_packet_mb,
@@ -135,19 +139,6 @@ class CommSmallPackets(Rule):
         span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
                           related=related)
-
-
-register(CommSmallPackets(
-    "NPU204", "comm-small-packets",
-    summary="Gradient collectives that move most of their data in small packets.",
-    rationale=(
-        "Every transfer pays a fixed setup and synchronisation cost; packets well under the link's "
-        "efficient size (16 MB over SDMA, 1 MB over RDMA) spend more of their time on that cost than "
-        "on moving data. Larger gradient buckets or fewer synchronisations send fewer, larger packets."
-    ),
-    thresholds=("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent"),
-    backends=(Backend.ASCEND,),
-))
 
 
 # -- NPU219 comm-bandwidth-contention ----------------------------------------------------------
@@ -193,7 +184,17 @@ def contended_ops(ctx: RuleContext) -> list[dict]:
     return out
 
 
+@declare("NPU219", "comm-bandwidth-contention", thresholds=("sdmaBaselineGbps", "contentionBandwidthPercent"),
+         backends=(Backend.ASCEND,))
 class CommBandwidthContention(Rule):
+    """Collectives whose SDMA bandwidth drops under 0.8x its baseline while MatMuls run beside them.
+
+    Overlapping communication with computation hides it, but the two share the memory system: a
+    MatMul streaming its operands from HBM can slow the SDMA transfers of a collective running at
+    the same time. When the collective then takes longer than the compute it hides behind, the
+    overlap costs more than it saves.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         baseline = float(ctx.thresholds.sdma_baseline_gbps)
         limit = baseline * ctx.thresholds.contention_bandwidth_percent / 100
@@ -220,17 +221,3 @@ class CommBandwidthContention(Rule):
         span, conf, related = sq.gradient_sync_anchor(ctx)
         yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
                           related=related)
-
-
-register(CommBandwidthContention(
-    "NPU219", "comm-bandwidth-contention",
-    summary="Collectives whose SDMA bandwidth drops under 0.8x its baseline while MatMuls run beside them.",
-    rationale=(
-        "Overlapping communication with computation hides it, but the two share the memory system: a "
-        "MatMul streaming its operands from HBM can slow the SDMA transfers of a collective running at "
-        "the same time. When the collective then takes longer than the compute it hides behind, the "
-        "overlap costs more than it saves."
-    ),
-    thresholds=("sdmaBaselineGbps", "contentionBandwidthPercent"),
-    backends=(Backend.ASCEND,),
-))

@@ -28,7 +28,7 @@ from msprof_lsp.mapping.units import NS_PER_US, format_us
 from ..context import RuleContext
 from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import grad_accum
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 GRADIENT = pq.GRADIENT_COLLECTIVE
@@ -45,7 +45,17 @@ class _Comm:
     pipeline_ns: float = 0.0  # per step: the part of the breakdown's figure that is pipeline send/recv
 
 
+@declare("NPU102", "grad-accumulation",
+         thresholds=("commMaxPercent", "accumSteps", "sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent"),
+         backends=(Backend.ASCEND, Backend.CUDA))
 class GradAccumulation(Rule):
+    """Gradient communication that compute does not hide takes a large share of each step.
+
+    Data-parallel training all-reduces the gradients after every backward pass; when compute cannot
+    hide it, the device waits for the network every step. Accumulating gradients over several
+    micro-batches (with DDP's no_sync() on the others) synchronises once per optimizer step instead.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         comm = _from_breakdown(ctx) or _from_kernels(ctx)
         if comm is None or comm.not_overlapped_ns <= 0:
@@ -114,19 +124,6 @@ class GradAccumulation(Rule):
         fixes = sq.fixes(ctx, (grad_accum.accumulate_gradients, call.span, index.path, {"accum_steps": accum}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total_ns, confidence=conf,
                           evidence=evidence, fixes=fixes, related=related, step_ns=step_ns, effect=effect)
-
-
-register(GradAccumulation(
-    "NPU102", "grad-accumulation",
-    summary="Gradient communication that compute does not hide takes a large share of each step.",
-    rationale=(
-        "Data-parallel training all-reduces the gradients after every backward pass; when compute cannot hide it, "
-        "the device waits for the network every step. Accumulating gradients over several micro-batches (with DDP's "
-        "no_sync() on the others) synchronises once per optimizer step instead."
-    ),
-    thresholds=("commMaxPercent", "accumSteps", "sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent"),
-    backends=(Backend.ASCEND, Backend.CUDA),
-))
 
 
 def _accumulated(ctx: RuleContext, k: int) -> Effect:

@@ -28,7 +28,7 @@ from msprof_lsp.mapping.profile.model import Backend
 from ..context import RuleContext
 from ..finding import Finding, Severity
 from ..fixes import npu_switches
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 COMPILE_API = "aclopCompileAndExecute"
@@ -50,7 +50,16 @@ def _op_states(ctx: RuleContext) -> np.ndarray:
     return compute & pq.kernels_in_steps_mask(ctx.profile) & np.isin(state, ["dynamic", "static"])
 
 
+# pytorch_only: its advice is torch_npu's
+@declare("NPU107", "online-compile", thresholds=("opCompileMaxCount",), pytorch_only=True, level1=LEVEL1_NEED)
 class OnlineCompile(Rule):
+    """Operators are compiled at run time (aclopCompileAndExecute) instead of using prebuilt binaries.
+
+    With jit_compile on, torch_npu compiles an operator the first time it sees a shape (and again
+    for every new shape); compilation takes milliseconds on the host and the device waits. Prebuilt
+    operator binaries (jit_compile=False) skip it; stable shapes keep the cache effective.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if ctx.backend is not Backend.ASCEND:
             yield from self._recompiles(ctx)
@@ -177,17 +186,3 @@ class OnlineCompile(Rule):
                     "manual_fix": ["torch._dynamo.mark_dynamic(t, dim)", "torch.compile(..., dynamic=True)"]}
         yield ctx.finding(self, span=None, message=message, total_ns=total, evidence=evidence,
                           confidence=Confidence.INFERRED, severity=Severity.HINT)
-
-
-register(OnlineCompile(
-    "NPU107", "online-compile",
-    summary="Operators are compiled at run time (aclopCompileAndExecute) instead of using prebuilt binaries.",
-    rationale=(
-        "With jit_compile on, torch_npu compiles an operator the first time it sees a shape (and again for every "
-        "new shape); compilation takes milliseconds on the host and the device waits. Prebuilt operator binaries "
-        "(jit_compile=False) skip it; stable shapes keep the cache effective."
-    ),
-    thresholds=("opCompileMaxCount",),
-    pytorch_only=True,  # its advice is torch_npu's
-    level1=LEVEL1_NEED,
-))

@@ -18,14 +18,23 @@ import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
 
+@declare("NPU205", "copy-fragments", thresholds=("copyFragmentsMin",), backends=(Backend.ASCEND, Backend.CUDA),
+         needs=(Data.KERNELS,))
 class CopyFragments(Rule):
+    """One line issues many small host-device copies per step.
+
+    Every host-device copy is a separate DMA task with its own launch and synchronisation; from
+    pageable memory the runtime stages it through a pinned buffer first. Many small copies from one
+    line cost far more than one batched copy of the same bytes.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         prof = ctx.profile
         direction = pq.copy_directions(prof)
@@ -63,17 +72,3 @@ class CopyFragments(Rule):
         )
         conf = g.site.confidence if g.site is not None else Confidence.STACK
         return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
-
-
-register(CopyFragments(
-    "NPU205", "copy-fragments",
-    summary="One line issues many small host-device copies per step.",
-    rationale=(
-        "Every host-device copy is a separate DMA task with its own launch and synchronisation; from "
-        "pageable memory the runtime stages it through a pinned buffer first. Many small copies from "
-        "one line cost far more than one batched copy of the same bytes."
-    ),
-    thresholds=("copyFragmentsMin",),
-    backends=(Backend.ASCEND, Backend.CUDA),
-    needs=(Data.KERNELS,),
-))

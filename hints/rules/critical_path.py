@@ -21,7 +21,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 
 from ..context import RuleContext
 from ..finding import Finding
-from ..registry import Data, Rule, register
+from ..registry import Data, Rule, declare
 
 # bound -> (the rule whose fix applies, the short fix); bandwidth splits into copies and collectives
 ADVICE = {
@@ -38,7 +38,18 @@ DIAGNOSIS = {
 }
 
 
+# path time is charged to lines through recorded stacks; on a stackless capture the lines come
+# from anchoring by name and shape, too coarse to say which line is on the path
+@declare("NPU251", "critical-path-bound", thresholds=("criticalPathMinPercent",),
+         needs=(Data.ATTRIBUTION, Data.CALL_STACKS))
 class CriticalPathBound(Rule):
+    """A line mostly on the step's critical path is host-, sync- or bandwidth-bound.
+
+    Time on the critical path is time the step cannot hide: shortening it shortens the step. When a
+    line's work lies there and what holds it up is the host launching it, a synchronisation, or a
+    copy or collective, the fix is the one for that cause, and it pays in full.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         cp = ctx.critical_path
         if cp.unavailable is not None or not cp.lines:
@@ -79,21 +90,6 @@ class CriticalPathBound(Rule):
             "see": see,
         }
         return ctx.finding(self, span=span, message=msg, total_ns=cost * ctx.num_steps, wall=True, evidence=evidence)
-
-
-register(CriticalPathBound(
-    "NPU251", "critical-path-bound",
-    summary="A line mostly on the step's critical path is host-, sync- or bandwidth-bound.",
-    rationale=(
-        "Time on the critical path is time the step cannot hide: shortening it shortens the step. When a line's "
-        "work lies there and what holds it up is the host launching it, a synchronisation, or a copy or "
-        "collective, the fix is the one for that cause, and it pays in full."
-    ),
-    thresholds=("criticalPathMinPercent",),
-    needs=(Data.ATTRIBUTION, Data.CALL_STACKS),
-    # path time is charged to lines through recorded stacks; on a stackless capture the lines come
-    # from anchoring by name and shape, too coarse to say which line is on the path
-))
 
 
 def _line_spans(ctx: RuleContext) -> dict[tuple[str, int], Span]:

@@ -27,14 +27,24 @@ from msprof_lsp.mapping.units import NS_PER_US
 from ..context import RuleContext
 from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import dataloader as fx
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 DATALOADER = re.compile(r"dataloader", re.I)
 MEMCPY_H2D = re.compile(r"^MEMCPY_ASYNC$|Memcpy HtoD", re.I)
 
 
+@declare("NPU104", "dataloader-input",
+         thresholds=("dataloaderMaxUs", "dataloaderMaxPercent", "h2dMaxPercent", "dataloaderWorkers"))
 class DataloaderInput(Rule):
+    """The input pipeline (DataLoader fetch, host-to-device copies) holds up each step.
+
+    A single-process DataLoader loads and collates every batch on the training thread while the
+    device waits; unpinned host memory makes the copy to the device synchronous. Worker processes
+    prefetch batches in parallel, and pinned memory with non_blocking copies overlaps the transfer
+    with compute.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         prof = ctx.profile
         h = prof.host_ops
@@ -175,18 +185,6 @@ class DataloaderInput(Rule):
         conf = Confidence.MODULE if len(rows) else Confidence.INFERRED
         return ctx.finding(self, span=None, message=message, total_ns=total, wall=wall, evidence=evidence, confidence=conf,
                            effect=effect)
-
-
-register(DataloaderInput(
-    "NPU104", "dataloader-input",
-    summary="The input pipeline (DataLoader fetch, host-to-device copies) holds up each step.",
-    rationale=(
-        "A single-process DataLoader loads and collates every batch on the training thread while the device "
-        "waits; unpinned host memory makes the copy to the device synchronous. Worker processes prefetch batches "
-        "in parallel, and pinned memory with non_blocking copies overlaps the transfer with compute."
-    ),
-    thresholds=("dataloaderMaxUs", "dataloaderMaxPercent", "h2dMaxPercent", "dataloaderWorkers"),
-))
 
 
 def _fetch_removed(ctx: RuleContext, rows: np.ndarray) -> Effect:

@@ -26,7 +26,7 @@ from msprof_lsp.mapping.units import NS_PER_US, format_us
 
 from ..context import RuleContext
 from ..finding import Finding, Related
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 MANUAL = {
@@ -44,7 +44,18 @@ MANUAL = {
 }
 
 
+# pytorch_only: every lever it names is PyTorch's: torch.compile, the batch, DataLoader, torch_npu fusions
+@declare("NPU105", "device-idle",
+         thresholds=("freeMaxPercent", "computeMinPercent", "schedulingDelayUs", "smallKernelUs"),
+         backends=(Backend.ASCEND, Backend.CUDA), pytorch_only=True)
 class DeviceIdle(Rule):
+    """The device sits idle for a large part of each step (host-bound: small kernels, launch gaps).
+
+    When the host cannot launch work fast enough -- many tiny kernels, Python overhead between them,
+    waits on input or synchronisation -- the device is idle between kernels. Fewer, larger kernels
+    (compilation, fusion, a bigger batch) and a faster launch path raise its utilisation.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         got = _breakdown(ctx)
         if got is None:
@@ -110,20 +121,6 @@ class DeviceIdle(Rule):
         index, _call, loop, conf = found
         yield ctx.finding(self, span=loop.header, message=message, total_ns=total, evidence=evidence,
                           confidence=conf, related=related, wall=wall, step_ns=step_ns)
-
-
-register(DeviceIdle(
-    "NPU105", "device-idle",
-    summary="The device sits idle for a large part of each step (host-bound: small kernels, launch gaps).",
-    rationale=(
-        "When the host cannot launch work fast enough -- many tiny kernels, Python overhead between them, waits "
-        "on input or synchronisation -- the device is idle between kernels. Fewer, larger kernels (compilation, "
-        "fusion, a bigger batch) and a faster launch path raise its utilisation."
-    ),
-    thresholds=("freeMaxPercent", "computeMinPercent", "schedulingDelayUs", "smallKernelUs"),
-    backends=(Backend.ASCEND, Backend.CUDA),
-    pytorch_only=True,  # every lever it names is PyTorch's: torch.compile, the batch, DataLoader, torch_npu fusions
-))
 
 
 PREPARING, IN_STEP = "preparing", "in_step_gaps"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import env_vars, make_offer
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
 
@@ -42,7 +42,8 @@ def _lacks_expandable(v: str) -> bool:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class EnvRule(Rule):
-    """One variable family: the rule's own fields after code and name; every row is a rule."""
+    """One variable family: the rule's own fields after code and name; each family is a subclass
+    below, its ``@declare`` giving them."""
 
     variables: tuple[str, ...]
     fires: Callable[[str], bool]  # on the recorded value ("" = unset)
@@ -89,45 +90,81 @@ class EnvRule(Rule):
             yield ctx.finding(self, span=span, message=msg, confidence=conf, evidence=evidence, fixes=fixes)
 
 
-SPECS: tuple[EnvRule, ...] = (
-    EnvRule("NPU241", "env-log-level", ("ASCEND_GLOBAL_LOG_LEVEL",), lambda v: v != "" and v.strip() != "3",
-            "Verbose CANN logging", "logging below ERROR level slows every API call",
-            "export ASCEND_GLOBAL_LOG_LEVEL=3", "3",
-            summary="CANN logs at INFO/DEBUG/WARNING level during the run.",
-            rationale="Below level 3 (ERROR) CANN writes log records on the hot path of every API call."),
-    EnvRule("NPU242", "env-hccl-rdma-qos", ("HCCL_RDMA_TC", "HCCL_RDMA_SL"), lambda v: v != "",
-            "RDMA QoS set", "HCCL traffic class / service level differs from the defaults",
-            "Review the network QoS settings with your cluster admin", "",
-            summary="HCCL_RDMA_TC / HCCL_RDMA_SL are set (informational).",
-            rationale="A traffic class or service level that does not match the switch configuration can throttle collective bandwidth."),
-    EnvRule("NPU243", "env-aclnn-cache", ("ACLNN_CACHE_LIMIT",), _int_below(10000),
-            "Small aclnn cache", "op executors are rebuilt when the cache overflows",
-            "export ACLNN_CACHE_LIMIT=100000", "100000",
-            summary="ACLNN_CACHE_LIMIT is unset or below 10000.",
-            rationale="aclnn caches compiled op executors per shape; a small cache makes models with many shapes rebuild them on the host."),
-    EnvRule("NPU244", "env-host-cache", ("HOST_CACHE_CAPACITY",), lambda v: v.strip() in ("", "0"),
-            "Host op cache off", "op host information is recomputed on every launch",
-            "export HOST_CACHE_CAPACITY=20", "20",
-            summary="HOST_CACHE_CAPACITY is unset or 0.",
-            rationale="With the host cache off, torch_npu rebuilds the host-side description of every op launch instead of reusing it.",
-            pytorch_only=True),
-    EnvRule("NPU245", "env-alloc-conf", ("PYTORCH_NPU_ALLOC_CONF",), _lacks_expandable,
-            "No expandable segments", "the caching allocator fragments device memory",
-            "export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True", env_vars.merge_setting("expandable_segments:True"),
-            summary="PYTORCH_NPU_ALLOC_CONF lacks expandable_segments:True.",
-            rationale="Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees, re-allocations and out-of-memory retries.",
-            pytorch_only=True),
-    EnvRule("NPU246", "env-launch-blocking", ("ASCEND_LAUNCH_BLOCKING",), lambda v: v.strip() == "1",
-            "Synchronous launches", "every op waits for the device to finish",
-            "unset ASCEND_LAUNCH_BLOCKING", None,
-            summary="ASCEND_LAUNCH_BLOCKING=1 makes every launch synchronous.",
-            rationale="A debugging switch: the host blocks after each kernel launch, so host and device never overlap."),
-    EnvRule("NPU247", "env-hccl-algo", ("HCCL_ALGO",), lambda v: v != "",
-            "HCCL algorithm forced", "a fixed collective algorithm overrides HCCL's per-size choice",
-            "unset HCCL_ALGO unless it was tuned for this cluster", None,
-            summary="HCCL_ALGO forces a collective algorithm.",
-            rationale="HCCL picks an algorithm per message size and topology; a forced one is slower unless tuned for this cluster."),
-)
+@declare("NPU241", "env-log-level", variables=("ASCEND_GLOBAL_LOG_LEVEL",),
+         fires=lambda v: v != "" and v.strip() != "3", short="Verbose CANN logging",
+         diagnosis="logging below ERROR level slows every API call", advice="export ASCEND_GLOBAL_LOG_LEVEL=3",
+         value="3")
+class EnvLogLevel(EnvRule):
+    """CANN logs at INFO/DEBUG/WARNING level during the run.
+
+    Below level 3 (ERROR) CANN writes log records on the hot path of every API call.
+    """
+
+
+@declare("NPU242", "env-hccl-rdma-qos", variables=("HCCL_RDMA_TC", "HCCL_RDMA_SL"), fires=lambda v: v != "",
+         short="RDMA QoS set", diagnosis="HCCL traffic class / service level differs from the defaults",
+         advice="Review the network QoS settings with your cluster admin")
+class EnvHcclRdmaQos(EnvRule):
+    """HCCL_RDMA_TC / HCCL_RDMA_SL are set (informational).
+
+    A traffic class or service level that does not match the switch configuration can throttle
+    collective bandwidth.
+    """
+
+
+@declare("NPU243", "env-aclnn-cache", variables=("ACLNN_CACHE_LIMIT",), fires=_int_below(10000),
+         short="Small aclnn cache", diagnosis="op executors are rebuilt when the cache overflows",
+         advice="export ACLNN_CACHE_LIMIT=100000", value="100000")
+class EnvAclnnCache(EnvRule):
+    """ACLNN_CACHE_LIMIT is unset or below 10000.
+
+    aclnn caches compiled op executors per shape; a small cache makes models with many shapes
+    rebuild them on the host.
+    """
+
+
+@declare("NPU244", "env-host-cache", variables=("HOST_CACHE_CAPACITY",), fires=lambda v: v.strip() in ("", "0"),
+         short="Host op cache off", diagnosis="op host information is recomputed on every launch",
+         advice="export HOST_CACHE_CAPACITY=20", value="20", pytorch_only=True)
+class EnvHostCache(EnvRule):
+    """HOST_CACHE_CAPACITY is unset or 0.
+
+    With the host cache off, torch_npu rebuilds the host-side description of every op launch instead
+    of reusing it.
+    """
+
+
+@declare("NPU245", "env-alloc-conf", variables=("PYTORCH_NPU_ALLOC_CONF",), fires=_lacks_expandable,
+         short="No expandable segments", diagnosis="the caching allocator fragments device memory",
+         advice="export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True",
+         value=env_vars.merge_setting("expandable_segments:True"), pytorch_only=True)
+class EnvAllocConf(EnvRule):
+    """PYTORCH_NPU_ALLOC_CONF lacks expandable_segments:True.
+
+    Without expandable segments the allocator reserves fixed blocks; fragmentation forces frees,
+    re-allocations and out-of-memory retries.
+    """
+
+
+@declare("NPU246", "env-launch-blocking", variables=("ASCEND_LAUNCH_BLOCKING",), fires=lambda v: v.strip() == "1",
+         short="Synchronous launches", diagnosis="every op waits for the device to finish",
+         advice="unset ASCEND_LAUNCH_BLOCKING", value=None)
+class EnvLaunchBlocking(EnvRule):
+    """ASCEND_LAUNCH_BLOCKING=1 makes every launch synchronous.
+
+    A debugging switch: the host blocks after each kernel launch, so host and device never overlap.
+    """
+
+
+@declare("NPU247", "env-hccl-algo", variables=("HCCL_ALGO",), fires=lambda v: v != "", short="HCCL algorithm forced",
+         diagnosis="a fixed collective algorithm overrides HCCL's per-size choice",
+         advice="unset HCCL_ALGO unless it was tuned for this cluster", value=None)
+class EnvHcclAlgo(EnvRule):
+    """HCCL_ALGO forces a collective algorithm.
+
+    HCCL picks an algorithm per message size and topology; a forced one is slower unless tuned for
+    this cluster.
+    """
 
 
 def _setter_re(var: str) -> re.Pattern[str]:
@@ -154,7 +191,3 @@ def setter_statements(ctx: RuleContext, var: str) -> list[Span]:
             continue
         out += [st.span for st in index.statements if key.search(st.text)]
     return out
-
-
-for _rule in SPECS:
-    register(_rule)

@@ -29,7 +29,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Target
 from msprof_lsp.hints.fixes import fused_api as fx
 from msprof_lsp.hints.fixes import make_offer
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.source.heat import SiteKind
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend, Profile
@@ -313,7 +313,8 @@ def _touching(ctx: RuleContext, unknown: Effect, ops: np.ndarray | None) -> Effe
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FusedSpec(Rule):
-    """One fused API: the rule's own fields after code and name; every row of SPECS is a rule."""
+    """One fused API: the rule's own fields after code and name; each API is a subclass below,
+    its ``@declare`` giving them."""
 
     short: str  # message short name
     api: str  # the torch_npu API
@@ -441,113 +442,134 @@ class FusedSpec(Rule):
         return out
 
 
-SPECS: tuple[FusedSpec, ...] = (
-    FusedSpec(
-        "NPU210", "fused-api-rms-norm", "RMSNorm written out", "torch_npu.npu_rms_norm",
-        (("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}", "7.0.0"),),
-        ("Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", "(Cast){0,1}-Pow-ReduceMean-(Add|Adds)-Rsqrt-Mul"),
-        fx.rms_norm,
-        "Use torch_npu.npu_rms_norm", "Use F.rms_norm or nn.RMSNorm",
-        "y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
-        keywords=r"\brsqrt\b|\bpow\b|\bsquare\b|\*\*\s*2\b", tail=("to|type_as", "mul"),  # the pow line when split
-        summary="RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.",
-        rationale="Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole activation; npu_rms_norm does it in one pass.",
-    ),
-    FusedSpec(
-        "NPU211", "fused-api-swiglu", "SwiGLU written out", "torch_npu.npu_swiglu",
-        tuple((p, "7.0.0") for p in (
-            "(slice|chunk)-silu-mul", "(slice|chunk)-mul-silu", "(slice|chunk)-sigmoid-mul-mul",
-            "(slice|chunk)-mul-sigmoid-mul", "(slice|chunk)-mul-mul-sigmoid",
-        )),
-        ("Slice-Slice-Swish-Mul",), fx.swiglu,
-        "Use torch_npu.npu_swiglu", "torch.compile the gated MLP",
-        "mlp = torch.compile(mlp)  # fuses chunk-silu-mul into one kernel",
-        keywords=r"\bsilu\b|\bsigmoid\b|\bchunk\(",
-        summary="SwiGLU as chunk-silu-mul: one fused npu_swiglu kernel instead.",
-        rationale="The split, the SiLU and the product are three kernels with two intermediate tensors; npu_swiglu computes silu(a) * b in one kernel.",
-    ),
-    FusedSpec(
-        "NPU212", "fused-api-rotary-mul", "Rotary embedding written out", "torch_npu.npu_rotary_mul",
-        (("(chunk)-neg-cat-(mul){0,2}-add", "7.0.RC1"), ("(slice)-neg-cat-(mul){0,2}-add", "7.0.RC1")),
-        ("Mul-Slice-Neg-Slice-ConcatD-Mul",), fx.rotary_mul,
-        "Use torch_npu.npu_rotary_mul", "torch.compile the rotary embedding",
-        "apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
-        keywords=r"rotate_half|cat\(\s*[(\[]\s*-", lead=("mul", "slice"),
-        summary="Rotary embedding as chunk-neg-cat-mul-add: one fused npu_rotary_mul kernel instead.",
-        rationale="rotate_half and the two products launch five or more small kernels per tensor; npu_rotary_mul applies the rotation in one.",
-    ),
-    FusedSpec(
-        "NPU213", "fused-api-attention", "Attention written out", "torch_npu.npu_fusion_attention",
-        # the bool mask's fill in place (aten::masked_fill_) or not (aten::masked_fill: a clone and
-        # the in-place fill inside it; eager kernels: the clone's copy, then MaskedFill)
-        (
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
-            ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul",
-             "7.0.RC1"),
-        ),
-        ("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}-SoftmaxV2"
-         "-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",
-         "(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(ViewCopy|TensorMove)-MaskedFill-(Add|Adds){0,1}"
-         "-SoftmaxV2-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)"),
-        fx.attention,
-        "Use torch_npu.npu_fusion_attention", "Use F.scaled_dot_product_attention",
-        "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
-        backend_fix=True,
-        keywords=r"@|\bmatmul\(|\bbmm\(|softmax", lead=("transpose|permute",),
-        summary="Attention as matmul-softmax-matmul: one fused attention kernel instead.",
-        rationale="The score matrix (batch x heads x seq x seq) is written and read by every step of the hand-written attention; the fused kernel keeps it on chip.",
-    ),
-    FusedSpec(
-        "NPU214", "fused-api-fast-gelu", "Exact GELU", "torch_npu.fast_gelu",
-        (("gelu", "6.3.RC2"),),
-        (), fx.fast_gelu,
-        "Use torch_npu.fast_gelu (approximation)", "Use the tanh GELU approximation",
-        'y = F.gelu(x, approximate="tanh")',
-        backend_fix=True,
-        keywords=r"\bgelu\b|GELU",
-        summary="Exact GELU where the faster approximation would do.",
-        rationale="The erf-based GELU is slower than its approximation; fast_gelu (tanh GELU on CUDA) changes numerics slightly, so it is opt-in.",
-    ),
-    FusedSpec(
-        "NPU215", "fused-api-confusion-transpose", "Transpose and reshape", "torch_npu.npu_confusion_transpose",
-        (("(permute|transpose)-(contiguous){0,1}-(reshape|view)", "6.3.RC2"), ("(reshape|view)-(contiguous){0,1}-(permute|transpose)", "6.3.RC2")),
-        ("Transpose",), fx.confusion_transpose,
-        "Use torch_npu.npu_confusion_transpose", "Drop .contiguous() where the consumer accepts strides",
-        "out = out.transpose(1, 2).reshape(b, s, h)  # reshape copies only when it must",
-        keywords=r"\.(permute|transpose)\(.*\.(view|reshape)\(|\.(view|reshape)\(.*\.(permute|transpose)\(",
-        summary="permute/transpose + contiguous + view: one npu_confusion_transpose instead.",
-        rationale="The explicit contiguous() copy and the layout change are separate kernels; npu_confusion_transpose moves the data once.",
-    ),
-    FusedSpec(
-        "NPU216", "fused-api-scaled-masked-softmax", "Masked softmax written out", "torch_npu.npu_scaled_masked_softmax",
-        # scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill,
-        # in place or not, or a float mask added; inside a written-out attention NPU213's match
-        # holds these ops too, and hints.consolidate folds this finding into that one
-        (("(mul){0,1}-(masked_fill|masked_fill_)-softmax", "6.3.RC2"), ("(mul){0,1}-(add)-softmax", "6.3.RC2")),
-        # kernel types: the graph-mode sequence, then the eager ones -- the bool mask's fill (out of
-        # place: the clone's copy first) or a float mask's tensor Add (Adds is a scalar: no mask)
-        ("Cast-Mul-MaskedFill-SoftmaxV2-Cast", "(Mul|Muls){0,1}-(ViewCopy|TensorMove){0,1}-MaskedFill-SoftmaxV2",
-         "(Mul|Muls){0,1}-Add-SoftmaxV2"),
-        fx.scaled_masked_softmax,
-        "Use torch_npu.npu_scaled_masked_softmax", "Use SDPA or torch.compile",
-        "p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
-        keywords=r"masked_fill|softmax",  # the mask's line when split; the softmax's otherwise
-        starts=r"(?<!\*)\*(?!\*)|\bmul\(",  # a kernel match's scale (Mul/Muls) on a line of its own
-        summary="Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.",
-        rationale="Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused kernel applies both on the fly.",
-    ),
-    FusedSpec(
-        "NPU217", "fused-api-add-layer-norm", "Residual add then LayerNorm", "torch_npu.npu_add_layer_norm",
-        (("add-layer_norm", "8.0.RC1"),),
-        ("Add-LayerNorm",), fx.add_layer_norm,
-        "Use torch_npu.npu_add_layer_norm", "torch.compile the residual add and LayerNorm",
-        "block = torch.compile(block)  # fuses the residual add into the LayerNorm",
-        keywords=r"\+.*\bnorm|\bnorm\w*\(|layer_norm",
-        summary="Residual add followed by LayerNorm: one npu_add_layer_norm kernel instead.",
-        rationale="The sum is written to memory only to be read back by the LayerNorm; npu_add_layer_norm returns both from one kernel.",
-    ),
-)
+# keywords: the pow line when split
+@declare("NPU210", "fused-api-rms-norm", short="RMSNorm written out", api="torch_npu.npu_rms_norm",
+         patterns=(("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}", "7.0.0"),),
+         kernel_patterns=("Cast-Square-ReduceMeanD-Add-Rsqrt-Mul-Cast-Mul", "(Cast){0,1}-Pow-ReduceMean-(Add|Adds)-Rsqrt-Mul"),
+         transform=fx.rms_norm, fix_npu="Use torch_npu.npu_rms_norm", fix_cuda="Use F.rms_norm or nn.RMSNorm",
+         snippet_cuda="y = F.rms_norm(x, (x.shape[-1],), weight, eps)  # or nn.RMSNorm(dim, eps=eps)",
+         keywords=r"\brsqrt\b|\bpow\b|\bsquare\b|\*\*\s*2\b", tail=("to|type_as", "mul"))
+class FusedRmsNorm(FusedSpec):
+    """RMSNorm computed as pow-mean-add-rsqrt-mul: one fused npu_rms_norm kernel instead.
+
+    Each of pow, mean, add, rsqrt and mul is a separate kernel that reads and writes the whole
+    activation; npu_rms_norm does it in one pass.
+    """
 
 
-for _rule in SPECS:
-    register(_rule)
+@declare("NPU211", "fused-api-swiglu", short="SwiGLU written out", api="torch_npu.npu_swiglu",
+         patterns=tuple((p, "7.0.0") for p in ("(slice|chunk)-silu-mul", "(slice|chunk)-mul-silu",
+                                               "(slice|chunk)-sigmoid-mul-mul", "(slice|chunk)-mul-sigmoid-mul",
+                                               "(slice|chunk)-mul-mul-sigmoid")),
+         kernel_patterns=("Slice-Slice-Swish-Mul",), transform=fx.swiglu,
+         fix_npu="Use torch_npu.npu_swiglu", fix_cuda="torch.compile the gated MLP",
+         snippet_cuda="mlp = torch.compile(mlp)  # fuses chunk-silu-mul into one kernel",
+         keywords=r"\bsilu\b|\bsigmoid\b|\bchunk\(")
+class FusedSwiglu(FusedSpec):
+    """SwiGLU as chunk-silu-mul: one fused npu_swiglu kernel instead.
+
+    The split, the SiLU and the product are three kernels with two intermediate tensors; npu_swiglu
+    computes silu(a) * b in one kernel.
+    """
+
+
+@declare("NPU212", "fused-api-rotary-mul", short="Rotary embedding written out", api="torch_npu.npu_rotary_mul",
+         patterns=(("(chunk)-neg-cat-(mul){0,2}-add", "7.0.RC1"), ("(slice)-neg-cat-(mul){0,2}-add", "7.0.RC1")),
+         kernel_patterns=("Mul-Slice-Neg-Slice-ConcatD-Mul",), transform=fx.rotary_mul,
+         fix_npu="Use torch_npu.npu_rotary_mul", fix_cuda="torch.compile the rotary embedding",
+         snippet_cuda="apply_rotary = torch.compile(apply_rotary)  # fuses chunk-neg-cat-mul-add",
+         keywords=r"rotate_half|cat\(\s*[(\[]\s*-", lead=("mul", "slice"))
+class FusedRotaryMul(FusedSpec):
+    """Rotary embedding as chunk-neg-cat-mul-add: one fused npu_rotary_mul kernel instead.
+
+    rotate_half and the two products launch five or more small kernels per tensor; npu_rotary_mul
+    applies the rotation in one.
+    """
+
+
+# the bool mask's fill in place (aten::masked_fill_) or not (aten::masked_fill: a clone and the
+# in-place fill inside it; eager kernels: the clone's copy, then MaskedFill)
+@declare("NPU213", "fused-api-attention", short="Attention written out", api="torch_npu.npu_fusion_attention",
+         patterns=(("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-softmax-(dropout){0,1}-matmul", "7.0.RC1"),
+                   ("matmul-(add){0,1}-(mul){0,1}-(masked_fill|masked_fill_){0,1}-(add){0,1}-softmax-(dropout){0,1}-matmul",
+                    "7.0.RC1")),
+         kernel_patterns=("(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(MaskedFill){0,1}-(Add|Adds){0,1}"
+                          "-SoftmaxV2-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)",
+                          "(BatchMatMulV2|BatchMatMul)-(Add|Adds){0,1}-(Mul|Muls){0,1}-(ViewCopy|TensorMove)-MaskedFill"
+                          "-(Add|Adds){0,1}-SoftmaxV2-(DropOutDoMask|DropOutDoMaskV3){0,1}-(BatchMatMulV2|BatchMatMul)"),
+         transform=fx.attention, fix_npu="Use torch_npu.npu_fusion_attention", fix_cuda="Use F.scaled_dot_product_attention",
+         snippet_cuda="out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=s)",
+         backend_fix=True, keywords=r"@|\bmatmul\(|\bbmm\(|softmax", lead=("transpose|permute",))
+class FusedAttention(FusedSpec):
+    """Attention as matmul-softmax-matmul: one fused attention kernel instead.
+
+    The score matrix (batch x heads x seq x seq) is written and read by every step of the
+    hand-written attention; the fused kernel keeps it on chip.
+    """
+
+
+@declare("NPU214", "fused-api-fast-gelu", short="Exact GELU", api="torch_npu.fast_gelu",
+         patterns=(("gelu", "6.3.RC2"),), kernel_patterns=(), transform=fx.fast_gelu,
+         fix_npu="Use torch_npu.fast_gelu (approximation)", fix_cuda="Use the tanh GELU approximation",
+         snippet_cuda='y = F.gelu(x, approximate="tanh")', backend_fix=True, keywords=r"\bgelu\b|GELU")
+class FusedFastGelu(FusedSpec):
+    """Exact GELU where the faster approximation would do.
+
+    The erf-based GELU is slower than its approximation; fast_gelu (tanh GELU on CUDA) changes
+    numerics slightly, so it is opt-in.
+    """
+
+
+@declare("NPU215", "fused-api-confusion-transpose", short="Transpose and reshape", api="torch_npu.npu_confusion_transpose",
+         patterns=(("(permute|transpose)-(contiguous){0,1}-(reshape|view)", "6.3.RC2"),
+                   ("(reshape|view)-(contiguous){0,1}-(permute|transpose)", "6.3.RC2")),
+         kernel_patterns=("Transpose",), transform=fx.confusion_transpose,
+         fix_npu="Use torch_npu.npu_confusion_transpose", fix_cuda="Drop .contiguous() where the consumer accepts strides",
+         snippet_cuda="out = out.transpose(1, 2).reshape(b, s, h)  # reshape copies only when it must",
+         keywords=r"\.(permute|transpose)\(.*\.(view|reshape)\(|\.(view|reshape)\(.*\.(permute|transpose)\(")
+class FusedConfusionTranspose(FusedSpec):
+    """permute/transpose + contiguous + view: one npu_confusion_transpose instead.
+
+    The explicit contiguous() copy and the layout change are separate kernels;
+    npu_confusion_transpose moves the data once.
+    """
+
+
+# patterns: scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill,
+# in place or not, or a float mask added; inside a written-out attention NPU213's match holds these
+# ops too, and hints.consolidate folds this finding into that one
+# keywords: the mask's line when split; the softmax's otherwise
+# scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill, in place or
+# not, or a float mask added; inside a written-out attention NPU213's match holds these ops too, and
+# hints.consolidate folds this finding into that one. Kernel types: the graph-mode sequence, then the
+# eager ones -- the bool mask's fill (out of place: the clone's copy first) or a float mask's tensor
+# Add (Adds is a scalar: no mask). keywords: the mask's line when split, the softmax's otherwise;
+# starts: a kernel match's scale (Mul/Muls) on a line of its own
+@declare("NPU216", "fused-api-scaled-masked-softmax", short="Masked softmax written out",
+         api="torch_npu.npu_scaled_masked_softmax",
+         patterns=(("(mul){0,1}-(masked_fill|masked_fill_)-softmax", "6.3.RC2"), ("(mul){0,1}-(add)-softmax", "6.3.RC2")),
+         kernel_patterns=("Cast-Mul-MaskedFill-SoftmaxV2-Cast", "(Mul|Muls){0,1}-(ViewCopy|TensorMove){0,1}-MaskedFill-SoftmaxV2",
+                          "(Mul|Muls){0,1}-Add-SoftmaxV2"),
+         transform=fx.scaled_masked_softmax,
+         fix_npu="Use torch_npu.npu_scaled_masked_softmax", fix_cuda="Use SDPA or torch.compile",
+         snippet_cuda="p = torch.compile(masked_softmax)(x, mask, scale)  # or F.scaled_dot_product_attention",
+         keywords=r"masked_fill|softmax", starts=r"(?<!\*)\*(?!\*)|\bmul\(")
+class FusedScaledMaskedSoftmax(FusedSpec):
+    """Scale, mask and softmax as separate ops: one npu_scaled_masked_softmax kernel instead.
+
+    Scaling and masking each write a full score-sized tensor before the softmax reads it; the fused
+    kernel applies both on the fly.
+    """
+
+
+@declare("NPU217", "fused-api-add-layer-norm", short="Residual add then LayerNorm", api="torch_npu.npu_add_layer_norm",
+         patterns=(("add-layer_norm", "8.0.RC1"),), kernel_patterns=("Add-LayerNorm",), transform=fx.add_layer_norm,
+         fix_npu="Use torch_npu.npu_add_layer_norm", fix_cuda="torch.compile the residual add and LayerNorm",
+         snippet_cuda="block = torch.compile(block)  # fuses the residual add into the LayerNorm",
+         keywords=r"\+.*\bnorm|\bnorm\w*\(|layer_norm")
+class FusedAddLayerNorm(FusedSpec):
+    """Residual add followed by LayerNorm: one npu_add_layer_norm kernel instead.
+
+    The sum is written to memory only to be read back by the LayerNorm; npu_add_layer_norm returns
+    both from one kernel.
+    """

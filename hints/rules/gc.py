@@ -22,7 +22,7 @@ import numpy as np
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import gc_freeze, make_offer
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 from msprof_lsp.mapping.profile.model import Backend
@@ -35,7 +35,15 @@ ACL_MAX_SHARE = 0.01  # ... taking at most 1 % of it
 LEVEL1_NEED = "AscendCL@ API events (GC conjectured from long device-idle gaps)"
 
 
+@declare("NPU230", "gc-pauses", thresholds=("gcMinUs",), backends=(Backend.ASCEND,), level1=LEVEL1_NEED)
 class GcPauses(Rule):
+    """Python garbage-collection pauses stall the training loop.
+
+    A full collection walks every tracked Python object -- with a large model and dataset index that
+    takes milliseconds, during which no op is dispatched and the device idles. gc.freeze() after
+    setup moves those objects out of the collector's scans.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         he = ctx.profile.host_events
         gc = np.zeros(len(he), dtype=bool)
@@ -134,17 +142,3 @@ class GcPauses(Rule):
         )
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence,
                           fixes=fixes, severity=Severity.INFO)
-
-
-register(GcPauses(
-    "NPU230", "gc-pauses",
-    summary="Python garbage-collection pauses stall the training loop.",
-    rationale=(
-        "A full collection walks every tracked Python object -- with a large model and dataset "
-        "index that takes milliseconds, during which no op is dispatched and the device idles. "
-        "gc.freeze() after setup moves those objects out of the collector's scans."
-    ),
-    thresholds=("gcMinUs",),
-    backends=(Backend.ASCEND,),
-    level1=LEVEL1_NEED,
-))

@@ -31,7 +31,7 @@ from ..context import RuleContext
 from ..finding import Change, Effect, Finding, Target
 from ..fixes import fix_id
 from ..fixes import host_sync as fx
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 from ..fixed_in_source import as_fixed
 
@@ -68,7 +68,16 @@ class _Group:
     removed: bool = False  # a synchronize() between its anchored neighbours that the source no longer has
 
 
+@declare("NPU108", "host-sync", backends=(Backend.ASCEND, Backend.CUDA))
 class HostSync(Rule):
+    """The host blocks on the device every step (.item(), .cpu(), synchronize(), nonzero).
+
+    Reading a device value on the host (loss.item(), printing a tensor, .cpu(), nonzero) or calling
+    synchronize() makes the host wait until the device has finished all queued work; the device then
+    idles while the host prepares the next launches. Keeping values on the device and reading them
+    every N steps removes the stall.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         prof = ctx.profile
         h = prof.host_ops
@@ -166,19 +175,6 @@ class HostSync(Rule):
         )
         return ctx.finding(self, span=call.span, message=message, total_ns=float(g.ns), wall=True, evidence=evidence,
                            confidence=conf, fixes=fixes, effect=effect)
-
-
-register(HostSync(
-    "NPU108", "host-sync",
-    summary="The host blocks on the device every step (.item(), .cpu(), synchronize(), nonzero).",
-    rationale=(
-        "Reading a device value on the host (loss.item(), printing a tensor, .cpu(), nonzero) or calling "
-        "synchronize() makes the host wait until the device has finished all queued work; the device then idles "
-        "while the host prepares the next launches. Keeping values on the device and reading them every N steps "
-        "removes the stall."
-    ),
-    backends=(Backend.ASCEND, Backend.CUDA),
-))
 
 
 def _syncs_removed(ctx: RuleContext, g: _Group) -> Effect:
@@ -441,4 +437,3 @@ class _Neighbours:
 
 def _inside(inner: Span, outer: Span) -> bool:
     return (outer.line, outer.col) <= (inner.line, inner.col) and (inner.end_line, inner.end_col) <= (outer.end_line, outer.end_col)
-

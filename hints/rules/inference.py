@@ -27,7 +27,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, FixOffer, Related
 from msprof_lsp.hints.fixes import inference as fx
 from msprof_lsp.hints.fixes import make_offer
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.source.constructs import OPTIMIZER_KERNEL
 from msprof_lsp.mapping.spans import Confidence, Span
@@ -87,7 +87,15 @@ def _is_inference_loop(index, loop) -> bool:  # noqa: ANN001
     return "backward" not in {index.calls[i].name for i in loop.calls}
 
 
+@declare("NPU250", "dropout-in-inference")
 class DropoutInInference(Rule):
+    """Dropout runs in a profile without backward or optimizer: the model is still in training mode.
+
+    In training mode every dropout generates a random mask and applies it; in an inference run that
+    is wasted device time and changes the outputs. model.eval() turns dropout into the identity (and
+    batch norm to its running statistics).
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         h = p.host_ops
@@ -174,14 +182,3 @@ class DropoutInInference(Rule):
         if span is None:
             return []
         return [make_offer(t, span.path, span) for t in (fx.eval_before_loop, fx.inference_mode)]
-
-
-register(DropoutInInference(
-    "NPU250", "dropout-in-inference",
-    summary="Dropout runs in a profile without backward or optimizer: the model is still in training mode.",
-    rationale=(
-        "In training mode every dropout generates a random mask and applies it; in an inference "
-        "run that is wasted device time and changes the outputs. model.eval() turns dropout into "
-        "the identity (and batch norm to its running statistics)."
-    ),
-))

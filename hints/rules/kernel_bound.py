@@ -25,13 +25,26 @@ import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
 
+
+# pytorch_only: AOE tunes CANN's built-in ops from torch_npu.npu.set_aoe dumps, not a custom kernel
+@declare("NPU202", "operator-no-bound",
+         thresholds=("noBoundMinUs", "pipeBoundPercent", "noBoundRatePercent", "cubeMacBoundPercent", "cubeMte2BoundPercent",
+                     "faMte2BoundPercent", "faPipeBoundPercent", "vectorPipeBoundPercent"),
+         backends=(Backend.ASCEND,), pytorch_only=True, needs=(Data.KERNELS,))
 class OperatorNoBound(Rule):
+    """Kernels with no pipe busy above the bound threshold: AOE operator-tuning candidates.
+
+    A kernel that keeps none of its pipes (cube, vector, scalar, memory transfer) busy most of its
+    time is limited by its tiling or scheduling, not by the hardware: operator tuning (AOE) searches
+    a better tiling for those shapes.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
         bounds = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds))
@@ -105,19 +118,3 @@ class OperatorNoBound(Rule):
             fix=f"Tune these ops with AOE: {pq.AOE_COMMAND}",
         )
         return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
-
-
-register(OperatorNoBound(
-    "NPU202", "operator-no-bound",
-    summary="Kernels with no pipe busy above the bound threshold: AOE operator-tuning candidates.",
-    rationale=(
-        "A kernel that keeps none of its pipes (cube, vector, scalar, memory transfer) busy most of "
-        "its time is limited by its tiling or scheduling, not by the hardware: operator tuning "
-        "(AOE) searches a better tiling for those shapes."
-    ),
-    thresholds=("noBoundMinUs", "pipeBoundPercent", "noBoundRatePercent", "cubeMacBoundPercent", "cubeMte2BoundPercent",
-                  "faMte2BoundPercent", "faPipeBoundPercent", "vectorPipeBoundPercent"),
-    backends=(Backend.ASCEND,),
-    pytorch_only=True,  # AOE tunes CANN's built-in ops from torch_npu.npu.set_aoe dumps, not a custom kernel
-    needs=(Data.KERNELS,),
-))

@@ -23,13 +23,23 @@ from msprof_lsp.mapping.profile.model import Backend
 from ..context import RuleContext
 from ..finding import Finding, Related
 from ..fixes import empty_cache as fx
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 LEVEL1_NEED = "AscendCL@aclMallocMemInner / aclrtFree events (CANN layer) to time the allocator"
 
 
+@declare("NPU109", "alloc-churn", thresholds=("allocMaxUs",), backends=(Backend.ASCEND, Backend.CUDA),
+         level1=LEVEL1_NEED)
 class AllocChurn(Rule):
+    """The device allocator frees and re-allocates memory every step (malloc/free API time).
+
+    The caching allocator keeps freed blocks for reuse; empty_cache() hands them back to the driver,
+    so the next step pays for fresh device allocations (and their synchronisation) again. Shapes
+    that change every step cause the same churn. Removing empty_cache() from the loop keeps the
+    blocks cached.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if ctx.backend is Backend.ASCEND and ctx.needs_level1(self):
             return
@@ -68,20 +78,6 @@ class AllocChurn(Rule):
         fixes = sq.fixes(ctx, (fx.remove_empty_cache, call.span, index.path, {}))
         yield ctx.finding(self, span=call.span, message=message, total_ns=total, evidence=evidence, wall=True,
                           confidence=conf, fixes=fixes, related=related)
-
-
-register(AllocChurn(
-    "NPU109", "alloc-churn",
-    summary="The device allocator frees and re-allocates memory every step (malloc/free API time).",
-    rationale=(
-        "The caching allocator keeps freed blocks for reuse; empty_cache() hands them back to the driver, so the "
-        "next step pays for fresh device allocations (and their synchronisation) again. Shapes that change every "
-        "step cause the same churn. Removing empty_cache() from the loop keeps the blocks cached."
-    ),
-    thresholds=("allocMaxUs",),
-    backends=(Backend.ASCEND, Backend.CUDA),
-    level1=LEVEL1_NEED,
-))
 
 
 def _empty_cache_calls(ctx: RuleContext) -> list[tuple[SourceIndex, CallSite, Confidence]]:

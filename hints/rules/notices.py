@@ -22,7 +22,7 @@ import numpy as np
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding, Severity
-from msprof_lsp.hints.registry import Data, Rule, declared_level1, register, rule
+from msprof_lsp.hints.registry import Data, Rule, declared_level1, declare, rule
 from msprof_lsp.mapping.profile.model import ProfileKind
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
@@ -57,7 +57,15 @@ class Notice(Rule):
     default_severity: Severity | None = field(default=Severity.INFO, kw_only=True)
 
 
+# pytorch_only: the capture it advises is torch_npu.profiler / torch.profiler
+@declare("NPU900", "no-call-stacks", pytorch_only=True)
 class NoCallStacks(Notice):
+    """The profile has no Python call stacks: findings are anchored by op type and module names only.
+
+    Without with_stack=True the profiler does not record which line launched an op; hints are then
+    placed by pattern search (inferred confidence) or not at all.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         if not len(p.host_ops) and not len(p.kernels):
@@ -72,18 +80,16 @@ class NoCallStacks(Notice):
                           evidence={"with_stack": p.meta.with_stack, "stacks": len(p.stacks), "capture": advice})
 
 
-register(NoCallStacks(
-    "NPU900", "no-call-stacks",
-    summary="The profile has no Python call stacks: findings are anchored by op type and module names only.",
-    rationale=(
-        "Without with_stack=True the profiler does not record which line launched an op; hints "
-        "are then placed by pattern search (inferred confidence) or not at all."
-    ),
-    pytorch_only=True,  # the capture it advises is torch_npu.profiler / torch.profiler
-))
-
-
+# pytorch_only: the capture it advises is torch_npu.profiler's
+# after_others: it names the skips the other rules recorded
+@declare("NPU901", "needs-level1", backends=(Backend.ASCEND,), pytorch_only=True, after_others=True)
 class NeedsLevel1(Notice):
+    """Captured at profiler level Level0: the rules that need Level1 data were skipped (named).
+
+    Level0 drops the CANN layer (AscendCL/Runtime API events) and the op/api statistics; rules built
+    on them cannot tell a clean run from a missing record, so they skip and this notice says which.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         gap = ctx.level1_gap
         skipped = dict(ctx.level1_skips)
@@ -103,25 +109,18 @@ class NeedsLevel1(Notice):
                                     "may_need_level1": declared_level1()})
 
 
-register(NeedsLevel1(
-    "NPU901", "needs-level1",
-    summary="Captured at profiler level Level0: the rules that need Level1 data were skipped (named).",
-    rationale=(
-        "Level0 drops the CANN layer (AscendCL/Runtime API events) and the op/api statistics; "
-        "rules built on them cannot tell a clean run from a missing record, so they skip and "
-        "this notice says which."
-    ),
-    backends=(Backend.ASCEND,),
-    pytorch_only=True,  # the capture it advises is torch_npu.profiler's
-    after_others=True,  # it names the skips the other rules recorded
-))
-
-
 def _iso(ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+@declare("NPU902", "stale-source")
 class StaleSource(Notice):
+    """A source file changed after the profile was captured: recorded lines may have moved.
+
+    Stacks record line numbers; an edit after the capture shifts them. The mapping re-anchors by
+    call text where it can, but a re-profile gives exact lines.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         end = ctx.profile.meta.collection_end_ns
         a = ctx.attribution
@@ -165,16 +164,6 @@ class StaleSource(Notice):
                                         "changed_lines": changed})
 
 
-register(StaleSource(
-    "NPU902", "stale-source",
-    summary="A source file changed after the profile was captured: recorded lines may have moved.",
-    rationale=(
-        "Stacks record line numbers; an edit after the capture shifts them. The mapping "
-        "re-anchors by call text where it can, but a re-profile gives exact lines."
-    ),
-))
-
-
 # The anchoring's notes for a frame it could not map (mapping/source/anchor.py): the recorded line
 # holds no matching call, or several calls of the function match.
 _DROP_NOTES = (r"at {name}:(\d+) \(([^)]*)\): the call is no longer there",
@@ -210,7 +199,16 @@ def _holds_call(index, line: int, func: str) -> bool:  # noqa: ANN001 - SourceIn
     return any(not c.operator and not c.qualname.startswith("torch.") for c in index.calls_on_line(line))
 
 
+# needs: no stacks at all: NPU900 says so
+@declare("NPU903", "unattributed-time", needs=(Data.ATTRIBUTION, Data.CALL_STACKS, Data.KERNELS))
 class UnattributedTime(Notice):
+    """Hot device time that reached no line of the workspace: how much, and which kernels.
+
+    Kernels whose call stack has no frame in the workspace (library-only stacks, files that are not
+    checked out here, ops outside any recorded stack) cannot be shown on a line; their total says
+    how much of the step the line hints do not cover.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         a = ctx.attribution
@@ -253,15 +251,3 @@ class UnattributedTime(Notice):
             "unmapped_files": unmapped,
             "refused_files": refused,
         })
-
-
-register(UnattributedTime(
-    "NPU903", "unattributed-time",
-    summary="Hot device time that reached no line of the workspace: how much, and which kernels.",
-    rationale=(
-        "Kernels whose call stack has no frame in the workspace (library-only stacks, files "
-        "that are not checked out here, ops outside any recorded stack) cannot be shown on a "
-        "line; their total says how much of the step the line hints do not cover."
-    ),
-    needs=(Data.ATTRIBUTION, Data.CALL_STACKS, Data.KERNELS),  # no stacks at all: NPU900 says so
-))

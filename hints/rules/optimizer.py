@@ -27,7 +27,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Target
 from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.fixes import optimizer as fx
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.source.optimizer_anchor import adam_update_pattern
@@ -88,7 +88,15 @@ def _fix_list(ctx: RuleContext, span: Span | None, transforms, evidence: dict) -
     return [make_offer(t, span.path, span) for t in transforms]
 
 
+@declare("NPU220", "fused-optimizer", thresholds=("foreachHostRatio",))
 class FusedOptimizer(Rule):
+    """The optimizer updates parameters one at a time: use its fused (or NpuFused) form.
+
+    A per-parameter optimizer step launches several small kernels for every parameter tensor and
+    reads its step counter with aten::item; the host spends the step dispatching. A fused optimizer
+    updates all parameters with a few multi-tensor kernels.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         h = ctx.profile.host_ops
         if len(h):
@@ -277,25 +285,21 @@ class FusedOptimizer(Rule):
                            evidence=evidence, fixes=fixes)
 
 
-register(FusedOptimizer(
-    "NPU220", "fused-optimizer",
-    summary="The optimizer updates parameters one at a time: use its fused (or NpuFused) form.",
-    rationale=(
-        "A per-parameter optimizer step launches several small kernels for every parameter tensor "
-        "and reads its step counter with aten::item; the host spends the step dispatching. A fused "
-        "optimizer updates all parameters with a few multi-tensor kernels."
-    ),
-    thresholds=("foreachHostRatio",),
-))
-
-
 def _constructed_adam(ctx: RuleContext) -> str | None:
     """Adam or AdamW, whichever the workspace constructs (None: neither, or both)."""
     names = [n for n in ("AdamW", "Adam") if next(sq.calls_named(ctx, (f"torch.optim.{n}", f"torch.optim.{n.lower()}.{n}")), None)]
     return names[0] if len(names) == 1 else None
 
 
+@declare("NPU221", "fused-grad-clip", backends=(Backend.ASCEND, Backend.CUDA))
 class FusedGradClip(Rule):
+    """Gradient clipping computes one norm per tensor: clip with the fused or foreach form.
+
+    clip_grad_norm_ without the multi-tensor path launches a norm kernel per gradient tensor, then
+    add, reciprocal and mul for the coefficient and a mul_ per tensor; NpuFused optimizers clip
+    their combined gradient buffer in one pass, foreach=True batches the rest.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         p = ctx.profile
         toks = pq.host_tokens(ctx)
@@ -365,18 +369,6 @@ class FusedGradClip(Rule):
         fused = np.concatenate(whole) if whole else rows
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes,
                           effect=multi_tensor(ctx, fused, norm_rows, "the clipping"))
-
-
-register(FusedGradClip(
-    "NPU221", "fused-grad-clip",
-    summary="Gradient clipping computes one norm per tensor: clip with the fused or foreach form.",
-    rationale=(
-        "clip_grad_norm_ without the multi-tensor path launches a norm kernel per gradient tensor, "
-        "then add, reciprocal and mul for the coefficient and a mul_ per tensor; NpuFused "
-        "optimizers clip their combined gradient buffer in one pass, foreach=True batches the rest."
-    ),
-    backends=(Backend.ASCEND, Backend.CUDA),
-))
 
 
 def _clip_extent(toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:

@@ -34,7 +34,7 @@ import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Finding
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.hints.profile_query import AOE_COMMAND, BoundVerdict, PipeBound
 from msprof_lsp.mapping.profile.shapes import io_bytes
 from msprof_lsp.mapping.profile import timemodel
@@ -117,7 +117,19 @@ def bound_groups(ctx: RuleContext, k: pd.DataFrame) -> list[BoundGroup]:
     return out
 
 
+@declare("NPU206", "kernel-bound",
+         thresholds=("cubeMacBoundPercent", "cubeMte2BoundPercent", "faMte2BoundPercent", "faPipeBoundPercent",
+                     "vectorPipeBoundPercent", "pipeBoundPercent", "vectorMinPercent", "cubeMinBytes"),
+         backends=(Backend.ASCEND,), needs=(Data.KERNELS,))
 class KernelBound(Rule):
+    """Cube, FlashAttention, Vector and MIX kernels whose compute or memory pipe is saturated.
+
+    A kernel whose memory-transfer pipe (mte2: global memory into the core, mte3 / fixpipe: results
+    back) is busy most of its time waits on data, not on arithmetic: moving less data (fusing it
+    with its neighbours, a narrower dtype, fewer layout casts) is what speeds it up. One whose cube
+    or vector pipe is saturated is at the unit's limit: only less work helps.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
         if not any(c.startswith("pmu:") for c in k.columns):
@@ -177,22 +189,6 @@ class KernelBound(Rule):
         return ctx.finding(self, span=site.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
 
 
-register(KernelBound(
-    "NPU206", "kernel-bound",
-    summary="Cube, FlashAttention, Vector and MIX kernels whose compute or memory pipe is saturated.",
-    rationale=(
-        "A kernel whose memory-transfer pipe (mte2: global memory into the core, mte3 / fixpipe: results "
-        "back) is busy most of its time waits on data, not on arithmetic: moving less data (fusing it with "
-        "its neighbours, a narrower dtype, fewer layout casts) is what speeds it up. One whose cube or "
-        "vector pipe is saturated is at the unit's limit: only less work helps."
-    ),
-    thresholds=("cubeMacBoundPercent", "cubeMte2BoundPercent", "faMte2BoundPercent", "faPipeBoundPercent",
-                  "vectorPipeBoundPercent", "pipeBoundPercent", "vectorMinPercent", "cubeMinBytes"),
-    backends=(Backend.ASCEND,),
-    needs=(Data.KERNELS,),
-))
-
-
 def _unit(cls: KernelClass, pipe: str) -> str:
     if pipe == "mac":
         return "cube unit"
@@ -219,7 +215,15 @@ def core_counts(ctx: RuleContext) -> tuple[int | None, int | None]:
     return count("ai_core_num"), count("aiv_num")
 
 
+@declare("NPU209", "block-dim", thresholds=("blockDimMinUs",), backends=(Backend.ASCEND,), needs=(Data.KERNELS,))
 class BlockDim(Rule):
+    """Kernels whose block dim is not a multiple of the core count leave cores idle in their last wave.
+
+    A kernel's blocks run in waves of one block per core; a block dim that is not a multiple of the
+    core count leaves part of the cores idle during the last wave, and a block dim under the core
+    count never uses them all. Operator tuning (AOE) or a shape that splits evenly fills them.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         aic, aiv = core_counts(ctx)
         k = ctx.profile.kernels_in_steps()
@@ -275,20 +279,6 @@ class BlockDim(Rule):
             )
             conf = g.site.confidence if g.site is not None else Confidence.STACK
             yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
-
-
-register(BlockDim(
-    "NPU209", "block-dim",
-    summary="Kernels whose block dim is not a multiple of the core count leave cores idle in their last wave.",
-    rationale=(
-        "A kernel's blocks run in waves of one block per core; a block dim that is not a multiple of the "
-        "core count leaves part of the cores idle during the last wave, and a block dim under the core "
-        "count never uses them all. Operator tuning (AOE) or a shape that splits evenly fills them."
-    ),
-    thresholds=("blockDimMinUs",),
-    backends=(Backend.ASCEND,),
-    needs=(Data.KERNELS,),
-))
 
 
 def _bound_of(verdicts: list[BoundVerdict | None], rows: list[int]) -> str:

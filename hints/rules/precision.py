@@ -30,7 +30,7 @@ import pandas as pd
 
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.finding import Change, Effect, Finding, Related, Target
-from msprof_lsp.hints.registry import Data, Rule, register
+from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.spans import Confidence
@@ -109,7 +109,18 @@ def _effect(factors: list[TypeFactor]) -> Effect:
     return Effect(changes, basis="fp32 cube kernels in bf16: " + "; ".join(parts))
 
 
+# pytorch_only: the levers are torch.autocast and torch_npu's allow_hf32
+@declare("NPU222", "fp32-compute", thresholds=("fp32CubeMinPercent",), backends=(Backend.ASCEND,), pytorch_only=True,
+         needs=(Data.KERNELS,))
 class Fp32Compute(Rule):
+    """Matrix (cube) kernels run in fp32: bf16 autocast or HF32 would run them faster.
+
+    The cube unit multiplies bf16/fp16 operands at several times its fp32 rate and they move half
+    the bytes; a model trained in fp32 leaves that on the table. Autocast to bf16 around the forward
+    pass, or HF32 for fp32 matmuls and convolutions on the NPU, runs the same layers on the fast
+    path.
+    """
+
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         k = ctx.profile.kernels_in_steps()
         types = pq.kernel_types(k)
@@ -165,18 +176,3 @@ class Fp32Compute(Rule):
         conf = lead.site.confidence if lead.site is not None else Confidence.STACK
         return ctx.finding(self, span=lead.span, message=message, total_ns=total, confidence=conf,
                            evidence=evidence, related=related, effect=_effect(factors))
-
-
-register(Fp32Compute(
-    "NPU222", "fp32-compute",
-    summary="Matrix (cube) kernels run in fp32: bf16 autocast or HF32 would run them faster.",
-    rationale=(
-        "The cube unit multiplies bf16/fp16 operands at several times its fp32 rate and they move half the "
-        "bytes; a model trained in fp32 leaves that on the table. Autocast to bf16 around the forward pass, "
-        "or HF32 for fp32 matmuls and convolutions on the NPU, runs the same layers on the fast path."
-    ),
-    thresholds=("fp32CubeMinPercent",),
-    backends=(Backend.ASCEND,),
-    pytorch_only=True,  # the levers are torch.autocast and torch_npu's allow_hf32
-    needs=(Data.KERNELS,),
-))

@@ -35,7 +35,7 @@ from ..fixed_in_source import as_fixed
 from ..fixes import fix_id
 from ..finding import Change, Construct, Effect, Finding, Related, Target
 from ..fixes import relu_dropout as fx
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 RELU_OPS = frozenset({"aten::relu", "aten::relu_"})
@@ -90,7 +90,16 @@ class _Construct:
     names: tuple[str, ...] = ()  # the ReLU's and the dropout's names, as matched
 
 
+@declare("NPU101", "relu-dropout-fusion", thresholds=("smallKernelUs", "schedulingDelayUs"))
 class ReluDropoutFusion(Rule):
+    """A ReLU followed by a dropout runs as three small kernels (Relu, mask generation, DoMask) per pair.
+
+    Each kernel of the ReLU->Dropout pair does a trivial elementwise pass over the same tensor; when
+    they are short, launching them costs more than computing them and the intermediate is written
+    and read back. No fused relu+dropout API exists in torch or torch_npu: compiling the pair lets
+    the compiler emit one kernel.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         pairs, how = _pairs(ctx)
         if not pairs:
@@ -187,18 +196,6 @@ class ReluDropoutFusion(Rule):
         if c.dropout is not None:
             cands.append((fx.drop_zero_dropout, c.dropout, path, {}))
         return sq.fixes(ctx, *cands)
-
-
-register(ReluDropoutFusion(
-    "NPU101", "relu-dropout-fusion",
-    summary="A ReLU followed by a dropout runs as three small kernels (Relu, mask generation, DoMask) per pair.",
-    rationale=(
-        "Each kernel of the ReLU->Dropout pair does a trivial elementwise pass over the same tensor; when they are "
-        "short, launching them costs more than computing them and the intermediate is written and read back. No "
-        "fused relu+dropout API exists in torch or torch_npu: compiling the pair lets the compiler emit one kernel."
-    ),
-    thresholds=("smallKernelUs", "schedulingDelayUs"),
-))
 
 
 # -- evidence ---------------------------------------------------------------------------------------
@@ -619,4 +616,3 @@ def _inferred_construct(ctx: RuleContext) -> _Construct | None:
                 seen.add(got.span)
                 found.append(got)
     return found[0] if len(found) == 1 else None
-

@@ -43,7 +43,7 @@ from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
 from ..finding import Change, Effect, Finding, Related, Target
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq
 
 MATMUL = re.compile(r"matmul", re.I)
@@ -84,7 +84,17 @@ class _Bad:
     nbytes: int
 
 
+@declare("NPU106", "cube-shape-alignment", thresholds=("cubeAlign", "faAlign", "cubeMinBytes"),
+         backends=(Backend.ASCEND, Backend.CUDA))
 class CubeShapeAlignment(Rule):
+    """MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower.
+
+    The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128
+    for FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same
+    FLOPs take longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned
+    values avoids it.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         rows, bad = (_cuda(ctx) if ctx.backend is Backend.CUDA else _ascend(ctx))
         if not rows:
@@ -159,19 +169,6 @@ class CubeShapeAlignment(Rule):
                                confidence=Confidence.MODULE, related=related)
         return ctx.finding(self, span=site.span, message=message, total_ns=total, evidence=evidence,
                            confidence=site.confidence, related=related)
-
-
-register(CubeShapeAlignment(
-    "NPU106", "cube-shape-alignment",
-    summary="MatMul / FlashAttention shapes not aligned to the Cube unit's tiles run slower.",
-    rationale=(
-        "The Cube unit computes in fixed tiles; an inner axis that is not a multiple of 256 elements (128 for "
-        "FlashAttention's head dim) leaves partial tiles and forces extra data movement, so the same FLOPs take "
-        "longer. Padding the model dimensions (hidden, vocab, intermediate sizes) to aligned values avoids it."
-    ),
-    thresholds=("cubeAlign", "faAlign", "cubeMinBytes"),
-    backends=(Backend.ASCEND, Backend.CUDA),
-))
 
 
 @dataclass(frozen=True, slots=True)

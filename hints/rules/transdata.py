@@ -26,7 +26,7 @@ from msprof_lsp.mapping.units import NS_PER_US
 from ..context import RuleContext
 from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import npu_switches
-from ..registry import Rule, register
+from ..registry import Rule, declare
 from .. import profile_query as pq, source_query as sq
 
 CUBE = re.compile(r"^(MatMul|BatchMatMul|Conv2D|Conv3D|GroupedMatmul|QuantBatchMatmul)", re.I)
@@ -35,7 +35,17 @@ CUDA_LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw", re.I)
 NEIGHBOUR_ROWS = 2
 
 
+# pytorch_only: its advice is torch_npu's
+@declare("NPU103", "transdata-format", thresholds=("transdataMinPercent",), pytorch_only=True)
 class TransdataFormat(Rule):
+    """Format conversions (TransData) around Cube ops take a share of each step.
+
+    With internal formats allowed, torch_npu converts tensors into private layouts (FRACTAL_NZ,
+    NC1HWC0) before MatMul/Conv kernels and back after them; each conversion is a separate TransData
+    kernel that reads and writes the whole tensor. Turning internal formats off removes them, at the
+    risk of slower Cube ops.
+    """
+
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if ctx.backend == Backend.CUDA.value:
             yield from self._cuda(ctx)
@@ -134,19 +144,6 @@ class TransdataFormat(Rule):
         site = att.site_of_kernel(int(np.flatnonzero(sel)[0])) if att is not None else None
         yield ctx.finding(self, span=site.span if site else None, message=message, total_ns=total, evidence=evidence,
                           confidence=site.confidence if site else Confidence.MODULE)
-
-
-register(TransdataFormat(
-    "NPU103", "transdata-format",
-    summary="Format conversions (TransData) around Cube ops take a share of each step.",
-    rationale=(
-        "With internal formats allowed, torch_npu converts tensors into private layouts (FRACTAL_NZ, NC1HWC0) "
-        "before MatMul/Conv kernels and back after them; each conversion is a separate TransData kernel that reads "
-        "and writes the whole tensor. Turning internal formats off removes them, at the risk of slower Cube ops."
-    ),
-    thresholds=("transdataMinPercent",),
-    pytorch_only=True,  # its advice is torch_npu's
-))
 
 
 def _paired(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, str]:

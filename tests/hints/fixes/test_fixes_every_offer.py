@@ -31,7 +31,8 @@ import pytest
 
 from msprof_lsp.hints.fixes import CATALOG, apply_edits, apply_fixes, offer, transform_of
 from msprof_lsp.hints.fixes.result import FixResult, where
-from msprof_lsp.hints.rules.environment import SPECS
+from msprof_lsp.hints.registry import all_rules
+from msprof_lsp.hints.rules.environment import EnvRule
 from msprof_lsp.server.analysis.run import analyse_paths
 from msprof_lsp.server.analysis.settings import Settings
 
@@ -107,7 +108,7 @@ NOT_ON_SAMPLES: dict[str, tuple[str, tuple[str, str]]] = {
     "fused_api.add_layer_norm": ("the samples use RMSNorm and BatchNorm, no LayerNorm", ("source", r"layer_norm|LayerNorm")),
     "gc_freeze.freeze_before_loop": ("the samples' profiles record no GC pause", ("finding", "NPU230")),
     "env_vars.set_env_value": ("the scripts set none of NPU241-247's variables (the fix edits only such a statement)",
-                               ("source", "|".join(v for spec in SPECS for v in spec.variables))),
+                               ("source", "|".join(v for r in all_rules() if isinstance(r, EnvRule) for v in r.variables))),
     "inference.eval_before_loop": ("the samples train; no inference loop", ("finding", "NPU250")),
     "inference.inference_mode": ("the samples train; no inference loop", ("finding", "NPU250")),
 }

@@ -27,7 +27,7 @@ from tests.synth.write_text import write_torch_npu_text
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.profile_query import host_tokens, pattern_regex
-from msprof_lsp.hints.rules.fused_api import SPECS
+from msprof_lsp.hints.registry import rule
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
@@ -172,7 +172,7 @@ def test_the_fix_applies_and_the_fixed_script_runs_on_both_paths(analysed):
 
 # -- the patterns themselves, over token strings -------------------------------------------------------
 
-NPU216 = next(s for s in SPECS if s.code == "NPU216")
+NPU216 = rule("NPU216")
 
 
 def _matches(seq: str) -> bool:

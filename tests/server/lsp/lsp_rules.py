@@ -19,7 +19,7 @@ import sys
 
 from msprof_lsp.hints.finding import Related, Severity, TextEdit, Fix
 from msprof_lsp.hints.fixes import make_offer, relu_dropout
-from msprof_lsp.hints.registry import Rule, register
+from msprof_lsp.hints.registry import Rule, declare
 
 HOT_SHARE = 0.05
 
@@ -32,7 +32,13 @@ def _is_dropout(op) -> bool:  # noqa: ANN001
     return op.type.startswith("DropOut")
 
 
+@declare("TST101", "relu-dropout-pair")
 class ReluDropoutPair(Rule):
+    """Test double of NPU101: ReLU and dropout kernels launched from one line.
+
+    Small elementwise kernels back to back are dispatch-bound; see NPU101.
+    """
+
     def check(self, ctx):  # noqa: ANN001, ANN201
         heat = ctx.attribution.heat if ctx.attribution else None
         if heat is None:
@@ -60,14 +66,13 @@ class ReluDropoutPair(Rule):
                               evidence={"ops": sorted({o.type for o in ops})})
 
 
-register(ReluDropoutPair(
-    "TST101", "relu-dropout-pair",
-    summary="Test double of NPU101: ReLU and dropout kernels launched from one line.",
-    rationale="Small elementwise kernels back to back are dispatch-bound; see NPU101.",
-))
-
-
+@declare("TST102", "hot-line")
 class HotLine(Rule):
+    """Test rule: a line with at least 5 % of the step time.
+
+    Exercises safe fixes and fixAll in the language-server tests.
+    """
+
     def check(self, ctx):  # noqa: ANN001, ANN201
         heat = ctx.attribution.heat if ctx.attribution else None
         if heat is None:
@@ -89,24 +94,15 @@ class HotLine(Rule):
             yield ctx.finding(self, span=span, message=message, total_ns=lh.device_ns, fixes=[fix])
 
 
-register(HotLine(
-    "TST102", "hot-line",
-    summary="Test rule: a line with at least 5 % of the step time.",
-    rationale="Exercises safe fixes and fixAll in the language-server tests.",
-))
-
-
+@declare("TST900", "profile-notes", default_severity=Severity.INFO)
 class ProfileNotes(Rule):
+    """Test rule: one profile-level note.
+
+    Profile-level findings are shown as a message, not on a line.
+    """
+
     def check(self, ctx):  # noqa: ANN001, ANN201
         print("TST900: this line goes to stdout and must not reach the JSON-RPC stream")
         sys.stdout.flush()
         steps = ctx.num_steps
         yield ctx.finding(self, span=None, message=f"Profile notes: {steps} profiled steps.")
-
-
-register(ProfileNotes(
-    "TST900", "profile-notes",
-    summary="Test rule: one profile-level note.",
-    rationale="Profile-level findings are shown as a message, not on a line.",
-    default_severity=Severity.INFO,
-))
