@@ -20,7 +20,8 @@ from tests.synth.sample_runs import mod
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.profile_query import pattern_regex
-from msprof_lsp.hints.rules.fused_api import SPECS
+from msprof_lsp.hints.registry import rule
+from msprof_lsp.hints.rules.fused_api import FusedSpec
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.source.attribute import attribute
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
@@ -165,7 +166,8 @@ def test_the_out_of_place_fill_gets_the_fused_attention_edit(tmp_path):
 
 # -- the patterns themselves, over token strings -------------------------------------------------------
 
-NPU213 = next(s for s in SPECS if s.code == "NPU213")
+NPU213 = rule("NPU213")
+assert isinstance(NPU213, FusedSpec)
 
 
 def _matches(seq: str, patterns) -> bool:
