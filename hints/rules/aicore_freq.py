@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.mapping.profile import timemodel
@@ -87,9 +87,8 @@ class AicoreFreqDrop(Rule):
             here = sorted({str(names[p]) for p in mine}, key=lambda n: -int(dur[dropped[n]["rows"]].sum()))
             worst = max(here, key=lambda n: dropped[n]["ratio"])
             d = dropped[worst]
-            count = ctx.per_step_count(len(mine))
             message = ctx.message(
-                "AI Core clock drop", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+                "AI Core clock drop", total_ns=total, events=len(mine), unit=Unit.KERNEL,
                 qualifier=f"{d['ratio']:.0%} below {rated:.0f} MHz (min {d['min']:.0f} MHz)",
                 diagnosis="the chip throttled its clock while these kernels ran",
                 fix="Check the machine's temperature and power cap",

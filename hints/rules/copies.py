@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.mapping.spans import Confidence
@@ -53,11 +53,10 @@ class CopyFragments(Rule):
             "pageable": pageable,
             "threshold": least,
         }
-        count = max(1, round(per_step))
         kinds = "/".join(d for d, _ in dirs.most_common())
         fix = "Batch into one copy; pin_memory() and non_blocking=True" if pageable else "Batch into one copy, or keep the tensors on the device"
         msg = ctx.message(
-            f"{kinds} copy fragments", total_ns=total, count=count, unit="copy" if count == 1 else "copies",
+            f"{kinds} copy fragments", total_ns=total, events=len(g.rows), unit=Unit.COPY,
             qualifier=f"mean {pq.format_ns_us(total / len(g.rows)):g} µs" + (", pageable" if pageable else ""),
             diagnosis="one line issues many separate host-device transfers", fix=fix,
         )

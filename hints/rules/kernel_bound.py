@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.mapping.spans import Confidence
@@ -94,12 +94,11 @@ class OperatorNoBound(Rule):
             # AOE tunes the shapes it sees in the dump; dynamic-shape ops recompile per shape.
             evidence["op_state"] = "dynamic"
         conf = g.site.confidence if g.site is not None else Confidence.STACK
-        count = ctx.per_step_count(len(sub))
         msg = ctx.message(
             "Operator no-bound",
             total_ns=total,
-            count=count,
-            unit="kernel" if count == 1 else "kernels",
+            events=len(sub),
+            unit=Unit.KERNEL,
             qualifier=f"busiest pipe {busiest:.0%}, {worst:.0%} of the rate the same op reaches elsewhere",
             diagnosis=f"{', '.join(dict.fromkeys(str(t) for t in by_name['type']))} keep no pipe busy: tiling-bound",
             fix=f"Tune these ops with AOE: {pq.AOE_COMMAND}",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.hints.profile_query import AOE_COMMAND, BoundVerdict, PipeBound
@@ -150,7 +150,6 @@ class KernelBound(Rule):
         lead = next(g for g, _ in ranked if (g.verdict.bound is PipeBound.MEMORY) == memory)
         v = lead.verdict
         types = list(dict.fromkeys(g.op_type for g, _ in ranked if (g.verdict.bound is PipeBound.MEMORY) == memory))
-        count = ctx.per_step_count(len(positions))
         evidence = {
             "kernels": [
                 {"name": g.name, "class": g.cls.value, "type": g.op_type, "shapes": g.shapes, "count": len(ps),
@@ -163,14 +162,13 @@ class KernelBound(Rule):
             "memory_bound_us": pq.format_ns_us(mem_ns),
             "thresholds": pq.BoundLimits.of(ctx.thresholds).as_dict(),
         }
-        unit_word = "kernel" if count == 1 else "kernels"
         if memory:
             short, diagnosis = "Memory-bound kernels", f"{', '.join(types[:3])} wait on data transfers"
             fix = "Move less data: fuse neighbouring ops, bf16, fewer format casts"
         else:
             short, diagnosis = "Compute-bound kernels", f"{', '.join(types[:3])} saturate the {_unit(lead.cls, v.pipe)}"
             fix = "Do less work: narrower dtypes or fewer redundant ops"
-        message = ctx.message(short, total_ns=total, count=count, unit=unit_word,
+        message = ctx.message(short, total_ns=total, events=len(positions), unit=Unit.KERNEL,
                               qualifier=f"{lead.op_type} {v.pipe} {v.ratio:.0%} ≥ {v.threshold:.0%}",
                               diagnosis=diagnosis, fix=fix)
         conf = site.site.confidence if site.site is not None else Confidence.STACK
@@ -266,9 +264,8 @@ class BlockDim(Rule):
                 "ai_core_num": aic, "aiv_num": aiv, "count": len(mine),
                 "threshold_us": float(ctx.thresholds.block_dim_min_us), "aoe_command": AOE_COMMAND,
             }
-            count = ctx.per_step_count(len(mine))
             message = ctx.message(
-                "Block dim", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+                "Block dim", total_ns=total, events=len(mine), unit=Unit.KERNEL,
                 qualifier=f"{t} block dim {bd} on {n} cores",
                 diagnosis=f"{idle:.0%} of the cores idle in its {waves} wave{'s' if waves > 1 else ''}",
                 fix="Tune these ops with AOE, or pick shapes that split evenly",

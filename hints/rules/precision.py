@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Change, Effect, Finding, Related, Target
 from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.mapping.profile import timemodel
@@ -153,9 +153,8 @@ class Fp32Compute(Rule):
             "why_no_quick_fix": "autocast and HF32 change numerics; autocast belongs around the forward and "
                                 "the loss, which only the loop's author can place",
         }
-        count = ctx.per_step_count(len(rows))
         message = ctx.message(
-            "fp32 compute", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+            "fp32 compute", total_ns=total, events=len(rows), unit=Unit.KERNEL,
             qualifier=f"{total / busy:.0%} of the compute time, most in {top}",
             diagnosis="the cube runs these matrix kernels in fp32",
             fix="Autocast the forward to bf16, or allow HF32 matmuls",
