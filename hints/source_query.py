@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.mapping.source.constructs import call_keys
 from msprof_lsp.mapping.profile.frames import Frame
@@ -247,6 +248,13 @@ class KernelGroup:
     site: Site | None  # the first kernel's site (its confidence is the finding's)
     span: Span | None
     rows: list[int] = field(default_factory=list)
+    # the same kernels as positions in the frame a rule picked them from (``kernels_by_statement_in``)
+    positions: list[int] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> Confidence:
+        """The confidence of a finding on the group: its first kernel's site's (STACK without one)."""
+        return self.site.confidence if self.site is not None else Confidence.STACK
 
 
 def kernels_by_statement(ctx: RuleContext, rows: Sequence[int]) -> list[KernelGroup]:
@@ -281,6 +289,19 @@ def kernels_by_statement(ctx: RuleContext, rows: Sequence[int]) -> list[KernelGr
     for group, part in zip(out, np.split(rows[order], cuts)):
         group.rows = part.tolist()
     return out
+
+
+def kernels_by_statement_in(ctx: RuleContext, k: pd.DataFrame, positions: Sequence[int]) -> list[KernelGroup]:
+    """``kernels_by_statement`` of kernels picked by position in ``k``, a part of
+    ``profile.kernels`` (``kernels_in_steps()``): the sites are by row of the whole table, so the
+    positions go to rows and back; each group's ``positions`` are its kernels in ``k``."""
+    at = np.asarray(positions, dtype=np.int64).reshape(-1).tolist()
+    rows = ctx.profile.kernels.index.get_indexer(k.index[at]).tolist()
+    position_of = dict(zip(rows, at))
+    groups = kernels_by_statement(ctx, rows)
+    for g in groups:
+        g.positions = [position_of[r] for r in g.rows]
+    return groups
 
 
 def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:

@@ -19,7 +19,6 @@ import numpy as np
 from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, register
-from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
@@ -60,8 +59,7 @@ class CopyFragments(Rule):
             qualifier=f"mean {pq.format_ns_us(total / len(g.rows)):g} µs" + (", pageable" if pageable else ""),
             diagnosis="one line issues many separate host-device transfers", fix=fix,
         )
-        conf = g.site.confidence if g.site is not None else Confidence.STACK
-        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
+        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=g.confidence, evidence=evidence)
 
 
 register(CopyFragments(

@@ -26,7 +26,6 @@ import pandas as pd
 from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, register
-from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
@@ -46,11 +45,9 @@ class OperatorNoBound(Rule):
         positions = np.flatnonzero(sel)
         if not len(positions):
             return
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
-        at = dict(zip(rows.tolist(), positions.tolist()))
         ratios = pq.pipe_ratios(k)
-        for g in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [at[r] for r in g.rows]
+        for g in sq.kernels_by_statement_in(ctx, k, positions):
+            mine = g.positions
             yield self._finding(ctx, g, k.iloc[mine], ratios.iloc[mine], bounds, vs_best, bounds.group[mine])
 
     def _finding(self, ctx: RuleContext, g: sq.KernelGroup, sub: pd.DataFrame, ratios: pd.DataFrame,
@@ -93,7 +90,6 @@ class OperatorNoBound(Rule):
         if states == {"dynamic"}:
             # AOE tunes the shapes it sees in the dump; dynamic-shape ops recompile per shape.
             evidence["op_state"] = "dynamic"
-        conf = g.site.confidence if g.site is not None else Confidence.STACK
         msg = ctx.message(
             "Operator no-bound",
             total_ns=total,
@@ -103,7 +99,7 @@ class OperatorNoBound(Rule):
             diagnosis=f"{', '.join(dict.fromkeys(str(t) for t in by_name['type']))} keep no pipe busy: tiling-bound",
             fix=f"Tune these ops with AOE: {pq.AOE_COMMAND}",
         )
-        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
+        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=g.confidence, evidence=evidence)
 
 
 register(OperatorNoBound(

@@ -41,7 +41,6 @@ from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.profile.shapes import parse_shapes
 from msprof_lsp.mapping.profile.timemodel import KernelClass
-from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
 
@@ -129,13 +128,9 @@ class KernelBound(Rule):
         for g in groups:
             for p in g.rows:
                 at[p] = g
-        positions = sorted(at)
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
-        pos_of = dict(zip(rows.tolist(), positions))
         dur = k["dur_ns"].to_numpy(np.int64)
-        for site_group in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [pos_of[r] for r in site_group.rows]
-            yield self._finding(ctx, site_group, mine, at, dur)
+        for site_group in sq.kernels_by_statement_in(ctx, k, sorted(at)):
+            yield self._finding(ctx, site_group, site_group.positions, at, dur)
 
     def _finding(self, ctx: RuleContext, site: sq.KernelGroup, positions: list[int], at: dict[int, BoundGroup],
                  dur: np.ndarray) -> Finding:
@@ -171,8 +166,7 @@ class KernelBound(Rule):
         message = ctx.message(short, total_ns=total, events=len(positions), unit=Unit.KERNEL,
                               qualifier=f"{lead.op_type} {v.pipe} {v.ratio:.0%} ≥ {v.threshold:.0%}",
                               diagnosis=diagnosis, fix=fix)
-        conf = site.site.confidence if site.site is not None else Confidence.STACK
-        return ctx.finding(self, span=site.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+        return ctx.finding(self, span=site.span, message=message, total_ns=total, confidence=site.confidence, evidence=evidence)
 
 
 register(KernelBound(
@@ -239,13 +233,11 @@ class BlockDim(Rule):
         positions = np.flatnonzero(bad)
         if not len(positions):
             return
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])
-        pos_of = dict(zip(rows.tolist(), positions.tolist()))
         types = pq.kernel_types(k)
         # each kernel's bound verdict in the evidence: the one NPU202, NPU206 and the hover give
         verdicts = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds)).per_row()
-        for g in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [pos_of[r] for r in g.rows]
+        for g in sq.kernels_by_statement_in(ctx, k, positions):
+            mine = g.positions
             total = int(dur[mine].sum())
             by: dict[tuple[str, str, int], list[int]] = {}
             for p in mine:
@@ -270,8 +262,7 @@ class BlockDim(Rule):
                 diagnosis=f"{idle:.0%} of the cores idle in its {waves} wave{'s' if waves > 1 else ''}",
                 fix="Tune these ops with AOE, or pick shapes that split evenly",
             )
-            conf = g.site.confidence if g.site is not None else Confidence.STACK
-            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=g.confidence, evidence=evidence)
 
 
 register(BlockDim(

@@ -33,7 +33,6 @@ from msprof_lsp.hints.finding import Change, Effect, Finding, Related, Target
 from msprof_lsp.hints.registry import Data, Rule, register
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
-from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 
 from .. import profile_query as pq, source_query as sq
@@ -161,8 +160,7 @@ class Fp32Compute(Rule):
         )
         related = [Related(g.span, f"fp32 cube kernels launched here ({format_us(ctx.per_step_us(int(all_dur[g.rows].sum())))}/step)")
                    for g in groups[1:] if g.span is not None][:MAX_RELATED]
-        conf = lead.site.confidence if lead.site is not None else Confidence.STACK
-        return ctx.finding(self, span=lead.span, message=message, total_ns=total, confidence=conf,
+        return ctx.finding(self, span=lead.span, message=message, total_ns=total, confidence=lead.confidence,
                            evidence=evidence, related=related, effect=_effect(factors))
 
 
