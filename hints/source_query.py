@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -27,8 +27,11 @@ from msprof_lsp.mapping.spans import Confidence, Span
 
 from . import profile_query as pq
 from .context import RuleContext
-from .finding import FixOffer, Related
+from .finding import Finding, FixOffer, Related
 from .fixes import make_offer
+
+if TYPE_CHECKING:
+    from .registry import Rule
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
@@ -587,3 +590,12 @@ def gradient_sync_anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, lis
     if ddp is not None and ddp[1].span != span:
         extra.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
     return span, conf, extra
+
+
+def gradient_sync_finding(ctx: RuleContext, rule: Rule, *, message: str, total_ns: float,
+                          evidence: dict[str, Any]) -> Finding:
+    """A finding on the job's gradient collectives, on the line that issues them
+    (``gradient_sync_anchor``): the one anchor of the communication and cluster rules."""
+    span, conf, related = gradient_sync_anchor(ctx)
+    return ctx.finding(rule, span=span, message=message, total_ns=total_ns, confidence=conf, evidence=evidence,
+                       related=related)

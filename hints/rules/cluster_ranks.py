@@ -135,9 +135,7 @@ class SlowRank(Rule):
                 "Find the late rank; overlap with bucket_cap_mb or gradient accumulation"
         message = ctx.message("Slow rank", total_ns=gap_ns * ctx.num_steps, qualifier=qualifier,
                               diagnosis=diagnosis, fix=fix)
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=gap_ns * ctx.num_steps, confidence=conf,
-                          evidence=evidence, related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=gap_ns * ctx.num_steps, evidence=evidence)
 
 
 register(SlowRank(
@@ -195,9 +193,7 @@ class SlowLink(Rule):
         )
         evidence = {"links": {g: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in x.items()} for g, x in gaps.items()},
                     "over": sorted(over), "threshold_ratio": limit, "lost_us_per_step": round(lost_ns / steps / 1000, 3)}
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=lost_ns, evidence=evidence)
 
 
 register(SlowLink(

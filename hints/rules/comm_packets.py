@@ -79,9 +79,7 @@ class CommByteAlignment(Rule):
             diagnosis="partial bursts lower the link bandwidth",
             fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
         )
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=bad_ns, evidence=evidence)
 
 
 register(CommByteAlignment(
@@ -130,9 +128,7 @@ class CommSmallPackets(Rule):
             "time_split": comm.as_dict() if comm is not None else None,
             "threshold_percent": limit * 100,
         }
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=time_ns, evidence=evidence)
 
 
 register(CommSmallPackets(
@@ -214,9 +210,7 @@ class CommBandwidthContention(Rule):
                      "sdma_ms": round(o["ms"], 6)} for o in sorted(slow, key=lambda o: o["gbps"])[:10]],
             "threshold_gbps": round(limit, 4), "baseline_gbps": baseline, "lost_us": round(lost_ns / 1000, 3),
         }
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=lost_ns, evidence=evidence)
 
 
 register(CommBandwidthContention(
