@@ -48,6 +48,12 @@ class Unit(enum.Enum):
     SYNC = ("sync", "syncs")
     FETCH = ("fetch", "fetches")
     DROPOUT_CALL = ("dropout call", "dropout calls")
+    CALL = ("call", "calls")
+    GRAPH = ("graph", "graphs")
+    MALLOC_FREE = ("malloc/free call", "malloc/free calls")
+    FOREACH_KERNEL = ("_foreach_ kernel", "_foreach_ kernels")
+    NORM_KERNEL = ("norm kernel", "norm kernels")
+    CLIP = ("clip", "clips")
 
     def of(self, count: int) -> str:
         one, many = self.value
@@ -145,8 +151,9 @@ class RuleContext:
         return self.derived(("critical_path",), lambda: critical_path(self.profile, self.attribution))
 
     def per_step_count(self, n: float) -> int:
-        """How many of something happen per step, for a message: at least 1 when any happened."""
-        return max(1, round(n / self.num_steps))
+        """How many of something happen per step, for a message: at least 1 when any happened, 0
+        when none did."""
+        return max(1, round(n / self.num_steps)) if n > 0 else 0
 
     def per_step_ns(self, total_ns: float) -> float:
         """A total over the capture, per profiled step."""

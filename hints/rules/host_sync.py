@@ -131,9 +131,8 @@ class HostSync(Rule):
             conf = Confidence.MODULE if g.ops else Confidence.INFERRED
             short = longest[0]
         fix_text, kind = _advice(call, longest[0])
-        per_count = round(count / steps)
         message = ctx.message(
-            short, total_ns=float(g.ns), count=per_count, unit=Unit.SYNC,
+            short, total_ns=float(g.ns), events=count, unit=Unit.SYNC,
             diagnosis=f"host blocked, waiting for the {device}", fix=fix_text, wall=True,
             show_share=False,  # blocked time is no share of the step: removing the sync saves at most the device's idle after it
         )

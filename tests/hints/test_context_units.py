@@ -30,6 +30,9 @@ def test_events_are_counted_per_step_with_the_unit_agreeing():
     for events in (4, 2, 1):
         assert ctx.message("X", total_ns=0, events=events, unit=Unit.KERNEL, diagnosis="d", fix="f").startswith("X: 1 kernel, ")
     assert ctx.message("X", total_ns=0, events=12, unit=Unit.COPY, diagnosis="d", fix="f").startswith("X: 3 copies, ")
+    # none at all is 0, never rounded up to 1, and plural
+    assert ctx.per_step_count(0) == 0
+    assert ctx.message("X", total_ns=0, events=0, unit=Unit.FOREACH_KERNEL, diagnosis="d", fix="f").startswith("X: 0 _foreach_ kernels, ")
     # a plain-string unit is printed as it is, and a count given per step is kept
     assert ctx.message("X", total_ns=0, count=1, unit="kernels", diagnosis="d", fix="f").startswith("X: 1 kernels, ")
     assert ctx.message("X", total_ns=0, count=2, unit=Unit.SYNC, diagnosis="d", fix="f").startswith("X: 2 syncs, ")
