@@ -7,6 +7,7 @@ here keeps the numbers and wording consistent across the catalog.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,6 +32,32 @@ if TYPE_CHECKING:  # built in parallel (branch `source`); only its text access i
 T = TypeVar("T")
 MAX_FIX_WORDS = 12
 MAX_LIBRARY_LINES = 3  # library lines named in relatedInformation and evidence
+
+
+class Unit(enum.Enum):
+    """What a message counts, singular and plural: the one place that writes "1 kernel" but
+    "3 kernels" (a unit given as a plain string is printed as it is, whatever the count)."""
+
+    KERNEL = ("kernel", "kernels")
+    COPY = ("copy", "copies")
+    PAUSE = ("pause", "pauses")
+    IDLE_GAP = ("idle gap", "idle gaps")
+    TRANSFER = ("transfer", "transfers")
+    PACKET = ("packet", "packets")
+    COLLECTIVE = ("collective", "collectives")
+    SYNC = ("sync", "syncs")
+    FETCH = ("fetch", "fetches")
+    DROPOUT_CALL = ("dropout call", "dropout calls")
+    CALL = ("call", "calls")
+    GRAPH = ("graph", "graphs")
+    MALLOC_FREE = ("malloc/free call", "malloc/free calls")
+    FOREACH_KERNEL = ("_foreach_ kernel", "_foreach_ kernels")
+    NORM_KERNEL = ("norm kernel", "norm kernels")
+    CLIP = ("clip", "clips")
+
+    def of(self, count: int) -> str:
+        one, many = self.value
+        return one if count == 1 else many
 
 
 def denominator(of: ShareOf) -> str:
@@ -124,8 +151,9 @@ class RuleContext:
         return self.derived(("critical_path",), lambda: critical_path(self.profile, self.attribution))
 
     def per_step_count(self, n: float) -> int:
-        """How many of something happen per step, for a message: at least 1 when any happened."""
-        return max(1, round(n / self.num_steps))
+        """How many of something happen per step, for a message: at least 1 when any happened, 0
+        when none did."""
+        return max(1, round(n / self.num_steps)) if n > 0 else 0
 
     def per_step_ns(self, total_ns: float) -> float:
         """A total over the capture, per profiled step."""
@@ -178,11 +206,17 @@ class RuleContext:
 
     # -- findings -----------------------------------------------------------------------------
 
-    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str = "", qualifier: str = "", wall: bool = False, step_ns: float | None = None, show_share: bool = True) -> str:
+    def message(self, short: str, *, total_ns: float, diagnosis: str, fix: str, count: int | None = None, unit: str | Unit = "", qualifier: str = "", wall: bool = False, step_ns: float | None = None, show_share: bool = True, events: int | None = None) -> str:
         """``format_message`` with the time and share computed from a capture total; the share is
         of the wall step with ``wall``, else of the device step. ``show_share=False``: the time is
-        no part of the step to print as a share of it (time the host is blocked, summed link time)."""
+        no part of the step to print as a share of it (time the host is blocked, summed link time).
+        ``events``: how many ``unit`` the whole capture holds, printed per step (``per_step_count``)
+        in place of ``count``; a :class:`Unit` is printed singular or plural by the count."""
         per = self.per_step_ns(total_ns)
+        if events is not None:
+            count = self.per_step_count(events)
+        if isinstance(unit, Unit):
+            unit = unit.of(count if count is not None else 0)
         return format_message(
             short,
             per_step_us=per / NS_PER_US,

@@ -14,9 +14,10 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from msprof_lsp.mapping.source.constructs import call_keys
 from msprof_lsp.mapping.profile.frames import Frame
@@ -26,8 +27,11 @@ from msprof_lsp.mapping.spans import Confidence, Span
 
 from . import profile_query as pq
 from .context import RuleContext
-from .finding import FixOffer, Related
+from .finding import Finding, FixOffer, Related
 from .fixes import make_offer
+
+if TYPE_CHECKING:
+    from .registry import Rule
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
@@ -247,6 +251,13 @@ class KernelGroup:
     site: Site | None  # the first kernel's site (its confidence is the finding's)
     span: Span | None
     rows: list[int] = field(default_factory=list)
+    # the same kernels as positions in the frame a rule picked them from (``kernels_by_statement_in``)
+    positions: list[int] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> Confidence:
+        """The confidence of a finding on the group: its first kernel's site's (STACK without one)."""
+        return self.site.confidence if self.site is not None else Confidence.STACK
 
 
 def kernels_by_statement(ctx: RuleContext, rows: Sequence[int]) -> list[KernelGroup]:
@@ -281,6 +292,19 @@ def kernels_by_statement(ctx: RuleContext, rows: Sequence[int]) -> list[KernelGr
     for group, part in zip(out, np.split(rows[order], cuts)):
         group.rows = part.tolist()
     return out
+
+
+def kernels_by_statement_in(ctx: RuleContext, k: pd.DataFrame, positions: Sequence[int]) -> list[KernelGroup]:
+    """``kernels_by_statement`` of kernels picked by position in ``k``, a part of
+    ``profile.kernels`` (``kernels_in_steps()``): the sites are by row of the whole table, so the
+    positions go to rows and back; each group's ``positions`` are its kernels in ``k``."""
+    at = np.asarray(positions, dtype=np.int64).reshape(-1).tolist()
+    rows = ctx.profile.kernels.index.get_indexer(k.index[at]).tolist()
+    position_of = dict(zip(rows, at))
+    groups = kernels_by_statement(ctx, rows)
+    for g in groups:
+        g.positions = [position_of[r] for r in g.rows]
+    return groups
 
 
 def statements_matching(ctx: RuleContext, site: Site, pattern: re.Pattern[str]) -> list[Span]:
@@ -566,3 +590,12 @@ def gradient_sync_anchor(ctx: RuleContext) -> tuple[Span | None, Confidence, lis
     if ddp is not None and ddp[1].span != span:
         extra.append(Related(ddp[1].span, "DistributedDataParallel: bucket_cap_mb sets the gradient buckets"))
     return span, conf, extra
+
+
+def gradient_sync_finding(ctx: RuleContext, rule: Rule, *, message: str, total_ns: float,
+                          evidence: dict[str, Any]) -> Finding:
+    """A finding on the job's gradient collectives, on the line that issues them
+    (``gradient_sync_anchor``): the one anchor of the communication and cluster rules."""
+    span, conf, related = gradient_sync_anchor(ctx)
+    return ctx.finding(rule, span=span, message=message, total_ns=total_ns, confidence=conf, evidence=evidence,
+                       related=related)

@@ -18,7 +18,7 @@ from msprof_lsp.mapping.source.positions import line_starts
 from msprof_lsp.mapping.numbers import int_literal
 from msprof_lsp.mapping.profile import safe_io
 
-from .result import FixResult, Where, result
+from .result import Anchor, FixResult, Text, Where, decline, result, where
 
 N = TypeVar("N", bound=cst.CSTNode)
 
@@ -359,6 +359,19 @@ def parse(text: str | Source) -> Source | None:
     if isinstance(text, Source):
         return text
     return _parse(text)
+
+
+def loops_at(source: Text, anchor: Anchor, why: list[str] | None) -> tuple[Source, list[cst.For | cst.While]] | None:
+    """The parsed file and the loops around the anchor, innermost first: where the fixes that act
+    before or around a loop start. None (the reason in ``why``) when the file does not parse or
+    no loop holds the anchor (one on a call inside a loop body is held: ``at`` covers it)."""
+    src = parse(source)
+    if src is None:
+        return decline(why, "the file does not parse")
+    loops = src.at(where(anchor), (cst.For, cst.While))  # type: ignore[arg-type]
+    if not loops:
+        return decline(why, "no loop around this line")
+    return src, loops
 
 
 @functools.lru_cache(maxsize=4)

@@ -8,19 +8,15 @@ anchor in its function (before the epoch loop, not inside it).
 
 from __future__ import annotations
 
-import libcst as cst
-
 from . import cst_tools as ct
-from .result import Anchor, FixResult, Text, anchor_path, decline, result, where
+from .result import Anchor, FixResult, Text, anchor_path, decline, result
 
 
 def freeze_before_loop(source: Text, anchor: Anchor, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    loops = src.at(where(anchor), (cst.For, cst.While))  # type: ignore[arg-type]
-    if not loops:
-        return decline(why, "no loop around this line")
+    found = ct.loops_at(source, anchor, why)
+    if found is None:
+        return None
+    src, loops = found
     func = src.function_of(loops[0])
     candidates = [lp for lp in loops if src.function_of(lp) is func]
     loop = candidates[-1]

@@ -17,7 +17,7 @@ import libcst as cst
 
 from . import cst_tools as ct
 from .cst_tools import Source
-from .result import Anchor, FixResult, Text, anchor_path, decline, where
+from .result import Anchor, FixResult, Text, anchor_path, decline
 
 
 def _module_classes(src: Source) -> set[str]:
@@ -46,13 +46,10 @@ def _is_model_name(src: Source, name: str, classes: set[str]) -> bool:
 def _loop_and_model(source: Text, anchor: Anchor, why: list[str] | None) -> tuple[Source, cst.For | cst.While, str] | None:
     """The parsed file, the inference loop at the anchor and the one model it calls (both fixes
     start from these)."""
-    src = ct.parse(source)
-    if src is None:
-        return decline(why, "the file does not parse")
-    loops = src.at(where(anchor), (cst.For, cst.While))  # type: ignore[arg-type]
-    if not loops:
-        # anchored on the model call inside a loop body: at() already covers that; nothing else to try
-        return decline(why, "no loop around this line")
+    found = ct.loops_at(source, anchor, why)
+    if found is None:
+        return None
+    src, loops = found
     loop = loops[-1]  # the outermost loop: eval() must come before all of it
     if any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward" for c in src.within(loop, cst.Call)):
         return decline(why, "the loop calls backward(): this is training, not inference")

@@ -24,6 +24,8 @@ from .result import Anchor, FixResult, Text, anchor_path, decline, result
 
 INTERNAL_FORMAT = "npu.config.allow_internal_format"
 COMPILE_MODE = "npu.set_compile_mode"
+INTERNAL_FORMAT_TITLE = "Disable internal formats: torch_npu.npu.config.allow_internal_format = False (A/B test)"
+INTERNAL_FORMAT_NOTES = ("global switch: it can also slow Cube ops; already the default on Atlas A3", "re-profile to compare")
 
 
 def _add_after_import(src: Source, statement: str, why: list[str] | None) -> cst.Module | None:
@@ -33,6 +35,16 @@ def _add_after_import(src: Source, statement: str, why: list[str] | None) -> cst
     if npu_access(src.module).how is NpuImport.NONE and ct.binds_module(src.module, "torch") is None:
         return decline(why, "no `import torch` in this file: not the entry script")
     return after_npu_import(src.module, statement)
+
+
+def _switch_added(src: Source, statement: str, title: str, notes: tuple[str, ...], anchor: Anchor,
+                  path: str | None, why: list[str] | None) -> FixResult | None:
+    """The review fix that adds ``statement`` after ``import torch_npu`` (``_add_after_import``): a
+    switch set where there was none, whose default differs per chip, always wants a second look."""
+    module = _add_after_import(src, statement, why)
+    if module is None:
+        return None
+    return result(src, module.code, title, safe=False, path=anchor_path(anchor, path), notes=notes)
 
 
 def _assignments(src: Source, suffix: str) -> list[cst.Assign]:
@@ -57,18 +69,10 @@ def disable_internal_format(source: Text, anchor: Anchor = 1, *, path: str | Non
         if not live:
             return decline(why, "allow_internal_format is already False")
         module = src.rewrite({a: a.with_changes(value=cst.Name("False")) for a in live})
-    else:
-        module = _add_after_import(src, "{npu}.npu.config.allow_internal_format = False", why)
-        if module is None:
-            return None
-    return result(
-        source,
-        module.code,
-        "Disable internal formats: torch_npu.npu.config.allow_internal_format = False (A/B test)",
-        safe=False,
-        path=anchor_path(anchor, path),
-        notes=("global switch: it can also slow Cube ops; already the default on Atlas A3", "re-profile to compare"),
-    )
+        return result(source, module.code, INTERNAL_FORMAT_TITLE, safe=False, path=anchor_path(anchor, path),
+                      notes=INTERNAL_FORMAT_NOTES)
+    return _switch_added(src, "{npu}.npu.config.allow_internal_format = False", INTERNAL_FORMAT_TITLE,
+                         INTERNAL_FORMAT_NOTES, anchor, path, why)
 
 
 def disable_jit_compile(source: Text, anchor: Anchor = 1, *, path: str | None = None, why: list[str] | None = None) -> FixResult | None:
@@ -87,14 +91,6 @@ def disable_jit_compile(source: Text, anchor: Anchor = 1, *, path: str | None = 
             return decline(why, "set_compile_mode already passes jit_compile=False (or a non-literal)")
         module = src.rewrite(flips)
         return result(source, module.code, "Use prebuilt binaries: set_compile_mode(jit_compile=False)", safe=True, path=anchor_path(anchor, path))
-    module = _add_after_import(src, "{npu}.npu.set_compile_mode(jit_compile=False)", why)
-    if module is None:
-        return None
-    return result(
-        source,
-        module.code,
-        "Use prebuilt binaries: torch_npu.npu.set_compile_mode(jit_compile=False)",
-        safe=False,
-        path=anchor_path(anchor, path),
-        notes=("default is already False on Atlas A2/A3; old chips may lack prebuilt binaries",),
-    )
+    return _switch_added(src, "{npu}.npu.set_compile_mode(jit_compile=False)",
+                         "Use prebuilt binaries: torch_npu.npu.set_compile_mode(jit_compile=False)",
+                         ("default is already False on Atlas A2/A3; old chips may lack prebuilt binaries",), anchor, path, why)

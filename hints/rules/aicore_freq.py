@@ -16,12 +16,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import AICORE_FREQ_KEY, Backend
-from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
 
@@ -87,18 +86,15 @@ class AicoreFreqDrop(Rule):
         if not dropped:
             return
         positions = sorted(p for d in dropped.values() for p in d["rows"])
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])
-        pos_of = dict(zip(rows.tolist(), positions))
         dur = k["dur_ns"].to_numpy(np.int64)
-        for g in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [pos_of[r] for r in g.rows]
+        for g in sq.kernels_by_statement_in(ctx, k, positions):
+            mine = g.positions
             total = int(dur[mine].sum())
             here = sorted({str(names[p]) for p in mine}, key=lambda n: -int(dur[dropped[n]["rows"]].sum()))
             worst = max(here, key=lambda n: dropped[n]["ratio"])
             d = dropped[worst]
-            count = ctx.per_step_count(len(mine))
             message = ctx.message(
-                "AI Core clock drop", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+                "AI Core clock drop", total_ns=total, events=len(mine), unit=Unit.KERNEL,
                 qualifier=f"{d['ratio']:.0%} below {rated:.0f} MHz (min {d['min']:.0f} MHz)",
                 diagnosis="the chip throttled its clock while these kernels ran",
                 fix="Check the machine's temperature and power cap",
@@ -109,5 +105,4 @@ class AicoreFreqDrop(Rule):
                                 "min_mhz": dropped[n]["min"], "max_mhz": dropped[n]["max"]} for n in here[:EVIDENCE_KERNELS]},
                 "rated_mhz": rated, "samples": len(ts), "threshold_ratio": limit,
             }
-            conf = g.site.confidence if g.site is not None else Confidence.STACK
-            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=g.confidence, evidence=evidence)

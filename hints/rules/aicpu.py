@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Severity, Target
 from msprof_lsp.hints.fixes import aicpu as fx
 from msprof_lsp.hints.fixes import make_offer, offer
@@ -236,12 +236,11 @@ class AicpuFallback(Rule):
                 related = [Related(s, "another candidate") for s in found[1:4]]
                 evidence["located"] = "statically, from the kernel evidence (no call stack)"
         fixes = self._fixes(ctx, cause, tries, evidence)
-        count = ctx.per_step_count(len(sub))
         msg = ctx.message(
             "float64 kernels" if cuda else "AI_CPU fallback",
             total_ns=total,
-            count=count,
-            unit="kernel" if count == 1 else "kernels",
+            events=len(sub),
+            unit=Unit.KERNEL,
             qualifier=f"longest {format_us(int(sub['dur_ns'].max()) / 1000)}",
             diagnosis=cause.diagnosis if not cuda else "float64 runs far slower than float32 on the GPU",
             fix=cause.fix if not cuda else "Convert double to float: .float() / torch.float32",

@@ -143,9 +143,7 @@ class SlowRank(Rule):
                 "Find the late rank; overlap with bucket_cap_mb or gradient accumulation"
         message = ctx.message("Slow rank", total_ns=gap_ns * ctx.num_steps, qualifier=qualifier,
                               diagnosis=diagnosis, fix=fix)
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=gap_ns * ctx.num_steps, confidence=conf,
-                          evidence=evidence, related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=gap_ns * ctx.num_steps, evidence=evidence)
 
 
 def link_gaps(ranks: list[RankSummary]) -> dict[str, dict]:
@@ -197,6 +195,4 @@ class SlowLink(Rule):
         )
         evidence = {"links": {g: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in x.items()} for g, x in gaps.items()},
                     "over": sorted(over), "threshold_ratio": limit, "lost_us_per_step": round(lost_ns / steps / 1000, 3)}
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=lost_ns, evidence=evidence)

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.profile import comm_time
@@ -81,16 +81,13 @@ class CommByteAlignment(Rule):
             "align_bytes": align,
             "links": sorted({p.link for p in bad}),
         }
-        count = ctx.per_step_count(sum(p.count for p in bad))
         message = ctx.message(
-            "SDMA unaligned", total_ns=bad_ns, count=count, unit="transfer" if count == 1 else "transfers",
+            "SDMA unaligned", total_ns=bad_ns, events=sum(p.count for p in bad), unit=Unit.TRANSFER,
             qualifier=f"{share:.0%} of SDMA time, sizes not multiples of {align} B",
             diagnosis="partial bursts lower the link bandwidth",
             fix=f"Pad parameter sizes to {align} B multiples; regroup buckets with bucket_cap_mb",
         )
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=bad_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=bad_ns, evidence=evidence)
 
 
 @declare("NPU204", "comm-small-packets", thresholds=("sdmaSmallPacketMb", "rdmaSmallPacketMb", "smallPacketMaxPercent"),
@@ -115,14 +112,13 @@ class CommSmallPackets(Rule):
         time_ns = sum(e["small_wall_ns"] for e in small.values())
         worst = max(small, key=lambda g: small[g]["small_ratio"])
         e = small[worst]
-        count = ctx.per_step_count(sum(x["small"] for x in small.values()))
         comm = pq.gradient_comm(ctx)
         if comm is None or comm.transfer_bound:
             diagnosis = "per-transfer overhead dominates the collectives"
         else:  # packet sizes shape only the transfers, a small part of the collectives' time
             diagnosis = f"per-transfer overhead, but the collectives mostly wait, not transfer ({comm.words()})"
         message = ctx.message(
-            "Small packets", total_ns=time_ns, count=count, unit="packet" if count == 1 else "packets",
+            "Small packets", total_ns=time_ns, events=sum(x["small"] for x in small.values()), unit=Unit.PACKET,
             qualifier=f"{e['small_ratio']:.0%} of {worst} packets under {e['limit_mb']:g} MB",
             diagnosis=diagnosis,
             fix="Send larger buckets: raise bucket_cap_mb or accumulate gradients",
@@ -136,9 +132,7 @@ class CommSmallPackets(Rule):
             "time_split": comm.as_dict() if comm is not None else None,
             "threshold_percent": limit * 100,
         }
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=time_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=time_ns, evidence=evidence)
 
 
 # -- NPU219 comm-bandwidth-contention ----------------------------------------------------------
@@ -206,9 +200,8 @@ class CommBandwidthContention(Rule):
         if ctx.step_time_ns > 0:  # transfers of several streams may add up past the step: a share stays <= 1
             lost_ns = min(lost_ns, ctx.step_time_ns * ctx.num_steps)
         worst = min(slow, key=lambda o: o["gbps"])
-        count = ctx.per_step_count(len(slow))
         message = ctx.message(
-            "SDMA contention", total_ns=lost_ns, count=count, unit="collective" if count == 1 else "collectives",
+            "SDMA contention", total_ns=lost_ns, events=len(slow), unit=Unit.COLLECTIVE,
             qualifier=f"{worst['gbps']:.1f} GB/s < {limit:.1f} GB/s beside MatMuls",
             diagnosis="overlapped MatMuls slow the transfers they hide",
             fix="Compare a run without the overlap; retune bucket_cap_mb",
@@ -218,6 +211,4 @@ class CommBandwidthContention(Rule):
                      "sdma_ms": round(o["ms"], 6)} for o in sorted(slow, key=lambda o: o["gbps"])[:10]],
             "threshold_gbps": round(limit, 4), "baseline_gbps": baseline, "lost_us": round(lost_ns / 1000, 3),
         }
-        span, conf, related = sq.gradient_sync_anchor(ctx)
-        yield ctx.finding(self, span=span, message=message, total_ns=lost_ns, confidence=conf, evidence=evidence,
-                          related=related)
+        yield sq.gradient_sync_finding(ctx, self, message=message, total_ns=lost_ns, evidence=evidence)

@@ -25,7 +25,7 @@ from msprof_lsp.mapping.profile.timemodel import TaskClass, is_class
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
 
-from ..context import RuleContext
+from ..context import RuleContext, Unit
 from ..finding import Finding, Severity
 from ..fixes import npu_switches
 from ..registry import Rule, declare
@@ -130,7 +130,7 @@ class OnlineCompile(Rule):
             variants.setdefault(str(t), set()).add(s)
         n = int(sel.sum())
         message = ctx.message(
-            "Dynamic shapes", total_ns=total, count=round(n / ctx.num_steps), unit="kernels", qualifier="all OP State dynamic",
+            "Dynamic shapes", total_ns=total, events=n, unit=Unit.KERNEL, qualifier="all OP State dynamic",
             diagnosis="no operator ran as a static binary",
             fix="Try set_compile_mode(jit_compile=False); keep input shapes fixed",
         )
@@ -178,7 +178,7 @@ class OnlineCompile(Rule):
         total = float(h["dur_ns"].to_numpy(np.int64)[np.flatnonzero(ok)[again]].sum())
         recompiled = sorted({f"{f}/{c}" for f, c in zip(frame[again], n[again])})
         message = ctx.message(
-            "torch.compile recompiles", total_ns=total, count=len(recompiled), unit="graphs",
+            "torch.compile recompiles", total_ns=total, count=len(recompiled), unit=Unit.GRAPH,
             diagnosis="input shapes change between steps",
             fix="Mark the varying dim dynamic: torch._dynamo.mark_dynamic(t, dim)",
         )

@@ -16,10 +16,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, declare
-from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
@@ -62,13 +61,11 @@ class CopyFragments(Rule):
             "pageable": pageable,
             "threshold": least,
         }
-        count = max(1, round(per_step))
         kinds = "/".join(d for d, _ in dirs.most_common())
         fix = "Batch into one copy; pin_memory() and non_blocking=True" if pageable else "Batch into one copy, or keep the tensors on the device"
         msg = ctx.message(
-            f"{kinds} copy fragments", total_ns=total, count=count, unit="copy" if count == 1 else "copies",
+            f"{kinds} copy fragments", total_ns=total, events=len(g.rows), unit=Unit.COPY,
             qualifier=f"mean {pq.format_ns_us(total / len(g.rows)):g} µs" + (", pageable" if pageable else ""),
             diagnosis="one line issues many separate host-device transfers", fix=fix,
         )
-        conf = g.site.confidence if g.site is not None else Confidence.STACK
-        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
+        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=g.confidence, evidence=evidence)

@@ -24,7 +24,7 @@ from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 
-from ..context import RuleContext
+from ..context import RuleContext, Unit
 from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import dataloader as fx
 from ..registry import Rule, declare
@@ -89,14 +89,14 @@ class DataloaderInput(Rule):
             if h2d_hit:
                 qual.append(f"H2D copies {h2d_share * 100:.1f}% of the device step")
             message = ctx.message(
-                "DataLoader", total_ns=dl_ns, count=round(len(rows) / steps), unit="fetch" if round(len(rows) / steps) == 1 else "fetches",
+                "DataLoader", total_ns=dl_ns, events=len(rows), unit=Unit.FETCH,
                 qualifier=", ".join(qual), diagnosis=f"the {_waiter(ctx)} waits for the next batch", fix=fix_text, wall=True,
             )
             total, wall = dl_ns, True
             effect = _fetch_removed(ctx, rows)
         else:
             message = ctx.message(
-                "H2D copies", total_ns=h2d_ns, count=round(len(h2d_rows) / steps), unit="copies",
+                "H2D copies", total_ns=h2d_ns, events=len(h2d_rows), unit=Unit.COPY,
                 qualifier="pageable memory" if pageable else "", diagnosis="input transfers are synchronous",
                 fix="Pin memory in the DataLoader and copy with non_blocking=True",
             )

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding, Severity
 from msprof_lsp.hints.fixes import gc_freeze, make_offer
 from msprof_lsp.hints.registry import Rule, declare
@@ -83,12 +83,11 @@ class GcPauses(Rule):
             "gc_detect_threshold_ms": ctx.profile.meta.gc_detect_threshold,
         }
         span, conf, fixes = self._anchor(ctx, evidence)
-        n = ctx.per_step_count(int(long.sum()))
         msg = ctx.message(
             "GC pauses",
             total_ns=total,
-            count=n,
-            unit="pause" if n == 1 else "pauses",
+            events=int(long.sum()),
+            unit=Unit.PAUSE,
             qualifier=f"longest {format_us(int(dur.max()) / 1000)}",
             diagnosis="Python's collector stops the training loop",
             fix="Call gc.freeze() after setup, before the loop",
@@ -130,12 +129,11 @@ class GcPauses(Rule):
             "capture": "pass experimental_config=_ExperimentalConfig(gc_detect_threshold=<ms>) to record GC events",
         }
         span, conf, fixes = self._anchor(ctx, evidence)
-        n = ctx.per_step_count(len(gaps))
         msg = ctx.message(
             "Possible GC pauses",
             total_ns=total,
-            count=n,
-            unit="idle gap" if n == 1 else "idle gaps",
+            events=len(gaps),
+            unit=Unit.IDLE_GAP,
             qualifier="conjectured, no GC events recorded",
             diagnosis="the host issued almost no CANN calls while the device idled",
             fix="Record with gc_detect_threshold; try gc.freeze() before the loop",

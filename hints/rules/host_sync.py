@@ -27,7 +27,7 @@ from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
 
-from ..context import RuleContext
+from ..context import RuleContext, Unit
 from ..finding import Change, Effect, Finding, Target
 from ..fixes import fix_id
 from ..fixes import host_sync as fx
@@ -140,9 +140,8 @@ class HostSync(Rule):
             conf = Confidence.MODULE if g.ops else Confidence.INFERRED
             short = longest[0]
         fix_text, kind = _advice(call, longest[0])
-        per_count = round(count / steps)
         message = ctx.message(
-            short, total_ns=float(g.ns), count=per_count, unit="sync" if per_count == 1 else "syncs",
+            short, total_ns=float(g.ns), events=count, unit=Unit.SYNC,
             diagnosis=f"host blocked, waiting for the {device}", fix=fix_text, wall=True,
             show_share=False,  # blocked time is no share of the step: removing the sync saves at most the device's idle after it
         )

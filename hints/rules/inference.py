@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding, FixOffer, Related
 from msprof_lsp.hints.fixes import inference as fx
 from msprof_lsp.hints.fixes import make_offer
@@ -112,7 +112,7 @@ class DropoutInInference(Rule):
             total = int(work["dur_ns"].sum())
             launched = work["host_op"].to_numpy(np.int64)
             ops = np.unique(launched[launched >= 0])
-            count, unit = len(work), "kernels"
+            count, unit = len(work), Unit.KERNEL
             names = Counter(pq.strs(work["name"]))
         else:
             if not len(h):
@@ -128,7 +128,7 @@ class DropoutInInference(Rule):
                 return
             work = pq.kernels_under(p, ops.tolist())
             total = int(work["dur_ns"].sum()) if len(p.kernels) else int(h["dur_ns"].to_numpy(np.int64)[ops].sum())
-            count, unit = len(ops), "dropout calls"
+            count, unit = len(ops), Unit.DROPOUT_CALL
             names = Counter(pq.strs(h["name"])[ops])
         span, conf, related = self._anchor(ctx, ops)
         evidence = {
@@ -139,12 +139,11 @@ class DropoutInInference(Rule):
             "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = self._fixes(ctx, span, evidence)
-        n = ctx.per_step_count(count)
         msg = ctx.message(
             "Dropout in inference",
             total_ns=total,
-            count=n,
-            unit=unit if n != 1 else unit.rstrip("s"),
+            events=count,
+            unit=unit,
             qualifier="no backward pass or optimizer step",
             diagnosis="the model runs in training mode",
             fix="Call model.eval() before the loop",

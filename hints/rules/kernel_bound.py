@@ -23,10 +23,9 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, declare
-from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.profile.model import Backend
 
 from .. import profile_query as pq, source_query as sq
@@ -59,11 +58,9 @@ class OperatorNoBound(Rule):
         positions = np.flatnonzero(sel)
         if not len(positions):
             return
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
-        at = dict(zip(rows.tolist(), positions.tolist()))
         ratios = pq.pipe_ratios(k)
-        for g in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [at[r] for r in g.rows]
+        for g in sq.kernels_by_statement_in(ctx, k, positions):
+            mine = g.positions
             yield self._finding(ctx, g, k.iloc[mine], ratios.iloc[mine], bounds, vs_best, bounds.group[mine])
 
     def _finding(self, ctx: RuleContext, g: sq.KernelGroup, sub: pd.DataFrame, ratios: pd.DataFrame,
@@ -106,15 +103,13 @@ class OperatorNoBound(Rule):
         if states == {"dynamic"}:
             # AOE tunes the shapes it sees in the dump; dynamic-shape ops recompile per shape.
             evidence["op_state"] = "dynamic"
-        conf = g.site.confidence if g.site is not None else Confidence.STACK
-        count = ctx.per_step_count(len(sub))
         msg = ctx.message(
             "Operator no-bound",
             total_ns=total,
-            count=count,
-            unit="kernel" if count == 1 else "kernels",
+            events=len(sub),
+            unit=Unit.KERNEL,
             qualifier=f"busiest pipe {busiest:.0%}, {worst:.0%} of the rate the same op reaches elsewhere",
             diagnosis=f"{', '.join(dict.fromkeys(str(t) for t in by_name['type']))} keep no pipe busy: tiling-bound",
             fix=f"Tune these ops with AOE: {pq.AOE_COMMAND}",
         )
-        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=conf, evidence=evidence)
+        return ctx.finding(self, span=g.span, message=msg, total_ns=total, confidence=g.confidence, evidence=evidence)

@@ -20,7 +20,7 @@ from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.profile.model import Backend
 
-from ..context import RuleContext
+from ..context import RuleContext, Unit
 from ..finding import Finding, Related
 from ..fixes import empty_cache as fx
 from ..registry import Rule, declare
@@ -57,7 +57,7 @@ class AllocChurn(Rule):
         if ctx.backend is Backend.CUDA and not calls:
             fix_text = "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
         message = ctx.message(
-            "Allocator churn", total_ns=total, count=round(len(ev) / steps), unit="malloc/free calls", wall=True,
+            "Allocator churn", total_ns=total, events=len(ev), unit=Unit.MALLOC_FREE, wall=True,
             diagnosis="device memory is freed and allocated again every step", fix=fix_text,
         )
         evidence = {

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Change, Effect, Finding, FixOffer, Related, Target
 from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.fixes import optimizer as fx
@@ -157,8 +157,6 @@ class FusedOptimizer(Rule):
             "item_in_step": items_in,
             "item_total": int(items_all.sum()),
         }
-        per_step_k = round(len(k) / ctx.num_steps)
-        calls = ctx.per_step_count(len(rows))
         qual = f"{items_in} of {int(items_all.sum())} aten::item inside" if items_in else ""
         if ctx.backend is Backend.ASCEND:
             transforms, fix = (fx.fused_optimizer, fx.npu_fused_optimizer), f"Pass fused=True or use torch_npu.optim.NpuFused{name}"
@@ -171,8 +169,8 @@ class FusedOptimizer(Rule):
         msg = ctx.message(
             f"Unfused {name}",
             total_ns=total,
-            count=per_step_k if len(k) else calls,
-            unit="kernels" if len(k) else ("call" if calls == 1 else "calls"),
+            events=len(k) or len(rows),
+            unit=Unit.KERNEL if len(k) else Unit.CALL,
             qualifier=qual,
             diagnosis="the optimizer updates one parameter at a time",
             fix=fix,
@@ -221,8 +219,8 @@ class FusedOptimizer(Rule):
         msg = ctx.message(
             f"Multi-tensor {name} host-bound",
             total_ns=total,
-            count=round(len(k) / ctx.num_steps),
-            unit="_foreach_ kernels",
+            events=len(k),
+            unit=Unit.FOREACH_KERNEL,
             qualifier=f"{on_device}{times}",
             diagnosis=f"{ctx.per_step_count(foreach_ops)} _foreach_ ops dispatch tensor by tensor on the host",
             fix=f"Use torch_npu.optim.NpuFused{name} (one combined buffer) or fused=True",
@@ -354,12 +352,12 @@ class FusedGradClip(Rule):
             "time_us_per_step": pq.format_ns_us(ctx.per_step_ns(total)),
         }
         fixes = _fix_list(ctx, span, (fx.fused_grad_clip,), evidence)
-        count = round(n_norm / ctx.num_steps) if n_norm else round(per_tensor / ctx.num_steps)
+        norms = n_norm or per_tensor
         msg = ctx.message(
             "Per-tensor grad clipping",
             total_ns=total,
-            count=count or len(matches),
-            unit="norm kernels" if count else "clips",
+            count=ctx.per_step_count(norms) if norms else len(matches),
+            unit=Unit.NORM_KERNEL if norms else Unit.CLIP,
             qualifier=CLIP_PATTERN if matches else "",
             diagnosis="clip_grad_norm_ computes one norm per gradient tensor",
             fix="Use clip_grad_norm_fused_ (NpuFused optimizers) or foreach=True" if ascend else "Pass foreach=True to clip_grad_norm_",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Finding
 from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.hints.profile_query import AOE_COMMAND, BoundVerdict, PipeBound
@@ -41,7 +41,6 @@ from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.profile.shapes import parse_shapes
 from msprof_lsp.mapping.profile.timemodel import KernelClass
-from msprof_lsp.mapping.spans import Confidence
 
 from .. import profile_query as pq, source_query as sq
 
@@ -141,13 +140,9 @@ class KernelBound(Rule):
         for g in groups:
             for p in g.rows:
                 at[p] = g
-        positions = sorted(at)
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])  # kernel sites are by row of profile.kernels
-        pos_of = dict(zip(rows.tolist(), positions))
         dur = k["dur_ns"].to_numpy(np.int64)
-        for site_group in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [pos_of[r] for r in site_group.rows]
-            yield self._finding(ctx, site_group, mine, at, dur)
+        for site_group in sq.kernels_by_statement_in(ctx, k, sorted(at)):
+            yield self._finding(ctx, site_group, site_group.positions, at, dur)
 
     def _finding(self, ctx: RuleContext, site: sq.KernelGroup, positions: list[int], at: dict[int, BoundGroup],
                  dur: np.ndarray) -> Finding:
@@ -162,7 +157,6 @@ class KernelBound(Rule):
         lead = next(g for g, _ in ranked if (g.verdict.bound is PipeBound.MEMORY) == memory)
         v = lead.verdict
         types = list(dict.fromkeys(g.op_type for g, _ in ranked if (g.verdict.bound is PipeBound.MEMORY) == memory))
-        count = ctx.per_step_count(len(positions))
         evidence = {
             "kernels": [
                 {"name": g.name, "class": g.cls.value, "type": g.op_type, "shapes": g.shapes, "count": len(ps),
@@ -175,18 +169,16 @@ class KernelBound(Rule):
             "memory_bound_us": pq.format_ns_us(mem_ns),
             "thresholds": pq.BoundLimits.of(ctx.thresholds).as_dict(),
         }
-        unit_word = "kernel" if count == 1 else "kernels"
         if memory:
             short, diagnosis = "Memory-bound kernels", f"{', '.join(types[:3])} wait on data transfers"
             fix = "Move less data: fuse neighbouring ops, bf16, fewer format casts"
         else:
             short, diagnosis = "Compute-bound kernels", f"{', '.join(types[:3])} saturate the {_unit(lead.cls, v.pipe)}"
             fix = "Do less work: narrower dtypes or fewer redundant ops"
-        message = ctx.message(short, total_ns=total, count=count, unit=unit_word,
+        message = ctx.message(short, total_ns=total, events=len(positions), unit=Unit.KERNEL,
                               qualifier=f"{lead.op_type} {v.pipe} {v.ratio:.0%} ≥ {v.threshold:.0%}",
                               diagnosis=diagnosis, fix=fix)
-        conf = site.site.confidence if site.site is not None else Confidence.STACK
-        return ctx.finding(self, span=site.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+        return ctx.finding(self, span=site.span, message=message, total_ns=total, confidence=site.confidence, evidence=evidence)
 
 
 def _unit(cls: KernelClass, pipe: str) -> str:
@@ -245,13 +237,11 @@ class BlockDim(Rule):
         positions = np.flatnonzero(bad)
         if not len(positions):
             return
-        rows = ctx.profile.kernels.index.get_indexer(k.index[positions])
-        pos_of = dict(zip(rows.tolist(), positions.tolist()))
         types = pq.kernel_types(k)
         # each kernel's bound verdict in the evidence: the one NPU202, NPU206 and the hover give
         verdicts = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds)).per_row()
-        for g in sq.kernels_by_statement(ctx, rows.tolist()):
-            mine = [pos_of[r] for r in g.rows]
+        for g in sq.kernels_by_statement_in(ctx, k, positions):
+            mine = g.positions
             total = int(dur[mine].sum())
             by: dict[tuple[str, str, int], list[int]] = {}
             for p in mine:
@@ -270,15 +260,13 @@ class BlockDim(Rule):
                 "ai_core_num": aic, "aiv_num": aiv, "count": len(mine),
                 "threshold_us": float(ctx.thresholds.block_dim_min_us), "aoe_command": AOE_COMMAND,
             }
-            count = ctx.per_step_count(len(mine))
             message = ctx.message(
-                "Block dim", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+                "Block dim", total_ns=total, events=len(mine), unit=Unit.KERNEL,
                 qualifier=f"{t} block dim {bd} on {n} cores",
                 diagnosis=f"{idle:.0%} of the cores idle in its {waves} wave{'s' if waves > 1 else ''}",
                 fix="Tune these ops with AOE, or pick shapes that split evenly",
             )
-            conf = g.site.confidence if g.site is not None else Confidence.STACK
-            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=conf, evidence=evidence)
+            yield ctx.finding(self, span=g.span, message=message, total_ns=total, confidence=g.confidence, evidence=evidence)
 
 
 def _bound_of(verdicts: list[BoundVerdict | None], rows: list[int]) -> str:

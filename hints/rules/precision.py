@@ -28,12 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from msprof_lsp.hints.context import RuleContext
+from msprof_lsp.hints.context import RuleContext, Unit
 from msprof_lsp.hints.finding import Change, Effect, Finding, Related, Target
 from msprof_lsp.hints.registry import Data, Rule, declare
 from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
-from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import format_us
 
 from .. import profile_query as pq, source_query as sq
@@ -164,15 +163,13 @@ class Fp32Compute(Rule):
             "why_no_quick_fix": "autocast and HF32 change numerics; autocast belongs around the forward and "
                                 "the loss, which only the loop's author can place",
         }
-        count = ctx.per_step_count(len(rows))
         message = ctx.message(
-            "fp32 compute", total_ns=total, count=count, unit="kernel" if count == 1 else "kernels",
+            "fp32 compute", total_ns=total, events=len(rows), unit=Unit.KERNEL,
             qualifier=f"{total / busy:.0%} of the compute time, most in {top}",
             diagnosis="the cube runs these matrix kernels in fp32",
             fix="Autocast the forward to bf16, or allow HF32 matmuls",
         )
         related = [Related(g.span, f"fp32 cube kernels launched here ({format_us(ctx.per_step_us(int(all_dur[g.rows].sum())))}/step)")
                    for g in groups[1:] if g.span is not None][:MAX_RELATED]
-        conf = lead.site.confidence if lead.site is not None else Confidence.STACK
-        return ctx.finding(self, span=lead.span, message=message, total_ns=total, confidence=conf,
+        return ctx.finding(self, span=lead.span, message=message, total_ns=total, confidence=lead.confidence,
                            evidence=evidence, related=related, effect=_effect(factors))

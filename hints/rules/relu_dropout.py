@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -443,14 +443,14 @@ def _at_line(index: SourceIndex, line: int, function: str, conf: Confidence, pre
             r = inner[0]
             return _Construct(fx.PairKind.NESTED, d.span, r.span, d.span, _init_related(index, d, r), conf,
                               _names(index, r, d))
-        pair = _previous_relu_statement(index, d)
+        pair = _adjacent_call(index, d, -1, _is_relu)
         if pair is not None:
             r = pair
             span = Span(d.span.path, r.stmt.line, r.stmt.col, d.stmt.end_line, d.stmt.end_col)
             return _Construct(fx.PairKind.STATEMENTS, span, r.span, d.span, _init_related(index, d, r), conf,
                               _names(index, r, d))
     for r in (c for c in calls if _is_relu(index, c)):
-        d = _next_dropout_statement(index, r)
+        d = _adjacent_call(index, r, 1, _is_dropout)
         if d is not None:
             span = Span(r.span.path, r.stmt.line, r.stmt.col, d.stmt.end_line, d.stmt.end_col)
             return _Construct(fx.PairKind.STATEMENTS, span, r.span, d.span, _init_related(index, d, r), conf,
@@ -507,33 +507,19 @@ def _inside(inner: Span, outer: Span) -> bool:
     return (outer.line, outer.col) <= (inner.line, inner.col) and (inner.end_line, inner.end_col) <= (outer.end_line, outer.end_col)
 
 
-def _statement_neighbours(index: SourceIndex, call: CallSite) -> tuple[Span | None, Span | None]:
+def _adjacent_call(index: SourceIndex, call: CallSite, step: int,
+                   wanted: Callable[[SourceIndex, CallSite], bool]) -> CallSite | None:
+    """The outermost call ``wanted`` accepts in the statement just before (``step`` -1) or after
+    (``step`` 1) ``call``'s in its function: the other half of a ReLU / Dropout statement pair."""
     stmts = sorted((s.span for s in index.statements_in(call.function)), key=lambda s: (s.line, s.col))
     try:
-        i = stmts.index(call.stmt)
+        i = stmts.index(call.stmt) + step
     except ValueError:
-        return None, None
-    return (stmts[i - 1] if i > 0 else None), (stmts[i + 1] if i + 1 < len(stmts) else None)
-
-
-def _previous_relu_statement(index: SourceIndex, d: CallSite) -> CallSite | None:
-    prev, _ = _statement_neighbours(index, d)
-    if prev is None:
         return None
-    for c in index.calls_in(d.function):
-        if c.stmt == prev and c.depth == 0 and _is_relu(index, c):
-            return c
-    return None
-
-
-def _next_dropout_statement(index: SourceIndex, r: CallSite) -> CallSite | None:
-    _, nxt = _statement_neighbours(index, r)
-    if nxt is None:
+    if not 0 <= i < len(stmts):
         return None
-    for c in index.calls_in(r.function):
-        if c.stmt == nxt and c.depth == 0 and _is_dropout(index, c):
-            return c
-    return None
+    return next((c for c in index.calls_in(call.function) if c.stmt == stmts[i] and c.depth == 0 and wanted(index, c)),
+                None)
 
 
 def _relu_elem(e: ModuleAttr) -> bool:

@@ -23,7 +23,7 @@ from msprof_lsp.mapping.profile.model import Backend
 from msprof_lsp.mapping.spans import Confidence
 from msprof_lsp.mapping.units import NS_PER_US
 
-from ..context import RuleContext
+from ..context import RuleContext, Unit
 from ..finding import Change, Effect, Finding, Related, Target
 from ..fixes import npu_switches
 from ..registry import Rule, declare
@@ -88,7 +88,7 @@ class TransdataFormat(Rule):
         if cubes:
             qual.append(f"around {'/'.join(cubes)}")
         message = ctx.message(
-            "TransData", total_ns=total, count=round(len(trans) / steps), unit="kernels",
+            "TransData", total_ns=total, events=len(trans), unit=Unit.KERNEL,
             qualifier=", ".join(qual), diagnosis="format conversions around Cube ops",
             fix="Try allow_internal_format = False and re-profile (A/B test)",
         )
@@ -132,7 +132,7 @@ class TransdataFormat(Rule):
         if ctx.share(ctx.per_step_ns(total)) * 100 < limit:
             return
         message = ctx.message(
-            "Layout copies", total_ns=total, count=round(int(sel.sum()) / ctx.num_steps), unit="kernels",
+            "Layout copies", total_ns=total, events=int(sel.sum()), unit=Unit.KERNEL,
             diagnosis="NCHW/NHWC conversions around convolutions",
             fix="Use channels_last for the model and its inputs",
         )

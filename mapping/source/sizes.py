@@ -131,6 +131,13 @@ _PARAMS: dict[str, tuple[str, ...]] = {
     "RMSNorm": ("normalized_shape", "eps", "elementwise_affine"),
     "MultiheadAttention": ("embed_dim", "num_heads"),
 }
+# the two size arguments every kind but NORM needs, read (or refused) before its weights are built
+_SIZE_ARGS: dict[LayerKind, tuple[str, str]] = {
+    LayerKind.LINEAR: ("in_features", "out_features"),
+    LayerKind.CONV: ("in_channels", "out_channels"),
+    LayerKind.EMBEDDING: ("num_embeddings", "embedding_dim"),
+    LayerKind.ATTENTION: ("embed_dim", "num_heads"),
+}
 _MAX_DEPTH = 8  # nested sub-module constructions followed
 _MAX_INSTANCES = 64  # distinct size sets kept per class
 
@@ -566,17 +573,17 @@ class SizeResolver:
                 out.append(iv)
             return out
 
+        dims: list[int] = []
+        if kind in _SIZE_ARGS:
+            found = need(*_SIZE_ARGS[kind])
+            if found is None:
+                return
+            dims = found
         weights: tuple[Shape, ...]
         if kind is LayerKind.LINEAR:
-            dims = need("in_features", "out_features")
-            if dims is None:
-                return
             weights = ((dims[1], dims[0]),)
             label = f"nn.Linear({dims[0]}, {dims[1]})"
         elif kind is LayerKind.CONV:
-            dims = need("in_channels", "out_channels")
-            if dims is None:
-                return
             nd = int(short[-2])
             ks = _ints(args.get("kernel_size", Unknown("`kernel_size` is not given")), nd)
             groups = _as_int(args.get("groups", 1))
@@ -586,9 +593,6 @@ class SizeResolver:
             weights = ((dims[1], dims[0] // groups, *ks),)
             label = f"nn.{short}({dims[0]}, {dims[1]}, kernel_size={ks[0] if len(set(ks)) == 1 else ks})"
         elif kind is LayerKind.EMBEDDING:
-            dims = need("num_embeddings", "embedding_dim")
-            if dims is None:
-                return
             weights = ((dims[0], dims[1]),)
             label = f"nn.{short}({dims[0]}, {dims[1]})"
         elif kind is LayerKind.NORM:
@@ -603,9 +607,6 @@ class SizeResolver:
             weights = (shape,)  # type: ignore[assignment]
             label = f"nn.{short}({', '.join(str(d) for d in shape)})"  # type: ignore[union-attr]
         else:  # ATTENTION
-            dims = need("embed_dim", "num_heads")
-            if dims is None:
-                return
             e = dims[0]
             weights = ((3 * e, e), (e, e))
             label = f"nn.MultiheadAttention({e}, {dims[1]})"

@@ -103,8 +103,8 @@ def train(args: argparse.Namespace) -> None:
             print(f"step {step} loss {loss.item():.4f}")
             if profiling is not None:
                 profiling.step()
+    dist.barrier()  # the gloo workers let go of the last all-reduce before the group is freed
     dist.destroy_process_group()
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,6 +3,7 @@ on): they apply, parse, and the fixed models/scripts compute the same results wi
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,23 @@ def test_cnn_sample_training_script_runs_with_accumulation_and_workers(tmp_path)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "step 5 loss" in proc.stdout
+
+
+def test_cnn_sample_waits_at_a_barrier_before_destroying_its_group():
+    """A run whose only gradient sync is its last step (``--steps 1``; the accumulation fix run for
+    fewer steps than ACCUM_STEPS, as test_fixes_every_offer runs it, 3 of 4) could hang at the end
+    of train(): the DDP group's first all-reduce was still held by a gloo worker thread; its work
+    keeps a Python object (the autograd context), so freeing it needs the GIL, while the main
+    thread, freeing the DDP model, held the GIL and joined that thread (py-spy: ``~ProcessGroupGloo``
+    -> ``thread::join`` against ``~AsyncAllreduceWork`` -> ``gil_scoped_acquire``). Forty one-step
+    runs in one interpreter hung in three of five tries on a loaded 2-core machine, none of fifteen
+    with the barrier. The race needs a starved worker thread, so a run cannot show it reliably;
+    this pins the teardown order that avoids it: a barrier (the main thread waits without the GIL,
+    the workers finish their work), then the group is destroyed."""
+    tree = ast.parse(CNN_TRAIN.read_text(encoding="utf-8"))
+    (train,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "train"]
+    calls = [ast.unparse(s.value) for s in train.body[-2:] if isinstance(s, ast.Expr)]
+    assert calls == ["dist.barrier()", "dist.destroy_process_group()"]
 
 
 def test_tiny_transformer_sample_fused_swaps(monkeypatch):

@@ -134,7 +134,7 @@ def test_h2d_copies_over_h2d_max_percent(tmp_path):
     assert share >= 0.25 and per_step == us(2500.0) + 0  # one copy per step, no jitter
     [f] = a.run("NPU104")
     assert f.evidence["crossed"] == ["h2d"]
-    assert f.message.startswith("H2D copies: 1 copies, ") and f.share == pytest.approx(share)
+    assert f.message.startswith("H2D copies: 1 copy, ") and f.share == pytest.approx(share)
     assert span_text(f.span) == HEADER
 
 

@@ -36,6 +36,15 @@ def _run(*, in_optimizer: bool = False):
     return step_run(items)
 
 
+def test_two_syncs_on_one_line_per_step_are_plural(tmp_path):
+    """Two loss.item() per step on one line are one finding, "2 syncs" (one is "1 sync", above)."""
+    lin = L.linear(32, 1024, 64, mm_us=900.0)
+    items = [UserCall(fwd("x = self.drop(self.act(self.fc1(x)))"), (Launch(lin.op, lin.frames),), label="fc1"),
+             backward(), optimizer_step(False), item_call(), item_call()]
+    [item] = [f for f in analyse(step_run(items), tmp_path).run("NPU108", min_share=0.0) if span_text(f.span) == "loss.item()"]
+    assert item.message.startswith("loss.item(): 2 syncs, ")
+
+
 def _host(a):
     trace = a.trace()
     steps = [e for e in trace if e.get("cat") == "cpu_op" and e["name"].startswith("ProfilerStep#")]

@@ -50,6 +50,18 @@ def test_at_and_just_below_alloc_max_us(tmp_path):
     assert "empty_cache" not in new
 
 
+def test_one_allocator_call_per_step_is_singular(tmp_path):
+    """The message counts per step and agrees in number: one aclMallocMemInner per step is
+    "1 malloc/free call" (the test above has two per step: "2 malloc/free calls")."""
+    lin = L.linear(32, 1024, 64, mm_us=60.0)
+    alloc = OpSpec("aten::empty_strided", cann=(CannSpec("AscendCL@aclMallocMemInner", us(6000.0)),))
+    op = dataclasses.replace(lin.op, children=(alloc, *lin.op.children))
+    a = analyse(step_run([UserCall(fwd("x = self.drop(self.act(self.fc1(x)))"), (Launch(op, lin.frames),), label="fc1")]),
+                tmp_path)
+    [f] = a.run("NPU109")
+    assert f.message.startswith("Allocator churn: 1 malloc/free call, ")
+
+
 def test_level0_skips(tmp_path):
     a = analyse(_run(3000.0, 9000.0, config=ProfilerConfig(level="Level0")), tmp_path)
     assert a.raw("NPU109") == [] and "NPU109" in a.ctx.level1_skips
