@@ -23,7 +23,7 @@ import pandas as pd
 
 from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.profile import comm_time, linking, step_windows, timemodel
-from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile, ProfileKind
+from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile, ProfileKind, array_bytes, bytes_array
 from msprof_lsp.mapping.profile.shapes import gemm_flops, io_bytes, parse_shapes
 from msprof_lsp.mapping.profile.timemodel import KernelClass
 from msprof_lsp.mapping.numbers import int64_of
@@ -481,23 +481,19 @@ class _TokensRecord(msgspec.Struct, array_like=True, frozen=True):
 
 
 _TOKENS_DECODER = msgspec.msgpack.Decoder(_TokensRecord)
-_I8 = np.dtype("<i8")
 
 
 def _encode_tokens(toks: Tokens) -> bytes:
-    return msgspec.msgpack.encode(_TokensRecord(np.ascontiguousarray(toks.rows, dtype=_I8).tobytes(), toks.names,
-                                                toks.text, np.ascontiguousarray(toks.starts, dtype=_I8).tobytes()))
+    return msgspec.msgpack.encode(_TokensRecord(array_bytes(toks.rows), toks.names, toks.text, array_bytes(toks.starts)))
 
 
 def _decode_tokens(data: bytes) -> Tokens:
     rec = _TOKENS_DECODER.decode(data)
     n = len(rec.names)
-    if len(rec.rows) != _I8.itemsize * n or len(rec.starts) != _I8.itemsize * n:
-        raise ValueError("token rows, starts and names differ in length")
-    starts = np.frombuffer(rec.starts, dtype=_I8).astype(np.int64)
+    rows, starts = bytes_array(rec.rows, n), bytes_array(rec.starts, n)  # ValueError: not one per name
     if n and (starts[0] != 0 or starts[-1] + len(rec.names[-1]) + 2 != len(rec.text)):
         raise ValueError("token offsets do not match the text")
-    return Tokens(np.frombuffer(rec.rows, dtype=_I8).astype(np.int64), rec.names, rec.text, starts)
+    return Tokens(rows, rec.names, rec.text, starts)
 
 
 TOKENS_PERSIST = Persist(_encode_tokens, _decode_tokens)

@@ -35,7 +35,7 @@ import pandas as pd
 
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.linking import row_groups
-from msprof_lsp.mapping.profile.model import Persist, Profile, Step
+from msprof_lsp.mapping.profile.model import Persist, Profile, Step, array_bytes, bytes_array
 from msprof_lsp.mapping.profile.step_windows import windows
 from msprof_lsp.mapping.profile.timemodel import TaskClass, task_classes, work_mask
 
@@ -772,20 +772,13 @@ class _PathsRecord(msgspec.Struct, array_like=True, frozen=True):
 
 
 _PATHS_DECODER = msgspec.msgpack.Decoder(_PathsRecord)
-_I8 = np.dtype("<i8")
-
-
-def _rows(data: bytes) -> np.ndarray:
-    if len(data) % _I8.itemsize:
-        raise ValueError("a row array of the wrong length")
-    return np.frombuffer(data, dtype=_I8).astype(np.int64)
 
 
 def _encode_paths(cp: CriticalPath) -> bytes:
     steps = [_StepRecord(p.step, p.total_ns, p.span_ns,
                          [(s.kind, s.start_ns, s.end_ns, s.weight_ns, s.host_op, s.kernel, s.name, s.call)
                           for s in p.segments],
-                         *(np.ascontiguousarray(a, dtype=_I8).tobytes() for a in (p.kernels, p.host_ops, p.host_self_ns)),
+                         *(array_bytes(a) for a in (p.kernels, p.host_ops, p.host_self_ns)),
                          p.late_launches) for p in cp.steps]
     return msgspec.msgpack.encode(_PathsRecord(steps, list(cp.notes), cp.unavailable))
 
@@ -793,7 +786,7 @@ def _encode_paths(cp: CriticalPath) -> bytes:
 def _decode_paths(data: bytes) -> CriticalPath:
     rec = _PATHS_DECODER.decode(data)
     steps = [StepPath(s.step, s.total_ns, s.span_ns, [Segment(*seg) for seg in s.segments],
-                      _rows(s.kernels), _rows(s.host_ops), _rows(s.host_self_ns), s.late_launches) for s in rec.steps]
+                      bytes_array(s.kernels), bytes_array(s.host_ops), bytes_array(s.host_self_ns), s.late_launches) for s in rec.steps]
     if any(len(s.host_ops) != len(s.host_self_ns) for s in steps):
         raise ValueError("host ops and their self times differ in length")
     return CriticalPath(steps, notes=list(rec.notes), unavailable=rec.unavailable)

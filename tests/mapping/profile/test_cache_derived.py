@@ -1,5 +1,6 @@
 """Derived values kept with the profile cache (mapping.cache.store_derived, Profile.derived.memo
-with ``persist``): a warm run reads the critical paths and op tokens the first run computed,
+with ``persist``): a warm run reads the critical paths, the replay's step models and the op
+tokens the first run computed,
 equal to a fresh computation; another entry's, another build's or a damaged file is never used."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from msprof_lsp.mapping.profile import cache
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.profile.model import Derived, Persist, Profile
 from msprof_lsp.mapping.source import critical_path as cp_mod
+from msprof_lsp.mapping.source import replay
 from msprof_lsp.mapping.source.critical_path import step_paths
 
 SAMPLE = Path(__file__).resolve().parents[3] / "samples" / "tiny_transformer" / "npu_profile"
@@ -35,9 +37,10 @@ def copy(tmp_path: Path):
 
 
 def _analysed(loc, cache_dir: Path) -> Profile:
-    """A load through the cache, then what an analysis derives (paths, tokens), then the store."""
+    """A load through the cache, then what an analysis derives (paths, step models, tokens), then the store."""
     profile = load_location(loc, cache_dir=cache_dir)
     step_paths(profile)
+    replay.replay_base(profile)
     ctx = RuleContext(profile, None, None, RuleConfig())
     pq.host_tokens(ctx)
     pq.kernel_tokens(ctx)
@@ -48,7 +51,7 @@ def _analysed(loc, cache_dir: Path) -> Profile:
 def _computations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the real computations of the persisted values."""
     calls: list[str] = []
-    for mod, name in ((cp_mod, "_step_paths"), (pq, "_host_tokens"), (pq, "_kernel_tokens")):
+    for mod, name in ((cp_mod, "_step_paths"), (replay, "_replay_base"), (pq, "_host_tokens"), (pq, "_kernel_tokens")):
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k))[1])
     return calls
@@ -76,8 +79,12 @@ def test_a_warm_load_reads_the_values_the_first_run_computed(copy, monkeypatch: 
     warm = load_location(loc, cache_dir=cache_dir)
     ctx = RuleContext(warm, None, None, RuleConfig())
     paths, host, kern = step_paths(warm), pq.host_tokens(ctx), pq.kernel_tokens(ctx)
+    models = replay.replay_base(warm)
     assert calls == []  # decoded from the file, not computed
-    assert paths.steps and len(host.rows) and len(kern.rows)
+    assert paths.steps and len(host.rows) and len(kern.rows) and models.steps
+    change = replay.WhatIf(fresh.kernels.index.to_numpy()[::3], np.full(len(fresh.kernels.index[::3]), 0.5))
+    assert replay.what_if(warm, change) == replay.what_if(fresh, change)
+    assert [m.base_ns for m in models.steps] == [m.base_ns for m in replay.replay_base(fresh).steps]
     fresh_ctx = RuleContext(fresh, None, None, RuleConfig())
     _same_paths(paths, cp_mod._step_paths(fresh, cp_mod.MAX_STEPS))
     _same_tokens(host, pq._host_tokens(fresh))
