@@ -789,9 +789,8 @@ def kernel_bounds(kernels: pd.DataFrame, limits: BoundLimits) -> KernelBounds:
     sub = kernels.iloc[rows]
     classes = np.array([c.value for c in timemodel.kernel_classes(sub)], dtype=object)
     types = kernel_types(sub)
-    keys = pd.MultiIndex.from_arrays([classes, strs(sub["name"]), strs(sub["input_shapes"]),
-                                      strs(sub["output_shapes"]), types, strs(sub["input_dtypes"])])
-    codes, uniques = pd.factorize(keys)
+    codes, uniques = timemodel.distinct_rows([classes, sub["name"], sub["input_shapes"], sub["output_shapes"], types,
+                                              sub["input_dtypes"]])
     group[rows] = codes
     frame = pd.DataFrame(vals[rows], columns=cols).groupby(codes).mean()  # NaN (N/A) cells skipped
     out_v, out_m, out_c, out_t, out_d = [], [], [], [], []
@@ -820,8 +819,8 @@ def kernel_work(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     if not n:
         return np.zeros(0), np.zeros(0, dtype=bool)
     cube = np.array([c is KernelClass.CUBE for c in timemodel.kernel_classes(kernels)], dtype=bool)
-    cols = [strs(kernels[c]) for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
-    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([cube, *cols]))
+    cols = [kernels[c] for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
+    codes, uniques = timemodel.distinct_rows([cube, *cols])
     table = np.zeros(len(uniques), dtype=np.float64)
     for i, (is_cube, ins, idt, outs, odt) in enumerate(uniques):
         a, b = parse_shapes(ins), parse_shapes(outs)

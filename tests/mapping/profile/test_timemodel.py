@@ -220,3 +220,28 @@ def test_kernel_step_span_is_the_stage_of_compute_and_communication() -> None:
     waits = Profile(meta=ProfileMeta(kind=ProfileKind.TORCH_NPU, path="/p"),
                     kernels=_kernels([("Notify Wait", "", 0, 60, 3, 4), ("MEMCPY_ASYNC", "", -8, 6, 3, 2)]))
     assert waits.step_time() == (68 * US, "kernel step span")
+
+
+def test_distinct_rows_groups_as_a_multiindex_factorize_does():
+    """``distinct_rows`` groups by integer codes; the groups, their numbering and their keys are those
+    of ``pd.factorize(pd.MultiIndex.from_arrays(...))`` over the text ("" for a missing category, one
+    group with a "" category)."""
+    import pandas as pd
+
+    from msprof_lsp.mapping.profile.timemodel import distinct_rows
+
+    rng = np.random.default_rng(7)
+    n = 500
+    values = rng.choice(["a", "b", "", "-"], n)
+    codes_in = np.array([{"b": 0, "": 1, "a": 2, "-": -1}[v] for v in values])  # -1: missing
+    cat = pd.Series(pd.Categorical.from_codes(codes_in, categories=["b", "", "a", "unused"]))
+    assert cat.isna().any() and (cat == "").any()
+    text = pd.Series(rng.choice(["x", "y", "zz"], n), dtype=object)
+    flags = rng.random(n) < 0.3
+    types = np.array(rng.choice(["MatMul", "Add"], n), dtype=object)
+    groups, keys = distinct_rows([cat, text, flags, types])
+    as_text = np.asarray(cat.astype(object).fillna(""), dtype=object)
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([as_text, text.to_numpy(), flags, types]))
+    assert np.array_equal(groups, codes) and keys == list(uniques)
+    empty, none = distinct_rows([cat.iloc[:0], types[:0]])
+    assert len(empty) == 0 and none == []
