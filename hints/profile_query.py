@@ -805,6 +805,16 @@ def kernel_bounds(kernels: pd.DataFrame, limits: BoundLimits) -> KernelBounds:
     return KernelBounds(group, out_v, out_m, out_c, out_t, out_d)
 
 
+def step_kernel_bounds(ctx: RuleContext, limits: BoundLimits) -> tuple[pd.DataFrame, KernelBounds]:
+    """The profiled steps' kernels (``kernels_in_steps``) and their bound verdicts at ``limits``
+    (the caller's ``BoundLimits.of(ctx.thresholds)``: what it reads stays in its code), once per
+    rules run and limits: NPU202, NPU206 and NPU209 each read them."""
+    def compute() -> tuple[pd.DataFrame, KernelBounds]:
+        k = ctx.profile.kernels_in_steps()
+        return k, kernel_bounds(k, limits)
+    return ctx.derived(("step_kernel_bounds", limits), compute)
+
+
 # ---------------------------------------------------------------------------------------------
 # Achieved throughput (docs/numbers.md "Achieved throughput")
 

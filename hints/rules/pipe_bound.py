@@ -95,10 +95,11 @@ def _selected(ctx: RuleContext, k: pd.DataFrame, classes: list[KernelClass]) -> 
     return selected
 
 
-def bound_groups(ctx: RuleContext, k: pd.DataFrame) -> list[BoundGroup]:
-    """The bound (name, shapes) groups of the kernels ``k`` (the profiled steps' kernels) this
-    rule reports: compute- or memory-bound, judged, and not a Vector kernel bound by memory."""
-    bounds = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds))
+def bound_groups(ctx: RuleContext) -> list[BoundGroup]:
+    """The bound (name, shapes) groups of the profiled steps' kernels (``pq.step_kernel_bounds``,
+    positions in its table) this rule reports: compute- or memory-bound, judged, and not a Vector
+    kernel bound by memory."""
+    k, bounds = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))
     if not bounds.verdicts:
         return []
     selected = _selected(ctx, k, timemodel.kernel_classes(k))
@@ -131,10 +132,10 @@ class KernelBound(Rule):
     """
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        k = ctx.profile.kernels_in_steps()
+        k, _ = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))
         if not any(c.startswith("pmu:") for c in k.columns):
             return
-        groups = bound_groups(ctx, k)
+        groups = bound_groups(ctx)
         if not groups:
             return
         at = {}
@@ -249,7 +250,7 @@ class BlockDim(Rule):
         pos_of = dict(zip(rows.tolist(), positions.tolist()))
         types = pq.kernel_types(k)
         # each kernel's bound verdict in the evidence: the one NPU202, NPU206 and the hover give
-        verdicts = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds)).per_row()
+        verdicts = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))[1].per_row()  # the same rows as ``k``
         for g in sq.kernels_by_statement(ctx, rows.tolist()):
             mine = [pos_of[r] for r in g.rows]
             total = int(dur[mine].sum())
