@@ -38,7 +38,7 @@ from msprof_lsp.mapping.source.shape_anchor import Form, ShapeAnchorer
 from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Span
 from msprof_lsp.mapping.profile.step_windows import in_steps
-from msprof_lsp.mapping.profile.timemodel import column_codes, work_mask
+from msprof_lsp.mapping.profile.timemodel import column_codes, distinct_rows, work_mask
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 
@@ -320,16 +320,7 @@ class Attributor:
         # kernels without a stack or module chain are also told apart by their shapes (and
         # direction), which shape anchoring (mapping.shape_anchor) turns into the layer's call
         stackless = (self.i_sid < 0) & (np.where(has, self.h_modpath[self.h_top[cc]] if n else -1, -1) < 0)
-        # the op the user called (aten::linear: X, W, bias) names the layer for every kernel it
-        # launched (TransData, Cast, the matmul itself); kernels without host op use their own
-        own = pd.Series(self.i_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_out_shapes, dtype=object).astype(str)
-        if n:
-            dims = self.profile.host_ops["input_dims"].astype(str).to_numpy(object)
-            top_dims = pd.Series(np.where(has, dims[self.h_user[cc]], ""), dtype=object) + "|"
-            own = pd.Series(np.where(has, top_dims.to_numpy(object), own.to_numpy(object)), dtype=object)
-        sig = own + "|" + pd.Series(self.i_bwd).astype(str)
-        shp_codes, shp_names = pd.factorize(sig)
-        self._shape_sigs = [str(x) for x in shp_names]
+        shp_codes, self._shape_sigs = self._shape_signatures(has, cc)
         self.i_stackless = stackless
         i_keys = pd.DataFrame({
             "sid": self.i_sid,
@@ -370,6 +361,28 @@ class Attributor:
                     groups[-1].shapes = self._shape_sigs[shp_codes[i]]
                     groups[-1].kname = self.h_names[self.h_name[self.h_user[c]]] if c >= 0 else str(self.i_type[i])
         self.groups = groups
+
+    def _shape_signatures(self, has: np.ndarray, cc: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Per kernel item its shape signature's code, and the signatures (numbered in order of
+        first appearance): the op the user called (aten::linear: X, W, bias) names the layer for
+        every kernel it launched (TransData, Cast, the matmul itself), ``"<its input dims>||<bwd>"``;
+        a kernel without host op uses its own, ``"<input shapes>|<output shapes>|<bwd>"``. Each
+        distinct combination is written once, not once per kernel."""
+        ni = len(self.i_dur)
+        if not ni:
+            return np.zeros(0, np.int64), []
+        user_dims = np.full(ni, "", dtype=object)
+        if self.n_host:
+            dims = self.profile.host_ops["input_dims"].astype(str).to_numpy(object)
+            user_dims = np.where(has, dims[self.h_user[cc]], user_dims)
+        else:
+            has = np.zeros(ni, dtype=bool)
+        ins = np.where(has, "", np.asarray(self.i_shapes, dtype=object))
+        outs = np.where(has, "", np.asarray(self.i_out_shapes, dtype=object))
+        rows, keys = distinct_rows([has, user_dims, ins, outs, np.asarray(self.i_bwd, dtype=bool)])
+        sigs = [f"{d}||{b}" if h else f"{i}|{o}|{b}" for h, d, i, o, b in keys]
+        codes, names = pd.factorize(np.asarray(sigs, dtype=object))  # two combinations may write one signature
+        return codes.astype(np.int64)[rows], [str(x) for x in names]
 
     def _ann_code(self, ops: np.ndarray) -> np.ndarray:
         ann = self.h_ann[ops]
