@@ -37,7 +37,7 @@ from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.linking import row_groups
 from msprof_lsp.mapping.profile.model import Persist, Profile, Step, array_bytes, bytes_array
 from msprof_lsp.mapping.profile.step_windows import windows
-from msprof_lsp.mapping.profile.timemodel import TaskClass, task_classes, work_mask
+from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, task_classes, work_mask
 
 MAX_STEPS = 8  # steps analysed per profile (the first ones); each is its own graph
 
@@ -858,9 +858,10 @@ class _LineCharges:
         self.att, self.n = att, n_steps
         self.classes = task_classes(profile.kernels)
         self.dur = profile.kernels["dur_ns"].to_numpy(np.int64)
-        self.ev_names = profile.host_events["name"].astype(str).to_numpy()
-        self.h_names = profile.host_ops["name"].astype(str).to_numpy()
-        self.blocking = profile.host_ops["name"].astype(str).str.match(BLOCKING_OP.pattern).to_numpy(dtype=bool)
+        self.ev_codes, self.ev_names = column_codes(profile.host_events["name"])
+        self.h_codes, self.h_names = column_codes(profile.host_ops["name"])
+        # once per distinct name, not per op
+        self.blocking = np.array([bool(BLOCKING_OP.match(n)) for n in self.h_names], dtype=bool)[self.h_codes]
         self.device = np.isin(self.classes, [int(TaskClass.COMPUTE), int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
         self.work = work_mask(profile.kernels)
         self.bandwidth = np.isin(self.classes, [int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
@@ -935,7 +936,7 @@ class _LineCharges:
         if after_sync is not None:
             after_sync[0].wait(after_sync[1], w)
         elif own is not None and self.blocking[s.host_op]:
-            own.wait(f"{self.h_names[s.host_op]} (host blocked for a device value)", w)
+            own.wait(f"{self.h_names[self.h_codes[s.host_op]]} (host blocked for a device value)", w)
         elif own is not None:
             own.charged[Bound.HOST] += w
 
@@ -943,8 +944,8 @@ class _LineCharges:
         """Charge a sync wait to the line whose op made the call; returns (line, label) so the
         host's relaunch after it is charged there too (None: no line, the previous one stays)."""
         a = self.at(self.att.site_of_op(s.host_op)) if s.host_op >= 0 else None
-        call = str(self.ev_names[s.call]) if s.call >= 0 else "synchronisation"
-        label = f"{call} in {self.h_names[s.host_op]}" if s.host_op >= 0 else call
+        call = self.ev_names[self.ev_codes[s.call]] if s.call >= 0 else "synchronisation"
+        label = f"{call} in {self.h_names[self.h_codes[s.host_op]]}" if s.host_op >= 0 else call
         if a is None:
             return None
         a.wait(label, w)
