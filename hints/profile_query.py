@@ -787,7 +787,7 @@ def kernel_bounds(kernels: pd.DataFrame, limits: BoundLimits) -> KernelBounds:
     if not len(rows):
         return empty
     sub = kernels.iloc[rows]
-    classes = np.array([c.value for c in timemodel.kernel_classes(sub)], dtype=object)
+    classes = timemodel.kernel_class_values(sub)
     types = kernel_types(sub)
     codes, uniques = timemodel.distinct_rows([classes, sub["name"], sub["input_shapes"], sub["output_shapes"], types,
                                               sub["input_dtypes"]])
@@ -828,7 +828,7 @@ def kernel_work(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     n = len(kernels)
     if not n:
         return np.zeros(0), np.zeros(0, dtype=bool)
-    cube = np.array([c is KernelClass.CUBE for c in timemodel.kernel_classes(kernels)], dtype=bool)
+    cube = timemodel.kernel_class_values(kernels) == KernelClass.CUBE.value
     cols = [kernels[c] for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
     codes, uniques = timemodel.distinct_rows([cube, *cols])
     table = np.zeros(len(uniques), dtype=np.float64)

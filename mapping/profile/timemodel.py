@@ -178,11 +178,17 @@ def kernel_class(core: str, op_type_: str) -> KernelClass:
 def kernel_classes(kernels: pd.DataFrame) -> list[KernelClass]:
     """``kernel_class`` per row (non-compute tasks are OTHER), once per distinct (name, core, type). A
     list: numpy turns a str-valued enum into its ``str()``."""
+    member = {c.value: c for c in KernelClass}
+    return [member[v] for v in kernel_class_values(kernels).tolist()]
+
+
+def kernel_class_values(kernels: pd.DataFrame) -> np.ndarray:
+    """:func:`kernel_classes` as their values ("Cube", "Vector", ...) in an object array, with no
+    Python step per row (a class per distinct (name, core, type), then one ``where``)."""
     if not len(kernels):
-        return []
-    table = _per_distinct(kernels, ("name", "core", "type"), lambda n, c, t: kernel_class(c, op_type(n, t)), object)
-    compute = is_class(kernels, TaskClass.COMPUTE)
-    return [c if ok else KernelClass.OTHER for c, ok in zip(table.tolist(), compute.tolist())]
+        return np.zeros(0, dtype=object)
+    table = _per_distinct(kernels, ("name", "core", "type"), lambda n, c, t: kernel_class(c, op_type(n, t)).value, object)
+    return np.where(is_class(kernels, TaskClass.COMPUTE), table, KernelClass.OTHER.value).astype(object)
 
 
 def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
