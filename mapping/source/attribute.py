@@ -270,11 +270,13 @@ class Attributor:
             cc = np.where(self.i_ctx >= 0, self.i_ctx, 0)
             ctx_stack = np.where(self.i_ctx >= 0, self.h_stack[cc] if n else -1, -1)
             self.i_sid = np.where(kstack >= 0, kstack, ctx_stack)
-            self.i_type = k["type"].astype(str).to_numpy()
-            self.i_name = k["name"].astype(str).to_numpy()
-            self.i_core = k["core"].astype(str).to_numpy()
-            self.i_shapes = k["input_shapes"].astype(str).to_numpy()
-            self.i_out_shapes = k["output_shapes"].astype(str).to_numpy()
+            # the text columns as codes and names (a missing value is ""), and as text
+            self.i_text = {c: column_codes(k[col]) for c, col in (("type", "type"), ("name", "name"), ("core", "core"),
+                                                                  ("shapes", "input_shapes"))}
+            self.i_type, self.i_name, self.i_core, self.i_shapes = (
+                np.asarray(names, dtype=object)[codes] for codes, names in self.i_text.values())
+            out_codes, out_names = column_codes(k["output_shapes"])
+            self.i_out_shapes = np.asarray(out_names, dtype=object)[out_codes]
             ins = np.zeros(len(k), dtype=bool)
             ins[self.profile.kernels.index.get_indexer(self.profile.kernels_in_steps().index)] = True
             self.i_in_step = ins & work_mask(k)  # waits and communication are no line's work
@@ -292,6 +294,10 @@ class Attributor:
             self.i_name = self.i_type
             self.i_core = np.full(len(rows), "CPU", dtype=object)
             self.i_shapes = self.profile.host_ops["input_dims"].to_numpy()[rows] if len(rows) else np.zeros(0, object)
+            shape_codes, shape_names = pd.factorize(self.i_shapes)  # a missing value: -1
+            type_codes = self.h_name[rows] if len(rows) else np.zeros(0, np.int64)
+            self.i_text = {"type": (type_codes, self.h_names), "name": (type_codes, self.h_names),
+                           "core": (np.zeros(len(rows), np.int64), ["CPU"]), "shapes": (shape_codes, list(shape_names))}
             self.i_out_shapes = np.full(len(rows), "", dtype=object)
             self.i_in_step = in_steps(self.profile.steps, self.h_start[rows])
             self.i_host = rows
@@ -814,10 +820,8 @@ class Attributor:
         self.attributed_base_ns = int(dur[site >= 0].sum())
         self.aggs: dict[int, _SiteAgg] = {}
         if len(site):
-            frame = pd.DataFrame({
-                "site": site, "dur": dur, "bwd": bwd, "type": self.i_type[m], "name": self.i_name[m],
-                "core": self.i_core[m], "shapes": self.i_shapes[m],
-            })
+            frame = pd.DataFrame({"site": site, "dur": dur, "bwd": bwd,
+                                  **{c: codes[m] for c, (codes, _) in self.i_text.items()}})
             frame = frame[frame["site"] >= 0]
             if len(frame):
                 self._aggregate_items(frame)
@@ -843,8 +847,12 @@ class Attributor:
                 agg.host_ns += int(host[i])
                 agg.calls += int(calls[i])
 
-    def _aggregate_items(self, frame: pd.DataFrame) -> None:
-        sums = frame.groupby(["site", "bwd"], sort=False)["dur"].sum()
+    def _aggregate_items(self, coded: pd.DataFrame) -> None:
+        """Per site its device time and its operators. The text columns come as the codes of
+        ``i_text`` (grouping by the kernels' strings cost more than the rest); the groups and
+        their order are those of the text, and a missing value (code -1) leaves the groupings it
+        keys, as groupby drops a NaN key."""
+        sums = coded.groupby(["site", "bwd"], sort=False)["dur"].sum()
         for (s, b), v in sums.items():
             agg = self.aggs.setdefault(int(s), _SiteAgg(ops=[]))
             agg.device_ns += int(v)
@@ -853,22 +861,27 @@ class Attributor:
             else:
                 agg.fwd_ns += int(v)
         keys = ["site", "type", "core", "bwd"]
-        ops = frame.groupby(keys, sort=False)["dur"].agg(["sum", "size"])
-        by_name = frame.groupby(keys + ["name"], sort=False)["dur"].sum()
+        coded = coded[(coded["type"] >= 0) & (coded["core"] >= 0)]
+        ops = coded.groupby(keys, sort=False)["dur"].agg(["sum", "size"])
+        by_name = coded[coded["name"] >= 0].groupby(keys + ["name"], sort=False)["dur"].sum()
         top_name = by_name.sort_values(ascending=False).reset_index().drop_duplicates(keys).set_index(keys)["name"]
-        shaped = frame[frame["shapes"].astype(str) != ""]
+        shape_text = self.i_text["shapes"][1]
+        written = np.array([str(x) != "" for x in shape_text] + [False], dtype=bool)  # [-1]: missing
+        shaped = coded[written[coded["shapes"].to_numpy()]]
         shapes: dict[tuple, list[str]] = {}
         if len(shaped):
             by_shape = shaped.groupby(keys + ["shapes"], sort=False)["dur"].sum().sort_values(ascending=False)
             for (s, t, c, b, sh), _ in by_shape.items():
                 lst = shapes.setdefault((s, t, c, b), [])
                 if len(lst) < MAX_SHAPES:
-                    lst.append(str(sh))
-        for (s, t, c, b), row in ops.iterrows():
+                    lst.append(str(shape_text[sh]))
+        types, cores, names = self.i_text["type"][1], self.i_text["core"][1], self.i_text["name"][1]
+        for (s, t, c, b), total, size in zip(ops.index, ops["sum"].tolist(), ops["size"].tolist()):
             agg = self.aggs[int(s)]
             assert agg.ops is not None
-            agg.ops.append(OpHeat(str(top_name.get((s, t, c, b), t)), str(t), str(c), int(row["size"]),
-                                  int(row["sum"]), tuple(shapes.get((s, t, c, b), ())), bool(b)))
+            top = top_name.get((s, t, c, b))
+            agg.ops.append(OpHeat(str(names[top]) if top is not None else str(types[t]), str(types[t]), str(cores[c]),
+                                  int(size), int(total), tuple(shapes.get((s, t, c, b), ())), bool(b)))
 
     # -- 7. the result -------------------------------------------------------------------------
 
