@@ -478,13 +478,17 @@ class _TokensRecord(msgspec.Struct, array_like=True, frozen=True):
     names: list[str]
     text: str
     starts: bytes  # little-endian int64 per token
+    found: list[tuple[str, int, bytes]]  # per regex searched (pattern, flags): its [a, b) ranges as int64 pairs
 
 
 _TOKENS_DECODER = msgspec.msgpack.Decoder(_TokensRecord)
 
 
 def _encode_tokens(toks: Tokens) -> bytes:
-    return msgspec.msgpack.encode(_TokensRecord(array_bytes(toks.rows), toks.names, toks.text, array_bytes(toks.starts)))
+    found = [(pattern, flags, array_bytes(np.asarray(ranges, np.int64).reshape(-1)))
+             for (pattern, flags), ranges in toks.found.items()]
+    return msgspec.msgpack.encode(_TokensRecord(array_bytes(toks.rows), toks.names, toks.text, array_bytes(toks.starts),
+                                                found))
 
 
 def _decode_tokens(data: bytes) -> Tokens:
@@ -493,7 +497,17 @@ def _decode_tokens(data: bytes) -> Tokens:
     rows, starts = bytes_array(rec.rows, n), bytes_array(rec.starts, n)  # ValueError: not one per name
     if n and (starts[0] != 0 or starts[-1] + len(rec.names[-1]) + 2 != len(rec.text)):
         raise ValueError("token offsets do not match the text")
-    return Tokens(rows, rec.names, rec.text, starts)
+    toks = Tokens(rows, rec.names, rec.text, starts)
+    breaks = np.concatenate([[0], np.cumsum(rows < 0)])  # thread breaks before each token
+    for pattern, flags, raw in rec.found:  # the searches of the run that stored them, as find gives them
+        pairs = bytes_array(raw)
+        if len(pairs) % 2:
+            raise ValueError("a match range without its end")
+        a, b = pairs[0::2], pairs[1::2]
+        if ((a < 0) | (b <= a) | (b > n)).any() or (a[1:] < b[:-1]).any() or (breaks[b] > breaks[a]).any():
+            raise ValueError("a match outside the tokens, overlapping another or across a thread break")
+        toks.found[(pattern, flags)] = list(zip(a.tolist(), b.tolist()))
+    return toks
 
 
 TOKENS_PERSIST = Persist(_encode_tokens, _decode_tokens)

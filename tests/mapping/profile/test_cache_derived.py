@@ -12,6 +12,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -218,3 +219,29 @@ def test_memo_decodes_only_for_the_entrys_fields() -> None:
     assert d.memo("v", (b,), lambda: 2, how) == 2 and d.to_store() == {}  # not the entry's: never stored
     d.stored = {"w": b"not a number"}
     assert d.memo("w", (a,), lambda: 3, how) == 3 and d.to_store() == {"w": b"3"}
+
+
+def test_the_token_searches_travel_with_the_tokens(copy) -> None:
+    """The fused-API search's matches per pattern are stored with the tokens: a warm run finds
+    them without searching, the same ranges; forged ranges are refused (the tokens computed again)."""
+    loc, cache_dir = copy
+    profile = load_location(loc, cache_dir=cache_dir)
+    ctx = RuleContext(profile, None, None, RuleConfig())
+    regex = pq.pattern_regex("linear")
+    want = pq.host_tokens(ctx).find(regex)
+    assert want
+    assert cache.store_derived(loc, profile, cache_dir)
+    warm = load_location(loc, cache_dir=cache_dir)
+    toks = pq.host_tokens(RuleContext(warm, None, None, RuleConfig()))
+    assert toks.found[(regex.pattern, regex.flags)] == want  # so find answers without searching
+    assert toks.find(regex) == want
+    # two threads: linear, relu | linear (token 2 is the break)
+    two = pq._tokens(np.arange(3), np.array(["linear", "relu", "linear"], dtype=object), np.array([0, 0, 1]))
+    assert two.find(regex) == [(0, 1), (3, 4)]
+    rec = pq._TOKENS_DECODER.decode(pq.TOKENS_PERSIST.encode(two))
+    assert pq.TOKENS_PERSIST.decode(pq.TOKENS_PERSIST.encode(two)).found == two.found
+    n = len(rec.names)
+    for bad in ([0], [1, 1], [0, n + 1], [0, 2, 1, 3], [-1, 1], [1, 3]):
+        forged = msgspec.structs.replace(rec, found=[(regex.pattern, regex.flags, np.asarray(bad, "<i8").tobytes())])
+        with pytest.raises(ValueError):
+            pq.TOKENS_PERSIST.decode(msgspec.msgpack.encode(forged))
