@@ -218,30 +218,28 @@ class Attributor:
         self._module_paths()
 
     def _module_paths(self) -> None:
-        """Intern the nn.Module chain (outermost first) of every module row."""
+        """Intern the nn.Module chain (outermost first) of every module row: level by level from
+        the outermost modules, each distinct (parent chain, class, index) once."""
         m = self.profile.modules
         nm = len(m)
-        self.m_parent = m["parent"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
-        self.m_parent = np.where((self.m_parent >= 0) & (self.m_parent < nm), self.m_parent, -1)
-        cls = m["cls"].astype(str).to_numpy() if nm else np.zeros(0, object)
+        parent = m["parent"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
+        self.m_parent = parent = np.where((parent >= 0) & (parent < nm), parent, -1)
+        cls, cls_names = column_codes(m["cls"]) if nm else (np.zeros(0, np.int64), [])
         ks = m["k"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
-        chains: Interner[tuple[tuple[str, int], ...]] = Interner()
-        mp = np.full(nm, -1, dtype=np.int64)
-        for i in range(nm):
-            if mp[i] >= 0:
-                continue
-            path = []
-            j = i
-            seen = 0
-            while j >= 0 and mp[j] < 0 and seen <= nm:
-                path.append(j)
-                j = int(self.m_parent[j])
-                seen += 1
-            base = chains.values[mp[j]] if j >= 0 and mp[j] >= 0 else ()
-            for row in reversed(path):
-                base = base + ((str(cls[row]), int(ks[row])),)
-                mp[row] = chains.code(base)
-        self.chains = chains.values
+        chains: list[tuple[tuple[str, int], ...]] = []
+        mp = np.full(nm, -1, dtype=np.int64)  # a row on a parent cycle (bad data) keeps -1: no chain
+        level = np.flatnonzero(parent < 0)
+        while len(level):
+            above = np.where(parent[level] >= 0, mp[np.maximum(parent[level], 0)], -1)
+            gid = row_groups([above, cls[level], ks[level]])
+            first = np.full(int(gid.max()) + 1, -1, dtype=np.int64)
+            first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)
+            for r in level[first].tolist():
+                up = int(mp[parent[r]]) if parent[r] >= 0 else -1
+                chains.append((chains[up] if up >= 0 else ()) + ((cls_names[cls[r]], int(ks[r])),))
+            mp[level] = len(chains) - len(first) + gid
+            level = np.flatnonzero((parent >= 0) & (mp < 0) & (mp[np.where(parent >= 0, parent, 0)] >= 0))
+        self.chains = chains
         self.m_path = mp
         self.h_modpath = np.where(self.h_module >= 0, mp[np.where(self.h_module >= 0, self.h_module, 0)], -1) \
             if nm and self.n_host else np.full(self.n_host, -1, dtype=np.int64)
@@ -377,16 +375,22 @@ class Attributor:
         ni = len(self.i_dur)
         if not ni:
             return np.zeros(0, np.int64), []
-        user_dims = np.full(ni, "", dtype=object)
-        if self.n_host:
-            dims = self.profile.host_ops["input_dims"].astype(str).to_numpy(object)
-            user_dims = np.where(has, dims[self.h_user[cc]], user_dims)
-        else:
+        if not self.n_host:
             has = np.zeros(ni, dtype=bool)
-        ins = np.where(has, "", np.asarray(self.i_shapes, dtype=object))
-        outs = np.where(has, "", np.asarray(self.i_out_shapes, dtype=object))
-        rows, keys = distinct_rows([has, user_dims, ins, outs, np.asarray(self.i_bwd, dtype=bool)])
-        sigs = [f"{d}||{b}" if h else f"{i}|{o}|{b}" for h, d, i, o, b in keys]
+        # the texts as codes of their values: the dims of each distinct user op, the own shapes of
+        # the kernels without one
+        dims, dim_text = np.full(ni, -1, np.int64), np.zeros(0, dtype=object)
+        if has.any():
+            ops, op_of = pd.factorize(self.h_user[cc[has]])
+            dim_codes, dim_text = pd.factorize(self.profile.host_ops["input_dims"].iloc[op_of].astype(str).to_numpy(object),
+                                               use_na_sentinel=False)
+            dims[has] = dim_codes[ops]
+        own = np.flatnonzero(~has)
+        ins, outs = np.full(ni, -1, np.int64), np.full(ni, -1, np.int64)
+        ins[own], in_text = pd.factorize(np.asarray(self.i_shapes, dtype=object)[own], use_na_sentinel=False)
+        outs[own], out_text = pd.factorize(np.asarray(self.i_out_shapes, dtype=object)[own], use_na_sentinel=False)
+        rows, keys = distinct_rows([has, dims, ins, outs, np.asarray(self.i_bwd, dtype=bool)])
+        sigs = [f"{dim_text[d]}||{b}" if h else f"{in_text[i]}|{out_text[o]}|{b}" for h, d, i, o, b in keys]
         codes, names = pd.factorize(np.asarray(sigs, dtype=object))  # two combinations may write one signature
         return codes.astype(np.int64)[rows], [str(x) for x in names]
 
