@@ -28,6 +28,7 @@ import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -742,13 +743,18 @@ def why_no_path(profile: Profile) -> str | None:
     return None
 
 
+def graph_inputs(profile: Profile) -> tuple[Any, ...]:
+    """The Profile fields the steps' graphs are built from: what the values derived from them
+    (paths, the replay's models, savings) are kept for (``profile.derived.memo``)."""
+    return (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
+
+
 def step_paths(profile: Profile, max_steps: int = MAX_STEPS) -> CriticalPath:
     """The critical path of each of the first ``max_steps`` steps, computed once per loaded profile
     (kept with it: the editor computes it at load, and rules, lens and hover reuse it) and stored
     with its cache entry, so a warm run reads it instead of computing it."""
-    inputs = (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
-    return profile.derived.memo(f"critical_path/{max_steps}", inputs, lambda: _step_paths(profile, max_steps),
-                                persist=PERSIST)
+    return profile.derived.memo(f"critical_path/{max_steps}", graph_inputs(profile),
+                                lambda: _step_paths(profile, max_steps), persist=PERSIST)
 
 
 # -- the paths in the cache (typed msgpack; row arrays as little-endian int64 bytes) -------------
@@ -765,13 +771,19 @@ class _StepRecord(msgspec.Struct, array_like=True, frozen=True):
     late_launches: int
 
 
-class _PathsRecord(msgspec.Struct, array_like=True, frozen=True):
-    steps: list[_StepRecord]
+S = TypeVar("S")
+
+
+class StepsRecord(msgspec.Struct, Generic[S], array_like=True, frozen=True):
+    """The stored form of a value derived per analysed step (the paths here, the replay's models):
+    the steps' records, the notes and why there are none."""
+
+    steps: list[S]
     notes: list[str]
     unavailable: str | None
 
 
-_PATHS_DECODER = msgspec.msgpack.Decoder(_PathsRecord)
+_PATHS_DECODER = msgspec.msgpack.Decoder(StepsRecord[_StepRecord])
 
 
 def _encode_paths(cp: CriticalPath) -> bytes:
@@ -780,13 +792,13 @@ def _encode_paths(cp: CriticalPath) -> bytes:
                           for s in p.segments],
                          *(array_bytes(a) for a in (p.kernels, p.host_ops, p.host_self_ns)),
                          p.late_launches) for p in cp.steps]
-    return msgspec.msgpack.encode(_PathsRecord(steps, list(cp.notes), cp.unavailable))
+    return msgspec.msgpack.encode(StepsRecord(steps, list(cp.notes), cp.unavailable))
 
 
 def _decode_paths(data: bytes) -> CriticalPath:
     rec = _PATHS_DECODER.decode(data)
-    steps = [StepPath(s.step, s.total_ns, s.span_ns, [Segment(*seg) for seg in s.segments],
-                      bytes_array(s.kernels), bytes_array(s.host_ops), bytes_array(s.host_self_ns), s.late_launches) for s in rec.steps]
+    steps = [StepPath(s.step, s.total_ns, s.span_ns, [Segment(*seg) for seg in s.segments], bytes_array(s.kernels),
+                      bytes_array(s.host_ops), bytes_array(s.host_self_ns), s.late_launches) for s in rec.steps]
     if any(len(s.host_ops) != len(s.host_self_ns) for s in steps):
         raise ValueError("host ops and their self times differ in length")
     return CriticalPath(steps, notes=list(rec.notes), unavailable=rec.unavailable)

@@ -48,7 +48,8 @@ from msprof_lsp.mapping.profile.model import Persist, Profile, array_bytes, byte
 from msprof_lsp.mapping.profile.step_windows import step_markers, windows
 from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, task_classes
 from msprof_lsp.mapping.source.critical_path import (
-    _DEPS, _HOST, _KINDS, MAX_STEPS, Dependency, SegmentKind, _Graph, step_graph, step_tables, why_no_path,
+    _DEPS, _HOST, _KINDS, MAX_STEPS, Dependency, SegmentKind, StepsRecord, _Graph, graph_inputs, step_graph,
+    step_tables, why_no_path,
 )
 
 _SYNC = _DEPS.index(Dependency.SYNC)
@@ -142,8 +143,7 @@ class StepSaving:
 def replay_base(profile: Profile, max_steps: int = MAX_STEPS) -> ReplayBase:
     """The analysed steps' models (the critical path's first ``max_steps``), computed once per
     loaded profile and stored with its cache entry (:data:`PERSIST`), so a warm run reads them."""
-    inputs = (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
-    return profile.derived.memo(f"replay/{max_steps}", inputs, lambda: _replay_base(profile, max_steps),
+    return profile.derived.memo(f"replay/{max_steps}", graph_inputs(profile), lambda: _replay_base(profile, max_steps),
                                 persist=PERSIST)
 
 
@@ -171,13 +171,7 @@ class _ModelRecord(msgspec.Struct, array_like=True, frozen=True):
     kernels: bytes
 
 
-class _BaseRecord(msgspec.Struct, array_like=True, frozen=True):
-    steps: list[_ModelRecord]
-    notes: list[str]
-    unavailable: str | None
-
-
-_BASE_DECODER = msgspec.msgpack.Decoder(_BaseRecord)
+_BASE_DECODER = msgspec.msgpack.Decoder(StepsRecord[_ModelRecord])
 _SPAN = 1 << 40  # replayed times and latencies stay inside (-_SPAN, _SPAN): _model refuses longer steps
 _NODE_I8 = ("rec", "chain_w", "chain_op", "chain_kernel", "chain_call", "fixed")
 _EDGE_I8 = ("x_src", "x_dst", "x_w", "x_call")
@@ -188,7 +182,7 @@ def _encode_base(base: ReplayBase) -> bytes:
                           array_bytes(m.chain, "|i1"), *(array_bytes(getattr(m, f)) for f in _NODE_I8[1:]),
                           *(array_bytes(getattr(m, f)) for f in _EDGE_I8), array_bytes(m.kernels))
              for m in base.steps]
-    return msgspec.msgpack.encode(_BaseRecord(steps, list(base.notes), base.unavailable))
+    return msgspec.msgpack.encode(StepsRecord(steps, list(base.notes), base.unavailable))
 
 
 def _decode_base(data: bytes) -> ReplayBase:
