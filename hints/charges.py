@@ -75,11 +75,15 @@ class Timeline:
 
     @cached_property
     def _types(self) -> tuple[np.ndarray, pd.Index]:
-        return pd.factorize(pd.Series(pq.kernel_types(self.profile.kernels), dtype=object))  # once per distinct type
+        """Per kernel a code, and per code the OpType (one per distinct name and type column)."""
+        k = self.profile.kernels
+        codes, keys = timemodel.distinct_rows([k["name"], k["type"]])
+        return codes, pd.Index([timemodel.op_type(name, type_) for name, type_ in keys], dtype=object)
 
     @cached_property
     def _names(self) -> tuple[np.ndarray, pd.Index]:
-        return pd.factorize(pd.Series(pq.strs(self.profile.kernels["name"]), dtype=object))
+        codes, names = timemodel.column_codes(self.profile.kernels["name"])
+        return codes, pd.Index(names, dtype=object)
 
     @staticmethod
     def _coded(codes_values: tuple[np.ndarray, pd.Index], wanted: frozenset[str]) -> np.ndarray:
@@ -357,7 +361,10 @@ def charges(t: Timeline, f: Finding) -> Charges:
     family = FAMILIES.get(f.code)
     if family is not None:
         more = family(t, f)
-        larger = {k: max(out[k], more[k]) for k in out.keys() & more.keys()}
+        both = out.keys() & more.keys()
+        larger = dict(zip(both, map(max, map(out.__getitem__, both), map(more.__getitem__, both))))  # in C
         out.update(more)
         out.update(larger)
+    if min(out.values(), default=1.0) > 0:
+        return out
     return {k: v for k, v in out.items() if v > 0}
