@@ -94,11 +94,29 @@ def task_classes(kernels: pd.DataFrame) -> np.ndarray:
 
 
 def _per_distinct(kernels: pd.DataFrame, columns: tuple[str, ...], fn: Callable[..., Any], dtype: Any) -> np.ndarray:
-    """``fn(*values)`` per row, called once per distinct combination of the columns' values."""
-    if not len(kernels):
+    """``fn(*values)`` per row, called once per distinct combination of the columns' values. The
+    rules ask this of the same table dozens of times a run: where every combination of the
+    columns' codes fits a table no larger than the rows, the combinations present are found with
+    one bincount over their mixed-radix key (no hashing); else by ``distinct_rows``."""
+    n = len(kernels)
+    if not n:
         return np.zeros(0, dtype=dtype)
-    groups, keys = distinct_rows([kernels[c] for c in columns])
-    return np.array([fn(*key) for key in keys], dtype=dtype)[groups]
+    cols = [column_codes(kernels[c]) for c in columns]
+    span = int(np.prod([len(names) for _, names in cols], dtype=np.float64))
+    if span > max(n, 1 << 16):
+        groups, keys = distinct_rows([kernels[c] for c in columns])
+        return np.array([fn(*key) for key in keys], dtype=dtype)[groups]
+    key = np.zeros(n, dtype=np.int64)
+    for codes, names in cols:
+        key = key * len(names) + codes
+    table = np.empty(span, dtype=dtype)
+    for present in np.flatnonzero(np.bincount(key, minlength=span)).tolist():
+        values, rest = [], present
+        for _, names in reversed(cols):  # the key's digits, last column first
+            rest, code = divmod(rest, len(names))
+            values.append(names[code])
+        table[present] = fn(*reversed(values))
+    return table[key]
 
 
 def distinct_rows(keys: Sequence[pd.Series | np.ndarray]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
