@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -74,11 +75,15 @@ class Timeline:
 
     @cached_property
     def _types(self) -> tuple[np.ndarray, pd.Index]:
-        return pd.factorize(pd.Series(pq.kernel_types(self.profile.kernels), dtype=object))  # once per distinct type
+        """Per kernel a code, and per code the OpType (one per distinct name and type column)."""
+        k = self.profile.kernels
+        codes, keys = timemodel.distinct_rows([k["name"], k["type"]])
+        return codes, pd.Index([timemodel.op_type(name, type_) for name, type_ in keys], dtype=object)
 
     @cached_property
     def _names(self) -> tuple[np.ndarray, pd.Index]:
-        return pd.factorize(pd.Series(pq.strs(self.profile.kernels["name"]), dtype=object))
+        codes, names = timemodel.column_codes(self.profile.kernels["name"])
+        return codes, pd.Index(names, dtype=object)
 
     @staticmethod
     def _coded(codes_values: tuple[np.ndarray, pd.Index], wanted: frozenset[str]) -> np.ndarray:
@@ -175,8 +180,8 @@ class Timeline:
         return np.isin(att.kernel_site if kernels else att.op_site, ids)
 
     def kernel_charges(self, rows: np.ndarray) -> Charges:
-        dur = self.profile.kernels["dur_ns"].to_numpy(np.int64)
-        return {("kernel", int(r)): float(dur[r]) for r in rows}
+        rows = np.asarray(rows, np.int64)
+        return row_charges("kernel", rows, self.profile.kernels["dur_ns"].to_numpy(np.int64)[rows])
 
     def host_intervals(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h = self.profile.host_ops
@@ -338,17 +343,28 @@ def from_effect(t: Timeline, f: Finding) -> Charges:
             continue
         s = table["start_ns"].to_numpy(np.int64)[rows]
         d = table["dur_ns"].to_numpy(np.int64)[rows]
-        out.update({(kind, int(r)): float(x) for r, x in zip(rows.tolist(), d.tolist())})
+        out.update(row_charges(kind, rows, d))
         if target is not Target.KERNELS:
             out.update(t.idle_covered(s, s + d))
     return out
 
 
+def row_charges(kind: str, rows: np.ndarray, ns: np.ndarray) -> Charges:
+    """``{(kind, row): ns}`` for rows of one table (built in C: a rule charges thousands of kernels)."""
+    return dict(zip(zip(repeat(kind), rows.tolist()), np.asarray(ns, np.float64).tolist()))
+
+
 def charges(t: Timeline, f: Finding) -> Charges:
-    """Everything the finding charges: its effect's rows, and its family's reading of the evidence."""
+    """Everything the finding charges: its effect's rows, and its family's reading of the evidence
+    (a key both charge: the larger)."""
     out = from_effect(t, f)
     family = FAMILIES.get(f.code)
     if family is not None:
-        for key, ns in family(t, f).items():
-            out[key] = max(out.get(key, 0.0), ns)
+        more = family(t, f)
+        both = out.keys() & more.keys()
+        larger = dict(zip(both, map(max, map(out.__getitem__, both), map(more.__getitem__, both))))  # in C
+        out.update(more)
+        out.update(larger)
+    if min(out.values(), default=1.0) > 0:
+        return out
     return {k: v for k, v in out.items() if v > 0}

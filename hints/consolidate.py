@@ -13,6 +13,7 @@ text, HTML, the editor's status bar and code lenses); no renderer ranks on its o
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -53,9 +54,10 @@ def consolidate(findings: list[Finding], ctx: RuleContext) -> list[Finding]:
 
 
 def overlap(a: Charges, b: Charges) -> float:
-    """The ns both charge (per key, the smaller of the two weights)."""
-    small, big = (a, b) if len(a) <= len(b) else (b, a)
-    return sum(min(w, big[k]) for k, w in small.items() if k in big)
+    """The ns both charge (per key, the smaller of the two weights; summed correctly rounded, so in
+    any order)."""
+    both = a.keys() & b.keys()
+    return math.fsum(map(min, map(a.__getitem__, both), map(b.__getitem__, both)))
 
 
 def same_cause(a: Charges, b: Charges) -> bool:
@@ -100,11 +102,8 @@ def _groups(charged: Sequence[Charges], general: Sequence[bool],
             i = parent[i]
         return i
 
-    by_key: dict[tuple, list[int]] = defaultdict(list)
-    for i, c in enumerate(charged):
-        for k in c:
-            by_key[k].append(i)
-    pairs = sorted({(a, b) for idx in by_key.values() for n, a in enumerate(idx) for b in idx[n + 1:]})
+    n = len(charged)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if not charged[a].keys().isdisjoint(charged[b].keys())]
     alike = alike if alike is not None else (lambda a, b: same_cause(charged[a], charged[b]))
     same = [(a, b) for a, b in pairs if alike(a, b)]
     for a, b in same:

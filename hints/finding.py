@@ -139,7 +139,7 @@ class Effect:
 
     def rows(self, target: Target) -> frozenset[int]:
         """Every row of ``target`` the fix touches: what the finding charges."""
-        return frozenset(r for c in self.changes if c.target is target for r in c.rows)
+        return frozenset().union(*(c.rows for c in self.changes if c.target is target))
 
 
 @dataclass(frozen=True, slots=True)

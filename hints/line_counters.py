@@ -72,10 +72,9 @@ def _line_counters(profile: Profile, attribution: Attribution, thresholds: Thres
     sites = attribution.sites
     paths = np.array([sites[i].span.path for i in site[rows].tolist()], dtype=object)
     lines = np.array([sites[i].span.line for i in site[rows].tolist()], dtype=np.int64)
-    classes = timemodel.kernel_classes(k.iloc[rows])
     frame = pd.DataFrame({
         "path": paths, "line": lines, "type": pq.kernel_types(k.iloc[rows]), "core": pq.strs(k["core"])[rows],
-        "backward": k["backward"].to_numpy(bool)[rows], "cls": [c.value for c in classes],
+        "backward": k["backward"].to_numpy(bool)[rows], "cls": timemodel.kernel_class_values(k.iloc[rows]),
         "name": pq.strs(k["name"])[rows], "dur": k["dur_ns"].to_numpy(np.int64)[rows],
         "group": group[rows],
     })

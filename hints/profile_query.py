@@ -23,7 +23,7 @@ import pandas as pd
 
 from msprof_lsp.mapping.interning import per_distinct
 from msprof_lsp.mapping.profile import comm_time, linking, step_windows, timemodel
-from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile, ProfileKind
+from msprof_lsp.mapping.profile.model import CommOp, Persist, Profile, ProfileKind, array_bytes, bytes_array
 from msprof_lsp.mapping.profile.shapes import gemm_flops, io_bytes, parse_shapes
 from msprof_lsp.mapping.profile.timemodel import KernelClass
 from msprof_lsp.mapping.numbers import int64_of
@@ -478,26 +478,36 @@ class _TokensRecord(msgspec.Struct, array_like=True, frozen=True):
     names: list[str]
     text: str
     starts: bytes  # little-endian int64 per token
+    found: list[tuple[str, int, bytes]]  # per regex searched (pattern, flags): its [a, b) ranges as int64 pairs
 
 
 _TOKENS_DECODER = msgspec.msgpack.Decoder(_TokensRecord)
-_I8 = np.dtype("<i8")
 
 
 def _encode_tokens(toks: Tokens) -> bytes:
-    return msgspec.msgpack.encode(_TokensRecord(np.ascontiguousarray(toks.rows, dtype=_I8).tobytes(), toks.names,
-                                                toks.text, np.ascontiguousarray(toks.starts, dtype=_I8).tobytes()))
+    found = [(pattern, flags, array_bytes(np.asarray(ranges, np.int64).reshape(-1)))
+             for (pattern, flags), ranges in toks.found.items()]
+    return msgspec.msgpack.encode(_TokensRecord(array_bytes(toks.rows), toks.names, toks.text, array_bytes(toks.starts),
+                                                found))
 
 
 def _decode_tokens(data: bytes) -> Tokens:
     rec = _TOKENS_DECODER.decode(data)
     n = len(rec.names)
-    if len(rec.rows) != _I8.itemsize * n or len(rec.starts) != _I8.itemsize * n:
-        raise ValueError("token rows, starts and names differ in length")
-    starts = np.frombuffer(rec.starts, dtype=_I8).astype(np.int64)
+    rows, starts = bytes_array(rec.rows, n), bytes_array(rec.starts, n)  # ValueError: not one per name
     if n and (starts[0] != 0 or starts[-1] + len(rec.names[-1]) + 2 != len(rec.text)):
         raise ValueError("token offsets do not match the text")
-    return Tokens(np.frombuffer(rec.rows, dtype=_I8).astype(np.int64), rec.names, rec.text, starts)
+    toks = Tokens(rows, rec.names, rec.text, starts)
+    breaks = np.concatenate([[0], np.cumsum(rows < 0)])  # thread breaks before each token
+    for pattern, flags, raw in rec.found:  # the searches of the run that stored them, as find gives them
+        pairs = bytes_array(raw)
+        if len(pairs) % 2:
+            raise ValueError("a match range without its end")
+        a, b = pairs[0::2], pairs[1::2]
+        if ((a < 0) | (b <= a) | (b > n)).any() or (a[1:] < b[:-1]).any() or (breaks[b] > breaks[a]).any():
+            raise ValueError("a match outside the tokens, overlapping another or across a thread break")
+        toks.found[(pattern, flags)] = list(zip(a.tolist(), b.tolist()))
+    return toks
 
 
 TOKENS_PERSIST = Persist(_encode_tokens, _decode_tokens)
@@ -791,11 +801,10 @@ def kernel_bounds(kernels: pd.DataFrame, limits: BoundLimits) -> KernelBounds:
     if not len(rows):
         return empty
     sub = kernels.iloc[rows]
-    classes = np.array([c.value for c in timemodel.kernel_classes(sub)], dtype=object)
+    classes = timemodel.kernel_class_values(sub)
     types = kernel_types(sub)
-    keys = pd.MultiIndex.from_arrays([classes, strs(sub["name"]), strs(sub["input_shapes"]),
-                                      strs(sub["output_shapes"]), types, strs(sub["input_dtypes"])])
-    codes, uniques = pd.factorize(keys)
+    codes, uniques = timemodel.distinct_rows([classes, sub["name"], sub["input_shapes"], sub["output_shapes"], types,
+                                              sub["input_dtypes"]])
     group[rows] = codes
     frame = pd.DataFrame(vals[rows], columns=cols).groupby(codes).mean()  # NaN (N/A) cells skipped
     out_v, out_m, out_c, out_t, out_d = [], [], [], [], []
@@ -808,6 +817,16 @@ def kernel_bounds(kernels: pd.DataFrame, limits: BoundLimits) -> KernelBounds:
         out_t.append(str(op_type))
         out_d.append(str(dtypes))
     return KernelBounds(group, out_v, out_m, out_c, out_t, out_d)
+
+
+def step_kernel_bounds(ctx: RuleContext, limits: BoundLimits) -> tuple[pd.DataFrame, KernelBounds]:
+    """The profiled steps' kernels (``kernels_in_steps``) and their bound verdicts at ``limits``
+    (the caller's ``BoundLimits.of(ctx.thresholds)``: what it reads stays in its code), once per
+    rules run and limits: NPU202, NPU206 and NPU209 each read them."""
+    def compute() -> tuple[pd.DataFrame, KernelBounds]:
+        k = ctx.profile.kernels_in_steps()
+        return k, kernel_bounds(k, limits)
+    return ctx.derived(("step_kernel_bounds", limits), compute)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -823,9 +842,9 @@ def kernel_work(kernels: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     n = len(kernels)
     if not n:
         return np.zeros(0), np.zeros(0, dtype=bool)
-    cube = np.array([c is KernelClass.CUBE for c in timemodel.kernel_classes(kernels)], dtype=bool)
-    cols = [strs(kernels[c]) for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
-    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([cube, *cols]))
+    cube = timemodel.kernel_class_values(kernels) == KernelClass.CUBE.value
+    cols = [kernels[c] for c in ("input_shapes", "input_dtypes", "output_shapes", "output_dtypes")]
+    codes, uniques = timemodel.distinct_rows([cube, *cols])
     table = np.zeros(len(uniques), dtype=np.float64)
     for i, (is_cube, ins, idt, outs, odt) in enumerate(uniques):
         a, b = parse_shapes(ins), parse_shapes(outs)

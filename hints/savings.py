@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from msprof_lsp.mapping.source.critical_path import graph_inputs
 from msprof_lsp.mapping.source.replay import WhatIf, replay_base, what_if
 from msprof_lsp.mapping.units import NS_PER_US
 
@@ -69,8 +70,7 @@ def saving_of(ctx: RuleContext, code: str, effect: Effect | None) -> Saving:
     (``profile.derived.memo``, the one memo of profile-derived values)."""
     p = ctx.profile
     digest = hashlib.blake2b(repr((code, effect)).encode(), digest_size=16).hexdigest()
-    inputs = (p.kernels, p.host_ops, p.host_events, p.steps, p.meta)
-    return p.derived.memo(f"saving/{digest}", inputs, lambda: _saving_of(ctx, code, effect))
+    return p.derived.memo(f"saving/{digest}", graph_inputs(p), lambda: _saving_of(ctx, code, effect))
 
 
 def _saving_of(ctx: RuleContext, code: str, effect: Effect | None) -> Saving:

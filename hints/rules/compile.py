@@ -42,12 +42,14 @@ NO_OP_STATE = ("and no kernel records an OP State (Level0's kernel_details.csv h
 def _op_states(ctx: RuleContext) -> np.ndarray:
     """Mask of the profiled steps' compute kernels with a recorded OP State (dynamic / static):
     kernel_details' or op_summary's column, the DB's COMPUTE_TASK_INFO.opState."""
-    k = ctx.profile.kernels
-    if not len(k):
-        return np.zeros(0, dtype=bool)
-    state = np.char.lower(pq.strs(k["op_state"]).astype(str))
-    compute = is_class(k, TaskClass.COMPUTE)  # operator binaries; collectives have no OP State to judge
-    return compute & pq.kernels_in_steps_mask(ctx.profile) & np.isin(state, ["dynamic", "static"])
+    def compute() -> np.ndarray:
+        k = ctx.profile.kernels
+        if not len(k):
+            return np.zeros(0, dtype=bool)
+        recorded = pq.mask(k["op_state"], lambda s: s.lower() in ("dynamic", "static"))  # once per distinct state
+        compute = is_class(k, TaskClass.COMPUTE)  # operator binaries; collectives have no OP State to judge
+        return compute & pq.kernels_in_steps_mask(ctx.profile) & recorded
+    return ctx.derived(("op_states",), compute)
 
 
 # pytorch_only: its advice is torch_npu's
@@ -118,9 +120,8 @@ class OnlineCompile(Rule):
         k = prof.kernels
         if not len(k):
             return None
-        state = np.char.lower(pq.strs(k["op_state"]).astype(str))
         sel = _op_states(ctx)
-        if not sel.any() or (state[sel] == "static").any():
+        if not sel.any() or (sel & pq.mask(k["op_state"], lambda s: s.lower() == "static")).any():
             return None
         total = float(k["dur_ns"].to_numpy(np.int64)[sel].sum())
         types = pq.kernel_types(prof.kernels)[sel]

@@ -45,8 +45,7 @@ class OperatorNoBound(Rule):
     """
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        k = ctx.profile.kernels_in_steps()
-        bounds = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds))
+        k, bounds = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))
         if not bounds.verdicts:
             return
         vs_best = pq.rate_vs_best(k, bounds)

@@ -64,12 +64,12 @@ class BoundGroup:
     verdict: BoundVerdict
 
 
-def _selected(ctx: RuleContext, k: pd.DataFrame, classes: list[KernelClass]) -> np.ndarray:
+def _selected(ctx: RuleContext, k: pd.DataFrame) -> np.ndarray:
     """The kernels the advisor judges: big enough MatMuls, every MIX and FlashAttention kernel,
     Vector OpTypes that hold enough of the kernel time."""
     types = pq.kernel_types(k)
     dur = k["dur_ns"].to_numpy(np.int64)
-    cls_arr = np.array([c.value for c in classes], dtype=object)
+    cls_arr = timemodel.kernel_class_values(k)
     # the advisor's total: every operator row of the kernel table (compute kernels and the
     # collectives themselves, not their transfer or wait tasks)
     counted = timemodel.is_class(k, timemodel.TaskClass.COMPUTE) | timemodel.collective_mask(k)
@@ -82,25 +82,23 @@ def _selected(ctx: RuleContext, k: pd.DataFrame, classes: list[KernelClass]) -> 
                 if (total and ns / total >= ctx.thresholds.vector_min_percent / 100) or ns >= VECTOR_MIN_TOTAL_NS}
         selected |= vec & np.isin(types, list(keep))
     cube = np.flatnonzero(cls_arr == KernelClass.CUBE.value)
-    if len(cube):
-        ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
-        dts, odts = pq.strs(k["input_dtypes"]), pq.strs(k["output_dtypes"])
-        sizes: dict[tuple[str, str, str, str], int] = {}
-        for r in cube.tolist():
-            key = (ins[r], dts[r], outs[r], odts[r])
-            if key not in sizes:
-                sizes[key] = io_bytes(parse_shapes(ins[r]), dts[r]) + io_bytes(parse_shapes(outs[r]), odts[r])
-            selected[r] = sizes[key] >= ctx.thresholds.cube_min_bytes
+    if len(cube):  # each distinct (shapes, dtypes) sized once
+        rows, keys = timemodel.distinct_rows([k[c].iloc[cube] for c in ("input_shapes", "input_dtypes", "output_shapes",
+                                                                          "output_dtypes")])
+        big = [io_bytes(parse_shapes(ins), dts) + io_bytes(parse_shapes(outs), odts) >= ctx.thresholds.cube_min_bytes
+               for ins, dts, outs, odts in keys]
+        selected[cube] = np.asarray(big, dtype=bool)[rows]
     return selected
 
 
-def bound_groups(ctx: RuleContext, k: pd.DataFrame) -> list[BoundGroup]:
-    """The bound (name, shapes) groups of the kernels ``k`` (the profiled steps' kernels) this
-    rule reports: compute- or memory-bound, judged, and not a Vector kernel bound by memory."""
-    bounds = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds))
+def bound_groups(ctx: RuleContext) -> list[BoundGroup]:
+    """The bound (name, shapes) groups of the profiled steps' kernels (``pq.step_kernel_bounds``,
+    positions in its table) this rule reports: compute- or memory-bound, judged, and not a Vector
+    kernel bound by memory."""
+    k, bounds = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))
     if not bounds.verdicts:
         return []
-    selected = _selected(ctx, k, timemodel.kernel_classes(k))
+    selected = _selected(ctx, k)
     names = pq.strs(k["name"])
     ins, outs = pq.strs(k["input_shapes"]), pq.strs(k["output_shapes"])
     out: list[BoundGroup] = []
@@ -130,10 +128,10 @@ class KernelBound(Rule):
     """
 
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
-        k = ctx.profile.kernels_in_steps()
+        k, _ = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))
         if not any(c.startswith("pmu:") for c in k.columns):
             return
-        groups = bound_groups(ctx, k)
+        groups = bound_groups(ctx)
         if not groups:
             return
         at = {}
@@ -239,7 +237,7 @@ class BlockDim(Rule):
             return
         types = pq.kernel_types(k)
         # each kernel's bound verdict in the evidence: the one NPU202, NPU206 and the hover give
-        verdicts = pq.kernel_bounds(k, pq.BoundLimits.of(ctx.thresholds)).per_row()
+        verdicts = pq.step_kernel_bounds(ctx, pq.BoundLimits.of(ctx.thresholds))[1].per_row()  # the same rows as ``k``
         for g in sq.kernels_by_statement_in(ctx, k, positions):
             mine = g.positions
             total = int(dur[mine].sum())

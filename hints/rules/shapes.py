@@ -33,12 +33,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from msprof_lsp.mapping.profile.shapes import DTYPE_BYTES, Shape, dtype_bytes, gemm_flops, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 from msprof_lsp.mapping.numbers import int64_of
+from msprof_lsp.mapping.profile import timemodel
 from msprof_lsp.mapping.profile.model import Backend
 
 from ..context import RuleContext
@@ -190,12 +190,12 @@ def _gemms(ctx: RuleContext) -> tuple[np.ndarray, list[_Gemm]]:
     (per kernel row its index in the list, -1 for none; the list). Once per rule run."""
     k = ctx.profile.kernels
     types = pq.kernel_types(k)
-    cols = [pq.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes")]
-    sel = np.flatnonzero(pq.matches(types, MATMUL) & pq.kernels_in_steps_mask(ctx.profile) & (cols[0] != ""))
+    cols = [k[c] for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes")]
+    sel = np.flatnonzero(pq.matches(types, MATMUL) & pq.kernels_in_steps_mask(ctx.profile) & (pq.strs(cols[0]) != ""))
     code_of = np.full(len(k), -1, np.int64)
     if not len(sel):
         return code_of, []
-    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([types[sel]] + [c[sel] for c in cols]))
+    codes, uniques = timemodel.distinct_rows([types[sel]] + [c.iloc[sel] for c in cols])
     code_of[sel] = codes
     dur = k["dur_ns"].to_numpy(np.int64)[sel]
     timed = dur > 0
@@ -300,15 +300,13 @@ def _ascend(ctx: RuleContext) -> tuple[list[int], list[_Bad]]:
     fa_align = ctx.thresholds.fa_align
     min_bytes = ctx.thresholds.cube_min_bytes
     types = pq.kernel_types(prof.kernels)
-    cols = {c: pq.strs(k[c]) for c in ("input_shapes", "input_dtypes", "input_formats",
-                                                     "output_shapes", "output_dtypes")}
+    cols = [k[c] for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes")]
     kind = pq.matches(types, MATMUL) | pq.matches(types, FLASH, full_start=True)
-    sel = np.flatnonzero(kind & pq.kernels_in_steps_mask(prof) & (cols["input_shapes"] != ""))
+    sel = np.flatnonzero(kind & pq.kernels_in_steps_mask(prof) & (pq.strs(cols[0]) != ""))
     if not len(sel):
         return [], []
     # judge each distinct (type, shapes, dtypes, formats) once: millions of kernels, few shapes
-    keys = [types[sel]] + [cols[c][sel] for c in cols]
-    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays(keys))
+    codes, uniques = timemodel.distinct_rows([types[sel]] + [c.iloc[sel] for c in cols])
     verdicts = [_judge(*u, align=align, fa_align=fa_align, min_bytes=min_bytes) for u in uniques]
     hit = np.array([v is not None for v in verdicts], dtype=bool)[codes]
     return sel[hit].tolist(), [verdicts[c] for c in codes[hit]]

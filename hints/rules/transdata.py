@@ -60,21 +60,9 @@ class TransdataFormat(Rule):
         limit = float(ctx.thresholds.transdata_min_percent)
         if ctx.share(ctx.per_step_ns(total)) * 100 < limit:
             return
-        # one finding per user call: forward and backward kernels of a call share its span
-        groups: dict[object, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-        sites: dict[object, object] = {}
-        att = ctx.attribution
-        for bucket, items in ((0, rows), (1, casts)):
-            for r in items:
-                site = att.site_of_kernel(int(r)) if att is not None and r < len(att.kernel_site) else None
-                key = site.span if site is not None else None
-                groups[key][bucket].append(int(r))
-                old = sites.get(key)
-                if old is None or (site is not None and site.confidence.rank < old.confidence.rank):
-                    sites[key] = site
         entry = sq.torch_npu_import(ctx)
-        for key, (trans, cast) in groups.items():
-            yield self._finding(ctx, sites[key], np.array(trans, np.int64), np.array(cast, np.int64), how, entry, limit)
+        for site, trans, cast in _by_call(ctx.attribution, rows, casts):
+            yield self._finding(ctx, site, trans, cast, how, entry, limit)
 
     def _finding(self, ctx: RuleContext, site, trans: np.ndarray, cast: np.ndarray, how: str, entry, limit: float) -> Finding:
         prof = ctx.profile
@@ -144,6 +132,40 @@ class TransdataFormat(Rule):
         site = att.site_of_kernel(int(np.flatnonzero(sel)[0])) if att is not None else None
         yield ctx.finding(self, span=site.span if site else None, message=message, total_ns=total, evidence=evidence,
                           confidence=site.confidence if site else Confidence.MODULE)
+
+
+def _by_call(att, rows: np.ndarray, casts: np.ndarray) -> list[tuple[object, np.ndarray, np.ndarray]]:  # noqa: ANN001
+    """One group per user call (forward and backward kernels of a call share its span; kernels
+    with no site, one group): (its site, its TransData rows, its Cast rows), in order of the
+    groups' first row (TransData rows first), rows in their order. A span's site is its most
+    certain one (the lowest confidence rank), the first such. Worked out per distinct site, not
+    per kernel row."""
+    parts = []
+    for items in (np.asarray(rows, np.int64), np.asarray(casts, np.int64)):
+        ok = (items < len(att.kernel_site)) if att is not None else np.zeros(len(items), bool)
+        site = np.where(ok, att.kernel_site[np.where(ok, items, 0)], -1) if att is not None else np.full(len(items), -1)
+        parts.append((items, site))
+    every = np.concatenate([site for _, site in parts])
+    ids, first = np.unique(every, return_index=True)
+    key_of: dict[int, object] = {}  # site -> its span (None: no site)
+    best: dict[object, object] = {}  # span -> its site
+    for s in ids[np.argsort(first)].tolist():  # in order of first appearance
+        site = att.sites[s] if s >= 0 else None
+        key = site.span if site is not None else None
+        key_of[s] = key
+        old = best.get(key)
+        if old is None or (site is not None and site.confidence.rank < old.confidence.rank):
+            best[key] = site
+    keys = list(best)
+    index = {k: i for i, k in enumerate(keys)}
+    group_of = np.array([index[key_of[s]] for s in ids.tolist()], dtype=np.int64)  # per distinct site (ids sorted)
+    out_rows = []
+    for items, site in parts:
+        k = group_of[np.searchsorted(ids, site)]
+        order = np.argsort(k, kind="stable")  # rows grouped by call, each call's in their order
+        bounds = np.searchsorted(k[order], np.arange(len(keys) + 1))
+        out_rows.append([items[order[a:b]] for a, b in zip(bounds[:-1], bounds[1:])])
+    return [(best[key], out_rows[0][i], out_rows[1][i]) for i, key in enumerate(keys)]
 
 
 def _paired(ctx: RuleContext) -> tuple[np.ndarray, np.ndarray, str]:

@@ -24,19 +24,47 @@ import pandas as pd
 from msprof_lsp.mapping.profile.model import LinkKind
 
 
+_KEY_LIMIT = 1 << 62  # a combined key stays below this (no int64 overflow)
+
+
 def row_groups(columns: Sequence[np.ndarray]) -> np.ndarray:
     """Group id of every row of equal-length key columns, numbered in order of first appearance
-    (what ``groupby(..., sort=False).ngroup()`` gives), at a fraction of its cost: each column is
-    factorized and paired with the groups so far, so every key stays below rows**2 (no int64
-    overflow) and only integers are hashed."""
-    gid: np.ndarray | None = None
-    for col in columns:
-        codes, uniques = pd.factorize(np.asarray(col))
-        codes = codes.astype(np.int64)
-        gid = codes if gid is None else pd.factorize(gid * len(uniques) + codes)[0].astype(np.int64)
-    if gid is None:
+    (what ``groupby(..., sort=False).ngroup()`` gives; a missing value is a value of its own), at a
+    fraction of its cost: the columns' integer codes (an integer column's values less its minimum,
+    any other column factorized) are combined into one int64 key per row, mixed radix, and only
+    that key is factorized; a key that would pass 2**62 is renumbered densely first. Only integers
+    are hashed."""
+    if not len(columns):
         raise ValueError("row_groups needs at least one column")
-    return gid
+    key: np.ndarray | None = None
+    span = 1
+    for col in columns:
+        codes, size = _codes(np.asarray(col))
+        if key is None:
+            key, span = codes, size
+            continue
+        if span * size >= _KEY_LIMIT:
+            key, span = _dense(key)
+            if span * size >= _KEY_LIMIT:
+                codes, size = _dense(codes)
+        key, span = key * size + codes, span * size
+    assert key is not None
+    return _dense(key)[0]
+
+
+def _codes(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes in [0, size) that are equal where the column's values are, and ``size``."""
+    if col.dtype.kind in "iub" and len(col):
+        lo, hi = int(col.min()), int(col.max())
+        if hi < 1 << 63 and hi - lo < _KEY_LIMIT:
+            return col.astype(np.int64) - lo, hi - lo + 1
+    return _dense(col)
+
+
+def _dense(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """First-appearance codes of the values and how many there are."""
+    codes, uniques = pd.factorize(col, use_na_sentinel=False)
+    return codes.astype(np.int64), max(len(uniques), 1)
 
 
 def assign_parents(table: pd.DataFrame) -> None:

@@ -353,6 +353,21 @@ class Persist:
     decode: Callable[[bytes], Any]
 
 
+def array_bytes(values: np.ndarray, dtype: str = "<i8") -> bytes:
+    """A numeric array as the bytes of ``dtype`` (little-endian): how a ``Persist`` encoder keeps
+    rows and times in its typed record."""
+    return np.ascontiguousarray(values, dtype=dtype).tobytes()
+
+
+def bytes_array(data: bytes, length: int | None = None, dtype: str = "<i8") -> np.ndarray:
+    """The array :func:`array_bytes` wrote, as a native-order copy; ValueError unless ``data`` holds
+    whole items of ``dtype`` (exactly ``length`` of them when given)."""
+    item = np.dtype(dtype)
+    if len(data) % item.itemsize or (length is not None and len(data) != length * item.itemsize):
+        raise ValueError("an array of the wrong length")
+    return np.frombuffer(data, dtype=item).astype(item.newbyteorder("="))
+
+
 @dataclass(slots=True)
 class Derived:
     """Figures computed from a profile alone, kept with it so they are computed once per load and

@@ -94,18 +94,47 @@ def task_classes(kernels: pd.DataFrame) -> np.ndarray:
 
 
 def _per_distinct(kernels: pd.DataFrame, columns: tuple[str, ...], fn: Callable[..., Any], dtype: Any) -> np.ndarray:
-    """``fn(*values)`` per row, called once per distinct combination of the columns' values (grouped
-    by integer codes, ``linking.row_groups``: a MultiIndex of the codes cost ~6x more)."""
+    """``fn(*values)`` per row, called once per distinct combination of the columns' values. The
+    rules ask this of the same table dozens of times a run: where every combination of the
+    columns' codes fits a table no larger than the rows, the combinations present are found with
+    one bincount over their mixed-radix key (no hashing); else by ``distinct_rows``."""
     n = len(kernels)
     if not n:
         return np.zeros(0, dtype=dtype)
     cols = [column_codes(kernels[c]) for c in columns]
+    span = int(np.prod([len(names) for _, names in cols], dtype=np.float64))
+    if span > max(n, 1 << 16):
+        groups, keys = distinct_rows([kernels[c] for c in columns])
+        return np.array([fn(*key) for key in keys], dtype=dtype)[groups]
+    key = np.zeros(n, dtype=np.int64)
+    for codes, names in cols:
+        key = key * len(names) + codes
+    table = np.empty(span, dtype=dtype)
+    for present in np.flatnonzero(np.bincount(key, minlength=span)).tolist():
+        values, rest = [], present
+        for _, names in reversed(cols):  # the key's digits, last column first
+            rest, code = divmod(rest, len(names))
+            values.append(names[code])
+        table[present] = fn(*reversed(values))
+    return table[key]
+
+
+def distinct_rows(keys: Sequence[pd.Series | np.ndarray]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Rows grouped by equal keys, as ``pd.factorize(pd.MultiIndex.from_arrays(keys))`` groups them
+    but without its tuple per row (several times its cost; ``linking.row_groups`` pairs integer
+    codes): (per row its group, numbered in order of first appearance; per group its keys). A text
+    column (a Series) is grouped by its codes and gives its names (``column_codes``: a missing value
+    is ""); an array is grouped by, and gives, its values."""
+    cols = [column_codes(k) if isinstance(k, pd.Series) else (np.asarray(k), None) for k in keys]
+    n = len(cols[0][0]) if cols else 0
+    if not n:
+        return np.zeros(0, np.int64), []
     groups = row_groups([codes for codes, _ in cols])
     first = np.empty(int(groups.max()) + 1, dtype=np.int64)
-    first[groups[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct combination
-    picked = [[values[i] for i in codes[first].tolist()] for codes, values in cols]
-    table = np.array([fn(*row) for row in zip(*picked)], dtype=dtype)
-    return table[groups]
+    first[groups[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each group
+    picked = [codes[first].tolist() if names is None else [names[i] for i in codes[first].tolist()]
+              for codes, names in cols]
+    return groups, list(zip(*picked))
 
 
 _TRANS_NAME = re.compile(r"^trans_(?P<type>[A-Za-z][A-Za-z0-9]*)_\d+$")
@@ -167,11 +196,17 @@ def kernel_class(core: str, op_type_: str) -> KernelClass:
 def kernel_classes(kernels: pd.DataFrame) -> list[KernelClass]:
     """``kernel_class`` per row (non-compute tasks are OTHER), once per distinct (name, core, type). A
     list: numpy turns a str-valued enum into its ``str()``."""
+    member = {c.value: c for c in KernelClass}
+    return [member[v] for v in kernel_class_values(kernels).tolist()]
+
+
+def kernel_class_values(kernels: pd.DataFrame) -> np.ndarray:
+    """:func:`kernel_classes` as their values ("Cube", "Vector", ...) in an object array, with no
+    Python step per row (a class per distinct (name, core, type), then one ``where``)."""
     if not len(kernels):
-        return []
-    table = _per_distinct(kernels, ("name", "core", "type"), lambda n, c, t: kernel_class(c, op_type(n, t)), object)
-    compute = is_class(kernels, TaskClass.COMPUTE)
-    return [c if ok else KernelClass.OTHER for c, ok in zip(table.tolist(), compute.tolist())]
+        return np.zeros(0, dtype=object)
+    table = _per_distinct(kernels, ("name", "core", "type"), lambda n, c, t: kernel_class(c, op_type(n, t)).value, object)
+    return np.where(is_class(kernels, TaskClass.COMPUTE), table, KernelClass.OTHER.value).astype(object)
 
 
 def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -180,7 +215,7 @@ def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats = [str(c) for c in col.cat.categories] + [""]
         codes = col.cat.codes.to_numpy().astype(np.int64)
-        return np.where(codes < 0, len(cats) - 1, codes), cats
+        return np.where(codes < 0, cats.index(""), codes), cats  # a "" category too: one code for both
     codes, uniques = pd.factorize(np.asarray(col.astype(str), dtype=object))
     return codes.astype(np.int64), [str(u) for u in uniques]
 

@@ -38,7 +38,7 @@ from msprof_lsp.mapping.source.shape_anchor import Form, ShapeAnchorer
 from msprof_lsp.mapping.source.source_index import SourceIndex
 from msprof_lsp.mapping.spans import Span
 from msprof_lsp.mapping.profile.step_windows import in_steps
-from msprof_lsp.mapping.profile.timemodel import column_codes, work_mask
+from msprof_lsp.mapping.profile.timemodel import column_codes, distinct_rows, work_mask
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 
 
@@ -218,30 +218,28 @@ class Attributor:
         self._module_paths()
 
     def _module_paths(self) -> None:
-        """Intern the nn.Module chain (outermost first) of every module row."""
+        """Intern the nn.Module chain (outermost first) of every module row: level by level from
+        the outermost modules, each distinct (parent chain, class, index) once."""
         m = self.profile.modules
         nm = len(m)
-        self.m_parent = m["parent"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
-        self.m_parent = np.where((self.m_parent >= 0) & (self.m_parent < nm), self.m_parent, -1)
-        cls = m["cls"].astype(str).to_numpy() if nm else np.zeros(0, object)
+        parent = m["parent"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
+        self.m_parent = parent = np.where((parent >= 0) & (parent < nm), parent, -1)
+        cls, cls_names = column_codes(m["cls"]) if nm else (np.zeros(0, np.int64), [])
         ks = m["k"].to_numpy(np.int64) if nm else np.zeros(0, np.int64)
-        chains: Interner[tuple[tuple[str, int], ...]] = Interner()
-        mp = np.full(nm, -1, dtype=np.int64)
-        for i in range(nm):
-            if mp[i] >= 0:
-                continue
-            path = []
-            j = i
-            seen = 0
-            while j >= 0 and mp[j] < 0 and seen <= nm:
-                path.append(j)
-                j = int(self.m_parent[j])
-                seen += 1
-            base = chains.values[mp[j]] if j >= 0 and mp[j] >= 0 else ()
-            for row in reversed(path):
-                base = base + ((str(cls[row]), int(ks[row])),)
-                mp[row] = chains.code(base)
-        self.chains = chains.values
+        chains: list[tuple[tuple[str, int], ...]] = []
+        mp = np.full(nm, -1, dtype=np.int64)  # a row on a parent cycle (bad data) keeps -1: no chain
+        level = np.flatnonzero(parent < 0)
+        while len(level):
+            above = np.where(parent[level] >= 0, mp[np.maximum(parent[level], 0)], -1)
+            gid = row_groups([above, cls[level], ks[level]])
+            first = np.full(int(gid.max()) + 1, -1, dtype=np.int64)
+            first[gid[::-1]] = np.arange(len(gid) - 1, -1, -1)
+            for r in level[first].tolist():
+                up = int(mp[parent[r]]) if parent[r] >= 0 else -1
+                chains.append((chains[up] if up >= 0 else ()) + ((cls_names[cls[r]], int(ks[r])),))
+            mp[level] = len(chains) - len(first) + gid
+            level = np.flatnonzero((parent >= 0) & (mp < 0) & (mp[np.where(parent >= 0, parent, 0)] >= 0))
+        self.chains = chains
         self.m_path = mp
         self.h_modpath = np.where(self.h_module >= 0, mp[np.where(self.h_module >= 0, self.h_module, 0)], -1) \
             if nm and self.n_host else np.full(self.n_host, -1, dtype=np.int64)
@@ -270,11 +268,13 @@ class Attributor:
             cc = np.where(self.i_ctx >= 0, self.i_ctx, 0)
             ctx_stack = np.where(self.i_ctx >= 0, self.h_stack[cc] if n else -1, -1)
             self.i_sid = np.where(kstack >= 0, kstack, ctx_stack)
-            self.i_type = k["type"].astype(str).to_numpy()
-            self.i_name = k["name"].astype(str).to_numpy()
-            self.i_core = k["core"].astype(str).to_numpy()
-            self.i_shapes = k["input_shapes"].astype(str).to_numpy()
-            self.i_out_shapes = k["output_shapes"].astype(str).to_numpy()
+            # the text columns as codes and names (a missing value is ""), and as text
+            self.i_text = {c: column_codes(k[col]) for c, col in (("type", "type"), ("name", "name"), ("core", "core"),
+                                                                  ("shapes", "input_shapes"))}
+            self.i_type, self.i_name, self.i_core, self.i_shapes = (
+                np.asarray(names, dtype=object)[codes] for codes, names in self.i_text.values())
+            out_codes, out_names = column_codes(k["output_shapes"])
+            self.i_out_shapes = np.asarray(out_names, dtype=object)[out_codes]
             ins = np.zeros(len(k), dtype=bool)
             ins[self.profile.kernels.index.get_indexer(self.profile.kernels_in_steps().index)] = True
             self.i_in_step = ins & work_mask(k)  # waits and communication are no line's work
@@ -292,6 +292,10 @@ class Attributor:
             self.i_name = self.i_type
             self.i_core = np.full(len(rows), "CPU", dtype=object)
             self.i_shapes = self.profile.host_ops["input_dims"].to_numpy()[rows] if len(rows) else np.zeros(0, object)
+            shape_codes, shape_names = pd.factorize(self.i_shapes)  # a missing value: -1
+            type_codes = self.h_name[rows] if len(rows) else np.zeros(0, np.int64)
+            self.i_text = {"type": (type_codes, self.h_names), "name": (type_codes, self.h_names),
+                           "core": (np.zeros(len(rows), np.int64), ["CPU"]), "shapes": (shape_codes, list(shape_names))}
             self.i_out_shapes = np.full(len(rows), "", dtype=object)
             self.i_in_step = in_steps(self.profile.steps, self.h_start[rows])
             self.i_host = rows
@@ -320,16 +324,7 @@ class Attributor:
         # kernels without a stack or module chain are also told apart by their shapes (and
         # direction), which shape anchoring (mapping.shape_anchor) turns into the layer's call
         stackless = (self.i_sid < 0) & (np.where(has, self.h_modpath[self.h_top[cc]] if n else -1, -1) < 0)
-        # the op the user called (aten::linear: X, W, bias) names the layer for every kernel it
-        # launched (TransData, Cast, the matmul itself); kernels without host op use their own
-        own = pd.Series(self.i_shapes, dtype=object).astype(str) + "|" + pd.Series(self.i_out_shapes, dtype=object).astype(str)
-        if n:
-            dims = self.profile.host_ops["input_dims"].astype(str).to_numpy(object)
-            top_dims = pd.Series(np.where(has, dims[self.h_user[cc]], ""), dtype=object) + "|"
-            own = pd.Series(np.where(has, top_dims.to_numpy(object), own.to_numpy(object)), dtype=object)
-        sig = own + "|" + pd.Series(self.i_bwd).astype(str)
-        shp_codes, shp_names = pd.factorize(sig)
-        self._shape_sigs = [str(x) for x in shp_names]
+        shp_codes, self._shape_sigs = self._shape_signatures(has, cc)
         self.i_stackless = stackless
         i_keys = pd.DataFrame({
             "sid": self.i_sid,
@@ -370,6 +365,34 @@ class Attributor:
                     groups[-1].shapes = self._shape_sigs[shp_codes[i]]
                     groups[-1].kname = self.h_names[self.h_name[self.h_user[c]]] if c >= 0 else str(self.i_type[i])
         self.groups = groups
+
+    def _shape_signatures(self, has: np.ndarray, cc: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Per kernel item its shape signature's code, and the signatures (numbered in order of
+        first appearance): the op the user called (aten::linear: X, W, bias) names the layer for
+        every kernel it launched (TransData, Cast, the matmul itself), ``"<its input dims>||<bwd>"``;
+        a kernel without host op uses its own, ``"<input shapes>|<output shapes>|<bwd>"``. Each
+        distinct combination is written once, not once per kernel."""
+        ni = len(self.i_dur)
+        if not ni:
+            return np.zeros(0, np.int64), []
+        if not self.n_host:
+            has = np.zeros(ni, dtype=bool)
+        # the texts as codes of their values: the dims of each distinct user op, the own shapes of
+        # the kernels without one
+        dims, dim_text = np.full(ni, -1, np.int64), np.zeros(0, dtype=object)
+        if has.any():
+            ops, op_of = pd.factorize(self.h_user[cc[has]])
+            dim_codes, dim_text = pd.factorize(self.profile.host_ops["input_dims"].iloc[op_of].astype(str).to_numpy(object),
+                                               use_na_sentinel=False)
+            dims[has] = dim_codes[ops]
+        own = np.flatnonzero(~has)
+        ins, outs = np.full(ni, -1, np.int64), np.full(ni, -1, np.int64)
+        ins[own], in_text = pd.factorize(np.asarray(self.i_shapes, dtype=object)[own], use_na_sentinel=False)
+        outs[own], out_text = pd.factorize(np.asarray(self.i_out_shapes, dtype=object)[own], use_na_sentinel=False)
+        rows, keys = distinct_rows([has, dims, ins, outs, np.asarray(self.i_bwd, dtype=bool)])
+        sigs = [f"{dim_text[d]}||{b}" if h else f"{in_text[i]}|{out_text[o]}|{b}" for h, d, i, o, b in keys]
+        codes, names = pd.factorize(np.asarray(sigs, dtype=object))  # two combinations may write one signature
+        return codes.astype(np.int64)[rows], [str(x) for x in names]
 
     def _ann_code(self, ops: np.ndarray) -> np.ndarray:
         ann = self.h_ann[ops]
@@ -801,10 +824,8 @@ class Attributor:
         self.attributed_base_ns = int(dur[site >= 0].sum())
         self.aggs: dict[int, _SiteAgg] = {}
         if len(site):
-            frame = pd.DataFrame({
-                "site": site, "dur": dur, "bwd": bwd, "type": self.i_type[m], "name": self.i_name[m],
-                "core": self.i_core[m], "shapes": self.i_shapes[m],
-            })
+            frame = pd.DataFrame({"site": site, "dur": dur, "bwd": bwd,
+                                  **{c: codes[m] for c, (codes, _) in self.i_text.items()}})
             frame = frame[frame["site"] >= 0]
             if len(frame):
                 self._aggregate_items(frame)
@@ -830,8 +851,12 @@ class Attributor:
                 agg.host_ns += int(host[i])
                 agg.calls += int(calls[i])
 
-    def _aggregate_items(self, frame: pd.DataFrame) -> None:
-        sums = frame.groupby(["site", "bwd"], sort=False)["dur"].sum()
+    def _aggregate_items(self, coded: pd.DataFrame) -> None:
+        """Per site its device time and its operators. The text columns come as the codes of
+        ``i_text`` (grouping by the kernels' strings cost more than the rest); the groups and
+        their order are those of the text, and a missing value (code -1) leaves the groupings it
+        keys, as groupby drops a NaN key."""
+        sums = coded.groupby(["site", "bwd"], sort=False)["dur"].sum()
         for (s, b), v in sums.items():
             agg = self.aggs.setdefault(int(s), _SiteAgg(ops=[]))
             agg.device_ns += int(v)
@@ -840,22 +865,27 @@ class Attributor:
             else:
                 agg.fwd_ns += int(v)
         keys = ["site", "type", "core", "bwd"]
-        ops = frame.groupby(keys, sort=False)["dur"].agg(["sum", "size"])
-        by_name = frame.groupby(keys + ["name"], sort=False)["dur"].sum()
+        coded = coded[(coded["type"] >= 0) & (coded["core"] >= 0)]
+        ops = coded.groupby(keys, sort=False)["dur"].agg(["sum", "size"])
+        by_name = coded[coded["name"] >= 0].groupby(keys + ["name"], sort=False)["dur"].sum()
         top_name = by_name.sort_values(ascending=False).reset_index().drop_duplicates(keys).set_index(keys)["name"]
-        shaped = frame[frame["shapes"].astype(str) != ""]
+        shape_text = self.i_text["shapes"][1]
+        written = np.array([str(x) != "" for x in shape_text] + [False], dtype=bool)  # [-1]: missing
+        shaped = coded[written[coded["shapes"].to_numpy()]]
         shapes: dict[tuple, list[str]] = {}
         if len(shaped):
             by_shape = shaped.groupby(keys + ["shapes"], sort=False)["dur"].sum().sort_values(ascending=False)
             for (s, t, c, b, sh), _ in by_shape.items():
                 lst = shapes.setdefault((s, t, c, b), [])
                 if len(lst) < MAX_SHAPES:
-                    lst.append(str(sh))
-        for (s, t, c, b), row in ops.iterrows():
+                    lst.append(str(shape_text[sh]))
+        types, cores, names = self.i_text["type"][1], self.i_text["core"][1], self.i_text["name"][1]
+        for (s, t, c, b), total, size in zip(ops.index, ops["sum"].tolist(), ops["size"].tolist()):
             agg = self.aggs[int(s)]
             assert agg.ops is not None
-            agg.ops.append(OpHeat(str(top_name.get((s, t, c, b), t)), str(t), str(c), int(row["size"]),
-                                  int(row["sum"]), tuple(shapes.get((s, t, c, b), ())), bool(b)))
+            top = top_name.get((s, t, c, b))
+            agg.ops.append(OpHeat(str(names[top]) if top is not None else str(types[t]), str(types[t]), str(cores[c]),
+                                  int(size), int(total), tuple(shapes.get((s, t, c, b), ())), bool(b)))
 
     # -- 7. the result -------------------------------------------------------------------------
 

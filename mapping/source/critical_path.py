@@ -28,6 +28,7 @@ import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -35,9 +36,9 @@ import pandas as pd
 
 from msprof_lsp.mapping.source.heat import Attribution
 from msprof_lsp.mapping.profile.linking import row_groups
-from msprof_lsp.mapping.profile.model import Persist, Profile, Step
+from msprof_lsp.mapping.profile.model import Persist, Profile, Step, array_bytes, bytes_array
 from msprof_lsp.mapping.profile.step_windows import windows
-from msprof_lsp.mapping.profile.timemodel import TaskClass, task_classes, work_mask
+from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, task_classes, work_mask
 
 MAX_STEPS = 8  # steps analysed per profile (the first ones); each is its own graph
 
@@ -742,13 +743,18 @@ def why_no_path(profile: Profile) -> str | None:
     return None
 
 
+def graph_inputs(profile: Profile) -> tuple[Any, ...]:
+    """The Profile fields the steps' graphs are built from: what the values derived from them
+    (paths, the replay's models, savings) are kept for (``profile.derived.memo``)."""
+    return (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
+
+
 def step_paths(profile: Profile, max_steps: int = MAX_STEPS) -> CriticalPath:
     """The critical path of each of the first ``max_steps`` steps, computed once per loaded profile
     (kept with it: the editor computes it at load, and rules, lens and hover reuse it) and stored
     with its cache entry, so a warm run reads it instead of computing it."""
-    inputs = (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
-    return profile.derived.memo(f"critical_path/{max_steps}", inputs, lambda: _step_paths(profile, max_steps),
-                                persist=PERSIST)
+    return profile.derived.memo(f"critical_path/{max_steps}", graph_inputs(profile),
+                                lambda: _step_paths(profile, max_steps), persist=PERSIST)
 
 
 # -- the paths in the cache (typed msgpack; row arrays as little-endian int64 bytes) -------------
@@ -765,35 +771,34 @@ class _StepRecord(msgspec.Struct, array_like=True, frozen=True):
     late_launches: int
 
 
-class _PathsRecord(msgspec.Struct, array_like=True, frozen=True):
-    steps: list[_StepRecord]
+S = TypeVar("S")
+
+
+class StepsRecord(msgspec.Struct, Generic[S], array_like=True, frozen=True):
+    """The stored form of a value derived per analysed step (the paths here, the replay's models):
+    the steps' records, the notes and why there are none."""
+
+    steps: list[S]
     notes: list[str]
     unavailable: str | None
 
 
-_PATHS_DECODER = msgspec.msgpack.Decoder(_PathsRecord)
-_I8 = np.dtype("<i8")
-
-
-def _rows(data: bytes) -> np.ndarray:
-    if len(data) % _I8.itemsize:
-        raise ValueError("a row array of the wrong length")
-    return np.frombuffer(data, dtype=_I8).astype(np.int64)
+_PATHS_DECODER = msgspec.msgpack.Decoder(StepsRecord[_StepRecord])
 
 
 def _encode_paths(cp: CriticalPath) -> bytes:
     steps = [_StepRecord(p.step, p.total_ns, p.span_ns,
                          [(s.kind, s.start_ns, s.end_ns, s.weight_ns, s.host_op, s.kernel, s.name, s.call)
                           for s in p.segments],
-                         *(np.ascontiguousarray(a, dtype=_I8).tobytes() for a in (p.kernels, p.host_ops, p.host_self_ns)),
+                         *(array_bytes(a) for a in (p.kernels, p.host_ops, p.host_self_ns)),
                          p.late_launches) for p in cp.steps]
-    return msgspec.msgpack.encode(_PathsRecord(steps, list(cp.notes), cp.unavailable))
+    return msgspec.msgpack.encode(StepsRecord(steps, list(cp.notes), cp.unavailable))
 
 
 def _decode_paths(data: bytes) -> CriticalPath:
     rec = _PATHS_DECODER.decode(data)
-    steps = [StepPath(s.step, s.total_ns, s.span_ns, [Segment(*seg) for seg in s.segments],
-                      _rows(s.kernels), _rows(s.host_ops), _rows(s.host_self_ns), s.late_launches) for s in rec.steps]
+    steps = [StepPath(s.step, s.total_ns, s.span_ns, [Segment(*seg) for seg in s.segments], bytes_array(s.kernels),
+                      bytes_array(s.host_ops), bytes_array(s.host_self_ns), s.late_launches) for s in rec.steps]
     if any(len(s.host_ops) != len(s.host_self_ns) for s in steps):
         raise ValueError("host ops and their self times differ in length")
     return CriticalPath(steps, notes=list(rec.notes), unavailable=rec.unavailable)
@@ -865,9 +870,10 @@ class _LineCharges:
         self.att, self.n = att, n_steps
         self.classes = task_classes(profile.kernels)
         self.dur = profile.kernels["dur_ns"].to_numpy(np.int64)
-        self.ev_names = profile.host_events["name"].astype(str).to_numpy()
-        self.h_names = profile.host_ops["name"].astype(str).to_numpy()
-        self.blocking = profile.host_ops["name"].astype(str).str.match(BLOCKING_OP.pattern).to_numpy(dtype=bool)
+        self.ev_codes, self.ev_names = column_codes(profile.host_events["name"])
+        self.h_codes, self.h_names = column_codes(profile.host_ops["name"])
+        # once per distinct name, not per op
+        self.blocking = np.array([bool(BLOCKING_OP.match(n)) for n in self.h_names], dtype=bool)[self.h_codes]
         self.device = np.isin(self.classes, [int(TaskClass.COMPUTE), int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
         self.work = work_mask(profile.kernels)
         self.bandwidth = np.isin(self.classes, [int(TaskClass.MEMCPY), int(TaskClass.COMMUNICATION)])
@@ -942,7 +948,7 @@ class _LineCharges:
         if after_sync is not None:
             after_sync[0].wait(after_sync[1], w)
         elif own is not None and self.blocking[s.host_op]:
-            own.wait(f"{self.h_names[s.host_op]} (host blocked for a device value)", w)
+            own.wait(f"{self.h_names[self.h_codes[s.host_op]]} (host blocked for a device value)", w)
         elif own is not None:
             own.charged[Bound.HOST] += w
 
@@ -950,8 +956,8 @@ class _LineCharges:
         """Charge a sync wait to the line whose op made the call; returns (line, label) so the
         host's relaunch after it is charged there too (None: no line, the previous one stays)."""
         a = self.at(self.att.site_of_op(s.host_op)) if s.host_op >= 0 else None
-        call = str(self.ev_names[s.call]) if s.call >= 0 else "synchronisation"
-        label = f"{call} in {self.h_names[s.host_op]}" if s.host_op >= 0 else call
+        call = self.ev_names[self.ev_codes[s.call]] if s.call >= 0 else "synchronisation"
+        label = f"{call} in {self.h_names[self.h_codes[s.host_op]]}" if s.host_op >= 0 else call
         if a is None:
             return None
         a.wait(label, w)

@@ -41,13 +41,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
-from msprof_lsp.mapping.profile.model import Profile
+from msprof_lsp.mapping.profile.model import Persist, Profile, array_bytes, bytes_array
 from msprof_lsp.mapping.profile.step_windows import step_markers, windows
 from msprof_lsp.mapping.profile.timemodel import TaskClass, column_codes, task_classes
 from msprof_lsp.mapping.source.critical_path import (
-    _DEPS, _HOST, _KINDS, MAX_STEPS, Dependency, SegmentKind, _Graph, step_graph, step_tables, why_no_path,
+    _DEPS, _HOST, _KINDS, MAX_STEPS, Dependency, SegmentKind, StepsRecord, _Graph, graph_inputs, step_graph,
+    step_tables, why_no_path,
 )
 
 _SYNC = _DEPS.index(Dependency.SYNC)
@@ -140,9 +142,92 @@ class StepSaving:
 
 def replay_base(profile: Profile, max_steps: int = MAX_STEPS) -> ReplayBase:
     """The analysed steps' models (the critical path's first ``max_steps``), computed once per
-    loaded profile."""
-    inputs = (profile.kernels, profile.host_ops, profile.host_events, profile.steps, profile.meta)
-    return profile.derived.memo(f"replay/{max_steps}", inputs, lambda: _replay_base(profile, max_steps))
+    loaded profile and stored with its cache entry (:data:`PERSIST`), so a warm run reads them."""
+    return profile.derived.memo(f"replay/{max_steps}", graph_inputs(profile), lambda: _replay_base(profile, max_steps),
+                                persist=PERSIST)
+
+
+# -- the models in the cache (typed msgpack; arrays as little-endian bytes, checked when read) ----
+
+
+class _ModelRecord(msgspec.Struct, array_like=True, frozen=True):
+    step: int
+    t0: int
+    n_host: int
+    base_ns: int
+    ordered: bool
+    rec: bytes  # int64 per node, as every per-node array but head (uint8) and chain (int8)
+    head: bytes
+    chain: bytes
+    chain_w: bytes
+    chain_op: bytes
+    chain_kernel: bytes
+    chain_call: bytes
+    fixed: bytes
+    x_src: bytes  # int64 per cross edge, as x_dst, x_w and x_call
+    x_dst: bytes
+    x_w: bytes
+    x_call: bytes
+    kernels: bytes
+
+
+_BASE_DECODER = msgspec.msgpack.Decoder(StepsRecord[_ModelRecord])
+_SPAN = 1 << 40  # replayed times and latencies stay inside (-_SPAN, _SPAN): _model refuses longer steps
+_NODE_I8 = ("rec", "chain_w", "chain_op", "chain_kernel", "chain_call", "fixed")
+_EDGE_I8 = ("x_src", "x_dst", "x_w", "x_call")
+
+
+def _encode_base(base: ReplayBase) -> bytes:
+    steps = [_ModelRecord(m.step, m.t0, m.n_host, m.base_ns, m.ordered, array_bytes(m.rec), array_bytes(m.head, "|u1"),
+                          array_bytes(m.chain, "|i1"), *(array_bytes(getattr(m, f)) for f in _NODE_I8[1:]),
+                          *(array_bytes(getattr(m, f)) for f in _EDGE_I8), array_bytes(m.kernels))
+             for m in base.steps]
+    return msgspec.msgpack.encode(StepsRecord(steps, list(base.notes), base.unavailable))
+
+
+def _decode_base(data: bytes) -> ReplayBase:
+    rec = _BASE_DECODER.decode(data)
+    return ReplayBase([_decode_model(m) for m in rec.steps], unavailable=rec.unavailable, notes=list(rec.notes))
+
+
+def _decode_model(r: _ModelRecord) -> StepModel:
+    """A stored step model, checked for everything the replay indexes or adds with (a cache file
+    is untrusted input): ValueError on anything _model could not have built."""
+    n = len(r.rec) // 8
+    if n < 1 or not 0 <= r.n_host <= n or (n - r.n_host) % 2:  # host points, then (start, end) per task
+        raise ValueError("not a step model's node count")
+    node = {f: bytes_array(getattr(r, f), n) for f in _NODE_I8}
+    e = len(r.x_src) // 8
+    edge = {f: bytes_array(getattr(r, f), e) for f in _EDGE_I8}
+    head = bytes_array(r.head, n, "|u1")
+    chain = bytes_array(r.chain, n, "|i1")
+    rec, fixed, x_src, x_dst = node["rec"], node["fixed"], edge["x_src"], edge["x_dst"]
+    problems = [
+        (head > 1).any() or not head[0],  # a chain's first node: the first node is one
+        ((chain < _NONE) | (chain > _IDLE)).any(),
+        ((rec < 0) | (rec >= _SPAN)).any() or ((fixed != _NEG) & ((fixed < 0) | (fixed >= _SPAN))).any(),
+        (np.abs(node["chain_w"]) >= _SPAN).any() or (np.abs(edge["x_w"]) >= _SPAN).any(),
+        any((node[f] < -1).any() for f in ("chain_op", "chain_kernel", "chain_call")) or (edge["x_call"] < -1).any(),
+        ((x_src < 0) | (x_src >= n) | (x_dst < 0) | (x_dst >= n)).any() or (np.diff(x_dst) < 0).any(),
+        abs(r.base_ns) >= 1 << 62,
+    ]
+    if any(problems):
+        raise ValueError("not a step model the replay built")
+    kernels = bytes_array(r.kernels)
+    if (kernels < 0).any():
+        raise ValueError("a negative kernel row")
+    x_heads = np.flatnonzero(np.concatenate([[True], x_dst[1:] != x_dst[:-1]])) if e else np.zeros(0, np.int64)
+    m = StepModel(r.step, r.t0, rec, r.n_host, head.astype(bool), chain, node["chain_w"], node["chain_op"],
+                  node["chain_kernel"], node["chain_call"], x_src, x_dst, edge["x_w"], edge["x_call"], x_heads, fixed,
+                  np.arange(r.n_host, n, 2), kernels, base_ns=r.base_ns, ordered=r.ordered)
+    m.recorded_ns = _length(m, rec)
+    return m
+
+
+PERSIST = Persist(_encode_base, _decode_base)
+"""The step models travel with the profile's cache entry: building them (the step graphs and their
+tables) is most of the savings' cost on a warm run; the replays of each finding's change stay
+computed (a change depends on the sources and the settings)."""
 
 
 def _why_not(profile: Profile) -> str | None:

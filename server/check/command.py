@@ -6,6 +6,7 @@ beyond --fail-on-regression); 2 the run itself failed — one line on stderr, ne
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -123,7 +124,22 @@ def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
     return text.render(run, color=use_color)
 
 
+_imports_frozen = False
+
+
+def _freeze_imports() -> None:
+    """Once per process, move what exists before the first run (the imports' modules, classes and
+    functions: ~80,000 objects that live as long as the process) out of the cyclic collector's
+    scans (``gc.freeze``, what the NPU230 fix does before a training loop): a full collection
+    during a run walked them all, 0.04-0.06 s of a 0.8 s warm run on a 100 MiB trace."""
+    global _imports_frozen
+    if not _imports_frozen:
+        gc.freeze()
+        _imports_frozen = True
+
+
 def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    _freeze_imports()
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     bar = ProgressLine(stderr) if (not args.quiet and stderr.isatty()) else None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.mapping.profile.load import load_location, locate
@@ -43,3 +45,22 @@ def test_a_second_rule_run_recomputes_no_saving_and_no_idle_gaps(monkeypatch):
     second = run_rules(_ctx(profile))  # a new context, as after an edit: the same loaded profile
     assert calls == after_first
     assert [(f.code, f.saving) for f in second] == [(f.code, f.saving) for f in first]
+
+
+def test_a_warm_run_reads_the_step_models_and_gives_the_same_savings(tmp_path, monkeypatch):
+    """The step models depend on the profile alone and travel with its cache entry
+    (mapping/source/replay.py ``PERSIST``): a warm run decodes them, and every finding's saving is
+    the cold run's."""
+    from msprof_lsp.hints.engine import run_rules
+    from msprof_lsp.mapping.profile import cache
+    from msprof_lsp.mapping.source import replay
+
+    loc = locate(CNN)
+    cold = load_location(loc, cache_dir=tmp_path)
+    want = [(f.code, f.saving) for f in run_rules(_ctx(cold))]
+    assert any(s.known for _, s in want)
+    assert cache.store_derived(loc, cold, tmp_path)
+    monkeypatch.setattr(replay, "_replay_base", lambda *a: pytest.fail("the step models were built again"))
+    warm = load_location(loc, cache_dir=tmp_path)
+    assert warm.derived.stored  # a hit, with the derived values
+    assert [(f.code, f.saving) for f in run_rules(_ctx(warm))] == want

@@ -282,8 +282,7 @@ def _from_csv(raw: list[dict[str, str]]) -> tuple[list[dict], float]:
 
 
 def _groups(profile: Profile) -> dict[tuple[str, str], str]:
-    k = profile.kernels_in_steps()
-    return {(g.name, g.shapes): g.verdict.label for g in bound_groups(context(profile), k)}
+    return {(g.name, g.shapes): g.verdict.label for g in bound_groups(context(profile))}
 
 
 def _check_findings(profile: Profile, expected: dict) -> list:

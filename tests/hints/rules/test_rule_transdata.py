@@ -93,3 +93,41 @@ def test_no_transdata_no_finding(tmp_path):
     lin = L.linear(32, 1024, 64, mm_us=60.0)
     run = step_run([UserCall(fwd("x = self.drop(self.act(self.fc1(x)))"), (Launch(lin.op, lin.frames),)), backward()])
     assert analyse(run, tmp_path).run("NPU103", min_share=0.0) == []
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_kernels_group_by_call_as_row_by_row(seed: int):
+    """``_by_call`` works per distinct site; it gives what reading the kernels row by row gives:
+    groups in order of their first row (TransData rows first), rows in order, the lowest-rank site
+    of each span (the first of equals), the kernels without a site one group."""
+    import types
+
+    import numpy as np
+
+    from msprof_lsp.mapping.source.heat import Site
+    from msprof_lsp.mapping.spans import Span
+
+    from msprof_lsp.hints.rules.transdata import _by_call
+
+    rng = np.random.default_rng(seed)
+    spans = [Span("/m.py", line, 0, line, 9) for line in (3, 5, 8)]
+    sites = [Site(spans[int(rng.integers(0, 3))], list(Confidence)[int(rng.integers(0, 3))], "f", "c") for _ in range(6)]
+    att = types.SimpleNamespace(kernel_site=rng.integers(-1, len(sites), 40), sites=sites)
+    rows, casts = rng.permutation(45)[:int(rng.integers(0, 20))], rng.permutation(45)[:int(rng.integers(0, 12))]
+
+    groups: dict[object, tuple[list[int], list[int]]] = {}
+    best: dict[object, object] = {}
+    for bucket, items in ((0, rows), (1, casts)):
+        for r in items:
+            i = int(att.kernel_site[r]) if r < len(att.kernel_site) else -1
+            site = sites[i] if i >= 0 else None
+            key = site.span if site is not None else None
+            groups.setdefault(key, ([], []))[bucket].append(int(r))
+            old = best.get(key)
+            if old is None or (site is not None and site.confidence.rank < old.confidence.rank):
+                best[key] = site
+    want = [(best[k], t, c) for k, (t, c) in groups.items()]
+    got = _by_call(att, rows, casts)
+    assert [(s, t.tolist(), c.tolist()) for s, t, c in got] == want
+    alone = [(s, t.tolist(), c.tolist()) for s, t, c in _by_call(None, rows, casts)]  # no attribution
+    assert alone == ([(None, rows.tolist(), casts.tolist())] if len(rows) or len(casts) else [])

@@ -1,5 +1,6 @@
 """Derived values kept with the profile cache (mapping.cache.store_derived, Profile.derived.memo
-with ``persist``): a warm run reads the critical paths and op tokens the first run computed,
+with ``persist``): a warm run reads the critical paths, the replay's step models and the op
+tokens the first run computed,
 equal to a fresh computation; another entry's, another build's or a damaged file is never used."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -21,6 +23,7 @@ from msprof_lsp.mapping.profile import cache
 from msprof_lsp.mapping.profile.load import load_location, locate
 from msprof_lsp.mapping.profile.model import Derived, Persist, Profile
 from msprof_lsp.mapping.source import critical_path as cp_mod
+from msprof_lsp.mapping.source import replay
 from msprof_lsp.mapping.source.critical_path import step_paths
 
 SAMPLE = Path(__file__).resolve().parents[3] / "samples" / "tiny_transformer" / "npu_profile"
@@ -35,9 +38,10 @@ def copy(tmp_path: Path):
 
 
 def _analysed(loc, cache_dir: Path) -> Profile:
-    """A load through the cache, then what an analysis derives (paths, tokens), then the store."""
+    """A load through the cache, then what an analysis derives (paths, step models, tokens), then the store."""
     profile = load_location(loc, cache_dir=cache_dir)
     step_paths(profile)
+    replay.replay_base(profile)
     ctx = RuleContext(profile, None, None, RuleConfig())
     pq.host_tokens(ctx)
     pq.kernel_tokens(ctx)
@@ -48,7 +52,7 @@ def _analysed(loc, cache_dir: Path) -> Profile:
 def _computations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the real computations of the persisted values."""
     calls: list[str] = []
-    for mod, name in ((cp_mod, "_step_paths"), (pq, "_host_tokens"), (pq, "_kernel_tokens")):
+    for mod, name in ((cp_mod, "_step_paths"), (replay, "_replay_base"), (pq, "_host_tokens"), (pq, "_kernel_tokens")):
         real = getattr(mod, name)
         monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **k: (calls.append(_name), _real(*a, **k))[1])
     return calls
@@ -76,8 +80,12 @@ def test_a_warm_load_reads_the_values_the_first_run_computed(copy, monkeypatch: 
     warm = load_location(loc, cache_dir=cache_dir)
     ctx = RuleContext(warm, None, None, RuleConfig())
     paths, host, kern = step_paths(warm), pq.host_tokens(ctx), pq.kernel_tokens(ctx)
+    models = replay.replay_base(warm)
     assert calls == []  # decoded from the file, not computed
-    assert paths.steps and len(host.rows) and len(kern.rows)
+    assert paths.steps and len(host.rows) and len(kern.rows) and models.steps
+    change = replay.WhatIf(fresh.kernels.index.to_numpy()[::3], np.full(len(fresh.kernels.index[::3]), 0.5))
+    assert replay.what_if(warm, change) == replay.what_if(fresh, change)
+    assert [m.base_ns for m in models.steps] == [m.base_ns for m in replay.replay_base(fresh).steps]
     fresh_ctx = RuleContext(fresh, None, None, RuleConfig())
     _same_paths(paths, cp_mod._step_paths(fresh, cp_mod.MAX_STEPS))
     _same_tokens(host, pq._host_tokens(fresh))
@@ -211,3 +219,29 @@ def test_memo_decodes_only_for_the_entrys_fields() -> None:
     assert d.memo("v", (b,), lambda: 2, how) == 2 and d.to_store() == {}  # not the entry's: never stored
     d.stored = {"w": b"not a number"}
     assert d.memo("w", (a,), lambda: 3, how) == 3 and d.to_store() == {"w": b"3"}
+
+
+def test_the_token_searches_travel_with_the_tokens(copy) -> None:
+    """The fused-API search's matches per pattern are stored with the tokens: a warm run finds
+    them without searching, the same ranges; forged ranges are refused (the tokens computed again)."""
+    loc, cache_dir = copy
+    profile = load_location(loc, cache_dir=cache_dir)
+    ctx = RuleContext(profile, None, None, RuleConfig())
+    regex = pq.pattern_regex("linear")
+    want = pq.host_tokens(ctx).find(regex)
+    assert want
+    assert cache.store_derived(loc, profile, cache_dir)
+    warm = load_location(loc, cache_dir=cache_dir)
+    toks = pq.host_tokens(RuleContext(warm, None, None, RuleConfig()))
+    assert toks.found[(regex.pattern, regex.flags)] == want  # so find answers without searching
+    assert toks.find(regex) == want
+    # two threads: linear, relu | linear (token 2 is the break)
+    two = pq._tokens(np.arange(3), np.array(["linear", "relu", "linear"], dtype=object), np.array([0, 0, 1]))
+    assert two.find(regex) == [(0, 1), (3, 4)]
+    rec = pq._TOKENS_DECODER.decode(pq.TOKENS_PERSIST.encode(two))
+    assert pq.TOKENS_PERSIST.decode(pq.TOKENS_PERSIST.encode(two)).found == two.found
+    n = len(rec.names)
+    for bad in ([0], [1, 1], [0, n + 1], [0, 2, 1, 3], [-1, 1], [1, 3]):
+        forged = msgspec.structs.replace(rec, found=[(regex.pattern, regex.flags, np.asarray(bad, "<i8").tobytes())])
+        with pytest.raises(ValueError):
+            pq.TOKENS_PERSIST.decode(msgspec.msgpack.encode(forged))

@@ -6,6 +6,7 @@ import json
 from collections import defaultdict
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from conftest import shared_fixture
@@ -223,3 +224,22 @@ def test_row_groups_numbers_groups_like_groupby_ngroup() -> None:
     expected = frame.groupby(list(cols), sort=False).ngroup().to_numpy()
     assert row_groups(list(cols.values())).tolist() == expected.tolist()
     assert row_groups([np.array([5, 5, 3])]).tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_row_groups_combines_any_columns_like_groupby(seed: int) -> None:
+    """Integer columns go into one mixed-radix key unfactorized (wide ranges, int64 and uint64
+    extremes renumbered first), text and bool columns by their codes: the same groups as pandas."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    kinds = [
+        lambda: rng.integers(-3, 3, n),
+        lambda: rng.random(n) < 0.5,
+        lambda: np.array(rng.choice(["a", "b", "c"], n), dtype=object),
+        lambda: np.array([-(2**62), 0, 2**62, 2**63 - 1])[rng.integers(0, 4, n)],
+        lambda: np.array([0, 2**64 - 1, 5], dtype=np.uint64)[rng.integers(0, 3, n)],
+        lambda: rng.integers(0, 2**40, n),
+    ]
+    cols = [kinds[int(k)]() for k in rng.integers(0, len(kinds), int(rng.integers(1, 6)))]
+    expected = pd.DataFrame(dict(enumerate(cols))).groupby(list(range(len(cols))), sort=False).ngroup().to_numpy()
+    assert row_groups(cols).tolist() == expected.tolist()

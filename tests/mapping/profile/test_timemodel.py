@@ -220,3 +220,56 @@ def test_kernel_step_span_is_the_stage_of_compute_and_communication() -> None:
     waits = Profile(meta=ProfileMeta(kind=ProfileKind.TORCH_NPU, path="/p"),
                     kernels=_kernels([("Notify Wait", "", 0, 60, 3, 4), ("MEMCPY_ASYNC", "", -8, 6, 3, 2)]))
     assert waits.step_time() == (68 * US, "kernel step span")
+
+
+def test_distinct_rows_groups_as_a_multiindex_factorize_does():
+    """``distinct_rows`` groups by integer codes; the groups, their numbering and their keys are those
+    of ``pd.factorize(pd.MultiIndex.from_arrays(...))`` over the text ("" for a missing category, one
+    group with a "" category)."""
+    import pandas as pd
+
+    from msprof_lsp.mapping.profile.timemodel import distinct_rows
+
+    rng = np.random.default_rng(7)
+    n = 500
+    values = rng.choice(["a", "b", "", "-"], n)
+    codes_in = np.array([{"b": 0, "": 1, "a": 2, "-": -1}[v] for v in values])  # -1: missing
+    cat = pd.Series(pd.Categorical.from_codes(codes_in, categories=["b", "", "a", "unused"]))
+    assert cat.isna().any() and (cat == "").any()
+    text = pd.Series(rng.choice(["x", "y", "zz"], n), dtype=object)
+    flags = rng.random(n) < 0.3
+    types = np.array(rng.choice(["MatMul", "Add"], n), dtype=object)
+    groups, keys = distinct_rows([cat, text, flags, types])
+    as_text = np.asarray(cat.astype(object).fillna(""), dtype=object)
+    codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([as_text, text.to_numpy(), flags, types]))
+    assert np.array_equal(groups, codes) and keys == list(uniques)
+    empty, none = distinct_rows([cat.iloc[:0], types[:0]])
+    assert len(empty) == 0 and none == []
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_per_distinct_gives_each_row_its_own_answer(many):
+    """``_per_distinct`` answers once per combination present (a dense table of the codes, or
+    ``distinct_rows`` past its size): per row what ``fn`` gives on that row's text ("" missing)."""
+    import pandas as pd
+
+    from msprof_lsp.mapping.profile.timemodel import _per_distinct
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    names = [f"k{i}" for i in range(400 if many else 12)]  # many: 400 x 300 x 3 > rows, no dense table
+    frame = pd.DataFrame({
+        "name": pd.Categorical.from_codes(rng.integers(-1, len(names), n), categories=names),
+        "core": pd.Series(rng.choice([f"c{i}" for i in range(300 if many else 3)], n), dtype=object),
+        "type": pd.Categorical(rng.choice(["", "MatMul", "Add"], n)),
+    })
+    calls = []
+
+    def fn(name, core, type_):
+        calls.append((name, core, type_))
+        return f"{name}/{core}/{type_}"
+
+    got = _per_distinct(frame, ("name", "core", "type"), fn, object)
+    text = frame.astype(object).fillna("")
+    assert got.tolist() == [f"{a}/{b}/{c}" for a, b, c in zip(text["name"], text["core"], text["type"])]
+    assert len(calls) == len(set(calls)) == len(set(zip(text["name"], text["core"], text["type"])))

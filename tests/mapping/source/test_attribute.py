@@ -344,3 +344,41 @@ def test_bad_links_do_not_crash(tmp_path):
     assert span_tuple(a.site_of_kernel(rows["relu"][1]).span) == relu
     assert a.site_of_kernel(rows["drop"][0]) is None  # mask-gen: F.dropout and self.drop both match
     assert isinstance(a.kernel_site, np.ndarray) and a.kernel_site.dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_module_chains_level_by_level_match_walking_each_row(seed):
+    """``_module_paths`` interns the nn.Module chains level by level; each row's chain is the one a
+    walk up its parents gives (outermost first), and a parent cycle (bad data) neither hangs nor
+    gives its rows a chain."""
+    from msprof_lsp.mapping.profile.model import MODULE_SCHEMA, Profile, ProfileMeta, make_table
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    parent = np.array([int(rng.integers(-1, i)) if i else -1 for i in range(n)])  # parents come first...
+    perm = rng.permutation(n)  # ...then the rows are shuffled: parents anywhere in the table
+    inv = np.argsort(perm)
+    parent = np.where(parent[perm] >= 0, inv[np.maximum(parent[perm], 0)], -1)
+    if seed % 3 == 0 and n >= 3:  # a cycle: rows a and b each other's parent
+        a, b = int(rng.integers(0, n)), int(rng.integers(0, n))
+        parent[a], parent[b] = b, a
+    cls = rng.choice(["Linear", "ReLU", "Block"], n)
+    ks = rng.integers(0, 3, n)
+    p = Profile(meta=ProfileMeta(ProfileKind.KINETO, "/nowhere"))
+    p.modules = make_table(MODULE_SCHEMA, {"cls": list(cls), "k": ks, "parent": parent})
+    att = object.__new__(Attributor)
+    att.profile, att.n_host, att.h_module = p, 0, np.zeros(0, np.int64)
+    att._module_paths()
+
+    def walk(i):
+        seen, chain = set(), []
+        while i >= 0:
+            if i in seen:
+                return None  # on or below a cycle
+            seen.add(i)
+            chain.append((str(cls[i]), int(ks[i])))
+            i = int(parent[i])
+        return tuple(reversed(chain))
+
+    assert [att.chains[c] if c >= 0 else None for c in att.m_path.tolist()] == [walk(i) for i in range(n)]
+    assert len(set(att.chains)) == len(att.chains)  # each chain once

@@ -126,3 +126,102 @@ def test_the_ordered_pass_gives_the_same_times(monkeypatch):
     base = replay_base(p)
     assert base.residual_ns == 0 and base.steps[0].base_ns == 860
     assert [_saved(p, WhatIf(np.array([0]), np.array([0.0]))), _saved(p, WhatIf(removed_syncs=np.array([1])))] == want
+
+
+# -- the models stored with the cache entry (replay.PERSIST) ------------------------------------
+
+CHANGES = [
+    WhatIf(np.array([0]), np.array([0.0])),
+    WhatIf(np.array([0, 1]), np.array([0.5, 0.25])),
+    WhatIf(host_ops=np.array([0, 1]), host_op_factors=np.array([0.5, 0.0])),
+    WhatIf(removed_syncs=np.array([0, 1, 2, 3])),
+]
+
+
+def _from_store(make, raw: bytes) -> Profile:
+    """A fresh profile whose cache entry holds ``raw`` as its replay models (what a warm load gives)."""
+    from msprof_lsp.mapping.source import replay
+
+    p = make()
+    p.derived.stored_for = p.fields()
+    p.derived.stored = {f"replay/{replay.MAX_STEPS}": raw}
+    return p
+
+
+def _sample() -> Profile:
+    return load_location(locate(REPO / "samples/tiny_transformer/npu_profile"), use_cache=False)
+
+
+@pytest.mark.parametrize("make", [_device_bound, _sample], ids=["hand-built", "tiny_transformer"])
+def test_stored_models_give_the_same_savings(make, monkeypatch):
+    """A warm run decodes the step models instead of building them: every field and every
+    change's replay is what the models just built give."""
+    from msprof_lsp.mapping.source import replay
+
+    p = make()
+    built = replay_base(p)
+    want = [what_if(p, c) for c in CHANGES]
+    raw = replay.PERSIST.encode(built)
+    monkeypatch.setattr(replay, "_replay_base", lambda *a: pytest.fail("built, not decoded"))
+    warm = _from_store(make, raw)
+    got = replay_base(warm)
+    assert (got.unavailable, got.notes, got.residual_ns) == (built.unavailable, built.notes, built.residual_ns)
+    for a, b in zip(built.steps, got.steps, strict=True):
+        for name in a.__slots__:
+            x, y = getattr(a, name), getattr(b, name)
+            assert (x.dtype == y.dtype and np.array_equal(x, y)) if isinstance(x, np.ndarray) else x == y, name
+    assert [what_if(warm, c) for c in CHANGES] == want
+    assert warm.derived.to_store() == {}  # read, so nothing to write back
+
+
+def _forged(raw: bytes, **fields) -> bytes:
+    """``raw`` with its first step's record fields replaced."""
+    import msgspec
+
+    from msprof_lsp.mapping.source import replay
+
+    rec = replay._BASE_DECODER.decode(raw)
+    first = msgspec.structs.replace(rec.steps[0], **fields)
+    return msgspec.msgpack.encode(msgspec.structs.replace(rec, steps=[first, *rec.steps[1:]]))
+
+
+def _i8(*values: int) -> bytes:
+    return np.asarray(values, "<i8").tobytes()
+
+
+DAMAGE = {
+    "truncated": lambda raw, m: raw[: len(raw) // 2],
+    "not msgpack": lambda raw, m: b"\x80\x05not a record",
+    "another record": lambda raw, m: b"\x93\x00\x00\x00",
+    "short array": lambda raw, m: _forged(raw, chain_w=_i8(*m.chain_w[:-1])),
+    "ragged array": lambda raw, m: _forged(raw, fixed=_i8(*m.fixed) + b"\x00"),
+    "edge out of range": lambda raw, m: _forged(raw, x_src=_i8(*m.x_src[:-1], len(m.rec))),
+    "negative edge": lambda raw, m: _forged(raw, x_dst=_i8(-1, *m.x_dst[1:])),
+    "edges unsorted": lambda raw, m: _forged(raw, x_dst=_i8(*m.x_dst[::-1])),
+    "chain code": lambda raw, m: _forged(raw, chain=bytes([9]) + m.chain[1:].astype("i1").tobytes()),
+    "no first head": lambda raw, m: _forged(raw, head=bytes(len(m.rec))),
+    "host points": lambda raw, m: _forged(raw, n_host=m.n_host + 1),
+    "time out of range": lambda raw, m: _forged(raw, rec=_i8(1 << 41, *m.rec[1:])),
+    "latency out of range": lambda raw, m: _forged(raw, x_w=_i8(-(1 << 41), *m.x_w[1:])),
+    "row below -1": lambda raw, m: _forged(raw, chain_kernel=_i8(-2, *m.chain_kernel[1:])),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_stored_model_is_refused_and_built_again(damage, monkeypatch):
+    """The stored models come from a cache file (untrusted: anyone who can write the cache folder
+    can forge one with valid digests): anything the replay could not have built is refused, the
+    models are built again (and written back), and the savings are right."""
+    from msprof_lsp.mapping.source import replay
+
+    built = replay_base(_device_bound())
+    want = [what_if(_device_bound(), c) for c in CHANGES]
+    bad = DAMAGE[damage](replay.PERSIST.encode(built), built.steps[0])
+    with pytest.raises(Exception):
+        replay.PERSIST.decode(bad)
+    calls = []
+    real = replay._replay_base
+    monkeypatch.setattr(replay, "_replay_base", lambda *a: (calls.append(1), real(*a))[1])
+    warm = _from_store(_device_bound, bad)
+    assert [what_if(warm, c) for c in CHANGES] == want
+    assert calls == [1] and list(warm.derived.to_store()) == [f"replay/{replay.MAX_STEPS}"]

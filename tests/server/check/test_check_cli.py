@@ -410,3 +410,19 @@ def test_real_library_model_maps_with_a_site_packages_path_map(capsys):
     # the first Conv2d of self.features (line 48 runs the Sequential): forward and backward kernels
     top = doc["hotspots"][0]
     assert (top["line"], round(top["device_time_us"], 1)) == (22, 872.3)
+
+
+def test_the_imports_leave_the_collectors_scans_once_per_process(monkeypatch):
+    """``--check`` freezes what exists before its first run (gc.freeze, as the NPU230 fix does
+    before a loop): a full collection during a run walked the imports' objects; never again after
+    (a process that checks many times freezes nothing it made since)."""
+    import gc
+
+    from msprof_lsp.server.check import command
+
+    calls = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append(1))
+    monkeypatch.setattr(command, "_imports_frozen", False)
+    command._freeze_imports()
+    command._freeze_imports()
+    assert calls == [1] and command._imports_frozen
