@@ -88,14 +88,36 @@ def test_cnn_sample_waits_at_a_barrier_before_destroying_its_group():
     keeps a Python object (the autograd context), so freeing it needs the GIL, while the main
     thread, freeing the DDP model, held the GIL and joined that thread (py-spy: ``~ProcessGroupGloo``
     -> ``thread::join`` against ``~AsyncAllreduceWork`` -> ``gil_scoped_acquire``). Forty one-step
-    runs in one interpreter hung in three of five tries on a loaded 2-core machine, none of fifteen
-    with the barrier. The race needs a starved worker thread, so a run cannot show it reliably;
-    this pins the teardown order that avoids it: a barrier (the main thread waits without the GIL,
-    the workers finish their work), then the group is destroyed."""
+    runs in one interpreter deadlocked in six of six tries, none of six with the barrier. A race
+    can hide on a given machine, so this pins the teardown order that avoids it: a barrier (the
+    main thread waits without the GIL, the workers finish their work), then the group is
+    destroyed; the next test runs the case."""
     tree = ast.parse(CNN_TRAIN.read_text(encoding="utf-8"))
     (train,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "train"]
     calls = [ast.unparse(s.value) for s in train.body[-2:] if isinstance(s, ast.Expr)]
     assert calls == ["dist.barrier()", "dist.destroy_process_group()"]
+
+
+ONE_STEP_RUNS = 20
+
+
+def test_cnn_sample_one_step_runs_end(tmp_path):
+    """The same case run: one-step runs of the sample one after another in one interpreter, as
+    run_fixed.py runs its copies. Without the barrier twenty of them deadlocked in every try on an
+    idle 2-core machine (about 4 s with it); under heavy load the race shows less often. A deadlock
+    ends in the timeout."""
+    work = tmp_path / "cnn"
+    work.mkdir()
+    for name in ("model.py", "data.py", "train.py"):
+        shutil.copy2(CNN_TRAIN.parent / name, work / name)
+    runner = Path(__file__).resolve().parent / "run_fixed.py"
+    try:
+        subprocess.run([sys.executable, str(runner), "--no-npu", "train", "1", *[str(work)] * ONE_STEP_RUNS],
+                       capture_output=True, text=True, timeout=240, check=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{ONE_STEP_RUNS} one-step runs of the CNN sample did not end: the DDP teardown deadlocked")
+    assert not (work / "error.txt").exists(), (work / "error.txt").read_text(encoding="utf-8")[-2000:]
+    assert "step 0 loss" in (work / "stdout.txt").read_text(encoding="utf-8")
 
 
 def test_tiny_transformer_sample_fused_swaps(monkeypatch):
