@@ -91,7 +91,6 @@ class StepModel:
     x_heads: np.ndarray  # first index of each destination's run in x_dst
     fixed: np.ndarray  # per node: recorded time where nothing leads to it, else _NEG
     a_nodes: np.ndarray  # device task start nodes
-    kernels: np.ndarray  # the step's kernels rows
     recorded_ns: int = 0  # the step's length from the recorded times
     base_ns: int = 0  # the unchanged replay's length
     ordered: bool = False  # the unchanged replay needed the ordered pass: a change's replay goes straight to it
@@ -168,7 +167,6 @@ class _ModelRecord(msgspec.Struct, array_like=True, frozen=True):
     x_dst: bytes
     x_w: bytes
     x_call: bytes
-    kernels: bytes
 
 
 _BASE_DECODER = msgspec.msgpack.Decoder(StepsRecord[_ModelRecord])
@@ -180,7 +178,7 @@ _EDGE_I8 = ("x_src", "x_dst", "x_w", "x_call")
 def _encode_base(base: ReplayBase) -> bytes:
     steps = [_ModelRecord(m.step, m.t0, m.n_host, m.base_ns, m.ordered, array_bytes(m.rec), array_bytes(m.head, "|u1"),
                           array_bytes(m.chain, "|i1"), *(array_bytes(getattr(m, f)) for f in _NODE_I8[1:]),
-                          *(array_bytes(getattr(m, f)) for f in _EDGE_I8), array_bytes(m.kernels))
+                          *(array_bytes(getattr(m, f)) for f in _EDGE_I8))
              for m in base.steps]
     return msgspec.msgpack.encode(StepsRecord(steps, list(base.notes), base.unavailable))
 
@@ -213,13 +211,10 @@ def _decode_model(r: _ModelRecord) -> StepModel:
     ]
     if any(problems):
         raise ValueError("not a step model the replay built")
-    kernels = bytes_array(r.kernels)
-    if (kernels < 0).any():
-        raise ValueError("a negative kernel row")
     x_heads = np.flatnonzero(np.concatenate([[True], x_dst[1:] != x_dst[:-1]])) if e else np.zeros(0, np.int64)
     m = StepModel(r.step, r.t0, rec, r.n_host, head.astype(bool), chain, node["chain_w"], node["chain_op"],
                   node["chain_kernel"], node["chain_call"], x_src, x_dst, edge["x_w"], edge["x_call"], x_heads, fixed,
-                  np.arange(r.n_host, n, 2), kernels, base_ns=r.base_ns, ordered=r.ordered)
+                  np.arange(r.n_host, n, 2), base_ns=r.base_ns, ordered=r.ordered)
     m.recorded_ns = _length(m, rec)
     return m
 
@@ -406,7 +401,7 @@ def _model(step_id: int, g: _Graph, markers: np.ndarray, lanes: np.ndarray, comm
     still = np.setdiff1d(orphans, a_dst)
     fixed[still] = rec[still]
     m = StepModel(step_id, t0, rec, g.n_host, c.head, c.chain, chain_w, c.op, c.kernel, c.call, xs, xd, x_w,
-                  xcall, x_heads, fixed, np.arange(g.n_host, n, 2), g.kernels)
+                  xcall, x_heads, fixed, np.arange(g.n_host, n, 2))
     return m if _settle(m) else None
 
 
