@@ -32,6 +32,11 @@ PROFILE_ENV = "MSPROF_LSP_PROFILE"
 PROFILE_FOLDER = "msprof_profiles"
 """Where the trace is written, beside the script (the language server watches the workspace)."""
 ACTIVE_STEPS = 3
+SKIP_FIRST = 10
+"""Steps run before the schedule starts: torch_npu's schedule documentation recommends skipping the
+first 10, and a DataLoader with workers is still filling its prefetch queue then (10-16 steps of
+the CNN loop on a 2-core machine: docs/savings.md "The CPU loop"), so a profile recorded after the
+NPU104 fix would time the ramp instead of the fix."""
 TITLE = "Record a profile of this training loop (off unless MSPROF_LSP_PROFILE is set)"
 HOW_TO_RECORD = (
     f"to record one, use the code action \"{TITLE}\" on the training loop, or paste the block "
@@ -68,7 +73,7 @@ def _profile_call(flavour: Flavour, name: str, active: int, indent: str, npu: st
         )
     body = (
         f"    activities={activities},\n"
-        f"    schedule={mod}.schedule(wait=1, warmup=1, active={active}, repeat=1),\n"
+        f"    schedule={mod}.schedule(wait=1, warmup=1, active={active}, repeat=1, skip_first={SKIP_FIRST}),\n"
         "    with_stack=True,\n"
         "    record_shapes=True,\n"
         "    with_modules=True,\n"

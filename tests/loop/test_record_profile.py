@@ -16,7 +16,7 @@ import pytest
 from msprof_lsp.hints.fixes import fix_id, transform_of
 from msprof_lsp.hints.fixes.edits import apply_edits
 from msprof_lsp.hints.fixes.profiling import (
-    PROFILE_ENV, PROFILE_FOLDER, Flavour, insert_profiler, loop_lines, snippet, training_loops,
+    PROFILE_ENV, PROFILE_FOLDER, SKIP_FIRST, Flavour, insert_profiler, loop_lines, snippet, training_loops,
 )
 from msprof_lsp.mapping.source.source_index import SourceIndex
 
@@ -89,7 +89,7 @@ def test_block_for_a_cpu_script_keeps_the_rest_and_is_idempotent():
     assert "# one pass over the data\n    msprof_profiler = contextlib.nullcontext()" in new
     assert "import sys\nimport contextlib\nimport os\n" in new  # after the last stdlib import
     assert "torch.profiler.ProfilerActivity.CPU]," in new and "CUDA" not in new and "torch_npu" not in new
-    assert "schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)" in new
+    assert "schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1, skip_first=10)" in new
     for flag in ("with_stack=True", "record_shapes=True", "with_modules=True"):
         assert flag in new
     assert "with msprof_profiler as prof:\n        for step, (x, y) in enumerate(loader):" in new
@@ -178,6 +178,9 @@ def test_snippet_parses_and_names_the_variable(flavour):
     assert ("torch_npu.profiler.profile(" in text) is (flavour is Flavour.NPU)
 
 
+RECORDING_STEPS = SKIP_FIRST + 6  # skipped, wait 1, warm up 1, record 3, one to spare
+
+
 def _run(script: Path, env_on: bool, steps: int) -> None:
     env = {k: v for k, v in os.environ.items() if k != PROFILE_ENV}
     if env_on:
@@ -196,7 +199,7 @@ def test_cpu_block_runs_with_torch_and_the_trace_is_found_and_read(tmp_path):
     script.write_text(_apply(TRAIN, _line(TRAIN, "loss.backward()")), encoding="utf-8")
     _run(script, env_on=False, steps=2)
     assert not (tmp_path / PROFILE_FOLDER).exists()  # off unless the variable is set
-    _run(script, env_on=True, steps=6)
+    _run(script, env_on=True, steps=RECORDING_STEPS)
     traces = list((tmp_path / PROFILE_FOLDER).glob("*.pt.trace.json*"))
     assert len(traces) == 1  # repeat=1: one trace however long the run
 
@@ -226,7 +229,7 @@ def test_guarded_block_records_on_the_cpu_without_torch_npu_and_runs_with_it(tmp
         shutil.copy(CNN / name, tmp_path / name)
     script = tmp_path / "train.py"
     script.write_text(_apply(GUARDED_TRAIN, _line(GUARDED_TRAIN, "loss.backward()")), encoding="utf-8")
-    _run(script, env_on=True, steps=6)
+    _run(script, env_on=True, steps=RECORDING_STEPS)
     assert len(list((tmp_path / PROFILE_FOLDER).glob("*.pt.trace.json*"))) == 1
     shutil.rmtree(tmp_path / PROFILE_FOLDER)
     standin = Path(__file__).resolve().parents[1] / "hints" / "fixes"

@@ -40,13 +40,13 @@ from test_record_profile import GUARDED_TRAIN  # noqa: E402  (the CNN sample's l
 import numpy as np  # noqa: E402
 
 from msprof_lsp.hints import profile_query as pq  # noqa: E402
-from msprof_lsp.hints.fixes.profiling import PROFILE_ENV, PROFILE_FOLDER  # noqa: E402
+from msprof_lsp.hints.fixes.profiling import PROFILE_ENV, PROFILE_FOLDER, SKIP_FIRST  # noqa: E402
 from msprof_lsp.hints.rules.dataloader import fetch_scopes  # noqa: E402
 from msprof_lsp.mapping.profile.load import load_location, locate  # noqa: E402
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.torch]
-STEPS = 6  # wait 1, warm up 1, record 3, one to spare
+STEPS = SKIP_FIRST + 6  # skipped, wait 1, warm up 1, record 3, one to spare
 FAST_POLL = {**os.environ, "MSPROF_LSP_POLL_INTERVAL": "0.3"}
 # the training thread's core plus the workers' share: they blur ~6 ms of a ~13 ms step
 FREE_CORES = 1.5
