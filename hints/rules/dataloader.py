@@ -187,14 +187,65 @@ class DataloaderInput(Rule):
                            effect=effect)
 
 
+RECEIVE_US_PER_TENSOR = 500.0
+"""The training thread's time to receive one tensor of a batch from a worker process where nothing
+pins it (a CPU run: ``pin_memory`` has no accelerator, so no pin thread takes the batch): torch
+shares each tensor's storage through a file descriptor, one connection to the worker each
+(``rebuild_storage_fd``). Read off the CPU loop's re-recordings after the fix: 0.9-1.4 ms per
+``__next__`` for a 2-tensor batch (docs/savings.md "The CPU loop"). A constant of one machine, so
+it moves only the estimate: the high end keeps the whole fetch removed."""
+
+
 def _fetch_removed(ctx: RuleContext, rows: np.ndarray) -> Effect:
     """The fetch scopes' host time, their collate ops' included, leaves the training thread (workers
     prefetch the batch); the low end keeps half of it (a worker that cannot keep up). Nothing else
     leaves it: re-recorded with workers, the CNN loop's step keeps every other host op (docs/savings.md
-    "The CPU loop")."""
-    ops = tuple(int(r) for r in np.flatnonzero(pq.descendants(ctx.profile, rows)))
-    return Effect((Change(Target.HOST_OPS, ops, 0.0, best=0.0, worst=0.5),),
-                  basis="the DataLoader fetch's host time removed from the training thread (low end: halved)")
+    "The CPU loop"). On a CPU run the fetch then receives the batch's tensors from the worker
+    (``RECEIVE_US_PER_TENSOR`` each, the collate's tensors counted in the profile)."""
+    inside = pq.descendants(ctx.profile, rows)
+    inside[rows] = False
+    removed = Change(Target.HOST_OPS, tuple(int(r) for r in np.flatnonzero(inside)), 0.0, best=0.0, worst=0.5)
+    tensors = _collated(ctx.profile, rows) if ctx.backend is Backend.CPU else None
+    if not tensors:
+        roots = (Change(Target.HOST_OPS, tuple(int(r) for r in rows), 0.0, best=0.0, worst=0.5),)
+        return Effect((removed, *roots), basis="the DataLoader fetch's host time removed from the training thread "
+                                                "(low end: halved)")
+    receive_ns = tensors * RECEIVE_US_PER_TENSOR * NS_PER_US
+    own = _self_ns(ctx.profile)
+    roots = tuple(Change(Target.HOST_OPS, (int(r),), f, best=0.0, worst=max(0.5, f))
+                  for r in rows for f in [receive_ns / own[r] if own[r] > 0 else 0.0])
+    return Effect((removed, *roots),
+                  basis=f"the DataLoader fetch's host time removed from the training thread, which receives the "
+                        f"batch's {tensors} tensor{'s' if tensors != 1 else ''} from a worker instead "
+                        f"({RECEIVE_US_PER_TENSOR:.0f} µs each, no pinning on a CPU run; low end: halved)")
+
+
+def _self_ns(prof: Profile) -> np.ndarray:
+    """Per host op: its duration less its children's."""
+    dur = prof.host_ops["dur_ns"].to_numpy(np.float64)
+    par = pq.parents(prof)
+    kids = np.bincount(par[par >= 0], weights=dur[par >= 0], minlength=len(dur))
+    return np.maximum(dur - kids, 0.0)
+
+
+def _collated(prof: Profile, rows: np.ndarray) -> int:
+    """Tensors per batch: the mean count, rounded, of ``aten::stack`` ops under each fetch scope that
+    no other ``aten::`` op and no ``__getitem__`` encloses (default_collate stacks each field once;
+    the dataset's own stacks are inside ``__getitem__`` where the profile has Python frames). 0:
+    none."""
+    if not len(rows):
+        return 0
+    names = pq.strs(prof.host_ops["name"])
+    par = pq.parents(prof)
+    root = np.zeros(len(names), dtype=bool)
+    root[rows] = True
+    count = 0
+    for r in np.flatnonzero((names == "aten::stack") & pq.descendants(prof, rows)):
+        up = int(par[r])
+        while up >= 0 and not root[up] and not names[up].startswith("aten::") and "__getitem__" not in names[up]:
+            up = int(par[up])
+        count += up >= 0 and bool(root[up])
+    return round(count / len(rows))
 
 
 def fetch_scopes(prof: Profile) -> np.ndarray:

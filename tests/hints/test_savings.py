@@ -165,13 +165,21 @@ def test_json_saving_on_every_finding_of_check_samples(capsys, tmp_path):
 
 def test_a_cpu_trace_replays_its_host_threads():
     """A Kineto CPU trace (no device tasks) replays its host threads: the single-process DataLoader
-    on the training thread saves its whole fetch time."""
+    on the training thread saves its whole fetch time at the high end, and less receiving the batch's
+    two tensors (images, labels: the collate's two aten::stack) from a worker in the estimate."""
+    from msprof_lsp.hints.rules.dataloader import RECEIVE_US_PER_TENSOR
+
     trace = next((REPO / "samples/cnn_classifier/kineto").glob("*.pt.trace.json*"))
     (a,) = analyse_paths([REPO / "samples/cnn_classifier"], Settings(min_share=0.0), profile=trace, use_cache=False)
     (f,) = [f for f in a.findings if f.code == "NPU104"]
     assert f.saving is not None and f.saving.known
-    assert f.time_per_step_us * 0.95 <= f.saving.us_per_step <= f.time_per_step_us * 1.01
-    assert f.saving.low_us == pytest.approx(f.saving.us_per_step / 2, rel=0.05)
+    fetches = f.evidence["fetches_per_step"]
+    assert fetches == 1
+    assert f.time_per_step_us * 0.95 <= f.saving.high_us <= f.time_per_step_us * 1.01
+    receive = 2 * RECEIVE_US_PER_TENSOR * fetches
+    assert f.saving.us_per_step == pytest.approx(f.saving.high_us - receive, rel=0.02)
+    assert "batch's 2 tensors" in f.saving.basis
+    assert 0 < f.saving.low_us <= f.saving.us_per_step
 
 
 

@@ -153,3 +153,13 @@ def test_2024_fixture_dataloader_share_of_profiler_step():
     assert f.time_per_step_us == pytest.approx(per_step, abs=1e-3)
     assert f.share == pytest.approx(share, rel=1e-6)
     assert "(9.4% of the wall step)" in f.message and f.span is None
+
+
+def test_an_accelerator_run_is_not_charged_the_receive(tmp_path):
+    """The collate stacks two tensors here too, but on an NPU run the fix's pinned memory takes the
+    batch on the pin thread: the estimate removes the whole fetch (the CPU case: test_savings)."""
+    a = analyse(_run(12.0), tmp_path)
+    [f] = a.run("NPU104")
+    s = f.saving
+    assert s is not None and s.known and "tensors" not in s.basis
+    assert s.us_per_step == pytest.approx(s.high_us) and s.us_per_step == pytest.approx(f.time_per_step_us, rel=0.02)

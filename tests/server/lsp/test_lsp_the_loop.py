@@ -50,6 +50,10 @@ STEPS = SKIP_FIRST + 6  # skipped, wait 1, warm up 1, record 3, one to spare
 FAST_POLL = {**os.environ, "MSPROF_LSP_POLL_INTERVAL": "0.3"}
 # the training thread's core plus the workers' share: they blur ~6 ms of a ~13 ms step
 FREE_CORES = 1.5
+# The ops outside the fetch are the same before and after (checked); their recorded time may move by
+# this much before the step difference stops being the fix's: this machine's speed moves by +-30 %
+# within a minute (a fixed pure-Python loop: 198-360 ms; docs/savings.md "The CPU loop").
+DRIFT = 0.10
 FIGURES = re.compile(r"([\d,.]+ (?:µs|ms)|—) → ([\d,.]+ (?:µs|ms)|—)/step")
 
 
@@ -115,14 +119,18 @@ async def _actions(client: LanguageClient, doc: S.Doc, rng: types.Range, diags: 
     return [a for a in got or [] if isinstance(a, types.CodeAction)]
 
 
-def _ops_per_step(trace: Path) -> tuple[float, float]:
-    """Host ops per step outside and inside the DataLoader fetch scopes (NPU104's evidence rows)."""
+def _ops_per_step(trace: Path) -> tuple[float, float, float]:
+    """Host ops per step outside and inside the DataLoader fetch scopes (NPU104's evidence rows), and
+    the step's recorded time outside the fetch scopes (µs per step)."""
     profile = load_location(locate(trace), use_cache=False)
     starts = profile.host_ops["start_ns"].to_numpy(np.int64)
-    fetch = pq.descendants(profile, fetch_scopes(profile))
+    scopes = fetch_scopes(profile)
+    fetch = pq.descendants(profile, scopes)
     inside = pq.in_steps(profile, starts)
     steps = len(profile.steps)
-    return float((inside & ~fetch).sum()) / steps, float((inside & fetch).sum()) / steps
+    fetch_ns = float(profile.host_ops["dur_ns"].to_numpy(np.int64)[scopes].sum())
+    rest_us = (sum(s.dur_ns for s in profile.steps) - fetch_ns) / steps / 1000
+    return float((inside & ~fetch).sum()) / steps, float((inside & fetch).sum()) / steps, rest_us
 
 
 def _us(text: str) -> float | None:
@@ -221,19 +229,21 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     # 6. what the model removes is what the fix removed: the fetch's subtree leaves the training
     # thread and every other host op of the step stays (the same count per step before and after).
     # This holds whatever the machine's load; the recorded times below do not.
-    kept, fetched = zip(*(_ops_per_step(p) for p in (first, second)))
+    kept, fetched, rest = zip(*(_ops_per_step(p) for p in (first, second)))
     assert kept[0] == kept[1] > 0 and fetched[1] < fetched[0] / 10, (kept, fetched)
 
     # 7. the estimate made before the fix against what the fix really saved: the recorded step before
-    # minus after. The estimate is the fetch's recorded host time, moved to worker processes; the rest
-    # of the step is the same ops (above), whose recorded time moves with the machine's load between
-    # the two recordings: 1.4-2.2x the estimate in the runs of docs/savings.md "The CPU loop". The
-    # model assumes the workers get a core of their own; where the rest of the machine held the cores
-    # (a 2-core CI box running two test workers) the blur only moves to a process that competes with
-    # the training thread, and the recorded saving went to 0.35x and to -1.9 ms: then there is no
-    # truth to check the model against, and the test says so with the figures instead of passing
-    # or failing on the load. The check is a factor of three either way, so a model that is off by
-    # more than that, or a fix that saves nothing on a machine with room for its workers, still fails.
+    # minus after. The estimate is the fetch's recorded host time, moved to worker processes, less
+    # receiving the batch from them; the rest of the step is the same ops (above). Two things leave
+    # no truth to check the model against, and the test then says so with the figures instead of
+    # passing or failing on the machine: the rest of the machine holding the cores the workers need
+    # (a 2-core CI box running two test workers: the blur only moves to processes that compete with
+    # the training thread, saving 0.35x and -1.9 ms), and the machine's speed moving between the two
+    # recordings (the same ops outside the fetch taking more than DRIFT longer or shorter: -20 % to
+    # +13 % in six quiet runs here, which moved the step difference by up to 1.3 ms). The check is a
+    # factor of three either way, so a model that is off by more than that, or a fix that saves
+    # nothing on a machine with room for its workers, still fails. The 35 % bar is measured where the
+    # drift can be averaged out: benchmarks/loop_npu104.py records before and after interleaved.
     est = subprocess.run(
         [sys.executable, "-m", "msprof_lsp.server", "--check", str(root), "--profile", str(first),
          "--select", "NPU104", "--format", "json", "--fail-on", "never", "--cache-dir", str(root.parent / "cache")],
@@ -249,10 +259,13 @@ async def test_record_fix_rerecord_and_compare(client: LanguageClient) -> None:
     figures = (f"NPU104 estimate before the fix {saving['us_per_step']:.0f} µs/step "
                f"({saving['low_us']:.0f}-{saving['high_us']:.0f}); recorded step {step_before:.0f} -> {step_after:.0f} µs: "
                f"saved {measured:.0f} µs/step; other load during the recordings "
-               + ("unknown" if other is None else f"{other:.2f} of {cores} cores"))
+               + ("unknown" if other is None else f"{other:.2f} of {cores} cores")
+               + f"; the same ops outside the fetch {rest[0]:.0f} -> {rest[1]:.0f} µs/step")
     print(figures)
     if other is None or cores - other < FREE_CORES:
         pytest.skip(f"no core free for the DataLoader workers during the recordings, so no truth for the estimate: {figures}")
+    if abs(rest[1] / rest[0] - 1) > DRIFT:
+        pytest.skip(f"the machine's speed moved between the recordings, so no truth for the estimate: {figures}")
     assert measured > 0 and 1 / 3 <= measured / saving["us_per_step"] <= 3.0, figures
     data.close()
     doc.close()
