@@ -13,9 +13,12 @@ text, HTML, the editor's status bar and code lenses); no renderer ranks on its o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+
+from msprof_lsp.mapping.units import format_us
 
 from .charges import Charges, Timeline, charges
 from .context import RuleContext
@@ -138,19 +141,25 @@ def _keeper_key(f: Finding, charged: Charges, codes: set[str]) -> tuple:
 
 def merge_into(keeper: Finding, others: Sequence[Finding]) -> None:
     """``others`` become related information of ``keeper`` (their message, at their place or the
-    keeper's); their codes go to ``evidence["same_cause"]`` and their code, message, share and
-    time to ``evidence["same_cause_findings"]``; their fixes join the keeper's, the highest
+    keeper's); their codes go to ``evidence["same_cause"]`` and their code, message, share, time
+    and saving applied alone to ``evidence["same_cause_findings"]``; their fixes join the keeper's, the highest
     severity stays."""
     same = list(keeper.evidence.get("same_cause", []))
     folded = list(keeper.evidence.get("same_cause_findings", []))
     for o in others:
         span = o.span or keeper.span
+        alone = o.saving if o.saving is not None and o.saving.known else None
+        # its own fix may be a lever of its own (padding the GEMMs autocast also speeds up): what
+        # it saves applied alone, not added to the keeper's (the two act on the same time)
+        tail = f" (applied alone, its fix saves {format_us(alone.us_per_step)}/step)" if alone is not None else ""
         if span is not None:
-            keeper.related.append(Related(span, f"{SAME_CAUSE}, {o.code} {o.name}: {o.message}"))
+            keeper.related.append(Related(span, f"{SAME_CAUSE}, {o.code} {o.name}: {o.message}{tail}"))
         same += [o.code, *o.evidence.get("same_cause", [])]
         # the figures stay readable where there is no place for a related entry (profile-level findings)
         folded += [{"code": o.code, "message": o.message, "share": round(o.share, 6), "share_of": o.share_of.value,
-                    "time_per_step_us": round(o.time_per_step_us, 3)}, *o.evidence.get("same_cause_findings", [])]
+                    "time_per_step_us": round(o.time_per_step_us, 3),
+                    "saving": None if o.saving is None else dataclasses.asdict(o.saving)},
+                   *o.evidence.get("same_cause_findings", [])]
         if o.severity.rank > keeper.severity.rank:
             keeper.severity = o.severity
         titles = {(x.title, x.edits) for x in keeper.fixes}

@@ -7,6 +7,7 @@ denominator, and no two findings of one job charging the same time.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from msprof_lsp.hints import registry
 from msprof_lsp.hints.charges import Timeline, charges
 from msprof_lsp.hints.config import RuleConfig
 from msprof_lsp.hints.consolidate import (
-    MERGE_OVERLAP, charged_alike, overlap, same_cause, saving_key, saving_order, start_here,
+    MERGE_OVERLAP, charged_alike, merge_into, overlap, same_cause, saving_key, saving_order, start_here,
 )
 from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
@@ -26,6 +27,7 @@ from msprof_lsp.mapping.profile.model import (HOST_OP_SCHEMA, KERNEL_SCHEMA, Pro
                                               make_table)
 from msprof_lsp.mapping.source.workspace import SourceWorkspace
 from msprof_lsp.mapping.spans import Span
+from msprof_lsp.mapping.units import format_us
 
 US = 1_000
 REPO = Path(__file__).resolve().parents[2]
@@ -88,6 +90,23 @@ def test_findings_charging_the_same_kernels_are_one_kept_by_the_one_with_a_fix()
     assert keeper.span.line == 7  # the keeper keeps its place
     [folded] = keeper.evidence["same_cause_findings"]
     assert (folded["code"], folded["message"], folded["share_of"]) == ("TST101", "TST101 says so", "device-step")
+    # the folded finding's own saving stays readable: unknown here (this profile links no launches)
+    assert folded["saving"]["us_per_step"] is None and "applied alone" not in rel[0].message
+
+
+def test_a_folded_finding_keeps_what_its_fix_saves_applied_alone():
+    """Padding GEMMs that autocast also speeds up: one cause, one finding, but the folded fix is a
+    lever of its own; its saving applied alone is in the related entry and the evidence, never added
+    to the keeper's."""
+    (a,) = _run([_rule("TST101", _emit(_at(3), 200, _kernels(0, 2)))])
+    (b,) = _run([_rule("TST102", _emit(_at(7), 150, _kernels(0, 2), fix=True))])
+    a.saving = Saving(120.0, 60.0, 120.0, "the kernels removed")
+    keeper_saving = b.saving
+    merge_into(b, [a])
+    [folded] = b.evidence["same_cause_findings"]
+    assert folded["saving"] == dataclasses.asdict(a.saving) and b.saving == keeper_saving
+    [rel] = [r for r in b.related if r.message.startswith("same cause")]
+    assert rel.message.endswith(f"TST101 says so (applied alone, its fix saves {format_us(120.0)}/step)")
 
 
 def test_rows_of_an_effect_with_an_unknown_saving_still_charge():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from msprof_lsp.hints.finding import Finding
+from msprof_lsp.hints.finding import Finding, Saving
 
 from . import fixes as fx
 from .run import Launch, OpSpec, RepeatedSteps, Run
@@ -392,6 +392,12 @@ def estimate(case: Case, run: Run) -> tuple[int, float | None, float | None, flo
     found = [f for a in analyses for f in a.findings if f.code == case.rule and _picked(f, case.picks)]
     known = [f.saving for f in found if f.saving is not None and f.saving.known]
     basis = found[0].saving.basis if found and found[0].saving is not None else "no finding"
+    if not found:  # folded into another finding of the same cause: its saving applied alone
+        folded = [(f.code, x) for a in analyses for f in a.findings
+                  for x in f.evidence.get("same_cause_findings", []) if x["code"] == case.rule]
+        known = [Saving(**x["saving"]) for _, x in folded if x.get("saving") and x["saving"]["us_per_step"] is not None]
+        if folded:
+            basis = f"folded into {folded[0][0]}: " + (folded[0][1].get("saving") or {}).get("basis", "no saving")
     if not known:
         return len(found), None, None, None, basis
     return (len(found), sum(s.us_per_step for s in known), sum(s.low_us for s in known),
