@@ -54,6 +54,7 @@ class Unit(enum.Enum):
     FOREACH_KERNEL = ("_foreach_ kernel", "_foreach_ kernels")
     NORM_KERNEL = ("norm kernel", "norm kernels")
     CLIP = ("clip", "clips")
+    PAIR = ("pair", "pairs")
 
     def of(self, count: int) -> str:
         one, many = self.value

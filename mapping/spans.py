@@ -35,4 +35,8 @@ class Confidence(str, enum.Enum):
 
     @property
     def rank(self) -> int:
-        return {"stack": 2, "module": 1, "inferred": 0}[self.value]
+        """Higher is surer: stack 2, module 1, inferred 0."""
+        return _RANK[self]
+
+
+_RANK: dict[Confidence, int] = {Confidence.STACK: 2, Confidence.MODULE: 1, Confidence.INFERRED: 0}

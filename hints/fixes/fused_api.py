@@ -9,7 +9,9 @@ instead. Signatures follow torch_npu 2.14.0 (the catalog in hints/rules/fused_ap
 * NPU212 ``q * cos + rotate_half(q) * sin`` (``rotate_half`` defined in the file, half-split form) ->
   ``torch_npu.npu_rotary_mul(q, cos, sin)``
 * NPU213 ``softmax(q @ k.transpose(-2, -1) * s [+ mask | .masked_fill(m, -inf)], dim=-1) [dropout] @ v``,
-  possibly spread over consecutive single-use assignments -> Ascend
+  possibly spread over consecutive single-use assignments, the fill possibly an in-place
+  ``scores.masked_fill_(m, -inf)`` statement right before the softmax's (taken only where that
+  read of ``scores`` is its last) -> Ascend
   ``torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=m, scale=s, keep_prob=...)[0]``
   (boolean masks only: True = masked out, as in ``masked_fill``), CUDA/CPU
   ``F.scaled_dot_product_attention(q, k, v, attn_mask=..., dropout_p=..., scale=...)``
@@ -345,8 +347,22 @@ class _Attn:
     consumed: list[cst.BaseStatement] = field(default_factory=list)
 
 
+def _fill_in_place(stmt: cst.BaseStatement, name: str) -> cst.Call | None:
+    """The call when ``stmt`` is the statement ``name.masked_fill_(mask, value)``."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+        return None
+    call = stmt.body[0].value
+    if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "masked_fill_"
+            and isinstance(call.func.value, cst.Name) and call.func.value.value == name):
+        return call
+    return None
+
+
 class _Inliner:
-    """Follows single-use temporaries assigned by the statements right before one statement."""
+    """Follows single-use temporaries assigned by the statements right before one statement, and
+    an in-place ``t.masked_fill_(mask, value)`` statement right before the read of ``t`` (read as
+    ``t.masked_fill(mask, value)``, the statement consumed like an assignment). ``refused``: why
+    such a fill was not taken, for the decline."""
 
     def __init__(self, src: Source, stmt: cst.BaseStatement) -> None:
         self.src = src
@@ -355,6 +371,10 @@ class _Inliner:
         func = src.function_of(stmt)
         self.flow = NameFlow(src, func) if func is not None else None
         self.consumed: list[cst.BaseStatement] = []
+        self.refused: str | None = None
+        # a fill's read of t -> the later read it stands for (its value flows there): the read
+        # that must be t's last
+        self._stands_for: dict[int, cst.Name] = {}
 
     def resolve(self, node: cst.BaseExpression) -> cst.BaseExpression:
         node = _strip(node)
@@ -365,23 +385,52 @@ class _Inliner:
         if i == 0:
             return node
         prev = self.block.body[i - 1]
+        fill = _fill_in_place(prev, node.value)
+        if fill is not None:
+            return self._filled(node, prev, fill)
         if not (isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign)):
             return node
         assign = prev.body[0]
         if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or assign.targets[0].target.value != node.value:
             return node
-        occ = self.flow.occurrence_of(node)
+        last = self._stands_for.get(id(node), node)
+        occ = self.flow.occurrence_of(last)
         store = self.flow.occurrence_of(assign.targets[0].target)
         if occ is None or store is None:
             return node
         nxt = self.flow.first_after(node.value, store.pos)
-        after = self.flow.first_after(node.value, occ.pos, exclude=node)
+        after = self.flow.first_after(node.value, occ.pos, exclude=last)
         if nxt is None or nxt.node is not node:
             return node  # another read between
         if after is not None and after.kind != "store":
             return node  # the temporary is read again later
         self.consumed.append(prev)
         return _strip(assign.value)
+
+    def _filled(self, node: cst.Name, prev: cst.BaseStatement, fill: cst.Call) -> cst.BaseExpression:
+        """``t.masked_fill(mask, value)`` for the read ``node`` of t right after ``t.masked_fill_(mask,
+        value)``: the fused call replaces the fill only where this read is t's last and the fill's
+        own read is the one before it (the fill's effect reaches nothing else)."""
+        assert self.flow is not None
+        name, own = node.value, fill.func.value  # type: ignore[attr-defined]
+        last = self._stands_for.get(id(node), node)  # the read the fill's value reaches last
+        fill_occ, last_occ = self.flow.occurrence_of(own), self.flow.occurrence_of(last)
+        if fill_occ is None or last_occ is None:
+            return node
+        if len(fill.args) != 2 or any(a.keyword or a.star for a in fill.args) or not _neg_inf(fill.args[1].value):
+            self.refused = f"the in-place fill `{ct.code(fill)}` is not `{name}.masked_fill_(mask, -inf)`"
+            return node
+        nxt = self.flow.first_after(name, fill_occ.pos, exclude=own)
+        if nxt is None or nxt.node is not node:
+            return node  # another read between (a statement between is no fill right before)
+        after = self.flow.first_after(name, last_occ.pos, exclude=last)
+        if after is not None and after.kind != "store":
+            self.refused = (f"`{name}` is read again after the softmax (line {self.src.range(after.node).start.line}): "
+                            "its in-place masked_fill_ cannot go")
+            return node
+        self.consumed.append(prev)
+        self._stands_for[id(own)] = last
+        return fill.with_changes(func=fill.func.with_changes(attr=cst.Name("masked_fill")))  # type: ignore[attr-defined]
 
 
 def _is_transpose_last2(node: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -441,8 +490,14 @@ def _neg_inf(node: cst.BaseExpression) -> bool:
     return _n(node) in NEG_INF
 
 
-def _match_attention(src: Source, node: cst.BaseExpression, stmt: cst.BaseStatement) -> _Attn | None:
+def _match_attention(src: Source, node: cst.BaseExpression, stmt: cst.BaseStatement) -> _Attn | str | None:
+    """The attention ending at ``node``; why not, where an in-place fill on the way was refused."""
     inl = _Inliner(src, stmt)
+    found = _attention_of(src, node, inl)
+    return inl.refused if found is None else found
+
+
+def _attention_of(src: Source, node: cst.BaseExpression, inl: _Inliner) -> _Attn | None:
     mm = _matmul(src, node)
     if mm is None:
         return None
@@ -485,8 +540,8 @@ def _match_attention(src: Source, node: cst.BaseExpression, stmt: cst.BaseStatem
 def _attention_edit(src: Source, node: cst.CSTNode, npu: str, backend: str) -> _Edit | str | None:
     stmt = src.statement(node)
     m = _match_attention(src, node, stmt) if stmt is not None else None
-    if m is None:
-        return None
+    if m is None or isinstance(m, str):
+        return m
     q, k, v = ct.code(m.q), ct.code(m.k), ct.code(m.v)
     if backend == "ascend":
         if m.add_mask is not None:

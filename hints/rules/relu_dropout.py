@@ -30,7 +30,7 @@ from msprof_lsp.mapping.source.source_index import MODULE_SCOPE, CallSite, Modul
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.units import NS_PER_US
 
-from ..context import RuleContext
+from ..context import RuleContext, Unit
 from ..fixed_in_source import as_fixed
 from ..fixes import fix_id
 from ..finding import Change, Construct, Effect, Finding, Related, Target
@@ -138,10 +138,10 @@ class ReluDropoutFusion(Rule):
         steps = ctx.num_steps
         qualifier = f"each < {small_us:g} µs" if each_small else ""
         if on_device:
-            count, unit = round(len(rows) / steps), "kernels"
+            events, unit = len(rows), Unit.KERNEL
             diagnosis = "dispatch-bound" if dispatch else "one elementwise pass split into separate kernels"
         else:
-            count, unit = round(len(pairs) / steps), "pairs" if round(len(pairs) / steps) != 1 else "pair"
+            events, unit = len(pairs), Unit.PAIR
             diagnosis = "two eager ops and a mask per pair on the host"
         if ctx.backend == Backend.ASCEND.value:
             fix_text = "No fused NPU API; compile the pair or use inplace ReLU"
@@ -149,7 +149,7 @@ class ReluDropoutFusion(Rule):
             fix_text = "Compile the pair with torch.compile or use inplace ReLU"
         message = ctx.message(
             "ReLU→Dropout", total_ns=total_ns, diagnosis=diagnosis, fix=fix_text,
-            count=count, unit=unit, qualifier=qualifier,
+            events=events, unit=unit, qualifier=qualifier,
         )
         evidence = {
             "backend": ctx.backend,

@@ -27,7 +27,7 @@ from . import fixing
 from .progress import ProgressLine
 from .report import github, html, sarif, text
 from ..analysis.views.result import CheckRun
-from ..analysis.views.rows import report
+from ..analysis.views.rows import Report, report
 from ..escape import json_text, visible
 from ..analysis.settings import Layer, Settings, find_pyproject, resolve
 
@@ -92,7 +92,9 @@ def collect(args: CheckArgs, progress: Progress, warn: TextIO) -> CheckRun:
     return check_run(request_of(args), lambda path: settings_for(path, args, warn), hooks)
 
 
-def exit_status(run: CheckRun, args: CheckArgs) -> int:
+def exit_status(run: CheckRun, args: CheckArgs, view: Report | None = None) -> int:
+    """``view``: the run's ``Report`` view model as the report printed it (built here when the
+    regression check needs it and nothing was printed from it)."""
     if run.unreadable:  # an input could not be read (docs/cli.md "Exit status"); the rest is reported
         return 2
     if args.fail_on != "never":
@@ -101,27 +103,29 @@ def exit_status(run: CheckRun, args: CheckArgs) -> int:
             return 1
     if args.fail_on_regression is not None:  # on the baseline view the report prints, never the raw comparison
         pct = args.fail_on_regression
-        if any(p.baseline is not None and p.baseline.regressed_beyond(pct) for p in report(run).profiles):
+        view = view if view is not None else report(run)
+        if any(p.baseline is not None and p.baseline.regressed_beyond(pct) for p in view.profiles):
             return 1
     return 0
 
 
-def render(run: CheckRun, args: CheckArgs, out: TextIO) -> str:
+def render(run: CheckRun, view: Report, args: CheckArgs, out: TextIO) -> str:
+    """The report of ``run`` in ``args.format``, every format from ``view`` (``report(run)``)."""
     # JSON and SARIF keep names as data (json_text only spells the controls as \u escapes)
     if args.format == "json":
-        return json_text(json.dumps(report(run).as_dict(), indent=2, ensure_ascii=False)) + "\n"
+        return json_text(json.dumps(view.as_dict(), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "sarif":
-        return json_text(json.dumps(sarif.render_document(report(run)), indent=2, ensure_ascii=False)) + "\n"
+        return json_text(json.dumps(sarif.render_document(view), indent=2, ensure_ascii=False)) + "\n"
     if args.format == "github":
-        return github.render(run)
+        return github.render_report(view)
     if args.format == "html":
-        return html.render(run)
+        return html.render(run, view)
     if args.format == "concise":
-        return text.render_concise(run)
+        return text.render_concise_report(view)
     use_color = args.color == "always" or (
         args.color == "auto" and args.output is None and out.isatty() and "NO_COLOR" not in os.environ
     )
-    return text.render(run, color=use_color)
+    return text.render_report(view, color=use_color)
 
 
 _imports_frozen = False
@@ -150,7 +154,8 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
             return _diff(run, args, stdout, stderr)
         if args.fix and _fix(run, args, stderr):
             run = collect(args, progress, io.StringIO())  # the fixed files' report and status; the job lines were said
-        report = render(run, args, stdout)
+        view = report(run)
+        printed = render(run, view, args, stdout)
     except (ProfileError, CheckFailed, UsageError) as exc:
         if bar:
             bar.clear()
@@ -162,14 +167,14 @@ def run_check(args: CheckArgs, *, stdout: TextIO | None = None, stderr: TextIO |
             bar.clear()
     if args.output:
         try:
-            Path(args.output).write_text(report, encoding="utf-8")
+            Path(args.output).write_text(printed, encoding="utf-8")
         except OSError as exc:
             print(visible(f"msprof-lsp: error: {args.output}: cannot write: {exc.strerror}"), file=stderr)
             return 2
     elif not (args.quiet and not run.findings and args.format in QUIET_WHEN_CLEAN):
-        stdout.write(report)
+        stdout.write(printed)
         stdout.flush()
-    return exit_status(run, args)
+    return exit_status(run, args, view)  # the rows just printed decide, not a second build of them
 
 
 QUIET_WHEN_CLEAN = ("text", "concise", "github")

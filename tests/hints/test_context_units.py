@@ -19,6 +19,7 @@ def _context(steps: int) -> RuleContext:
 @pytest.mark.parametrize("unit, count, word", [
     (Unit.KERNEL, 1, "kernel"), (Unit.KERNEL, 2, "kernels"), (Unit.KERNEL, 0, "kernels"),
     (Unit.COPY, 1, "copy"), (Unit.COPY, 3, "copies"), (Unit.FETCH, 2, "fetches"), (Unit.IDLE_GAP, 1, "idle gap"),
+    (Unit.PAIR, 1, "pair"), (Unit.PAIR, 2, "pairs"),
 ])
 def test_unit_is_singular_only_for_one(unit, count, word):
     assert unit.of(count) == word

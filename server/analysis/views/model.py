@@ -531,11 +531,12 @@ def job_model(job: JobReport, head: ProfileView, ordered: Sequence[FindingRow], 
                     findings=[finding_view(r, text_of, cwd) for r in ordered], notes=notes)
 
 
-def report_model(run: CheckRun, base: str = "") -> ReportModel:
+def report_model(run: CheckRun, base: str = "", *, view: Report | None = None) -> ReportModel:
     """The model of a check run: the HTML report's (``base`` "": paths relative to the run's cwd)
     and the editor's "Show profile" of its one job (``base``: the folder they are relative to).
-    Its profiles, findings, hotspots and "Start here" are the ``Report`` view model's rows."""
-    view = report(run)
+    Its profiles, findings, hotspots and "Start here" are the ``Report`` view model's rows
+    (``view``: that model where the caller built it, else built here)."""
+    view = view if view is not None else report(run)
     ordered = [view.by_saving(n) for n in range(len(run.jobs))]
     jobs = [job_model(j, view.profiles[n], ordered[n], view.hotspots_of(n), run.cwd) for n, j in enumerate(run.jobs)]
     return ReportModel(version=MODEL_VERSION, tool_version=run.tool_version, base=base, jobs=jobs,

@@ -12,7 +12,7 @@ from msprof_lsp.hints.finding import Severity
 from msprof_lsp.server.escape import visible
 
 from ...analysis.views.result import CheckRun
-from ...analysis.views.rows import FindingRow, report
+from ...analysis.views.rows import FindingRow, Report, report
 
 _COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice", Severity.HINT: "notice"}
 
@@ -45,5 +45,9 @@ def annotation(f: FindingRow) -> str:
 
 
 def render(run: CheckRun) -> str:
-    lines = [annotation(f) for f in report(run).by_place()]
+    return render_report(report(run))
+
+
+def render_report(view: Report) -> str:
+    lines = [annotation(f) for f in view.by_place()]
     return "\n".join(lines) + ("\n" if lines else "")

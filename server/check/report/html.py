@@ -12,6 +12,7 @@ from msprof_lsp.server.escape import json_text, visible
 
 from ...analysis.views import model
 from ...analysis.views.result import CheckRun
+from ...analysis.views.rows import Report
 
 MODEL_ELEMENT_ID = "msprof-report-model"  # the renderer's standalone start looks for these two ids
 ROOT_ELEMENT_ID = "msprof-report"
@@ -48,5 +49,6 @@ def page(m: model.ReportModel) -> str:
     )
 
 
-def render(run: CheckRun) -> str:
-    return page(model.report_model(run))
+def render(run: CheckRun, view: Report | None = None) -> str:
+    """The page of a check run; ``view``: its ``Report`` view model where the caller built it."""
+    return page(model.report_model(run, view=view))

@@ -282,5 +282,9 @@ def concise_line(f: FindingRow) -> str:
 
 
 def render_concise(run: CheckRun) -> str:
-    lines = [concise_line(f) for f in report(run).by_place()]
+    return render_concise_report(report(run))
+
+
+def render_concise_report(view: Report) -> str:
+    lines = [concise_line(f) for f in view.by_place()]
     return "\n".join(lines) + ("\n" if lines else "")

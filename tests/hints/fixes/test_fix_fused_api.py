@@ -149,3 +149,74 @@ def test_near_misses_get_no_edit(fn, code):
 def test_snippets_cover_every_code():
     assert sorted(fa.SNIPPETS) == [f"NPU21{i}" for i in range(8)]
     assert all("torch_npu." in s for s in fa.SNIPPETS.values())
+
+
+# -- NPU213 with the mask filled in place -------------------------------------------------------------
+
+IN_PLACE_FILL = '''\
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def attend(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores.masked_fill_(mask, float("-inf"))
+    probs = F.softmax(scores, dim=-1)
+    return probs @ v
+'''
+FILL_STMT = 'scores.masked_fill_(mask, float("-inf"))'
+
+
+def _attend(text: str, name: str, **stubs):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)  # True = masked out
+    return load(text, name, **stubs)["attend"](q, k, v, mask)
+
+
+@pytest.mark.parametrize("backend", ["ascend", "cpu"])
+def test_the_in_place_fill_statement_is_fused_and_gone(backend):
+    """``scores.masked_fill_(mask, -inf)`` as a statement of its own is read as the fill of the
+    softmax's input: the same edit as ``scores = scores.masked_fill(...)``, the fill statement
+    consumed with the other temporaries (a plain torch_npu import: no fallback branch keeps it)."""
+    text = IN_PLACE_FILL.replace("import torch\n", "import torch\nimport torch_npu\n", 1) if backend == "ascend" else IN_PLACE_FILL
+    last = line_of(text, "return probs @ v")
+    new = check_fix(text, fa.attention(text, last, backend=backend), allowed_lines=set(range(last - 3, last + 1)), safe=False)
+    assert FILL_STMT not in new and "masked_fill" not in new and "scores" not in new
+    if backend == "ascend":
+        assert 'return torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=mask, ' \
+               "scale=1 / math.sqrt(q.shape[-1]))[0]" in new
+        out = _attend(new, "attend_npu", torch_npu=npu_standin.make())
+    else:
+        assert "return F.scaled_dot_product_attention(q, k, v, attn_mask=~(mask), scale=1 / math.sqrt(q.shape[-1]))" in new
+        out = _attend(new, "attend_sdpa")
+    assert torch.allclose(_attend(IN_PLACE_FILL, "attend_ref"), out, atol=1e-5)
+
+
+def test_the_in_place_fill_stays_as_the_path_without_torch_npu():
+    last = line_of(IN_PLACE_FILL, "return probs @ v")
+    new = check_fix(IN_PLACE_FILL, fa.attention(IN_PLACE_FILL, last), allowed_lines=set(range(1, last + 1)), safe=False)
+    fused = new.index("torch_npu.npu_fusion_attention(")
+    assert FILL_STMT not in new[:fused] and FILL_STMT in new[new.index("else:"):]
+    ref = _attend(IN_PLACE_FILL, "attend_ref2")
+    assert torch.equal(ref, _attend(new, "attend_cpu", torch_npu=None))  # the CPU path: the original code
+    assert torch.allclose(ref, _attend(new, "attend_npu2", torch_npu=npu_standin.make()), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        # the masked scores read later: deleting the in-place fill would change what that read sees
+        (("return probs @ v", "return probs @ v, scores.amax()"), "`scores` is read again after the softmax (line 11)"),
+        # a read between: the fill is no longer right before the softmax's statement
+        ((FILL_STMT, FILL_STMT + "\n    n = scores.isinf().sum()"), "no exactly recognised attention expression here"),
+        ((FILL_STMT, "scores.masked_fill_(mask, -1e9)"), "is not `scores.masked_fill_(mask, -inf)`"),
+    ],
+)
+def test_an_unsafe_in_place_fill_is_declined_with_its_reason(change, reason):
+    text = IN_PLACE_FILL.replace(*change)
+    why: list[str] = []
+    assert fa.attention(text, line_of(text, "return probs @ v"), why=why) is None
+    assert why and reason in why[-1], why

@@ -153,15 +153,19 @@ def test_written_out_attention_with_either_fill_is_one_finding_on_the_scores_lin
                          **({} if inplace else {"ViewCopy": 3})}
 
 
-def test_the_out_of_place_fill_gets_the_fused_attention_edit(tmp_path):
-    """The transform recognises the fill spread over its own single-use assignment: the edit now
-    reaches the user (the mask becomes ``atten_mask``, True = masked out, as masked_fill's)."""
-    model = _model(OUT_OF_PLACE)
-    (f,) = _analyse(model, False, "text", tmp_path).run("NPU213", min_share=0.0)
+@pytest.mark.parametrize("inplace", [False, True], ids=["masked_fill", "masked_fill_"])
+def test_either_fill_gets_the_fused_attention_edit(tmp_path, inplace):
+    """The transform recognises the fill spread over its own single-use assignment, or as an
+    in-place statement of its own: the edit reaches the user (the mask becomes ``atten_mask``,
+    True = masked out, as masked_fill's)."""
+    fill = IN_PLACE if inplace else OUT_OF_PLACE
+    model = _model(fill)
+    (f,) = _analyse(model, inplace, "text", tmp_path).run("NPU213", min_share=0.0)
     path, new = applied(f, "npu_fusion_attention")
     assert path.endswith("model.py")
-    assert 'torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=mask, scale=self.scale)' in new
-    assert OUT_OF_PLACE in new  # the original stays as the path without torch_npu
+    fused = new.index('torch_npu.npu_fusion_attention(q, k, v, q.shape[1], "BNSD", atten_mask=mask, scale=self.scale)')
+    # the fill is gone from the fused path and stays as the path without torch_npu
+    assert fill not in new[:fused] and fill in new[new.index("else:", fused):]
 
 
 # -- the patterns themselves, over token strings -------------------------------------------------------

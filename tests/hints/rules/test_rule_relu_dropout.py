@@ -19,7 +19,7 @@ from msprof_lsp.hints.context import RuleContext
 from msprof_lsp.hints.engine import run_rules
 from msprof_lsp.hints.finding import Severity
 from msprof_lsp.hints.registry import rule
-from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, make_table
+from msprof_lsp.mapping.profile.model import KERNEL_SCHEMA, Profile, ProfileKind, ProfileMeta, Step, make_table
 from msprof_lsp.mapping.profile.readers.ascend_csv import read_kernel_table
 from msprof_lsp.mapping.spans import Confidence
 
@@ -185,6 +185,22 @@ def test_kernel_only_fallback_is_inferred(tmp_path):
     assert f.evidence["evidence"] == "kernel order" and f.confidence is Confidence.INFERRED
     # severity is the time at stake whatever the anchor (docs/rules/README.md): not capped to a hint
     assert f.severity is ctx.severity(f.code, f.share) and f.severity is not Severity.HINT and f.span is None
+
+
+def test_the_kernel_count_word_agrees_with_the_count():
+    """One pair's Relu and DropOutDoMask over three steps: 2 kernels / 3 steps is 1 a step, printed
+    "1 kernel" (it read "1 kernels")."""
+    cols: dict[str, list] = {c: [] for c in KERNEL_SCHEMA}
+    for name, typ, start in (("Relu1", "Relu", 1000), ("DropOutDoMask1", "DropOutDoMask", 5000)):
+        row = {"name": name, "type": typ, "core": "AI_VECTOR_CORE", "start_ns": start, "dur_ns": 3000, "wait_ns": 0,
+               "stream": 2, "step": 0}
+        for c, (_, default) in KERNEL_SCHEMA.items():
+            cols[c].append(row.get(c, default))
+    prof = Profile(ProfileMeta(ProfileKind.TORCH_NPU, "/prof"), kernels=make_table(KERNEL_SCHEMA, cols),
+                   steps=[Step(i, i * 100_000, (i + 1) * 100_000) for i in range(3)])
+    [f] = run_rules(RuleContext(prof, None, None, RuleConfig(min_share=0.0)), [rule("NPU101")])
+    assert f.evidence["kernels_per_step"] == pytest.approx(2 / 3)
+    assert f.message.startswith("ReLU→Dropout: 1 kernel, "), f.message
 
 
 def _fixture_rows():

@@ -332,6 +332,35 @@ def test_fail_on_regression_reads_the_printed_step_change(tmp_path, monkeypatch,
     assert printed < 0 and code == 0
 
 
+def test_fail_on_regression_decides_on_the_report_already_built(tmp_path, monkeypatch, capsys):
+    """With --fail-on-regression the Report view model is built once per run, in every format: the
+    exit status reads the rows the report printed, not a second build of them."""
+    from msprof_lsp.server.analysis.views.rows import Report
+
+    proj = tmp_path / "proj"
+    src = copy_sample_sources(proj / "cnn_classifier")
+    slow = single_rank(CnnKnobs())
+    fast = replace(slow, allreduce_us=slow.allreduce_us / 2, conv_us=(slow.conv_us[0] / 2, slow.conv_us[1] / 2))
+    write_cnn_profiles(src, proj / "runs" / "slow", slow)
+    write_cnn_profiles(src, proj / "runs" / "fast", fast)
+    monkeypatch.chdir(proj)
+    slow_dir, fast_dir = (str(next((proj / "runs" / n).glob("*_ascend_pt"))) for n in ("slow", "fast"))
+    built: list[Report] = []
+    init = Report.__init__
+
+    def counting_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(Report, "__init__", counting_init)
+    for fmt in ("text", "concise", "github", "json", "sarif", "html"):
+        built.clear()
+        r = run_cli(["--check", "cnn_classifier", "--profile", slow_dir, "--baseline", fast_dir, "--format", fmt,
+                     "--fail-on", "never", "--fail-on-regression", "0"], capsys)
+        assert r.code == 1, (fmt, r.err)  # the step regressed beyond 0 %
+        assert len(built) == 1, fmt
+
+
 def _codes(doc) -> set[str]:
     return {f["code"] for f in doc["findings"]}
 
