@@ -535,10 +535,6 @@ class FusedConfusionTranspose(FusedSpec):
     """
 
 
-# patterns: scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill,
-# in place or not, or a float mask added; inside a written-out attention NPU213's match holds these
-# ops too, and hints.consolidate folds this finding into that one
-# keywords: the mask's line when split; the softmax's otherwise
 # scale, then mask, then softmax (what the fused kernel computes): the bool mask's fill, in place or
 # not, or a float mask added; inside a written-out attention NPU213's match holds these ops too, and
 # hints.consolidate folds this finding into that one. Kernel types: the graph-mode sequence, then the
