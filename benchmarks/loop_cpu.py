@@ -11,13 +11,14 @@ own ``--profile-dir`` profiler, which the record action declines to wrap ("the s
 records a profile"), so A's train.py first drops that profiler (its ``make_profiler`` and the one
 line that calls it; nothing else changes) and then gets the block. A ``pyproject.toml`` in A sets
 ``min-share = 0``. One probe recording of A and ``--check`` on it list the candidates: the
-findings with a numeric saving (``--select`` narrows them; NPU104 is left to loop_npu104.py, whose
-workspace makes its fetch the cost). For each, B is A with the rule's preferred quick fix that
-applies at the finding's line, through the product's own transform (``hints.fixes.fixes_for``),
-and the two are recorded A B B A per round (``_abba``); the estimate is ``--check --select CODE``'s
-saving on each A recording. The scripts run ``SKIP_FIRST + 6`` steps (``--steps`` of the sample's
-own CLI) on the CPU with one intra-op thread. Prints each recording, then per rule the median
-estimate, the median truth with its range over rounds, their ratio and whether it is within
+findings with a numeric saving (``--select`` narrows them; unless selected, NPU104 is left to
+loop_npu104.py, whose workspace makes its fetch the cost). For each, B is A with the rule's
+preferred quick fix that applies at the finding's line, through the product's own transform
+(``hints.fixes.fixes_for``), and the two are recorded A B B A per round (``_abba``); the estimate
+is ``--check --select CODE``'s saving on each A recording. The scripts run ``SKIP_FIRST + 6``
+steps (``--steps`` of the sample's own CLI) on the CPU with one intra-op thread. Prints each
+recording, then per rule the median estimate, the median truth (the step's, and the fixed
+scope's where ``SCOPES`` names one) with its range over rounds, their ratio and whether it is within
 issue 23's bar (35 % or 0.5 ms), with the other load on the machine meanwhile. Needs torch.
 """
 
@@ -114,7 +115,7 @@ def main() -> int:
                 known = f["saving"]["us_per_step"] is not None
                 print(f"{sample} probe ({probe.step_us:,.0f} µs/step): {f['code']} line {f['line']}: "
                       f"saving {f['saving']['us_per_step']} ({f['saving']['basis'][:90]})", flush=True)
-                if known and f["code"] not in LEFT_TO_OTHERS and (not select or f["code"] in select):
+                if known and (f["code"] in select if select else f["code"] not in LEFT_TO_OTHERS):
                     candidates.setdefault(f["code"], f)
             if args.list:
                 continue
