@@ -30,6 +30,7 @@ from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.spans import Confidence, Span
 from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.shapes import dtype_bytes, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.source.optimizer_anchor import adam_update_pattern
 
 from .. import profile_query as pq, source_query as sq
@@ -54,6 +55,13 @@ CLIP_KERNELS = "(Add|Adds)-Reciprocal-(Mul|Muls)"  # the same coefficient as eag
 NORM_KERNELS = ("LpNormReduceV2", "LpNormUpdateV2")
 PER_TENSOR_NORMS = ("linalg_vector_norm", "norm")
 CLAMP_OPS = ("clamp", "clamp_")  # the coefficient clamped to 1 before the per-tensor mul_
+# fused=True's update on the host (torch's _fused_adam(w)_, _fused_sgd_, _fused_adagrad_): one pass
+# over each parameter element that reads its gradient and reads and writes the parameter and each
+# state tensor (Adam/AdamW: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad; SGD: the momentum
+# buffer when there is momentum; Adagrad: the sum of squares). State tensors per parameter:
+FUSED_STATE = {"Adam": 2, "AdamW": 2, "SGD": 1, "Adagrad": 1}
+AMSGRAD_OP = "aten::maximum"  # Adam(W)'s amsgrad keeps a third state tensor: max(max_exp_avg_sq, exp_avg_sq)
+MEMORY_BOUND_BYTES = 1 << 20  # an in-place op moving this much times the memory, not its dispatch
 
 
 def _optimizer_construction(ctx: RuleContext, name: str, step_site) -> tuple[Span | None, Confidence]:  # noqa: ANN001
@@ -109,7 +117,7 @@ class FusedOptimizer(Rule):
                 for f in self._host(ctx, name, mine):
                     per_parameter = ctx.backend is Backend.ASCEND and "foreach_ops" not in f.evidence
                     f.effect = fused_step(ctx, mine, name) if per_parameter else \
-                        multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step")
+                        host_fused_step(ctx, mine, name) or multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step")
                     yield f
             if len(rows):
                 return
@@ -420,6 +428,69 @@ def fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect:
     return Effect(_at_ratio(rows, host, f),
                   basis=f"fused=True as torch_npu runs it: {each} per parameter ({params}){' and one step increment' if once else ''}: "
                         f"its {len(rows)} kernels and host time at {after}/{len(rows)} (low end: half the gain)")
+
+
+def _moved(dims: str, types: str) -> tuple[int, int, int]:
+    """(bytes an in-place op moves: its tensor inputs read and its first input written; its first
+    input's elements; their size in bytes) from its recorded shapes. A scalar first input: 0."""
+    shapes = parse_shapes(dims)
+    if not shapes or shapes[0] is None or numel(shapes[0]) <= 1:
+        return 0, 0, 0
+    size = dtype_bytes(types, 1)[0]
+    return io_bytes(shapes, types) + numel(shapes[0]) * size, numel(shapes[0]), size
+
+
+def host_fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect | None:
+    """``fused=True`` on a host-only trace (a CPU run: the ops are the update's arithmetic, run where
+    they are dispatched). The per-tensor loop costs its dispatch, its out-of-place temporaries and
+    one memory pass per op; the fused kernel still makes one pass over every parameter's state:
+    reads the gradient, reads and writes the parameter and each state tensor (``FUSED_STATE``), at
+    the rate the step's own in-place ops move memory (their bytes over their time, those moving at
+    least ``MEMORY_BOUND_BYTES``: bandwidth-bound, and allocating nothing, as the fused kernel). The
+    parameters are the first inputs of the least frequent in-place op with a tensor first input (the
+    per-parameter loop runs each of its ops once per parameter). The step scope's own Python time
+    (gathering parameters, gradients and state, which the fused path does too) stays. High end: the
+    ops at one per op name (dispatch as the whole cost); low end: half the gain. None (the op count
+    model instead): an optimizer without a fused form, no recorded shapes, or no memory-bound
+    in-place op (small parameters: dispatch is the cost)."""
+    if name not in FUSED_STATE:
+        return None
+    p = ctx.profile
+    h = p.host_ops
+    roots = np.asarray(ops, np.int64)
+    if len(pq.kernels_under(p, roots.tolist())):
+        return None  # device kernels: the update runs there (fused_step, multi_tensor)
+    inner = np.setdiff1d(np.flatnonzero(pq.descendants(p, roots.tolist())), roots)
+    top = inner[np.isin(pq.parents(p)[inner], roots)]
+    if not len(top):
+        return None
+    names = pq.strs(h["name"])[top]
+    dur = h["dur_ns"].to_numpy(np.int64)[top]
+    moved = [_moved(d, ty) for d, ty in zip(pq.strs(h["input_dims"])[top], pq.strs(h["input_types"])[top])]
+    tensor_ops = [i for i, n in enumerate(names) if n.endswith("_") and moved[i][0]]
+    big = [i for i in tensor_ops if moved[i][0] >= MEMORY_BOUND_BYTES]
+    if not big:
+        return None
+    per_name = Counter(names[i] for i in tensor_ops)
+    least = min(per_name, key=lambda n: (per_name[n], n))
+    params = [i for i in tensor_ops if names[i] == least]
+    state = FUSED_STATE[name]
+    if name == "SGD" and len(tensor_ops) <= len(params):
+        state = 0  # one in-place op per parameter (param.add_): no momentum buffer
+    if name in ADAM_FAMILY and AMSGRAD_OP in set(names):
+        state += 1
+    accesses = 2 * (1 + state) + 1
+    fused_bytes = sum(accesses * moved[i][1] * moved[i][2] for i in params)
+    rate = sum(moved[i][0] for i in big) / max(int(dur[big].sum()), 1)  # bytes per ns
+    inner_ns = int(dur.sum())
+    by_count = min(1.0, len(set(pq.strs(h["name"])[inner].tolist())) / len(inner))
+    f = min(1.0, max(fused_bytes / rate / max(inner_ns, 1), by_count))
+    steps = max(ctx.num_steps, 1)
+    return Effect((Change(Target.HOST_OPS, tuple(int(r) for r in inner), f, best=by_count, worst=0.5 + 0.5 * f),),
+                  basis=f"fused=True on the host: one pass over each parameter's state ({accesses} accesses per element, "
+                        f"{len(params) // steps} parameters, {fused_bytes / steps / 2**20:,.0f} MiB) at the rate of the step's "
+                        f"in-place ops moving ≥ 1 MiB ({rate:.1f} GB/s): its ops' host time at {f:.3f}; the step's own Python "
+                        f"stays (low end: half the gain; high end: one op per op name)")
 
 
 def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: str) -> Effect:

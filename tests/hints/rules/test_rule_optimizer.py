@@ -122,6 +122,78 @@ def test_kineto_cpu_adamw_fused_only():
     assert not only(fs, "NPU221")  # CPU: no foreach clip advice (the trace already uses _foreach_norm)
 
 
+
+def test_kineto_cpu_adamw_saving_keeps_the_fused_kernels_memory_pass():
+    """The committed CPU trace: fused=True still moves each parameter's state once (7 accesses per
+    element for AdamW, the 19 parameters' 8.6 M elements), at the rate of the step's in-place ops
+    moving >= 1 MiB; the step scope's own Python stays. The op count ratio (13 op names of 1,178
+    ops, the model before) charged 99 % of the step; the fused step re-recorded on the CPU kept
+    13-25 % of its ops' time (docs/savings.md "The CPU loop: every rule on the samples")."""
+    from msprof_lsp.hints.finding import Target
+
+    traces = sorted((TINY / "kineto").glob("*.pt.trace.json.gz"))
+    profile = load_location(locate(traces[0]), use_cache=False)
+    (opt,) = only(findings(profile, ["NPU220"], [TINY]), "NPU220")
+    (change,) = opt.effect.changes
+    scopes = {i for i, n in enumerate(profile.host_ops["name"].astype(str)) if n == "Optimizer.step#AdamW.step"}
+    assert change.target is Target.HOST_OPS and scopes and not scopes & set(change.rows)
+    assert "7 accesses per element, 19 parameters, 228 MiB" in opt.effect.basis
+    assert change.best == pytest.approx(13 / 1178) and 0.05 < change.factor < 0.5
+    assert change.worst == pytest.approx(0.5 + 0.5 * change.factor)
+
+
+SGD_SRC = '''import torch
+
+
+def main(model, loader):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+'''
+
+
+def _cpu_sgd_profile(tmp_path: Path, big: bool) -> Profile:
+    """A CPU step of single-tensor SGD with momentum over two parameters, (512, 1024) (or (16, 16)
+    when not ``big``) and (16,): per parameter ``buf.mul_``, ``buf.add_(grad)``, ``param.add_(buf)``."""
+    src = tmp_path / "train.py"
+    src.write_text(SGD_SRC)
+    b = ProfileBuilder(backend=Backend.CPU, kind=ProfileKind.KINETO)
+    b.op("Optimizer.step#SGD.step", 1000, 600, cat="user_annotation", stack=[frame(src, line_of(SGD_SRC, "opt.step()"), "main")])
+    t = 1050
+    for dims, durs in ((("512,1024" if big else "16,16"), (100, 150, 150)), ("16", (10, 10, 10))):
+        for name, ins, dur in (("aten::mul_", f"{dims};", durs[0]), ("aten::add_", f"{dims};{dims};", durs[1]),
+                               ("aten::add_", f"{dims};{dims};", durs[2])):
+            b.op(name, t, dur, input_dims=ins, input_types="float;float;Scalar" if ins.count(";") == 2 else "float;double")
+            t += dur + 5
+    return b.build()
+
+
+def test_cpu_sgd_saving_moves_the_state_once_at_the_in_place_rate(tmp_path):
+    """fused=True on the host: reads the gradient, reads and writes the parameter and the momentum
+    buffer once (5 accesses per element) at the rate the in-place ops >= 1 MiB moved memory: the
+    big parameter's three ops moved 4 + 6 + 6 MiB in 400 µs. The scope's own time (600 µs less the
+    ops' 430) stays, so the scope is not among the rows."""
+    from msprof_lsp.hints.finding import Target
+
+    (f,) = only(findings(_cpu_sgd_profile(tmp_path, True), ["NPU220"], [tmp_path]), "NPU220")
+    (change,) = f.effect.changes
+    mib = 2**20
+    fused_us = 5 * (512 * 1024 + 16) * 4 / (16 * mib / 400)
+    assert change.target is Target.HOST_OPS and len(change.rows) == 6 and 0 not in change.rows
+    assert change.factor == pytest.approx(fused_us / 430) and change.best == pytest.approx(2 / 6)
+    assert "5 accesses per element, 2 parameters" in f.effect.basis
+    assert f.saving is not None and f.saving.us_per_step == pytest.approx(430 - fused_us, abs=1)
+
+
+def test_cpu_sgd_of_small_parameters_keeps_the_op_count_ratio(tmp_path):
+    """No in-place op moves 1 MiB: dispatch, not memory, is what the per-tensor loop costs, and the
+    op count ratio (op names / ops, over the scope's subtree) stays the model."""
+    (f,) = only(findings(_cpu_sgd_profile(tmp_path, False), ["NPU220"], [tmp_path]), "NPU220")
+    (change,) = f.effect.changes
+    assert "one op per op name: its host time at 2/6" in f.effect.basis and 0 in change.rows
+
+
 OPT_SRC = '''import torch
 
 
