@@ -117,7 +117,8 @@ class FusedOptimizer(Rule):
                 for f in self._host(ctx, name, mine):
                     per_parameter = ctx.backend is Backend.ASCEND and "foreach_ops" not in f.evidence
                     f.effect = fused_step(ctx, mine, name) if per_parameter else \
-                        host_fused_step(ctx, mine, name) or multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step")
+                        host_fused_step(ctx, mine, name) or \
+                        multi_tensor(ctx, mine, np.zeros(0, np.int64), "the optimizer step", calls=len(mine))
                     yield f
             if len(rows):
                 return
@@ -374,7 +375,8 @@ class FusedGradClip(Rule):
         whole = [toks.rows[x:y] for a, b in matches for x, y in (_clip_extent(toks, a, b),)]
         fused = np.concatenate(whole) if whole else rows
         yield ctx.finding(self, span=span, message=msg, total_ns=total, confidence=conf, evidence=evidence, fixes=fixes,
-                          effect=multi_tensor(ctx, fused, norm_rows, "the clipping"))
+                          effect=multi_tensor(ctx, fused, norm_rows, "the clipping",
+                                              calls=len(matches) or len(coefficient) or ctx.num_steps))
 
 
 def _clip_extent(toks: pq.Tokens, a: int, b: int) -> tuple[int, int]:
@@ -417,7 +419,7 @@ def fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect:
     p = ctx.profile
     under = pq.kernels_under(p, np.asarray(ops).tolist())
     if not len(under):
-        return multi_tensor(ctx, ops, np.zeros(0, np.int64), "the optimizer step")
+        return multi_tensor(ctx, ops, np.zeros(0, np.int64), "the optimizer step", calls=len(ops))
     rows = p.kernels.index.get_indexer(under.index)
     params = min(Counter(pq.kernel_types(under)).values())
     per, once = (2, 1) if name in ADAM_FAMILY else (1, 0)
@@ -426,7 +428,8 @@ def fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect:
     host = np.flatnonzero(pq.descendants(p, np.asarray(ops).tolist()))
     each = "an ApplyAdamWV2 and a step-counter kernel" if per == 2 else "one fused update kernel"
     return Effect(_at_ratio(rows, host, f),
-                  basis=f"fused=True as torch_npu runs it: {each} per parameter ({params}){' and one step increment' if once else ''}: "
+                  basis=f"fused=True as torch_npu runs it: {each} per parameter ({round(params / max(1, len(ops)))})"
+                        f"{' and one step increment' if once else ''}: "
                         f"its {len(rows)} kernels and host time at {after}/{len(rows)} (low end: half the gain)")
 
 
@@ -483,7 +486,8 @@ def host_fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect | No
     fused_bytes = sum(accesses * moved[i][1] * moved[i][2] for i in params)
     rate = sum(moved[i][0] for i in big) / max(int(dur[big].sum()), 1)  # bytes per ns
     inner_ns = int(dur.sum())
-    by_count = min(1.0, len(set(pq.strs(h["name"])[inner].tolist())) / len(inner))
+    # one op per op name and step call (the op names are counted once, the ops over every call)
+    by_count = min(1.0, len(set(pq.strs(h["name"])[inner].tolist())) * len(roots) / len(inner))
     f = min(1.0, max(fused_bytes / rate / max(inner_ns, 1), by_count))
     steps = max(ctx.num_steps, 1)
     return Effect((Change(Target.HOST_OPS, tuple(int(r) for r in inner), f, best=by_count, worst=0.5 + 0.5 * f),),
@@ -493,10 +497,14 @@ def host_fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect | No
                         f"stays (low end: half the gain; high end: one op per op name)")
 
 
-def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: str) -> Effect:
+def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: str, *, calls: int = 1) -> Effect:
     """A per-tensor loop made multi-tensor: the kernels launched under ``ops`` (and ``kernels``)
-    become one per kernel type, so their time and the ops' host time scale by the kernel count
-    ratio (types / kernels): the per-tensor launches were the cost. Low end: half the gain."""
+    become one per kernel type and call, so their time and the ops' host time scale by the kernel
+    count ratio (types x calls / kernels): the per-tensor launches were the cost. ``calls``: how
+    often the loop runs in the analysed steps (one optimizer step or clip per step: a profile of
+    several steps launches each type once per step after the fix, not once in all). Low end: half
+    the gain."""
+    calls = max(1, calls)
     p = ctx.profile
     under = pq.kernels_under(p, np.asarray(ops).tolist()) if len(ops) else p.kernels.iloc[0:0]
     rows = np.union1d(p.kernels.index.get_indexer(under.index), np.asarray(kernels, np.int64))
@@ -507,12 +515,17 @@ def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: s
         inner = np.setdiff1d(host, np.asarray(ops, np.int64))
         if not len(inner):
             return Effect(unknown=f"unknown: no kernels or ops inside {what} in the profile")
-        n_types = len(set(pq.strs(p.host_ops["name"])[inner].tolist()))
+        n_types = len(set(pq.strs(p.host_ops["name"])[inner].tolist())) * calls
         f = min(1.0, n_types / len(inner))
         return Effect(_at_ratio(np.zeros(0, np.int64), host, f),
-                      basis=f"{what} as one op per op name: its host time at {n_types}/{len(inner)} (the op count "
-                            "ratio; low end: half the gain)")
-    n_types = len(set(pq.kernel_types(p.kernels)[rows].tolist()))
+                      basis=f"{what} as one op per op name{_per_call(calls)}: its host time at {n_types}/{len(inner)} "
+                            "(the op count ratio; low end: half the gain)")
+    n_types = len(set(pq.kernel_types(p.kernels)[rows].tolist())) * calls
     f = min(1.0, n_types / len(rows))
-    return Effect(_at_ratio(rows, host, f), basis=f"{what} as one kernel per kernel type: its {len(rows)} kernels and host time "
-                                        f"at {n_types}/{len(rows)} (the kernel count ratio; low end: half the gain)")
+    return Effect(_at_ratio(rows, host, f),
+                  basis=f"{what} as one kernel per kernel type{_per_call(calls)}: its {len(rows)} kernels and host time "
+                        f"at {n_types}/{len(rows)} (the kernel count ratio; low end: half the gain)")
+
+
+def _per_call(calls: int) -> str:
+    return f" and call ({calls} in the analysed steps)" if calls > 1 else ""

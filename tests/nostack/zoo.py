@@ -154,8 +154,7 @@ def gru_tagger(steps: int = 5, *, warmup_step: bool = False) -> Job:
                 L.no_kernel("aten::reshape", inputs=((b, seq, tags), ())), L.no_kernel("aten::reshape", inputs=((b, seq), ())),
                 L.cross_entropy(t, tags, dur_us=20.0, frames=F_CROSS_ENTROPY)), label="loss"),
         ]
-        params = ((vocab, e), (3 * h, e), (3 * h, h), (3 * h,), (3 * h,), (h, h), (h,), (tags, h), (tags,))
-        out += loop_tail(s, params, print_line='print(f"step {step} loss {loss.item():.4f}")',
+        out += loop_tail(s, GRU_PARAMS, print_line='print(f"step {step} loss {loss.item():.4f}")',
                          clip="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)", adam_us=40.0)
         return tuple(out)
 
@@ -168,6 +167,11 @@ def gru_tagger(steps: int = 5, *, warmup_step: bool = False) -> Job:
         ("NPU108", 'print(f"step {step} loss {loss.item():.4f}")', "train"),
     )
     return Job("gru_tagger", s.src.path, _run(_steps(items, steps, warmup_step), steps, pid=4200), planted, steps)
+
+
+# gru_tagger's parameters: the embedding (vocab x embed), the GRU's weight_ih, weight_hh and biases (3 x hidden
+# rows), proj, out (tests/synth/savings_cases.py fuses its optimizer and clip with them)
+GRU_PARAMS = ((20000, 128), (768, 128), (768, 256), (768,), (768,), (256, 256), (256,), (17, 256), (17,))
 
 
 # -- recsys_towers: EmbeddingBags in a ModuleList, two towers ------------------------------------------------
@@ -605,8 +609,7 @@ def compiled_mlp(steps: int = 5, *, warmup_step: bool = False) -> Job:
                 one("aten::mse_loss", "aclnnMseLoss", "MseLoss", ((b, fout), (b, fout)), ((),), 5.0, grad="MseLossGrad"),),
                 label="loss"),
         ]
-        params = ((hid, fin), (hid,), (hid,), (hid, hid), (hid,), (fout, hid), (fout,))
-        out += loop_tail(s, params, print_line='print(f"step {step} loss {loss.item():.4f}")',
+        out += loop_tail(s, COMPILED_PARAMS, print_line='print(f"step {step} loss {loss.item():.4f}")',
                          clip="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)", adam_us=60.0)
         return tuple(out)
 
@@ -620,6 +623,11 @@ def compiled_mlp(steps: int = 5, *, warmup_step: bool = False) -> Job:
         ("NPU108", 'print(f"step {step} loss {loss.item():.4f}")', "train"),
     )
     return Job("compiled_mlp", s.src.path, _run(_steps(items, steps, warmup_step), steps, pid=5500), planted, steps)
+
+
+# compiled_mlp's parameters: inp (weight, bias), scale, hidden, out (tests/synth/savings_cases.py fuses its clip and
+# optimizer with them)
+COMPILED_PARAMS = ((1000, 96), (1000,), (1000,), (1000, 1000), (1000,), (8, 1000), (8,))
 
 
 ZOO: dict[str, Callable[..., Job]] = {

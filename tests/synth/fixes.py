@@ -112,10 +112,13 @@ def saving_ns(run: Run, fixed: Run) -> float:
     return step_ns(run) - step_ns(fixed)
 
 
-def timed(run: Run, device: DeviceModel = DEVICE) -> Run:
+def timed(run: Run, device: DeviceModel = DEVICE, keep: frozenset[str] = frozenset()) -> Run:
     """Every kernel with shapes at the device model's time (tests/synth/device_model.py): the run
-    before a fix and after it are both timed so, and the rules never read the model."""
-    return map_ops(run, lambda op: replace(op, kernels=tuple(device.timed(k) for k in op.kernels)) if op.kernels else op)
+    before a fix and after it are both timed so, and the rules never read the model. ``keep``:
+    kernel types whose described time stays (a recurrent kernel such as DynamicGRUV2 runs its
+    time steps one after another, which a roofline of its tensors cannot time)."""
+    return map_ops(run, lambda op: replace(op, kernels=tuple(k if k.type in keep else device.timed(k)
+                                                             for k in op.kernels)) if op.kernels else op)
 
 
 def _resize_dims(text: str, old: int, new: int) -> str:
