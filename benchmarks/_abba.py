@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ if str(REPO) not in sys.path:
 
 from msprof_lsp.hints.fixes.profiling import PROFILE_ENV, PROFILE_FOLDER, SKIP_FIRST  # noqa: E402
 from msprof_lsp.mapping.profile.load import load_location, locate  # noqa: E402
+from tests.loop.gauge import run_gauged  # noqa: E402
 
 STEPS = SKIP_FIRST + 6  # skipped, wait 1, warm up 1, record 3, one to spare
 BAR, BAR_US = 0.35, 500.0  # issue 23's bar: within 35 % of the truth or 0.5 ms
@@ -38,16 +37,6 @@ BAR, BAR_US = 0.35, 500.0  # issue 23's bar: within 35 % of the truth or 0.5 ms
 
 def line_of(text: str, needle: str) -> int:
     return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
-
-
-def _busy_seconds() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (/proc/stat), None off Linux."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +54,9 @@ def record(ws: Path, argv: Sequence[str], who: str = "loop", scope: str = "") ->
     CPU (its joined workers roll into RUSAGE_CHILDREN), per second of the run."""
     shutil.rmtree(ws / PROFILE_FOLDER, ignore_errors=True)
     env = {**os.environ, PROFILE_ENV: "1", "OMP_NUM_THREADS": "1"}
-    busy0, own0, wall0 = _busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-    out = subprocess.run([sys.executable, "-W", "ignore", *argv], cwd=ws, env=env, capture_output=True, text=True,
-                         timeout=900)
-    busy1, own1, wall = _busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
+    out, other = run_gauged([sys.executable, "-W", "ignore", *argv], ws, env, timeout=900)
     if out.returncode != 0:
         sys.exit(f"{who}: the recording in {ws} failed: {out.stderr.strip().splitlines()[-1:]}")
-    other = None
-    if busy0 is not None and busy1 is not None:
-        own = (own1.ru_utime + own1.ru_stime) - (own0.ru_utime + own0.ru_stime)
-        other = max(0.0, (busy1 - busy0) - own) / wall
     (trace,) = (ws / PROFILE_FOLDER).glob("*.pt.trace.json*")
     kept = ws.parent / f"{ws.name}-{len(list(ws.parent.glob(ws.name + '-*')))}.pt.trace.json"
     shutil.move(trace, kept)

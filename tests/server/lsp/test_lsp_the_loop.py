@@ -20,10 +20,8 @@ import importlib.util
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +34,7 @@ from tests.conftest import server_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "loop"))
 from test_record_profile import GUARDED_TRAIN  # noqa: E402  (the CNN sample's loop without a profiler)
+from gauge import run_gauged  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -72,31 +71,15 @@ async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):
     await lsp_client.shutdown_session()
 
 
-def _busy_seconds() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (/proc/stat), None off Linux."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 def _record(root: Path) -> float | None:
     """Record STEPS steps; returns the cores the rest of the machine kept busy meanwhile (None: unknown).
 
     The recording's own CPU (the script and its DataLoader workers, which it joins, so they roll into
     RUSAGE_CHILDREN) is taken out of the machine's busy time: what remains is other load."""
     env = {**os.environ, PROFILE_ENV: "1", "OMP_NUM_THREADS": "1"}
-    busy0, own0, wall0 = _busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-    out = subprocess.run([sys.executable, "train.py", str(STEPS)], cwd=root, env=env, capture_output=True,
-                         text=True, timeout=300)
-    busy1, own1, wall = _busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
+    out, other = run_gauged([sys.executable, "train.py", str(STEPS)], root, env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    if busy0 is None or busy1 is None:
-        return None
-    own = (own1.ru_utime + own1.ru_stime) - (own0.ru_utime + own0.ru_stime)
-    return max(0.0, (busy1 - busy0) - own) / wall
+    return other
 
 
 def _traces(root: Path) -> list[Path]:
