@@ -300,9 +300,9 @@ def _printed_step_change(text: str) -> float:
     return float(m.group(1))
 
 
-def test_fail_on_regression_reads_the_printed_step_change(tmp_path, monkeypatch, capsys):
-    """--fail-on-regression decides on the step change the report prints: a slower step fails
-    above the printed figure and passes at it; a faster step passes even at 0 %."""
+def _slow_and_fast(tmp_path, monkeypatch) -> tuple[str, str]:
+    """Two CNN profiles of the sample, the second with the all-reduce and the convs twice as fast;
+    the working directory is the project holding ``cnn_classifier``."""
     proj = tmp_path / "proj"
     src = copy_sample_sources(proj / "cnn_classifier")
     slow = single_rank(CnnKnobs())
@@ -311,6 +311,13 @@ def test_fail_on_regression_reads_the_printed_step_change(tmp_path, monkeypatch,
     write_cnn_profiles(src, proj / "runs" / "fast", fast)
     monkeypatch.chdir(proj)
     slow_dir, fast_dir = (str(next((proj / "runs" / n).glob("*_ascend_pt"))) for n in ("slow", "fast"))
+    return slow_dir, fast_dir
+
+
+def test_fail_on_regression_reads_the_printed_step_change(tmp_path, monkeypatch, capsys):
+    """--fail-on-regression decides on the step change the report prints: a slower step fails
+    above the printed figure and passes at it; a faster step passes even at 0 %."""
+    slow_dir, fast_dir = _slow_and_fast(tmp_path, monkeypatch)
 
     def check(current: str, baseline: str, pct: float) -> tuple[int, float]:
         r = run_cli(["--check", "cnn_classifier", "--profile", current, "--baseline", baseline,
@@ -337,14 +344,7 @@ def test_fail_on_regression_decides_on_the_report_already_built(tmp_path, monkey
     exit status reads the rows the report printed, not a second build of them."""
     from msprof_lsp.server.analysis.views.rows import Report
 
-    proj = tmp_path / "proj"
-    src = copy_sample_sources(proj / "cnn_classifier")
-    slow = single_rank(CnnKnobs())
-    fast = replace(slow, allreduce_us=slow.allreduce_us / 2, conv_us=(slow.conv_us[0] / 2, slow.conv_us[1] / 2))
-    write_cnn_profiles(src, proj / "runs" / "slow", slow)
-    write_cnn_profiles(src, proj / "runs" / "fast", fast)
-    monkeypatch.chdir(proj)
-    slow_dir, fast_dir = (str(next((proj / "runs" / n).glob("*_ascend_pt"))) for n in ("slow", "fast"))
+    slow_dir, fast_dir = _slow_and_fast(tmp_path, monkeypatch)
     built: list[Report] = []
     init = Report.__init__
 
