@@ -376,18 +376,28 @@ class _Inliner:
         # that must be t's last
         self._stands_for: dict[int, cst.Name] = {}
 
-    def resolve(self, node: cst.BaseExpression) -> cst.BaseExpression:
+    def _before(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseStatement | None]:
+        """``node`` unparenthesised and, where it is a name, the statement right before the
+        statement reached so far (the last consumed one, else the one we started from)."""
         node = _strip(node)
         if not isinstance(node, cst.Name) or self.block is None or self.flow is None:
-            return node
+            return node, None
         at = self.consumed[-1] if self.consumed else self.stmt
         i = ct.statement_index(self.block, at)
-        if i == 0:
-            return node
-        prev = self.block.body[i - 1]
-        fill = _fill_in_place(prev, node.value)
-        if fill is not None:
-            return self._filled(node, prev, fill)
+        return node, (self.block.body[i - 1] if i > 0 else None)
+
+    def unfill(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """Only the in-place fill: ``t.masked_fill(mask, value)`` for a read of t right after the
+        statement ``t.masked_fill_(mask, value)``, else ``node`` (``refused`` says why where the
+        fill was there but could not go)."""
+        node, prev = self._before(node)
+        fill = _fill_in_place(prev, node.value) if prev is not None else None  # type: ignore[attr-defined]
+        return self._filled(node, prev, fill) if fill is not None else node  # type: ignore[arg-type]
+
+    def resolve(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        node, prev = self._before(node)
+        if prev is None or _fill_in_place(prev, node.value) is not None:  # type: ignore[attr-defined]
+            return self.unfill(node)
         if not (isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign)):
             return node
         assign = prev.body[0]
