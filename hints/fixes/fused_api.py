@@ -18,8 +18,11 @@ instead. Signatures follow torch_npu 2.14.0 (the catalog in hints/rules/fused_ap
 * NPU214 ``F.gelu(x)`` -> ``torch_npu.fast_gelu(x)`` (Ascend) / ``F.gelu(x, approximate="tanh")``
 * NPU215 ``x.permute(<literal perm>)[.contiguous()].view(shape)`` ->
   ``torch_npu.npu_confusion_transpose(x, perm, shape, True)``; ``x.view(shape).permute(perm)`` -> ``..., False)``
-* NPU216 ``F.softmax((x * s).masked_fill(mask, -inf), dim=-1)`` ->
-  ``torch_npu.npu_scaled_masked_softmax(x, mask, scale=s)``
+* NPU216 ``F.softmax((x * s).masked_fill(mask, -inf), dim=-1)``, or the fill an in-place
+  ``t.masked_fill_(mask, -inf)`` statement right before the softmax's, taken as NPU213's (the
+  softmax's read of t its last) and with ``t = x * s`` (x a name) right before it (t then a tensor of its own;
+  the three statements consumed) -> ``torch_npu.npu_scaled_masked_softmax(x, mask, scale=s)``
+  (the mask as it is: True = masked out, as in ``masked_fill``)
 * NPU217 ``h = x + r`` then ``y = self.norm(h)`` (affine ``nn.LayerNorm`` over the last dim) ->
   ``y, _, _, h = torch_npu.npu_add_layer_norm(x, r, self.norm.weight, self.norm.bias, self.norm.eps, additional_output=True)``
 
@@ -674,10 +677,25 @@ def confusion_transpose(source: Text, anchor: Anchor, *, path: str | None = None
 
 def _masked_softmax_edit(src: Source, call: cst.Call, npu: str) -> _Edit | str | None:
     arg = _softmax_arg(src, call)
-    filled = _method_call(arg, "masked_fill") if arg is not None else None
-    if filled is None or len(filled.args) != 2 or not _neg_inf(filled.args[1].value):
+    stmt = src.statement(call)
+    if arg is None or stmt is None:
         return None
+    inl = _Inliner(src, stmt)
+    # the fill in the softmax's argument, or a statement of its own right before (``t.masked_fill_(m,
+    # -inf)``, taken as NPU213's is: only where the softmax's read of t is its last)
+    filled = _method_call(inl.unfill(arg), "masked_fill")
+    if filled is None or len(filled.args) != 2 or not _neg_inf(filled.args[1].value):
+        return inl.refused
     base = _strip(filled.func.value)  # type: ignore[union-attr]
+    if inl.consumed:
+        # the fill was in place: it goes only with t's ``t = x * s`` right before (a new tensor; t
+        # assigned otherwise may share memory with one read elsewhere, which the fill changes too)
+        scaled = inl.resolve(base)
+        m = _mul(scaled)
+        if scaled is base or m is None or not _plain(m[0]):
+            return (f"`{ct.code(base)}` is not assigned `x * s` (x a name) right before its in-place masked_fill_: "
+                    "only then is the filled tensor known to share memory with no other")
+        base = scaled
     scale = None
     m = _mul(base)
     if m is not None and _plain(m[0]):
@@ -687,7 +705,7 @@ def _masked_softmax_edit(src: Source, call: cst.Call, npu: str) -> _Edit | str |
     mask = ct.code(filled.args[0].value)
     extra = f", scale={ct.code(scale)}" if scale is not None else ""
     new = ct.expr(f"{npu}.npu_scaled_masked_softmax({ct.code(base)}, {mask}{extra})")
-    return _Edit({call: new}, "Use torch_npu.npu_scaled_masked_softmax",
+    return _Edit(ct.remove_statements(src, inl.consumed, keep={call: new}), "Use torch_npu.npu_scaled_masked_softmax",
                  ("x as NCHW with H and W in [32, 4096] and multiples of 32; bool mask True = masked",))
 
 
