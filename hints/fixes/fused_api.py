@@ -18,8 +18,11 @@ instead. Signatures follow torch_npu 2.14.0 (the catalog in hints/rules/fused_ap
 * NPU214 ``F.gelu(x)`` -> ``torch_npu.fast_gelu(x)`` (Ascend) / ``F.gelu(x, approximate="tanh")``
 * NPU215 ``x.permute(<literal perm>)[.contiguous()].view(shape)`` ->
   ``torch_npu.npu_confusion_transpose(x, perm, shape, True)``; ``x.view(shape).permute(perm)`` -> ``..., False)``
-* NPU216 ``F.softmax((x * s).masked_fill(mask, -inf), dim=-1)`` ->
-  ``torch_npu.npu_scaled_masked_softmax(x, mask, scale=s)``
+* NPU216 ``F.softmax((x * s).masked_fill(mask, -inf), dim=-1)``, or the fill an in-place
+  ``t.masked_fill_(mask, -inf)`` statement right before the softmax's, taken as NPU213's (the
+  softmax's read of t its last) and with ``t = x * s`` (x a name) right before it (t then a tensor of its own;
+  the three statements consumed) -> ``torch_npu.npu_scaled_masked_softmax(x, mask, scale=s)``
+  (the mask as it is: True = masked out, as in ``masked_fill``)
 * NPU217 ``h = x + r`` then ``y = self.norm(h)`` (affine ``nn.LayerNorm`` over the last dim) ->
   ``y, _, _, h = torch_npu.npu_add_layer_norm(x, r, self.norm.weight, self.norm.bias, self.norm.eps, additional_output=True)``
 
@@ -376,18 +379,28 @@ class _Inliner:
         # that must be t's last
         self._stands_for: dict[int, cst.Name] = {}
 
-    def resolve(self, node: cst.BaseExpression) -> cst.BaseExpression:
+    def _before(self, node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseStatement | None]:
+        """``node`` unparenthesised and, where it is a name, the statement right before the
+        statement reached so far (the last consumed one, else the one we started from)."""
         node = _strip(node)
         if not isinstance(node, cst.Name) or self.block is None or self.flow is None:
-            return node
+            return node, None
         at = self.consumed[-1] if self.consumed else self.stmt
         i = ct.statement_index(self.block, at)
-        if i == 0:
-            return node
-        prev = self.block.body[i - 1]
-        fill = _fill_in_place(prev, node.value)
-        if fill is not None:
-            return self._filled(node, prev, fill)
+        return node, (self.block.body[i - 1] if i > 0 else None)
+
+    def unfill(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        """Only the in-place fill: ``t.masked_fill(mask, value)`` for a read of t right after the
+        statement ``t.masked_fill_(mask, value)``, else ``node`` (``refused`` says why where the
+        fill was there but could not go)."""
+        node, prev = self._before(node)
+        fill = _fill_in_place(prev, node.value) if prev is not None else None  # type: ignore[attr-defined]
+        return self._filled(node, prev, fill) if fill is not None else node  # type: ignore[arg-type]
+
+    def resolve(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        node, prev = self._before(node)
+        if prev is None or _fill_in_place(prev, node.value) is not None:  # type: ignore[attr-defined]
+            return self.unfill(node)
         if not (isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign)):
             return node
         assign = prev.body[0]
@@ -664,10 +677,25 @@ def confusion_transpose(source: Text, anchor: Anchor, *, path: str | None = None
 
 def _masked_softmax_edit(src: Source, call: cst.Call, npu: str) -> _Edit | str | None:
     arg = _softmax_arg(src, call)
-    filled = _method_call(arg, "masked_fill") if arg is not None else None
-    if filled is None or len(filled.args) != 2 or not _neg_inf(filled.args[1].value):
+    stmt = src.statement(call)
+    if arg is None or stmt is None:
         return None
+    inl = _Inliner(src, stmt)
+    # the fill in the softmax's argument, or a statement of its own right before (``t.masked_fill_(m,
+    # -inf)``, taken as NPU213's is: only where the softmax's read of t is its last)
+    filled = _method_call(inl.unfill(arg), "masked_fill")
+    if filled is None or len(filled.args) != 2 or not _neg_inf(filled.args[1].value):
+        return inl.refused
     base = _strip(filled.func.value)  # type: ignore[union-attr]
+    if inl.consumed:
+        # the fill was in place: it goes only with t's ``t = x * s`` right before (a new tensor; t
+        # assigned otherwise may share memory with one read elsewhere, which the fill changes too)
+        scaled = inl.resolve(base)
+        m = _mul(scaled)
+        if scaled is base or m is None or not _plain(m[0]):
+            return (f"`{ct.code(base)}` is not assigned `x * s` (x a name) right before its in-place masked_fill_: "
+                    "only then is the filled tensor known to share memory with no other")
+        base = scaled
     scale = None
     m = _mul(base)
     if m is not None and _plain(m[0]):
@@ -677,7 +705,7 @@ def _masked_softmax_edit(src: Source, call: cst.Call, npu: str) -> _Edit | str |
     mask = ct.code(filled.args[0].value)
     extra = f", scale={ct.code(scale)}" if scale is not None else ""
     new = ct.expr(f"{npu}.npu_scaled_masked_softmax({ct.code(base)}, {mask}{extra})")
-    return _Edit({call: new}, "Use torch_npu.npu_scaled_masked_softmax",
+    return _Edit(ct.remove_statements(src, inl.consumed, keep={call: new}), "Use torch_npu.npu_scaled_masked_softmax",
                  ("x as NCHW with H and W in [32, 4096] and multiples of 32; bool mask True = masked",))
 
 

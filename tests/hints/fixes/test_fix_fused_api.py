@@ -220,3 +220,74 @@ def test_an_unsafe_in_place_fill_is_declined_with_its_reason(change, reason):
     why: list[str] = []
     assert fa.attention(text, line_of(text, "return probs @ v"), why=why) is None
     assert why and reason in why[-1], why
+
+
+# -- NPU216 with the mask filled in place -------------------------------------------------------------
+
+IN_PLACE_SOFTMAX = '''\
+import torch
+import torch.nn.functional as F
+
+
+def probs(x, mask, scale):
+    scores = x * scale
+    scores.masked_fill_(mask, float("-inf"))
+    return F.softmax(scores, dim=-1)
+'''
+SOFTMAX_FILL = 'scores.masked_fill_(mask, float("-inf"))'
+FUSED_SOFTMAX = "return torch_npu.npu_scaled_masked_softmax(x, mask, scale=scale)"
+
+
+def _probs(text: str, name: str, **stubs):
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 32, 32)
+    mask = torch.rand(32, 32) > 0.5  # True = masked out, as masked_fill_ fills it
+    mask[:, 0] = False  # no row fully masked (-inf everywhere is NaN in every form)
+    return load(text, name, **stubs)["probs"](x, mask, 0.125)
+
+
+def test_the_in_place_softmax_fill_is_fused_as_the_out_of_place_one():
+    """``scores = x * scale; scores.masked_fill_(mask, -inf); F.softmax(scores, -1)`` is the
+    out-of-place ``F.softmax((x * scale).masked_fill(mask, -inf), -1)`` spread over statements: the
+    same fused call (the mask passed as it is, True = masked out), the fill and the scale's
+    statements consumed (a plain torch_npu import: no fallback branch keeps them)."""
+    text = IN_PLACE_SOFTMAX.replace("import torch\n", "import torch\nimport torch_npu\n", 1)
+    last = line_of(text, "return F.softmax(scores, dim=-1)")
+    new = check_fix(text, fa.scaled_masked_softmax(text, last), allowed_lines={last - 2, last - 1, last}, safe=False)
+    assert FUSED_SOFTMAX in new and "masked_fill" not in new and "scores" not in new
+    one = "def probs(x, mask, scale):\n    return F.softmax((x * scale).masked_fill(mask, float(\"-inf\")), dim=-1)\n"
+    out_of_place = text[:text.index("def probs")] + one
+    assert FUSED_SOFTMAX in fa.scaled_masked_softmax(out_of_place, line_of(out_of_place, "return F.softmax(")).new_source
+    assert torch.allclose(_probs(IN_PLACE_SOFTMAX, "probs_ref"), _probs(new, "probs_npu", torch_npu=npu_standin.make()),
+                          atol=1e-6)
+
+
+def test_the_in_place_softmax_fill_stays_as_the_path_without_torch_npu():
+    last = line_of(IN_PLACE_SOFTMAX, "return F.softmax(scores, dim=-1)")
+    new = check_fix(IN_PLACE_SOFTMAX, fa.scaled_masked_softmax(IN_PLACE_SOFTMAX, last),
+                    allowed_lines=set(range(1, last + 1)), safe=False)
+    fused = new.index(FUSED_SOFTMAX)
+    assert "masked_fill" not in new[:fused] and SOFTMAX_FILL in new[new.index("else:", fused):]
+    ref = _probs(IN_PLACE_SOFTMAX, "probs_ref2")
+    assert torch.equal(ref, _probs(new, "probs_cpu", torch_npu=None))  # the path without torch_npu: the original code
+    assert torch.allclose(ref, _probs(new, "probs_npu2", torch_npu=npu_standin.make()), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        # NPU213's two refusals, the same words
+        (("return F.softmax(scores, dim=-1)", "p = F.softmax(scores, dim=-1)\n    return p, scores.amax()"),
+         "`scores` is read again after the softmax (line 9)"),
+        ((SOFTMAX_FILL, "scores.masked_fill_(mask, -1e9)"), "is not `scores.masked_fill_(mask, -inf)`"),
+        # scores not a new tensor of its own: a view of x (the fill changes x too) or a parameter
+        (("scores = x * scale", "scores = x.view(x.shape)"), "`scores` is not assigned `x * s` (x a name) right before"),
+        (("x, mask, scale):\n    scores = x * scale\n", "scores, mask, scale):\n"), "`scores` is not assigned `x * s`"),
+    ],
+)
+def test_an_unsafe_in_place_softmax_fill_is_declined_with_its_reason(change, reason):
+    text = IN_PLACE_SOFTMAX.replace(*change)
+    assert text != IN_PLACE_SOFTMAX
+    why: list[str] = []
+    assert fa.scaled_masked_softmax(text, line_of(text, "F.softmax(scores, dim=-1)"), why=why) is None
+    assert why and reason in why[-1], why

@@ -3,7 +3,10 @@ of a script that writes the masked softmax out in the order the fused kernel com
 masked_fill, softmax), beside softmax-first code the rule must leave alone. The finding lands on
 the masked softmax's line with the time of its kernels (both passes, from the run description's
 truth), its quick fix applies, and the fixed script runs with the torch_npu stand-in and where
-torch_npu is not installed, giving the unfixed script's numbers on both paths.
+torch_npu is not installed, giving the unfixed script's numbers on both paths. Written with the mask
+filled in place (``scores = x * scale``, ``scores.masked_fill_(mask, -inf)``, the softmax of
+``scores``, statements of their own) it gets the same edit, and declines, saying why in ``no_fix``,
+where the masked scores are read again after the softmax.
 
 The msprof CLI form (kernel types only) of a second script finds the boolean mask's fill
 (``Muls-ViewCopy-MaskedFill-SoftmaxV2``) and a float mask added (``Muls-Add-SoftmaxV2``, the scale
@@ -71,6 +74,9 @@ TRAIN_PY = TRAIN.text
 
 MODEL = Source("model.py", MODEL_PY)
 POSITIVE = 'return F.softmax((x * scale).masked_fill(mask, float("-inf")), dim=-1)'
+# the same masked softmax with the mask filled in place: scale, fill and softmax statements of their own
+IN_PLACE = ("scores = x * scale", 'scores.masked_fill_(mask, float("-inf"))', "return F.softmax(scores, dim=-1)")
+IN_PLACE_MODEL = Source("model.py", MODEL_PY.replace(POSITIVE, "\n    ".join(IN_PLACE)))
 X, MASK = (8, 4, 64, 64), (64, 64)
 
 
@@ -78,10 +84,10 @@ def _loop(needle: str) -> tuple:
     return train_loop(TRAIN, needle)
 
 
-def _in(needle: str, func: str, call: str | None = None) -> tuple:
+def _in(needle: str, func: str, call: str | None = None, model: Source = MODEL) -> tuple:
     """A line of ``func`` in model.py (called from Scorer.forward's ``call`` line) run by the loop's forward call."""
-    outer = (MODEL.frame(call, "Scorer.forward"),) if call else ()
-    return (MODEL.frame(needle, func), *outer, *CALL_IMPL, *_loop("loss = model(x, mask).sum()"))
+    outer = (model.frame(call, "Scorer.forward"),) if call else ()
+    return (model.frame(needle, func), *outer, *CALL_IMPL, *_loop("loss = model(x, mask).sum()"))
 
 
 def _mul(shape, dur_us: float) -> Launch:
@@ -90,19 +96,30 @@ def _mul(shape, dur_us: float) -> Launch:
                          bwd=back)
 
 
-def _run():
+def _run(model: Source = MODEL):
+    """``model``: MODEL, or the in-place form (IN_PLACE's model): its scale, fill and softmax each
+    on a statement of their own."""
     lin = L.linear_nd(8 * 4 * 64, 64, 64, mm_us=20.0)
+
+    def masked(needle: str, *launches: Launch, label: str = "masked") -> UserCall:
+        return UserCall(_in(needle, "masked_probs", "p = masked_probs(h, mask, self.scale)", model), launches,
+                        label=label)
+
+    inplace = model is not MODEL
+    mul, fill = _mul(X, 30.0), L.masked_fill(X, MASK, dur_us=35.0, inplace=inplace)
+    # scale, mask, softmax: what npu_scaled_masked_softmax computes in one kernel
+    scaled = [masked(IN_PLACE[0], mul), masked(IN_PLACE[1], fill, label="masked.fill"),
+              masked(IN_PLACE[2], L.softmax(X, dur_us=40.0), label="masked.softmax")] \
+        if inplace else [masked(POSITIVE, mul, fill, L.softmax(X, dur_us=40.0))]
     items = [
-        UserCall(_in("h = self.proj(x)", "Scorer.forward"), (Launch(lin.op, lin.frames),), label="proj"),
-        # scale, mask, softmax: what npu_scaled_masked_softmax computes in one kernel
-        UserCall(_in(POSITIVE, "masked_probs", "p = masked_probs(h, mask, self.scale)"),
-                 (_mul(X, 30.0), L.masked_fill(X, MASK, dur_us=35.0), L.softmax(X, dur_us=40.0)), label="masked"),
+        UserCall(_in("h = self.proj(x)", "Scorer.forward", model=model), (Launch(lin.op, lin.frames),), label="proj"),
+        *scaled,
         # softmax first, then a mul and a fill: no masked softmax (what the old, reversed patterns flagged)
-        UserCall(_in("p = F.softmax(x, dim=-1) * w", "weighted_probs", "q = weighted_probs(h, mask, 0.5)"),
+        UserCall(_in("p = F.softmax(x, dim=-1) * w", "weighted_probs", "q = weighted_probs(h, mask, 0.5)", model),
                  (L.softmax(X, dur_us=40.0), _mul(X, 30.0)), label="weighted"),
-        UserCall(_in("return p.masked_fill_(mask, 0.0)", "weighted_probs", "q = weighted_probs(h, mask, 0.5)"),
+        UserCall(_in("return p.masked_fill_(mask, 0.0)", "weighted_probs", "q = weighted_probs(h, mask, 0.5)", model),
                  (L.masked_fill(X, MASK, dur_us=35.0, inplace=True),), label="weighted.fill"),
-        UserCall(_in("return p + q", "Scorer.forward"),
+        UserCall(_in("return p + q", "Scorer.forward", model=model),
                  (L.elementwise("aten::add", "aclnnAdd", "Add", X, dur_us=20.0, autograd="AddBackward0"),), label="sum"),
         UserCall(L.BACKWARD + _loop("loss.backward()"), (Launch(L.grad_seed().op),), label="backward", backward=True),
         UserCall(_loop("optimizer.step()"), (L.sgd_step(((64, 64), (64,)), kernel_us=2.0),), label="optimizer"),
@@ -110,9 +127,9 @@ def _run():
     return step_run(items, steps=3)
 
 
-def _analyse(run, tmp_path: Path) -> Analysed:
+def _analyse(run, tmp_path: Path, model: Source = MODEL) -> Analysed:
     root = write_torch_npu_text(run, tmp_path / "prof")
-    proj = write_project(tmp_path, MODEL_PY, TRAIN_PY)
+    proj = write_project(tmp_path, model.text, TRAIN_PY)
     profile = load_location(locate(root), use_cache=False)
     ws = SourceWorkspace([proj])
     return Analysed(root, proj, profile, RuleContext(profile, attribute(profile, ws), ws, RuleConfig()))
@@ -168,6 +185,49 @@ def test_the_fix_applies_and_the_fixed_script_runs_on_both_paths(analysed):
             outs.append(model(x, mask))
     assert torch.allclose(outs[0], outs[1], atol=1e-6)  # the stand-in computes the documented semantics
     assert torch.equal(outs[0], outs[2])  # without torch_npu: the original code
+
+
+def _scorer_outputs(*texts_and_stubs) -> list:
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 32, 64)
+    mask = torch.rand(32, 64) > 0.5  # True = masked out
+    mask[:, 0] = False  # no row fully masked (-inf everywhere is NaN in both forms)
+    outs = []
+    for i, (text, stubs) in enumerate(texts_and_stubs):
+        torch.manual_seed(1)
+        model = load(text, f"scorer_{i}", **stubs)["Scorer"]().eval()
+        with torch.no_grad():
+            outs.append(model(x, mask))
+    return outs
+
+
+def test_the_in_place_fill_gets_the_edit_and_the_fixed_script_runs_on_both_paths(tmp_path):
+    """``scores = x * scale; scores.masked_fill_(mask, -inf); return F.softmax(scores, dim=-1)``: the
+    finding (on the scale's line) gets the edit of the one-expression form, the three statements
+    one fused call on the NPU path (the mask as it is: True = masked out), the original the else
+    branch; both paths give the unfixed script's numbers."""
+    import torch
+
+    (f,) = _analyse(_run(IN_PLACE_MODEL), tmp_path, IN_PLACE_MODEL).run("NPU216", min_share=0.0)
+    assert span_text(f.span) == IN_PLACE[0] and f.evidence["sequence"] == "mul-masked_fill_-softmax"
+    _, new = applied(f, "npu_scaled_masked_softmax")  # parses
+    fused = new.index("return torch_npu.npu_scaled_masked_softmax(x, mask, scale=scale)")
+    assert "masked_fill_" not in new[new.index("def masked_probs"):fused]  # gone from the fused path
+    assert "\n        ".join(IN_PLACE) in new[new.index("else:", fused):]  # the path without torch_npu
+    ref, npu, cpu = _scorer_outputs((IN_PLACE_MODEL.text, {}), (new, {"torch_npu": npu_standin.make()}),
+                                    (new, {"torch_npu": None}))
+    assert torch.allclose(ref, npu, atol=1e-6) and torch.equal(ref, cpu)
+
+
+def test_an_in_place_fill_read_again_gets_no_edit_and_says_why(tmp_path):
+    """The masked scores read after the softmax: deleting the in-place fill would change what that
+    read sees, so no edit, and the finding's ``no_fix`` says why (the same words as NPU213's)."""
+    model = Source("model.py", IN_PLACE_MODEL.text.replace(IN_PLACE[2], IN_PLACE[2] + " * scores.isfinite()"))
+    (f,) = _analyse(_run(model), tmp_path, model).run("NPU216", min_share=0.0)
+    assert not f.fixes
+    assert f"`scores` is read again after the softmax (line {model.line(IN_PLACE[2])})" in f.evidence["no_fix"]
 
 
 # -- the patterns themselves, over token strings -------------------------------------------------------
