@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from msprof_lsp.mapping.profile.linking import self_ns
 from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.profile.timemodel import work_mask
 from msprof_lsp.mapping.source.source_index import CallSite, SourceIndex
@@ -203,15 +204,15 @@ def _fetch_removed(ctx: RuleContext, rows: np.ndarray) -> Effect:
     "The CPU loop"). On a CPU run the fetch then receives the batch's tensors from the worker
     (``RECEIVE_US_PER_TENSOR`` each, the collate's tensors counted in the profile)."""
     inside = pq.descendants(ctx.profile, rows)
+    tensors = _collated(ctx.profile, rows, inside) if ctx.backend is Backend.CPU else None
     inside[rows] = False
     removed = Change(Target.HOST_OPS, tuple(int(r) for r in np.flatnonzero(inside)), 0.0, best=0.0, worst=0.5)
-    tensors = _collated(ctx.profile, rows) if ctx.backend is Backend.CPU else None
     if not tensors:
         roots = (Change(Target.HOST_OPS, tuple(int(r) for r in rows), 0.0, best=0.0, worst=0.5),)
         return Effect((removed, *roots), basis="the DataLoader fetch's host time removed from the training thread "
                                                 "(low end: halved)")
     receive_ns = tensors * RECEIVE_US_PER_TENSOR * NS_PER_US
-    own = _self_ns(ctx.profile)
+    own = self_ns(ctx.profile.host_ops["dur_ns"].to_numpy(np.int64), pq.parents(ctx.profile))
     roots = tuple(Change(Target.HOST_OPS, (int(r),), f, best=0.0, worst=max(0.5, f))
                   for r in rows for f in [receive_ns / own[r] if own[r] > 0 else 0.0])
     return Effect((removed, *roots),
@@ -220,19 +221,11 @@ def _fetch_removed(ctx: RuleContext, rows: np.ndarray) -> Effect:
                         f"({RECEIVE_US_PER_TENSOR:.0f} µs each, no pinning on a CPU run; low end: halved)")
 
 
-def _self_ns(prof: Profile) -> np.ndarray:
-    """Per host op: its duration less its children's."""
-    dur = prof.host_ops["dur_ns"].to_numpy(np.float64)
-    par = pq.parents(prof)
-    kids = np.bincount(par[par >= 0], weights=dur[par >= 0], minlength=len(dur))
-    return np.maximum(dur - kids, 0.0)
-
-
-def _collated(prof: Profile, rows: np.ndarray) -> int:
+def _collated(prof: Profile, rows: np.ndarray, inside: np.ndarray) -> int:
     """Tensors per batch: the mean count, rounded, of ``aten::stack`` ops under each fetch scope that
     no other ``aten::`` op and no ``__getitem__`` encloses (default_collate stacks each field once;
     the dataset's own stacks are inside ``__getitem__`` where the profile has Python frames). 0:
-    none."""
+    none. ``inside``: the fetch scopes' subtrees (``pq.descendants`` of ``rows``)."""
     if not len(rows):
         return 0
     names = pq.strs(prof.host_ops["name"])
@@ -240,7 +233,7 @@ def _collated(prof: Profile, rows: np.ndarray) -> int:
     root = np.zeros(len(names), dtype=bool)
     root[rows] = True
     count = 0
-    for r in np.flatnonzero((names == "aten::stack") & pq.descendants(prof, rows)):
+    for r in np.flatnonzero((names == "aten::stack") & inside):
         up = int(par[r])
         while up >= 0 and not root[up] and not names[up].startswith("aten::") and "__getitem__" not in names[up]:
             up = int(par[up])

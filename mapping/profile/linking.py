@@ -134,6 +134,14 @@ def nearest_on_chain(parent: np.ndarray, has: np.ndarray) -> np.ndarray:
         found, up = np.where(need, found[at], found), np.where(need, up[at], up)
 
 
+def self_ns(dur: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per host op: its duration less its children's (``parent`` -1: none), never below 0."""
+    dur = np.asarray(dur, np.int64)
+    has = parent >= 0
+    child = np.bincount(parent[has], weights=dur[has], minlength=len(dur)) if len(dur) else np.zeros(0)
+    return np.maximum(dur - child.astype(np.int64), 0)
+
+
 def nearest_stack(host_ops: pd.DataFrame, op: int) -> tuple[int, int]:
     """(stack id, op that carries it) for one op: its own stack or its nearest ancestor's; (-1, -1)."""
     parents = host_ops["parent"].to_numpy()

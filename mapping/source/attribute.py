@@ -30,7 +30,7 @@ from msprof_lsp.mapping.source.anchor import NO_USER_FRAME, Anchor, Anchorer, Op
 from msprof_lsp.mapping.source.constructs import op_keys
 from msprof_lsp.mapping.source.heat import MAX_SHAPES, Attribution, FunctionHeat, LineHeat, OpHeat, Site, SiteKind, SourceHeat, SpanHeat, TimeSource, merge_ops
 from msprof_lsp.mapping.profile.frames import Frame
-from msprof_lsp.mapping.profile.linking import row_groups
+from msprof_lsp.mapping.profile.linking import row_groups, self_ns
 from msprof_lsp.mapping.profile.model import Profile
 from msprof_lsp.mapping.source.optimizer_anchor import adam_update_pattern, update_rows
 from msprof_lsp.mapping.source.sequence_anchor import SequenceAnchorer, attached, shared_tensor
@@ -213,8 +213,7 @@ class Attributor:
         self.h_is_bwd = self.h_bwd_fwd >= 0
         self.h_start = h["start_ns"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
         dur = h["dur_ns"].to_numpy(np.int64) if n else np.zeros(0, np.int64)
-        child = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=n) if n else np.zeros(0)
-        self.h_self = np.maximum(dur - child.astype(np.int64), 0)
+        self.h_self = self_ns(dur, parent)
         self._module_paths()
 
     def _module_paths(self) -> None:
