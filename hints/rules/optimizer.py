@@ -29,7 +29,7 @@ from msprof_lsp.hints.fixes import make_offer
 from msprof_lsp.hints.fixes import optimizer as fx
 from msprof_lsp.hints.registry import Rule, declare
 from msprof_lsp.mapping.spans import Confidence, Span
-from msprof_lsp.mapping.profile.model import Backend
+from msprof_lsp.mapping.profile.model import Backend, Profile
 from msprof_lsp.mapping.profile.shapes import dtype_bytes, io_bytes, numel, parse_shapes
 from msprof_lsp.mapping.source.optimizer_anchor import adam_update_pattern
 
@@ -486,8 +486,7 @@ def host_fused_step(ctx: RuleContext, ops: np.ndarray, name: str) -> Effect | No
     fused_bytes = sum(accesses * moved[i][1] * moved[i][2] for i in params)
     rate = sum(moved[i][0] for i in big) / max(int(dur[big].sum()), 1)  # bytes per ns
     inner_ns = int(dur.sum())
-    # one op per op name and step call (the op names are counted once, the ops over every call)
-    by_count = min(1.0, len(set(pq.strs(h["name"])[inner].tolist())) * len(roots) / len(inner))
+    _, by_count = _op_ratio(p, inner, len(roots))
     f = min(1.0, max(fused_bytes / rate / max(inner_ns, 1), by_count))
     steps = max(ctx.num_steps, 1)
     return Effect((Change(Target.HOST_OPS, tuple(int(r) for r in inner), f, best=by_count, worst=0.5 + 0.5 * f),),
@@ -515,8 +514,7 @@ def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: s
         inner = np.setdiff1d(host, np.asarray(ops, np.int64))
         if not len(inner):
             return Effect(unknown=f"unknown: no kernels or ops inside {what} in the profile")
-        n_types = len(set(pq.strs(p.host_ops["name"])[inner].tolist())) * calls
-        f = min(1.0, n_types / len(inner))
+        n_types, f = _op_ratio(p, inner, calls)
         return Effect(_at_ratio(np.zeros(0, np.int64), host, f),
                       basis=f"{what} as one op per op name{_per_call(calls)}: its host time at {n_types}/{len(inner)} "
                             "(the op count ratio; low end: half the gain)")
@@ -525,6 +523,13 @@ def multi_tensor(ctx: RuleContext, ops: np.ndarray, kernels: np.ndarray, what: s
     return Effect(_at_ratio(rows, host, f),
                   basis=f"{what} as one kernel per kernel type{_per_call(calls)}: its {len(rows)} kernels and host time "
                         f"at {n_types}/{len(rows)} (the kernel count ratio; low end: half the gain)")
+
+
+def _op_ratio(p: Profile, inner: np.ndarray, calls: int) -> tuple[int, float]:
+    """A host-only loop at one op per op name and call (the names counted once, the ops ``inner``
+    over every call): the ops left and their share of ``inner``."""
+    n = len(set(pq.strs(p.host_ops["name"])[inner].tolist())) * calls
+    return n, min(1.0, n / len(inner))
 
 
 def _per_call(calls: int) -> str:
