@@ -399,8 +399,11 @@ class _Inliner:
 
     def resolve(self, node: cst.BaseExpression) -> cst.BaseExpression:
         node, prev = self._before(node)
-        if prev is None or _fill_in_place(prev, node.value) is not None:  # type: ignore[attr-defined]
-            return self.unfill(node)
+        if prev is None:
+            return node
+        fill = _fill_in_place(prev, node.value)  # type: ignore[attr-defined]
+        if fill is not None:
+            return self._filled(node, prev, fill)  # type: ignore[arg-type]
         if not (isinstance(prev, cst.SimpleStatementLine) and len(prev.body) == 1 and isinstance(prev.body[0], cst.Assign)):
             return node
         assign = prev.body[0]
