@@ -29,14 +29,11 @@ if str(REPO) not in sys.path:
 
 from msprof_lsp.hints.fixes.profiling import PROFILE_ENV, PROFILE_FOLDER, SKIP_FIRST  # noqa: E402
 from msprof_lsp.mapping.profile.load import load_location, locate  # noqa: E402
+from tests.hints.fixes.fixkit import line_of  # noqa: E402,F401  (the loop benchmarks' one line finder)
 from tests.loop.gauge import run_gauged  # noqa: E402
+from tests.synth.savings_cases import within_bar  # noqa: E402
 
 STEPS = SKIP_FIRST + 6  # skipped, wait 1, warm up 1, record 3, one to spare
-BAR, BAR_US = 0.35, 500.0  # issue 23's bar: within 35 % of the truth or 0.5 ms
-
-
-def line_of(text: str, needle: str) -> int:
-    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +137,7 @@ class Result:
 
     @property
     def within(self) -> bool:
-        return _within(self.estimate, self.truth)
+        return within_bar(self.estimate, self.truth)
 
     def summary(self) -> str:
         ratio = f"{self.estimate / self.truth:.2f}" if self.truth else "—"
@@ -161,11 +158,7 @@ class Result:
                f"B {min(self.outside_b):,.0f}-{max(self.outside_b):,.0f}")
         return (f"; truth from the fixed scope {truth:,.0f} µs/step (median of {min(self.scope_truths):,.0f}-"
                 f"{max(self.scope_truths):,.0f}), estimate / that {ratio}, within: "
-                f"{'yes' if _within(self.estimate, truth) else 'no'}{ops}")
-
-
-def _within(estimate: float, truth: float) -> bool:
-    return abs(estimate - truth) <= max(BAR * abs(truth), BAR_US)
+                f"{'yes' if within_bar(self.estimate, truth) else 'no'}{ops}")
 
 
 def interleave(a: Path, b: Path, rounds: int, rec: Callable[[Path], Recording],
